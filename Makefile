@@ -1,0 +1,126 @@
+# redis-ps build.  Outputs go under build/.  Nothing is downloaded at build time:
+# every dependency is a Debian 12 package (see `make deps`).
+
+CC      ?= cc
+PYTHON  ?= /usr/bin/python3
+OPT     ?= -O2
+WARN     = -Wall -Wextra -Werror
+# Determinism: no -ffast-math anywhere, no contraction of a*b+c into fma, so a
+# master, its replicas and an AOF replay compute bit-identical tensors.
+BASE_CFLAGS = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -fno-fast-math
+
+# SANITIZE=address,undefined builds everything instrumented.
+ifneq ($(SANITIZE),)
+  SAN_FLAGS = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+endif
+
+PIC_CFLAGS = $(BASE_CFLAGS) -fPIC -fvisibility=hidden $(SAN_FLAGS)
+APP_CFLAGS = $(BASE_CFLAGS) $(SAN_FLAGS)
+
+B = build
+OBJ = $(B)/obj
+
+# Pure cores of the module (no Redis calls) and the glue that talks to Redis.
+MODULE_PURE = $(filter-out module/ps.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
+MODULE_GLUE = $(filter module/ps.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
+COMMON_SRC  = $(wildcard common/*.c)
+# Client side: pure cores (nn, data), the library (libps), the worker binary.
+CLIENT_PURE = $(filter client/nn.c client/data.c,$(wildcard client/*.c))
+CLIENT_LIB  = $(filter-out client/nn.c client/data.c client/ps-train.c client/train_%.c,$(wildcard client/*.c))
+TRAIN_SRC   = $(filter client/ps-train.c client/train_%.c,$(wildcard client/*.c))
+
+obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
+
+MODULE_OBJS = $(call obj,$(MODULE_PURE) $(MODULE_GLUE) $(COMMON_SRC))
+PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(CLIENT_PURE))
+LIBPS_OBJS  = $(call obj,$(CLIENT_LIB) $(COMMON_SRC))
+
+TEST_SRC  = $(wildcard tests/test_*.c)
+TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+BENCH_SRC = $(wildcard bench/*.c)
+BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+
+CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
+INCS = -Imodule -Icommon -Iclient
+
+.PHONY: all module client test unit pytest bench demo demo-cluster deps check-deps install clean
+
+all: module client
+
+module: $(B)/ps.so
+client: $(B)/libps.a $(B)/ps-train
+
+$(OBJ)/%.o: %.c $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(INCS) -c $< -o $@
+
+# The module links nothing but libc and libm; only RedisModule_OnLoad is exported.
+$(B)/ps.so: $(MODULE_OBJS)
+	$(CC) -shared $(SAN_FLAGS) -o $@ $^ -lm
+
+$(B)/libps.a: $(LIBPS_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(CLIENT_PURE)) $(B)/libps.a
+	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
+
+$(B)/tests/%: tests/%.c $(PURE_OBJS) $(wildcard */*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) -lcmocka $(CLIENT_LIBS)
+
+$(B)/bench/%: bench/%.c $(PURE_OBJS) $(B)/libps.a
+	@mkdir -p $(dir $@)
+	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
+
+# ---- tests -----------------------------------------------------------------
+
+test: check-deps all unit pytest
+
+unit: $(TEST_BINS)
+	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t; done
+
+# PYTEST_ARGS lets a user select tests, e.g. PYTEST_ARGS="-k replica".
+pytest: module client
+	cd python_tests && $(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+bench: check-deps all $(BENCH_BINS)
+	bench/run.sh
+
+demo: check-deps all
+	scripts/demo.sh
+
+demo-cluster: check-deps all
+	scripts/demo-cluster.sh
+
+# ---- dependencies ----------------------------------------------------------
+
+DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
+           libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-numpy \
+           dataset-fashion-mnist
+
+# Installs the Debian packages that are missing (as root), or prints the line to run.
+deps:
+	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -z "$$missing" ]; then echo "deps: all Debian packages present"; exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  echo "deps: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else \
+	  echo "deps: missing packages; run as root:"; \
+	  echo "  apt-get install -y $$missing"; exit 1; \
+	fi
+
+check-deps:
+	@for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || { $(MAKE) --no-print-directory deps; break; }; done
+
+PREFIX ?= /usr/local
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
+	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
+	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
+	install -m 0644 client/ps.h $(DESTDIR)$(PREFIX)/include/ps.h
+
+clean:
+	rm -rf $(B)
