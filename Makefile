@@ -7,7 +7,7 @@ OPT     ?= -O2
 WARN     = -Wall -Wextra -Werror
 # Determinism: no -ffast-math anywhere, no contraction of a*b+c into fma, so a
 # master, its replicas and an AOF replay compute bit-identical tensors.
-BASE_CFLAGS = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -fno-fast-math
+BASE_CFLAGS = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno
 
 # SANITIZE=address,undefined builds everything instrumented.
 ifneq ($(SANITIZE),)
@@ -37,6 +37,9 @@ LIBPS_OBJS  = $(call obj,$(CLIENT_LIB) $(COMMON_SRC))
 
 TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
+# Small C programs the integration tests drive (linked with libps).
+PTOOL_SRC  = $(wildcard python_tests/tools/*.c)
+PTOOL_BINS = $(patsubst python_tests/tools/%.c,$(B)/ptools/%,$(PTOOL_SRC))
 BENCH_SRC = $(wildcard bench/*.c)
 BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 
@@ -73,6 +76,10 @@ $(B)/bench/%: bench/%.c $(PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
+$(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(PURE_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(B)/libps.a $(PURE_OBJS) $(CLIENT_LIBS)
+
 # ---- tests -----------------------------------------------------------------
 
 test: check-deps all unit pytest
@@ -81,7 +88,7 @@ unit: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t; done
 
 # PYTEST_ARGS lets a user select tests, e.g. PYTEST_ARGS="-k replica".
-pytest: module client
+pytest: module client $(PTOOL_BINS)
 	cd python_tests && $(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
 bench: check-deps all $(BENCH_BINS)

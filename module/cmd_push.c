@@ -1,0 +1,528 @@
+/* cmd_push.c -- PS.PUSHGRAD, PS.PULL (with MINVERSION blocking) and the
+ * sync-round timer with its internal effect command PS._CLOSEROUND.
+ *
+ * Replication, decided here per handler:
+ *   PS.PUSHGRAD      verbatim when it changed state (applied, or added to a
+ *                    sync round): re-executing it on the replica's identical
+ *                    state gives identical bits (see optim.h). A duplicate
+ *                    (ID seen) or rejected push changes nothing and is not
+ *                    replicated.
+ *   sync timer       master-only decision: replicated as the effect
+ *                    PS._CLOSEROUND key version.
+ *   PS._CLOSEROUND   verbatim.
+ *   PS.PULL          read-only, never replicated. */
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_module.h"
+
+extern RedisModuleCommandKeySpec PSReadKeySpec[];
+extern RedisModuleCommandKeySpec *PSWriteKeySpec;
+
+/* ========================================================================
+ * Sync round timers (master only)
+ * ====================================================================== */
+
+/* An armed timer: closes the round of 'key' in 'db' if it is still the one
+ * that was open (tensor version 'version') when the timer fires. */
+typedef struct RoundTimer {
+    struct RoundTimer *next;
+    RedisModuleTimerID id;
+    int db;
+    uint64_t version;
+    size_t keylen;
+    char key[];
+} RoundTimer;
+
+static RoundTimer *Timers = NULL;
+
+static RoundTimer *timer_find(int db, const char *key, size_t keylen, uint64_t version) {
+    for (RoundTimer *rt = Timers; rt; rt = rt->next)
+        if (rt->db == db && rt->version == version && rt->keylen == keylen &&
+            memcmp(rt->key, key, keylen) == 0)
+            return rt;
+    return NULL;
+}
+
+static void timer_unlink(RoundTimer *rt) {
+    for (RoundTimer **pp = &Timers; *pp; pp = &(*pp)->next) {
+        if (*pp == rt) {
+            *pp = rt->next;
+            return;
+        }
+    }
+}
+
+static void roundTimerFired(RedisModuleCtx *ctx, void *data) {
+    RoundTimer *rt = data;
+    timer_unlink(rt);
+    RedisModule_SelectDb(ctx, rt->db);
+    RedisModuleString *kn = RedisModule_CreateString(ctx, rt->key, rt->keylen);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, kn, REDISMODULE_READ | REDISMODULE_WRITE);
+    if (RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_MODULE &&
+        RedisModule_ModuleTypeGetType(key) == PSTensorType) {
+        PSTensor *t = RedisModule_ModuleTypeGetValue(key);
+        if (t->sync_n && t->version == rt->version && t->round_count > 0 &&
+            PSTensor_CloseRound(t) == PS_OK) {
+            t->stats.rounds_timed_out++;
+            PSStats.rounds_timed_out++;
+            PSStats.rounds_closed++;
+            RedisModule_Replicate(ctx, "ps._closeround", "sl", kn, (long long)rt->version);
+            ps_notify(ctx, "ps.round", kn);
+            RedisModule_SignalKeyAsReady(ctx, kn);
+        }
+    }
+    RedisModule_CloseKey(key);
+    RedisModule_FreeString(ctx, kn);
+    RedisModule_Free(rt);
+}
+
+/* Arms the round timer of a sync tensor whose round is open, once per round,
+ * on a master only (replicas and AOF loading get PS._CLOSEROUND instead). */
+static void arm_round_timer(RedisModuleCtx *ctx, RedisModuleString *keyname, const PSTensor *t) {
+    if (!t->sync_n || !t->sync_timeout_ms || !t->round_count) return;
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (flags & (REDISMODULE_CTX_FLAGS_SLAVE | REDISMODULE_CTX_FLAGS_LOADING)) return;
+    size_t kl;
+    const char *k = RedisModule_StringPtrLen(keyname, &kl);
+    int db = RedisModule_GetSelectedDb(ctx);
+    if (timer_find(db, k, kl, t->version)) return;
+    RoundTimer *rt = RedisModule_Alloc(sizeof(*rt) + kl);
+    rt->db = db;
+    rt->version = t->version;
+    rt->keylen = kl;
+    memcpy(rt->key, k, kl);
+    rt->id = RedisModule_CreateTimer(ctx, t->sync_timeout_ms, roundTimerFired, rt);
+    rt->next = Timers;
+    Timers = rt;
+}
+
+/* PS._CLOSEROUND key version: closes the open round if the tensor is still
+ * at 'version' (the effect of a master's timer). */
+static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    uint64_t v;
+    if (ps_arg_u64(ctx, argv[2], "version", &v) != REDISMODULE_OK) return REDISMODULE_OK;
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    int closed = 0;
+    if (t->version == v && t->round_count > 0) {
+        int st = PSTensor_CloseRound(t);
+        if (st != PS_OK) {
+            RedisModule_CloseKey(key);
+            return ps_reply_status(ctx, st);
+        }
+        t->stats.rounds_timed_out++;
+        closed = 1;
+        RedisModule_ReplicateVerbatim(ctx);
+        RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    }
+    RedisModule_CloseKey(key);
+    return RedisModule_ReplyWithLongLong(ctx, closed);
+}
+
+/* ========================================================================
+ * PS.PUSHGRAD
+ * ====================================================================== */
+
+/* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) [ROWS idx] [VERSION v]
+ *             [ID client seq] [SCALE s] -> new version */
+static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    PSPush p = {.scale = 1.0};
+    RedisModuleString *grad = NULL, *rowsarg = NULL;
+    int values_start = 0, nvalues = 0, have_fmt = 0, have_scale = 0;
+    ps_format fmt = PS_FMT_F32;
+    int i = 2;
+    if (ps_arg_is(argv[2], "VALUES")) {
+        values_start = 3;
+        i = 3;
+        double d;
+        while (i < argc && RedisModule_StringToDouble(argv[i], &d) == REDISMODULE_OK) i++;
+        nvalues = i - 3;
+        if (nvalues == 0) return RedisModule_ReplyWithError(ctx, "ERR VALUES needs numbers");
+    } else {
+        grad = argv[2];
+        i = 3;
+    }
+    for (; i < argc; i++) {
+        RedisModuleString *a = argv[i];
+        const char *an = RedisModule_StringPtrLen(a, NULL);
+        int last = (i + 1 >= argc);
+        if (ps_arg_is(a, "FORMAT") && grad && !have_fmt) {
+            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "FORMAT");
+            size_t fl;
+            const char *fs = RedisModule_StringPtrLen(argv[++i], &fl);
+            if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
+            have_fmt = 1;
+        } else if (ps_arg_is(a, "ROWS") && !rowsarg) {
+            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "ROWS");
+            rowsarg = argv[++i];
+        } else if (ps_arg_is(a, "VERSION") && !p.has_version) {
+            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "VERSION");
+            if (ps_arg_u64(ctx, argv[++i], "VERSION", &p.version) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            p.has_version = 1;
+        } else if (ps_arg_is(a, "ID") && !p.id) {
+            if (i + 2 >= argc) return RedisModule_ReplyWithError(ctx, PSERR_ID);
+            p.id = RedisModule_StringPtrLen(argv[i + 1], &p.idlen);
+            if (ps_arg_u64(ctx, argv[i + 2], "ID seq", &p.seq) != REDISMODULE_OK) return REDISMODULE_OK;
+            if (p.idlen == 0 || p.idlen > 256 || p.seq == 0)
+                return RedisModule_ReplyWithError(ctx, PSERR_ID);
+            i += 2;
+        } else if (ps_arg_is(a, "SCALE") && !have_scale) {
+            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "SCALE");
+            if (ps_arg_double(ctx, argv[++i], "SCALE", &p.scale) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            have_scale = 1;
+        } else if (values_start && i == values_start + nvalues) {
+            return ps_reply_errorf(ctx, "ERR VALUES: '%s' is not a valid float or option", an);
+        } else {
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
+        }
+    }
+
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    /* Elements the gradient must hold: the whole tensor or the ROWS. */
+    uint64_t m = t->n;
+    if (rowsarg) {
+        size_t rl, cnt;
+        const char *rp = RedisModule_StringPtrLen(rowsarg, &rl);
+        if (t->ndim < 1 || ps_rows_check((const unsigned char *)rp, rl, t->dims[0], &cnt) != 0) {
+            RedisModule_ReplyWithError(ctx, PSERR_ROWS);
+            goto done;
+        }
+        if (fmt == PS_FMT_TOPK) {
+            RedisModule_ReplyWithError(ctx, PSERR_ROWS_FORMAT);
+            goto done;
+        }
+        p.rows = (const unsigned char *)rp;
+        p.nrows = cnt;
+        m = (uint64_t)cnt * (t->ndim == 1 ? 1 : t->n / t->dims[0]);
+    }
+    size_t glen = 0;
+    if (values_start) {
+        if ((uint64_t)nvalues != m) {
+            ps_reply_errorf(ctx, PSERR_VALUES_COUNT_F, (size_t)nvalues, (unsigned long long)m);
+            goto done;
+        }
+        float *dst = ps_scratch(m);
+        if (!dst) {
+            RedisModule_ReplyWithError(ctx, PSERR_OOM);
+            goto done;
+        }
+        for (int k = 0; k < nvalues; k++) {
+            double d;
+            RedisModule_StringToDouble(argv[values_start + k], &d);
+            dst[k] = (float)d;
+        }
+        p.g = (const unsigned char *)dst;
+    } else if (fmt == PS_FMT_TOPK) {
+        const char *gp = RedisModule_StringPtrLen(grad, &glen);
+        uint32_t k;
+        if (ps_topk_check((const unsigned char *)gp, glen, (size_t)t->n, &k) != 0) {
+            RedisModule_ReplyWithError(ctx, PSERR_TOPK);
+            goto done;
+        }
+        float *dst = ps_scratch(t->n);
+        if (!dst) {
+            RedisModule_ReplyWithError(ctx, PSERR_OOM);
+            goto done;
+        }
+        memset(dst, 0, (size_t)t->n * sizeof(float));
+        ps_topk_scatter_add((const unsigned char *)gp, k, dst);
+        p.g = (const unsigned char *)dst;
+    } else {
+        RedisModule_StringPtrLen(grad, &glen);
+        if (!(p.g = ps_decode_dense(ctx, "gradient", grad, fmt, m))) goto done;
+    }
+
+    PSPushResult r;
+    int st = PSTensor_Push(t, &p, &r);
+    switch (st) {
+    case PS_OK:
+    case PS_PENDING:
+        RedisModule_ReplicateVerbatim(ctx);
+        ps_notify(ctx, "ps.pushgrad", argv[1]);
+        if (st == PS_OK) {
+            RedisModule_SignalKeyAsReady(ctx, argv[1]);
+            if (t->sync_n) PSStats.rounds_closed++;
+        } else {
+            arm_round_timer(ctx, argv[1], t);
+        }
+        PSStats.pushes++;
+        PSStats.bytes_in += values_start ? m * sizeof(float) : glen;
+        RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
+        break;
+    case PS_DUPLICATE:
+        PSStats.dedup_hits++;
+        RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
+        break;
+    case PS_ERR_STALE:
+        PSStats.stale_rejects++;
+        ps_reply_errorf(ctx, PSERR_STALE_F, (unsigned long long)p.version,
+                        (unsigned long long)r.staleness, (unsigned long long)t->version,
+                        (long long)t->maxstale);
+        break;
+    case PS_ERR_ROUND:
+        PSStats.stale_rejects++;
+        ps_reply_errorf(ctx, PSERR_ROUND_F, (unsigned long long)p.version,
+                        (unsigned long long)t->version);
+        break;
+    case PS_ERR_FUTURE:
+        ps_reply_errorf(ctx, PSERR_FUTURE_F, (unsigned long long)p.version,
+                        (unsigned long long)t->version);
+        break;
+    case PS_ERR_NONFINITE:
+        PSStats.nonfinite_rejects++;
+        /* fall through */
+    default:
+        ps_reply_status(ctx, st);
+        break;
+    }
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.PULL
+ * ====================================================================== */
+
+/* A parsed pull; owned copies so it can outlive argv while blocked. */
+typedef struct PullReq {
+    ps_format fmt;
+    int values;
+    int has_min;
+    uint64_t minversion;
+    long long timeout_ms;
+    unsigned char *rows; /* NULL or a copy of the ROWS blob */
+    size_t rowslen;
+    char *at; /* NULL or the snapshot name */
+    size_t atlen;
+} PullReq;
+
+static void pullreq_free(PullReq *q) {
+    if (!q) return;
+    RedisModule_Free(q->rows);
+    RedisModule_Free(q->at);
+    RedisModule_Free(q);
+}
+
+static void pullreq_free_cb(RedisModuleCtx *ctx, void *privdata) {
+    (void)ctx;
+    pullreq_free(privdata);
+}
+
+/* Replies [version, data] for the tensor (or its snapshot). */
+static int reply_pull(RedisModuleCtx *ctx, PSTensor *t, const PullReq *q) {
+    const float *src = t->data->v;
+    uint64_t version = t->version;
+    if (q->at) {
+        PSSnapshot *s = PSTensor_SnapshotFind(t, q->at, q->atlen);
+        if (!s) return RedisModule_ReplyWithError(ctx, PSERR_NOSNAP);
+        src = s->data->v;
+        version = s->version;
+    }
+    uint64_t m = t->n;
+    if (q->rows) {
+        size_t cnt;
+        if (ps_rows_check(q->rows, q->rowslen, t->dims[0], &cnt) != 0)
+            return RedisModule_ReplyWithError(ctx, PSERR_ROWS);
+        const uint64_t rl = t->ndim == 1 ? 1 : t->n / t->dims[0];
+        m = (uint64_t)cnt * rl;
+        float *g = ps_scratch(m);
+        if (!g) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        for (size_t r = 0; r < cnt; r++)
+            memcpy(g + r * rl, src + (uint64_t)ps_rows_get(q->rows, r) * rl, rl * sizeof(float));
+        src = g;
+    }
+    t->stats.pulls++;
+    PSStats.pulls++;
+    RedisModule_ReplyWithArray(ctx, 2);
+    RedisModule_ReplyWithLongLong(ctx, (long long)version);
+    if (q->values) {
+        RedisModule_ReplyWithArray(ctx, (long)m);
+        for (uint64_t k = 0; k < m; k++) RedisModule_ReplyWithDouble(ctx, src[k]);
+        return REDISMODULE_OK;
+    }
+    size_t bytes = ps_dense_encoded_size(q->fmt, (size_t)m);
+    PSStats.bytes_out += bytes;
+    if (q->fmt == PS_FMT_F32) return RedisModule_ReplyWithStringBuffer(ctx, (const char *)src, bytes);
+    /* Encoded formats go through a byte scratch (distinct from the float
+     * scratch 'src' may live in). */
+    static unsigned char *enc = NULL;
+    static size_t enccap = 0;
+    if (bytes > enccap) {
+        unsigned char *ne = RedisModule_TryAlloc(bytes);
+        if (!ne) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        RedisModule_Free(enc);
+        enc = ne;
+        enccap = bytes;
+    }
+    ps_encode(q->fmt, src, (size_t)m, enc);
+    return RedisModule_ReplyWithStringBuffer(ctx, (const char *)enc, bytes);
+}
+
+/* Blocked pull: called when the key was signaled; replies once fresh enough. */
+static int pullReady(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    PullReq *q = RedisModule_GetBlockedClientPrivateData(ctx);
+    RedisModuleString *kn = RedisModule_GetBlockedClientReadyKey(ctx);
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, kn, REDISMODULE_READ, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    if (t->version < q->minversion) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_ERR; /* stay blocked */
+    }
+    reply_pull(ctx, t, q);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+static int pullTimeout(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    PSStats.blocked_timeouts++;
+    return RedisModule_ReplyWithNull(ctx);
+}
+
+static void *copybytes(const char *p, size_t len) {
+    char *c = RedisModule_Alloc(len + 1);
+    memcpy(c, p, len);
+    c[len] = '\0';
+    return c;
+}
+
+/* PS.PULL key [FORMAT F32|F16|BF16|I8|VALUES] [ROWS idx] [AT snapshot]
+ *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout) */
+static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 2) return RedisModule_WrongArity(ctx);
+    PullReq q = {.fmt = PS_FMT_F32};
+    RedisModuleString *rows = NULL, *at = NULL;
+    int have_fmt = 0, have_timeout = 0;
+    for (int i = 2; i < argc; i++) {
+        RedisModuleString *a = argv[i];
+        const char *an = RedisModule_StringPtrLen(a, NULL);
+        if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
+        RedisModuleString *v = argv[++i];
+        if (ps_arg_is(a, "FORMAT") && !have_fmt) {
+            have_fmt = 1;
+            size_t fl;
+            const char *fs = RedisModule_StringPtrLen(v, &fl);
+            if (ps_arg_is(v, "VALUES")) {
+                q.values = 1;
+            } else if (ps_format_parse(fs, fl, &q.fmt) != 0) {
+                return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
+            } else if (q.fmt == PS_FMT_TOPK) {
+                return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+            }
+        } else if (ps_arg_is(a, "ROWS") && !rows) {
+            rows = v;
+        } else if (ps_arg_is(a, "AT") && !at) {
+            at = v;
+        } else if (ps_arg_is(a, "MINVERSION") && !q.has_min) {
+            if (ps_arg_u64(ctx, v, "MINVERSION", &q.minversion) != REDISMODULE_OK) return REDISMODULE_OK;
+            q.has_min = 1;
+        } else if (ps_arg_is(a, "TIMEOUT") && !have_timeout) {
+            if (ps_arg_ll(ctx, v, "TIMEOUT", 0, 1LL << 40, &q.timeout_ms) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            have_timeout = 1;
+        } else {
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
+        }
+    }
+    if (have_timeout && !q.has_min) return RedisModule_ReplyWithError(ctx, "ERR TIMEOUT needs MINVERSION");
+    if (rows) q.rows = (unsigned char *)RedisModule_StringPtrLen(rows, &q.rowslen);
+    if (at) q.at = (char *)RedisModule_StringPtrLen(at, &q.atlen);
+
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    if (!q.has_min || t->version >= q.minversion) {
+        reply_pull(ctx, t, &q);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    RedisModule_CloseKey(key);
+    /* Not fresh enough: block, unless blocking is not allowed here (MULTI,
+     * Lua): then answer at once as a timeout would. */
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
+                 REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
+        return RedisModule_ReplyWithNull(ctx);
+    PullReq *bq = RedisModule_Alloc(sizeof(*bq));
+    *bq = q;
+    bq->rows = q.rows ? copybytes((const char *)q.rows, q.rowslen) : NULL;
+    bq->at = q.at ? copybytes(q.at, q.atlen) : NULL;
+    RedisModule_BlockClientOnKeys(ctx, pullReady, pullTimeout, pullreq_free_cb, q.timeout_ms,
+                                  &argv[1], 1, bq);
+    PSStats.blocked_pulls++;
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * Command table
+ * ====================================================================== */
+
+int PSPushCommands_Register(RedisModuleCtx *ctx) {
+    static const RedisModuleCommandInfo push = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Applies a gradient with the tensor's optimizer; returns the new version",
+        .complexity = "O(N) where N is the number of elements (or of the given rows)",
+        .since = "0.1.0",
+        .arity = -3,
+        .key_specs = NULL, /* set below */
+    };
+    static const RedisModuleCommandInfo pull = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Returns [version, values] of a tensor, optionally waiting for a version",
+        .complexity = "O(N) where N is the number of elements (or of the given rows)",
+        .since = "0.1.0",
+        .arity = -2,
+        .key_specs = PSReadKeySpec,
+    };
+    static const RedisModuleCommandInfo closeround = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Internal: closes a sync round (replicated effect of a master's timer)",
+        .complexity = "O(N) where N is the number of elements",
+        .since = "0.1.0",
+        .arity = 3,
+        .key_specs = NULL,
+    };
+    RedisModuleCommandInfo pushi = push, closei = closeround;
+    pushi.key_specs = PSWriteKeySpec;
+    closei.key_specs = PSWriteKeySpec;
+    if (ps_register_command(ctx, "ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", &pushi) ||
+        ps_register_command(ctx, "ps.pull", PSPull_RedisCommand, "readonly", &pull) ||
+        ps_register_command(ctx, "ps._closeround", PSCloseRound_RedisCommand, "write", &closei))
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

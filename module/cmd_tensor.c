@@ -1,0 +1,673 @@
+/* cmd_tensor.c -- PS.CREATE, PS.SET, PS.INFO, PS.CONFIG and the internal
+ * PS._RESTORE that AOF rewrites emit.
+ *
+ * Replication, decided here per handler:
+ *   PS.CREATE   verbatim, except a random INIT without SEED: replicated with
+ *               the server-chosen SEED appended (the effect, not the choice).
+ *   PS.SET      verbatim (a deterministic overwrite).
+ *   PS.CONFIG   verbatim.
+ *   PS._RESTORE verbatim (only ever replayed from an AOF).
+ *   PS.INFO     read-only, never replicated. */
+
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+
+#include "ps_module.h"
+
+/* ========================================================================
+ * Option parsing shared by PS.CREATE and PS.CONFIG
+ * ====================================================================== */
+
+/* Parses one hyper-parameter / policy option at argv[*i] into 'o'. Returns
+ * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
+ * 0 when it is not one, -1 after replying an error. */
+static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
+                               PSTensorOpts *o, int *sync_seen) {
+    static const struct {
+        const char *name;
+        size_t off;
+    } doubles[] = {
+        {"LR", offsetof(PSHyper, lr)},         {"MOMENTUM", offsetof(PSHyper, momentum)},
+        {"BETA1", offsetof(PSHyper, beta1)},   {"BETA2", offsetof(PSHyper, beta2)},
+        {"EPS", offsetof(PSHyper, eps)},       {"WD", offsetof(PSHyper, wd)},
+        {"CLIPNORM", offsetof(PSHyper, clipnorm)},
+    };
+    RedisModuleString *opt = argv[*i];
+    const char *optname = RedisModule_StringPtrLen(opt, NULL);
+    int is_known = 0;
+    for (size_t k = 0; k < sizeof(doubles) / sizeof(doubles[0]); k++)
+        if (ps_arg_is(opt, doubles[k].name)) is_known = 1;
+    if (!is_known && !ps_arg_is(opt, "MAXSTALENESS") && !ps_arg_is(opt, "POLICY") &&
+        !ps_arg_is(opt, "SYNC") && !ps_arg_is(opt, "TIMEOUT"))
+        return 0;
+    if (*i + 1 >= argc) {
+        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, optname);
+        return -1;
+    }
+    RedisModuleString *val = argv[*i + 1];
+    *i += 2;
+    for (size_t k = 0; k < sizeof(doubles) / sizeof(doubles[0]); k++) {
+        if (!ps_arg_is(opt, doubles[k].name)) continue;
+        double v;
+        if (ps_arg_double(ctx, val, doubles[k].name, &v) != REDISMODULE_OK) return -1;
+        *(double *)((char *)&o->h + doubles[k].off) = v;
+        return 1;
+    }
+    long long ll;
+    if (ps_arg_is(opt, "MAXSTALENESS")) {
+        if (ps_arg_ll(ctx, val, "MAXSTALENESS", -1, 1LL << 40, &ll) != REDISMODULE_OK) return -1;
+        o->maxstale = ll;
+    } else if (ps_arg_is(opt, "POLICY")) {
+        if (ps_arg_is(val, "REJECT")) {
+            o->policy = PS_POLICY_REJECT;
+        } else if (ps_arg_is(val, "SCALE")) {
+            o->policy = PS_POLICY_SCALE;
+        } else {
+            ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(val, NULL));
+            return -1;
+        }
+    } else if (ps_arg_is(opt, "SYNC")) {
+        if (ps_arg_ll(ctx, val, "SYNC", 0, 1 << 20, &ll) != REDISMODULE_OK) return -1;
+        o->sync_n = (uint32_t)ll;
+        *sync_seen = 1;
+    } else { /* TIMEOUT */
+        if (ps_arg_ll(ctx, val, "TIMEOUT", 0, 1LL << 40, &ll) != REDISMODULE_OK) return -1;
+        o->sync_timeout_ms = ll;
+    }
+    return 1;
+}
+
+/* ========================================================================
+ * PS.CREATE
+ * ====================================================================== */
+
+/* PS.CREATE key SHAPE d1 [d2 ...] [INIT ...] [DATA blob [FORMAT f]] [SEED s]
+ *           [OPTIM name] [LR x] ... [NX] */
+static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    uint64_t dims[PS_MAX_DIMS];
+    uint32_t ndim = 0;
+    int have_shape = 0, have_init = 0, have_seed = 0, nx = 0, have_fmt = 0, sync_seen = 0;
+    PSInit init = {.kind = PS_INIT_ZEROS};
+    RedisModuleString *data = NULL;
+    ps_format fmt = PS_FMT_F32;
+    PSTensorOpts o;
+    PSTensor_DefaultOpts(&o, PSConf.default_lr);
+    o.maxstale = PSConf.max_staleness;
+    o.policy = (int)PSConf.stale_policy;
+    o.dedup_max = (uint32_t)PSConf.dedup_max;
+    o.max_snapshots = (uint32_t)PSConf.max_snapshots;
+
+    for (int i = 2; i < argc;) {
+        RedisModuleString *a = argv[i];
+        const char *aname = RedisModule_StringPtrLen(a, NULL);
+        if (ps_arg_is(a, "SHAPE")) {
+            if (have_shape) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "SHAPE");
+            have_shape = 1;
+            i++;
+            long long d;
+            while (i < argc && RedisModule_StringToLongLong(argv[i], &d) == REDISMODULE_OK) {
+                if (ndim == PS_MAX_DIMS)
+                    return ps_reply_errorf(ctx, PSERR_SHAPE_F, "ndim must be 1..8");
+                if (d <= 0)
+                    return ps_reply_errorf(ctx, PSERR_SHAPE_F, "every dimension must be >= 1");
+                dims[ndim++] = (uint64_t)d;
+                i++;
+            }
+            if (ndim == 0) return ps_reply_errorf(ctx, PSERR_SHAPE_F, "SHAPE needs dimensions");
+            continue;
+        }
+        if (ps_arg_is(a, "NX")) {
+            nx = 1;
+            i++;
+            continue;
+        }
+        if (ps_arg_is(a, "INIT")) {
+            if (have_init) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "INIT");
+            if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "INIT");
+            have_init = 1;
+            RedisModuleString *k = argv[i + 1];
+            i += 2;
+            int nargs = 0;
+            if (ps_arg_is(k, "ZEROS")) {
+                init.kind = PS_INIT_ZEROS;
+            } else if (ps_arg_is(k, "CONST")) {
+                init.kind = PS_INIT_CONST;
+                nargs = 1;
+            } else if (ps_arg_is(k, "UNIFORM")) {
+                init.kind = PS_INIT_UNIFORM;
+                nargs = 2;
+            } else if (ps_arg_is(k, "NORMAL")) {
+                init.kind = PS_INIT_NORMAL;
+                nargs = 2;
+            } else if (ps_arg_is(k, "XAVIER")) {
+                init.kind = PS_INIT_XAVIER;
+            } else if (ps_arg_is(k, "HE")) {
+                init.kind = PS_INIT_HE;
+            } else {
+                return ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(k, NULL));
+            }
+            if (i + nargs > argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "INIT");
+            if (nargs >= 1 && ps_arg_double(ctx, argv[i], "INIT", &init.a) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            if (nargs >= 2 && ps_arg_double(ctx, argv[i + 1], "INIT", &init.b) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            i += nargs;
+            if (init.kind == PS_INIT_UNIFORM && !(init.a <= init.b))
+                return RedisModule_ReplyWithError(ctx, "ERR INIT UNIFORM needs lo <= hi");
+            if (init.kind == PS_INIT_NORMAL && init.b < 0)
+                return RedisModule_ReplyWithError(ctx, "ERR INIT NORMAL needs std >= 0");
+            continue;
+        }
+        if (ps_arg_is(a, "DATA")) {
+            if (data) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "DATA");
+            if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "DATA");
+            data = argv[i + 1];
+            i += 2;
+            continue;
+        }
+        if (ps_arg_is(a, "FORMAT")) {
+            if (have_fmt) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "FORMAT");
+            if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "FORMAT");
+            size_t fl;
+            const char *fs = RedisModule_StringPtrLen(argv[i + 1], &fl);
+            if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
+            if (fmt == PS_FMT_TOPK) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+            have_fmt = 1;
+            i += 2;
+            continue;
+        }
+        if (ps_arg_is(a, "SEED")) {
+            if (have_seed) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "SEED");
+            if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "SEED");
+            if (ps_arg_u64(ctx, argv[i + 1], "SEED", &init.seed) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            have_seed = 1;
+            i += 2;
+            continue;
+        }
+        if (ps_arg_is(a, "OPTIM")) {
+            if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "OPTIM");
+            size_t ol;
+            const char *os = RedisModule_StringPtrLen(argv[i + 1], &ol);
+            int k = ps_optim_parse(os, ol);
+            if (k < 0) return ps_reply_errorf(ctx, "ERR unknown OPTIM '%s'", os);
+            o.optim = k;
+            i += 2;
+            continue;
+        }
+        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen);
+        if (r < 0) return REDISMODULE_OK;
+        if (r == 0) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, aname);
+    }
+    if (!have_shape) return RedisModule_ReplyWithError(ctx, PSERR_NO_SHAPE);
+    if (have_init && data) return RedisModule_ReplyWithError(ctx, PSERR_INIT_AND_DATA);
+    if (have_fmt && !data) return RedisModule_ReplyWithError(ctx, "ERR FORMAT needs DATA");
+    const char *herr = ps_optim_check(&o.h);
+    if (herr) return ps_reply_errorf(ctx, PSERR_HYPER_F, herr);
+
+    uint64_t n;
+    const char *serr;
+    if (ps_shape_check(ndim, dims, 0, &n, &serr) != 0) return ps_reply_errorf(ctx, PSERR_SHAPE_F, serr);
+    if (n * sizeof(float) > (uint64_t)PSConf.max_tensor_bytes)
+        return ps_reply_errorf(ctx, PSERR_TOO_BIG_F, (unsigned long long)(n * sizeof(float)),
+                               (unsigned long long)PSConf.max_tensor_bytes);
+    const unsigned char *vals = NULL;
+    if (data) {
+        if (!(vals = ps_decode_dense(ctx, "DATA", data, fmt, n))) return REDISMODULE_OK;
+        if (!ps_all_finite(vals, (size_t)n)) return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE_DATA);
+    }
+
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    if (RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY) {
+        RedisModule_CloseKey(key);
+        return nx ? RedisModule_ReplyWithNull(ctx) : RedisModule_ReplyWithError(ctx, PSERR_BUSYKEY);
+    }
+    PSTensor *t = PSTensor_New(ndim, dims, n, &o);
+    if (!t) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    }
+    const int random = init.kind == PS_INIT_UNIFORM || init.kind == PS_INIT_NORMAL ||
+                       init.kind == PS_INIT_XAVIER || init.kind == PS_INIT_HE;
+    if (vals) {
+        memcpy(t->data->v, vals, (size_t)n * sizeof(float));
+    } else {
+        if (random && !have_seed) {
+            /* Server-chosen seed below 2^63 so it replicates as a plain integer. */
+            RedisModule_GetRandomBytes((unsigned char *)&init.seed, sizeof(init.seed));
+            init.seed &= 0x7fffffffffffffffULL;
+        }
+        PSTensor_Fill(t, &init);
+    }
+    RedisModule_ModuleTypeSetValue(key, PSTensorType, t);
+    RedisModule_CloseKey(key);
+    if (random && !have_seed && !vals)
+        RedisModule_Replicate(ctx, "ps.create", "vcl", argv + 1, (size_t)(argc - 1), "SEED",
+                              (long long)init.seed);
+    else
+        RedisModule_ReplicateVerbatim(ctx);
+    ps_notify(ctx, "ps.create", argv[1]);
+    PSStats.creates++;
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ========================================================================
+ * PS.SET
+ * ====================================================================== */
+
+/* PS.SET key blob [FORMAT f] -> new version */
+static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3 && argc != 5) return RedisModule_WrongArity(ctx);
+    ps_format fmt = PS_FMT_F32;
+    if (argc == 5) {
+        if (!ps_arg_is(argv[3], "FORMAT"))
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[3], NULL));
+        size_t fl;
+        const char *fs = RedisModule_StringPtrLen(argv[4], &fl);
+        if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
+        if (fmt == PS_FMT_TOPK) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+    }
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    const unsigned char *vals = ps_decode_dense(ctx, "data", argv[2], fmt, t->n);
+    if (!vals) goto done;
+    if (!ps_all_finite(vals, (size_t)t->n)) {
+        RedisModule_ReplyWithError(ctx, PSERR_NONFINITE_DATA);
+        goto done;
+    }
+    if (PSTensor_SetValues(t, vals) != PS_OK) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        goto done;
+    }
+    RedisModule_ReplicateVerbatim(ctx);
+    ps_notify(ctx, "ps.set", argv[1]);
+    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    PSStats.sets++;
+    PSStats.bytes_in += t->n * sizeof(float);
+    RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.INFO
+ * ====================================================================== */
+
+static void reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n) {
+    RedisModule_ReplyWithCString(ctx, name);
+    RedisModule_ReplyWithLongLong(ctx, v);
+    *n += 2;
+}
+
+static void reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n) {
+    RedisModule_ReplyWithCString(ctx, name);
+    RedisModule_ReplyWithDouble(ctx, v);
+    *n += 2;
+}
+
+static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n) {
+    RedisModule_ReplyWithCString(ctx, name);
+    RedisModule_ReplyWithCString(ctx, v);
+    *n += 2;
+}
+
+/* PS.INFO key -> flat array of field/value pairs */
+static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    long n = 0;
+    RedisModule_ReplyWithArray(ctx, REDISMODULE_POSTPONED_LEN);
+    RedisModule_ReplyWithCString(ctx, "shape");
+    RedisModule_ReplyWithArray(ctx, t->ndim);
+    for (uint32_t i = 0; i < t->ndim; i++) RedisModule_ReplyWithLongLong(ctx, (long long)t->dims[i]);
+    n += 2;
+    reply_pair_s(ctx, "dtype", "float32", &n);
+    reply_pair_ll(ctx, "elements", (long long)t->n, &n);
+    reply_pair_ll(ctx, "bytes", (long long)(t->n * sizeof(float)), &n);
+    reply_pair_ll(ctx, "version", (long long)t->version, &n);
+    reply_pair_s(ctx, "optimizer", ps_optim_name(t->optim), &n);
+    reply_pair_d(ctx, "lr", t->h.lr, &n);
+    reply_pair_d(ctx, "momentum", t->h.momentum, &n);
+    reply_pair_d(ctx, "beta1", t->h.beta1, &n);
+    reply_pair_d(ctx, "beta2", t->h.beta2, &n);
+    reply_pair_d(ctx, "eps", t->h.eps, &n);
+    reply_pair_d(ctx, "wd", t->h.wd, &n);
+    reply_pair_d(ctx, "clipnorm", t->h.clipnorm, &n);
+    reply_pair_ll(ctx, "step", (long long)t->opt.step, &n);
+    reply_pair_ll(ctx, "maxstaleness", t->maxstale, &n);
+    reply_pair_s(ctx, "policy", t->policy == PS_POLICY_SCALE ? "scale" : "reject", &n);
+    reply_pair_s(ctx, "mode", t->sync_n ? "sync" : "async", &n);
+    reply_pair_ll(ctx, "sync_n", t->sync_n, &n);
+    reply_pair_ll(ctx, "sync_timeout_ms", t->sync_timeout_ms, &n);
+    reply_pair_ll(ctx, "round_pushes", t->round_count, &n);
+    reply_pair_ll(ctx, "snapshots", t->nsnap, &n);
+    reply_pair_ll(ctx, "max_snapshots", t->max_snapshots, &n);
+    reply_pair_ll(ctx, "dedup_clients", t->dedup_len, &n);
+    reply_pair_ll(ctx, "dedup_max", t->dedup_max, &n);
+    const PSCounters *c = &t->stats;
+    reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);
+    reply_pair_ll(ctx, "pulls", (long long)c->pulls, &n);
+    reply_pair_ll(ctx, "sets", (long long)c->sets, &n);
+    reply_pair_ll(ctx, "stale_rejects", (long long)c->stale_rejects, &n);
+    reply_pair_ll(ctx, "scaled_pushes", (long long)c->scaled_pushes, &n);
+    reply_pair_ll(ctx, "dedup_hits", (long long)c->dedup_hits, &n);
+    reply_pair_ll(ctx, "nonfinite_rejects", (long long)c->nonfinite_rejects, &n);
+    reply_pair_ll(ctx, "rounds_closed", (long long)c->rounds_closed, &n);
+    reply_pair_ll(ctx, "rounds_timed_out", (long long)c->rounds_timed_out, &n);
+    RedisModule_ReplyWithCString(ctx, "staleness_histogram");
+    RedisModule_ReplyWithArray(ctx, PS_STALE_BUCKETS);
+    for (int i = 0; i < PS_STALE_BUCKETS; i++)
+        RedisModule_ReplyWithLongLong(ctx, (long long)c->stale_hist[i]);
+    n += 2;
+    RedisModule_ReplySetArrayLength(ctx, n);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.CONFIG
+ * ====================================================================== */
+
+/* PS.CONFIG key param value [param value ...] -> OK. All pairs are checked
+ * before any is applied. */
+static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    PSTensorOpts o = {
+        .optim = t->optim,
+        .h = t->h,
+        .maxstale = t->maxstale,
+        .policy = t->policy,
+        .sync_n = t->sync_n,
+        .sync_timeout_ms = t->sync_timeout_ms,
+        .dedup_max = t->dedup_max,
+        .max_snapshots = t->max_snapshots,
+    };
+    int sync_seen = 0;
+    for (int i = 2; i < argc;) {
+        RedisModuleString *a = argv[i];
+        long long ll;
+        if (ps_arg_is(a, "DEDUPMAX") || ps_arg_is(a, "MAXSNAPSHOTS")) {
+            int dd = ps_arg_is(a, "DEDUPMAX");
+            if (ps_arg_ll(ctx, argv[i + 1], dd ? "DEDUPMAX" : "MAXSNAPSHOTS", 0,
+                          dd ? (1 << 20) : 4096, &ll) != REDISMODULE_OK)
+                goto done;
+            if (dd) o.dedup_max = (uint32_t)ll;
+            else o.max_snapshots = (uint32_t)ll;
+            i += 2;
+            continue;
+        }
+        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen);
+        if (r < 0) goto done;
+        if (r == 0) {
+            ps_reply_errorf(ctx, PSERR_CONFIG_PARAM_F, RedisModule_StringPtrLen(a, NULL));
+            goto done;
+        }
+    }
+    const char *herr = ps_optim_check(&o.h);
+    if (herr) {
+        ps_reply_errorf(ctx, PSERR_HYPER_F, herr);
+        goto done;
+    }
+    if (sync_seen && o.sync_n != t->sync_n && t->round_count) {
+        RedisModule_ReplyWithError(ctx, PSERR_SYNC_CHANGE);
+        goto done;
+    }
+    t->h = o.h;
+    t->maxstale = o.maxstale;
+    t->policy = o.policy;
+    t->sync_n = o.sync_n;
+    t->sync_timeout_ms = o.sync_timeout_ms;
+    t->dedup_max = o.dedup_max;
+    t->max_snapshots = o.max_snapshots;
+    /* A smaller table bound takes effect now (oldest entries go first). */
+    while (t->dedup_len > t->dedup_max) {
+        uint32_t victim = 0;
+        for (uint32_t k = 1; k < t->dedup_len; k++)
+            if (t->dedup[k].version < t->dedup[victim].version) victim = k;
+        PSTensor_Dealloc(t->dedup[victim].id);
+        t->dedup[victim] = t->dedup[--t->dedup_len];
+    }
+    RedisModule_ReplicateVerbatim(ctx);
+    ps_notify(ctx, "ps.config", argv[1]);
+    RedisModule_ReplyWithSimpleString(ctx, "OK");
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS._RESTORE (internal: emitted by AOF rewrite, replayed on load)
+ * ====================================================================== */
+
+/* Target array of a CHUNK: the live arrays or a snapshot's. */
+static PSBuf *chunk_target(PSTensor *t, RedisModuleString *name, long long idx) {
+    if (ps_arg_is(name, "DATA")) return t->data;
+    if (ps_arg_is(name, "S0")) return t->opt.s[0];
+    if (ps_arg_is(name, "S1")) return t->opt.s[1];
+    if (ps_arg_is(name, "ROUND")) return t->round_acc;
+    if (idx < 0 || (uint64_t)idx >= t->nsnap) return NULL;
+    PSSnapshot *s = &t->snaps[idx];
+    if (ps_arg_is(name, "SNAPDATA")) return s->data;
+    if (ps_arg_is(name, "SNAPS0")) return s->opt.s[0];
+    if (ps_arg_is(name, "SNAPS1")) return s->opt.s[1];
+    return NULL;
+}
+
+/* PS._RESTORE key HEADER blob
+ * PS._RESTORE key CHUNK target index offset blob
+ * PS._RESTORE key DEDUP id seq version
+ * PS._RESTORE key SNAPSHOT name version unix_ms blob */
+static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    RedisModuleString *sub = argv[2];
+    if (ps_arg_is(sub, "HEADER")) {
+        if (argc != 4) return RedisModule_WrongArity(ctx);
+        size_t len;
+        const unsigned char *p = (const unsigned char *)RedisModule_StringPtrLen(argv[3], &len);
+        PSHeader hd;
+        uint64_t n;
+        const char *why;
+        if (PSHeader_Decode(p, len, &hd) != 0) return RedisModule_ReplyWithError(ctx, "ERR bad header");
+        if ((why = PSHeader_Check(&hd, &n)) != NULL) return ps_reply_errorf(ctx, "ERR bad header: %s", why);
+        PSTensor *t = PSHeader_Build(&hd, n, 1);
+        if (!t) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+        RedisModule_ModuleTypeSetValue(key, PSTensorType, t);
+        RedisModule_CloseKey(key);
+        RedisModule_ReplicateVerbatim(ctx);
+        return RedisModule_ReplyWithSimpleString(ctx, "OK");
+    }
+    RedisModuleKey *key;
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
+    if (!t) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    long long a1, a2;
+    size_t len;
+    if (ps_arg_is(sub, "CHUNK") && argc == 7) {
+        if (ps_arg_ll(ctx, argv[4], "index", 0, 1LL << 32, &a1) != REDISMODULE_OK ||
+            ps_arg_ll(ctx, argv[5], "offset", 0, 1LL << 62, &a2) != REDISMODULE_OK)
+            goto done;
+        PSBuf *b = chunk_target(t, argv[3], a1);
+        const char *p = RedisModule_StringPtrLen(argv[6], &len);
+        if (!b || len % 4 || (uint64_t)a2 > b->n || len / 4 > b->n - (uint64_t)a2 || b->refs > 1) {
+            RedisModule_ReplyWithError(ctx, "ERR bad chunk");
+            goto done;
+        }
+        memcpy(b->v + a2, p, len);
+    } else if (ps_arg_is(sub, "DEDUP") && argc == 6) {
+        if (ps_arg_ll(ctx, argv[4], "seq", LLONG_MIN, LLONG_MAX, &a1) != REDISMODULE_OK ||
+            ps_arg_ll(ctx, argv[5], "version", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK)
+            goto done;
+        const char *id = RedisModule_StringPtrLen(argv[3], &len);
+        if (t->dedup_len >= t->dedup_max ||
+            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)a2) != PS_OK) {
+            RedisModule_ReplyWithError(ctx, "ERR bad dedup entry");
+            goto done;
+        }
+    } else if (ps_arg_is(sub, "SNAPSHOT") && argc == 7) {
+        if (ps_arg_ll(ctx, argv[4], "version", 0, LLONG_MAX, &a1) != REDISMODULE_OK ||
+            ps_arg_ll(ctx, argv[5], "unix_ms", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK)
+            goto done;
+        const char *name = RedisModule_StringPtrLen(argv[3], &len);
+        size_t hl;
+        const char *hp = RedisModule_StringPtrLen(argv[6], &hl);
+        uint64_t sh[4];
+        if (hl != sizeof(sh) || PSTensor_SnapshotFind(t, name, len)) {
+            RedisModule_ReplyWithError(ctx, "ERR bad snapshot");
+            goto done;
+        }
+        memcpy(sh, hp, sizeof(sh));
+        double b1, b2;
+        memcpy(&b1, &sh[1], 8);
+        memcpy(&b2, &sh[2], 8);
+        if (sh[3] > 7 || !(b1 >= 0 && b1 <= 1) || !(b2 >= 0 && b2 <= 1) ||
+            PSTensor_SnapshotTake(t, name, len, a2) != PS_OK) {
+            RedisModule_ReplyWithError(ctx, "ERR bad snapshot");
+            goto done;
+        }
+        /* The snapshot now shares the live arrays; give it its own where the
+         * saved one did not share (their contents follow as CHUNKs). */
+        PSSnapshot *s = &t->snaps[t->nsnap - 1];
+        s->version = (uint64_t)a1;
+        s->opt.step = sh[0];
+        s->opt.b1pow = b1;
+        s->opt.b2pow = b2;
+        int oom = 0;
+        if (!(sh[3] & 1)) {
+            PSBuf_Release(s->data);
+            if (!(s->data = PSBuf_New(t->n, 1))) oom = 1;
+        }
+        for (int j = 0; j < 2; j++) {
+            if (s->opt.s[j] && !(sh[3] & (2u << j))) {
+                PSBuf_Release(s->opt.s[j]);
+                if (!(s->opt.s[j] = PSBuf_New(t->n, 1))) oom = 1;
+            }
+        }
+        if (oom || !s->data) {
+            if (s->data) PSTensor_SnapshotDrop(t, name, len);
+            RedisModule_ReplyWithError(ctx, PSERR_OOM);
+            goto done;
+        }
+    } else {
+        RedisModule_ReplyWithError(ctx, "ERR syntax error");
+        goto done;
+    }
+    RedisModule_ReplicateVerbatim(ctx);
+    RedisModule_ReplyWithSimpleString(ctx, "OK");
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * Command table
+ * ====================================================================== */
+
+static RedisModuleCommandKeySpec WriteKeySpec[] = {
+    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+static RedisModuleCommandKeySpec InsertKeySpec[] = {
+    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+static RedisModuleCommandKeySpec OverwriteKeySpec[] = {
+    {.flags = REDISMODULE_CMD_KEY_OW | REDISMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+RedisModuleCommandKeySpec PSReadKeySpec[] = {
+    {.flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+RedisModuleCommandKeySpec *PSWriteKeySpec = WriteKeySpec;
+
+int PSTensorCommands_Register(RedisModuleCtx *ctx) {
+    static const RedisModuleCommandInfo create = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Creates a tensor with a shape, initial values and an optimizer",
+        .complexity = "O(N) where N is the number of elements",
+        .since = "0.1.0",
+        .arity = -4,
+        .key_specs = InsertKeySpec,
+    };
+    static const RedisModuleCommandInfo set = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Overwrites the values of a tensor; returns the new version",
+        .complexity = "O(N) where N is the number of elements",
+        .since = "0.1.0",
+        .arity = -3,
+        .key_specs = WriteKeySpec,
+    };
+    static const RedisModuleCommandInfo info = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Returns shape, version, optimizer settings and counters of a tensor",
+        .complexity = "O(1)",
+        .since = "0.1.0",
+        .arity = 2,
+        .key_specs = PSReadKeySpec,
+    };
+    static const RedisModuleCommandInfo config = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Changes hyper-parameters and policies of a tensor while it trains",
+        .complexity = "O(1)",
+        .since = "0.1.0",
+        .arity = -4,
+        .key_specs = WriteKeySpec,
+    };
+    static const RedisModuleCommandInfo restore = {
+        .version = &PSCommandInfoVersion,
+        .summary = "Internal: rebuilds a tensor from an AOF rewrite",
+        .complexity = "O(N) where N is the size of the argument",
+        .since = "0.1.0",
+        .arity = -4,
+        .key_specs = OverwriteKeySpec,
+    };
+    if (ps_register_command(ctx, "ps.create", PSCreate_RedisCommand, "write deny-oom", &create) ||
+        ps_register_command(ctx, "ps.set", PSSet_RedisCommand, "write deny-oom", &set) ||
+        ps_register_command(ctx, "ps.info", PSInfo_RedisCommand, "readonly fast", &info) ||
+        ps_register_command(ctx, "ps.config", PSConfig_RedisCommand, "write", &config) ||
+        ps_register_command(ctx, "ps._restore", PSRestore_RedisCommand, "write deny-oom",
+                            &restore))
+        return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}

@@ -1,0 +1,203 @@
+/* optim.c -- optimizer kernels (see optim.h for the determinism contract).
+ *
+ * The update rules, in float32, with d the gradient after clipping and L2:
+ *   d      = g                               when 'plain'
+ *          = g * gscale + wd * w             otherwise (ADAMW: g * gscale)
+ *   SGD      w = w - lr * d
+ *   MOMENTUM v = mu * v + d;              w = w - lr * v
+ *   NESTEROV v = mu * v + d;              w = w - lr * (d + mu * v)
+ *   ADAGRAD  a = a + d * d;               w = w - lr * (d / (sqrt(a) + eps))
+ *   RMSPROP  a = b2 * a + (1-b2) * (d*d); w = w - lr * (d / (sqrt(a) + eps))
+ *   ADAM     m = b1 * m + (1-b1) * d;  v = b2 * v + (1-b2) * (d*d);
+ *            w = w - step * (m / (sqrt(v) * rbc2 + eps))
+ *   ADAMW    w = w * decay, then ADAM with d = g * gscale
+ * where step = lr / (1 - beta1^t), rbc2 = 1 / sqrt(1 - beta2^t) and
+ * decay = 1 - lr * wd are computed in double once per push and rounded to
+ * float. The python tests hold a numpy reference of exactly this. */
+
+#include "optim.h"
+
+#include <math.h>
+#include <string.h>
+#include <strings.h>
+
+static const struct {
+    const char *name;
+    int nstate;
+} OptimTable[PS_OPT_COUNT] = {
+    [PS_OPT_SGD] = {"sgd", 0},         [PS_OPT_MOMENTUM] = {"momentum", 1},
+    [PS_OPT_NESTEROV] = {"nesterov", 1}, [PS_OPT_ADAGRAD] = {"adagrad", 1},
+    [PS_OPT_RMSPROP] = {"rmsprop", 1}, [PS_OPT_ADAM] = {"adam", 2},
+    [PS_OPT_ADAMW] = {"adamw", 2},
+};
+
+const char *ps_optim_name(int kind) {
+    if (kind < 0 || kind >= PS_OPT_COUNT) return "unknown";
+    return OptimTable[kind].name;
+}
+
+int ps_optim_parse(const char *s, size_t len) {
+    for (int k = 0; k < PS_OPT_COUNT; k++) {
+        if (strlen(OptimTable[k].name) == len && strncasecmp(OptimTable[k].name, s, len) == 0)
+            return k;
+    }
+    return -1;
+}
+
+int ps_optim_nstate(int kind) {
+    if (kind < 0 || kind >= PS_OPT_COUNT) return 0;
+    return OptimTable[kind].nstate;
+}
+
+const char *ps_optim_check(const PSHyper *h) {
+    if (!isfinite(h->lr) || h->lr < 0) return "LR must be a finite number >= 0";
+    if (!isfinite(h->momentum) || h->momentum < 0 || h->momentum >= 1)
+        return "MOMENTUM must be in [0, 1)";
+    if (!isfinite(h->beta1) || h->beta1 < 0 || h->beta1 >= 1) return "BETA1 must be in [0, 1)";
+    if (!isfinite(h->beta2) || h->beta2 < 0 || h->beta2 >= 1) return "BETA2 must be in [0, 1)";
+    if (!isfinite(h->eps) || h->eps <= 0) return "EPS must be a finite number > 0";
+    if (!isfinite(h->wd) || h->wd < 0) return "WD must be a finite number >= 0";
+    if (!isfinite(h->clipnorm) || h->clipnorm < 0) return "CLIPNORM must be a finite number >= 0";
+    return NULL;
+}
+
+void ps_optim_coef(int kind, const PSHyper *h, double lr_eff, double gscale, double b1pow,
+                   double b2pow, PSStepCoef *c) {
+    memset(c, 0, sizeof(*c));
+    c->lr = (float)lr_eff;
+    c->gscale = (float)gscale;
+    c->wd = (kind == PS_OPT_ADAMW) ? 0.0f : (float)h->wd;
+    c->mu = (float)h->momentum;
+    c->b1 = (float)h->beta1;
+    c->omb1 = (float)(1.0 - h->beta1);
+    c->b2 = (float)h->beta2;
+    c->omb2 = (float)(1.0 - h->beta2);
+    c->eps = (float)h->eps;
+    if (kind == PS_OPT_ADAM || kind == PS_OPT_ADAMW) {
+        c->step = (float)(lr_eff / (1.0 - b1pow));
+        c->rbc2 = (float)(1.0 / sqrt(1.0 - b2pow));
+    }
+    c->decay = (kind == PS_OPT_ADAMW) ? (float)(1.0 - lr_eff * h->wd) : 1.0f;
+    c->plain = (c->gscale == 1.0f && c->wd == 0.0f);
+}
+
+/* Reads float 'i' of an unaligned little-endian array. */
+static inline float ldf(const unsigned char *g, size_t i) {
+    float x;
+    memcpy(&x, g + 4 * i, sizeof(x));
+    return x;
+}
+
+/* The gradient after clipping and L2 ('plain' is a compile-time constant at
+ * each call site, so each kernel gets a branch-free loop per case). */
+static inline float grad_at(const PSStepCoef *c, const unsigned char *g, const float *w, size_t i,
+                            int plain) {
+    float gi = ldf(g, i);
+    if (plain) return gi;
+    return gi * c->gscale + c->wd * w[i];
+}
+
+/* Each kernel is written once as a macro body over 'plain' and instantiated
+ * twice, so the common case (no clipping, no L2) has no dead arithmetic. */
+#define KERNEL_PAIR(fn, body)                                                              \
+    static void fn##_p(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
+                       float *restrict s1, const unsigned char *restrict g, size_t n) {    \
+        (void)s0; (void)s1;                                                                \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            const float d = grad_at(c, g, w, i, 1);                                        \
+            body                                                                           \
+        }                                                                                  \
+    }                                                                                      \
+    static void fn##_g(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
+                       float *restrict s1, const unsigned char *restrict g, size_t n) {    \
+        (void)s0; (void)s1;                                                                \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            const float d = grad_at(c, g, w, i, 0);                                        \
+            body                                                                           \
+        }                                                                                  \
+    }
+
+KERNEL_PAIR(k_sgd, { w[i] = w[i] - c->lr * d; })
+KERNEL_PAIR(k_momentum, {
+    const float v = c->mu * s0[i] + d;
+    s0[i] = v;
+    w[i] = w[i] - c->lr * v;
+})
+KERNEL_PAIR(k_nesterov, {
+    const float v = c->mu * s0[i] + d;
+    s0[i] = v;
+    w[i] = w[i] - c->lr * (d + c->mu * v);
+})
+KERNEL_PAIR(k_adagrad, {
+    const float a = s0[i] + d * d;
+    s0[i] = a;
+    w[i] = w[i] - c->lr * (d / (sqrtf(a) + c->eps));
+})
+KERNEL_PAIR(k_rmsprop, {
+    const float a = c->b2 * s0[i] + c->omb2 * (d * d);
+    s0[i] = a;
+    w[i] = w[i] - c->lr * (d / (sqrtf(a) + c->eps));
+})
+KERNEL_PAIR(k_adam, {
+    const float m = c->b1 * s0[i] + c->omb1 * d;
+    const float v = c->b2 * s1[i] + c->omb2 * (d * d);
+    s0[i] = m;
+    s1[i] = v;
+    w[i] = w[i] - c->step * (m / (sqrtf(v) * c->rbc2 + c->eps));
+})
+
+/* ADAMW: decoupled decay first, then the Adam step without L2 in d. */
+static void k_adamw(const PSStepCoef *c, float *restrict w, float *restrict s0,
+                    float *restrict s1, const unsigned char *restrict g, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const float d = ldf(g, i) * c->gscale;
+        const float wi = w[i] * c->decay;
+        const float m = c->b1 * s0[i] + c->omb1 * d;
+        const float v = c->b2 * s1[i] + c->omb2 * (d * d);
+        s0[i] = m;
+        s1[i] = v;
+        w[i] = wi - c->step * (m / (sqrtf(v) * c->rbc2 + c->eps));
+    }
+}
+
+typedef void (*KernelFn)(const PSStepCoef *, float *restrict, float *restrict, float *restrict,
+                         const unsigned char *restrict, size_t);
+
+void ps_optim_step(int kind, const PSStepCoef *c, float *w, float *s0, float *s1,
+                   const unsigned char *g, size_t n) {
+    static const KernelFn plain[PS_OPT_COUNT] = {k_sgd_p,     k_momentum_p, k_nesterov_p,
+                                                 k_adagrad_p, k_rmsprop_p,  k_adam_p,
+                                                 k_adamw};
+    static const KernelFn general[PS_OPT_COUNT] = {k_sgd_g,     k_momentum_g, k_nesterov_g,
+                                                   k_adagrad_g, k_rmsprop_g,  k_adam_g,
+                                                   k_adamw};
+    if (kind < 0 || kind >= PS_OPT_COUNT) return;
+    (c->plain ? plain : general)[kind](c, w, s0, s1, g, n);
+}
+
+int ps_all_finite(const unsigned char *g, size_t n) {
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t x;
+        memcpy(&x, g + 4 * i, sizeof(x));
+        bad |= ((x & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
+double ps_sum_squares(const unsigned char *g, size_t n) {
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; j++) {
+            const double x = (double)ldf(g, i + j);
+            acc[j] += x * x;
+        }
+    }
+    for (; i < n; i++) {
+        const double x = (double)ldf(g, i);
+        acc[i & 7] += x * x;
+    }
+    /* Pairwise combination in a fixed order. */
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}

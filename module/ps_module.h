@@ -1,0 +1,121 @@
+/* ps_module.h -- what the glue files (ps.c, type.c, cmd_*.c) share: the
+ * registered type, module configs, module-wide counters and the argument
+ * parsing helpers. Not included by the pure cores. */
+
+#ifndef PS_MODULE_H
+#define PS_MODULE_H
+
+#include <stdint.h>
+
+#include "codec.h"
+#include "errors.h"
+#include "redismodule.h"
+#include "tensor.h"
+
+#define PS_MODULE_NAME "ps"
+#define PS_MODULE_VERSION 100 /* 0.1.0 */
+#define PS_TYPE_NAME "ps-tensor"
+
+extern RedisModuleType *PSTensorType;
+
+/* Module configs (ps.*): defaults copied into a tensor at creation, and bounds. */
+typedef struct PSConfig {
+    long long max_tensor_bytes;
+    long long max_snapshots;
+    long long dedup_max;
+    long long max_staleness; /* -1 = none */
+    long long stale_policy;  /* PS_POLICY_* */
+    double default_lr;
+} PSConfig;
+extern PSConfig PSConf;
+
+/* Module-wide counters reported by INFO ps. */
+typedef struct PSModuleStats {
+    unsigned long long creates, pushes, pulls, sets, bytes_in, bytes_out;
+    unsigned long long stale_rejects, dedup_hits, nonfinite_rejects;
+    unsigned long long blocked_pulls, blocked_timeouts, rounds_closed, rounds_timed_out;
+    unsigned long long snapshots, rollbacks;
+} PSModuleStats;
+extern PSModuleStats PSStats;
+
+/* Replies an error built from a printf format (7.0 lacks ReplyWithErrorFormat). */
+int ps_reply_errorf(RedisModuleCtx *ctx, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Case-insensitive comparison of an argument with a keyword. */
+int ps_arg_is(RedisModuleString *arg, const char *keyword);
+
+/* Strict number parsing; on failure they reply the error naming 'what' and
+ * return REDISMODULE_ERR. */
+int ps_arg_ll(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, long long min,
+              long long max, long long *out);
+int ps_arg_u64(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, uint64_t *out);
+int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, double *out);
+
+/* Opens 'keyname' and returns its tensor. When the key is empty: NULL with
+ * *empty = 1 (no reply sent). When it holds another type: replies WRONGTYPE
+ * and returns NULL with *empty = 0. The caller closes *key. */
+PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
+                         RedisModuleKey **key, int *empty);
+
+/* Replies the error for a PS_ERR_* status of a tensor operation. */
+int ps_reply_status(RedisModuleCtx *ctx, int status);
+
+/* Decodes a dense blob of format 'fmt' holding 'n' floats into a reusable
+ * scratch buffer (no allocation when F32: returns the blob itself). Replies
+ * an error and returns NULL on a length mismatch or OOM. 'what' names the
+ * argument in errors. */
+const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
+                                     RedisModuleString *blob, ps_format fmt, uint64_t n);
+
+/* A module-owned float scratch buffer of at least n floats (reused). */
+float *ps_scratch(uint64_t n);
+
+/* Command registration of each family (ps.c calls them from OnLoad). */
+int PSTensorCommands_Register(RedisModuleCtx *ctx);
+int PSPushCommands_Register(RedisModuleCtx *ctx);
+int PSSnapshotCommands_Register(RedisModuleCtx *ctx);
+
+/* The scalar part of a value, shared by the RDB loader and PS._RESTORE
+ * HEADER (the AOF rewrite's first command) so both validate the same way. */
+typedef struct PSHeader {
+    uint64_t ndim;
+    uint64_t dims[PS_MAX_DIMS];
+    uint64_t version, optim;
+    PSHyper h;
+    uint64_t step;
+    double b1pow, b2pow;
+    int64_t maxstale;
+    uint64_t policy, sync_n;
+    int64_t sync_timeout_ms;
+    uint64_t dedup_max, max_snapshots, round_count;
+} PSHeader;
+
+/* Returns NULL when the header is valid (and sets *n), or why it is not. */
+const char *PSHeader_Check(const PSHeader *hd, uint64_t *n);
+
+/* A tensor from a checked header; with 'zero_arrays' its arrays are
+ * allocated and zeroed, otherwise left NULL for the caller. NULL on OOM. */
+PSTensor *PSHeader_Build(const PSHeader *hd, uint64_t n, int zero_arrays);
+
+/* Header <-> blob of 8-byte little-endian fields (PS._RESTORE HEADER). */
+#define PS_HEADER_SCALARS 19
+#define PS_HEADER_MAX_WORDS (1 + PS_MAX_DIMS + PS_HEADER_SCALARS)
+void PSHeader_FromTensor(const PSTensor *t, PSHeader *hd);
+size_t PSHeader_Encode(const PSHeader *hd, uint64_t *out);
+int PSHeader_Decode(const unsigned char *p, size_t len, PSHeader *hd);
+
+/* Type registration (type.c). */
+int PSType_Register(RedisModuleCtx *ctx);
+
+/* Registers a command with its info; the command name is lower case. */
+int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
+                        const char *flags, const RedisModuleCommandInfo *info);
+
+/* Keyspace notification for the module's events. */
+void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
+
+/* Shared command-info version block. */
+extern const RedisModuleCommandInfoVersion PSCommandInfoVersion;
+
+#endif /* PS_MODULE_H */

@@ -1,0 +1,661 @@
+/* tensor.c -- the ps-tensor value (see tensor.h). No Redis calls here. */
+
+#include "tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rng.h"
+
+/* ------------------------------------------------------------------------
+ * Allocation
+ * ---------------------------------------------------------------------- */
+
+static void *(*TryAllocFn)(size_t) = malloc;
+static void (*FreeFn)(void *) = free;
+
+void PSTensor_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *)) {
+    TryAllocFn = tryalloc;
+    FreeFn = freefn;
+}
+
+void *PSTensor_Alloc(size_t bytes) { return TryAllocFn(bytes ? bytes : 1); }
+
+void PSTensor_Dealloc(void *p) {
+    if (p) FreeFn(p);
+}
+
+PSBuf *PSBuf_New(uint64_t n, int zero) {
+    if (n > (SIZE_MAX - sizeof(PSBuf)) / sizeof(float)) return NULL;
+    size_t bytes = sizeof(PSBuf) + (size_t)n * sizeof(float);
+    PSBuf *b = PSTensor_Alloc(bytes);
+    if (!b) return NULL;
+    b->refs = 1;
+    b->n = n;
+    if (zero) memset(b->v, 0, (size_t)n * sizeof(float));
+    return b;
+}
+
+void PSBuf_Release(PSBuf *b) {
+    if (b && --b->refs == 0) PSTensor_Dealloc(b);
+}
+
+static PSBuf *buf_retain(PSBuf *b) {
+    if (b) b->refs++;
+    return b;
+}
+
+/* A private copy of 'b' (refs 1), or NULL on OOM. */
+static PSBuf *buf_clone(const PSBuf *b) {
+    PSBuf *c = PSBuf_New(b->n, 0);
+    if (c) memcpy(c->v, b->v, (size_t)b->n * sizeof(float));
+    return c;
+}
+
+static void optstate_release(PSOptState *o) {
+    PSBuf_Release(o->s[0]);
+    PSBuf_Release(o->s[1]);
+    o->s[0] = o->s[1] = NULL;
+}
+
+static void optstate_share(PSOptState *dst, const PSOptState *src) {
+    *dst = *src;
+    buf_retain(dst->s[0]);
+    buf_retain(dst->s[1]);
+}
+
+/* ------------------------------------------------------------------------
+ * Creation, copy, free
+ * ---------------------------------------------------------------------- */
+
+void PSTensor_DefaultOpts(PSTensorOpts *o, double lr) {
+    memset(o, 0, sizeof(*o));
+    o->optim = PS_OPT_SGD;
+    o->h.lr = lr;
+    o->h.momentum = 0.9;
+    o->h.beta1 = 0.9;
+    o->h.beta2 = 0.999;
+    o->h.eps = 1e-8;
+    o->h.wd = 0;
+    o->h.clipnorm = 0;
+    o->maxstale = -1;
+    o->policy = PS_POLICY_REJECT;
+    o->dedup_max = 1024;
+    o->max_snapshots = 16;
+}
+
+PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o) {
+    PSTensor *t = PSTensor_Alloc(sizeof(*t));
+    if (!t) return NULL;
+    memset(t, 0, sizeof(*t));
+    t->ndim = ndim;
+    memcpy(t->dims, dims, ndim * sizeof(uint64_t));
+    t->n = n;
+    t->optim = o->optim;
+    t->h = o->h;
+    t->maxstale = o->maxstale;
+    t->policy = o->policy;
+    t->sync_n = o->sync_n;
+    t->sync_timeout_ms = o->sync_timeout_ms;
+    t->dedup_max = o->dedup_max;
+    t->max_snapshots = o->max_snapshots;
+    t->opt.b1pow = 1.0;
+    t->opt.b2pow = 1.0;
+    t->data = PSBuf_New(n, 1);
+    if (!t->data) goto oom;
+    for (int i = 0; i < ps_optim_nstate(t->optim); i++) {
+        t->opt.s[i] = PSBuf_New(n, 1);
+        if (!t->opt.s[i]) goto oom;
+    }
+    return t;
+oom:
+    PSTensor_Free(t);
+    return NULL;
+}
+
+void PSTensor_Free(PSTensor *t) {
+    if (!t) return;
+    PSBuf_Release(t->data);
+    optstate_release(&t->opt);
+    PSBuf_Release(t->round_acc);
+    for (uint32_t i = 0; i < t->dedup_len; i++) PSTensor_Dealloc(t->dedup[i].id);
+    PSTensor_Dealloc(t->dedup);
+    for (uint32_t i = 0; i < t->nsnap; i++) {
+        PSTensor_Dealloc(t->snaps[i].name);
+        PSBuf_Release(t->snaps[i].data);
+        optstate_release(&t->snaps[i].opt);
+    }
+    PSTensor_Dealloc(t->snaps);
+    PSTensor_Dealloc(t);
+}
+
+static char *dupbytes(const char *s, size_t len) {
+    char *d = PSTensor_Alloc(len + 1);
+    if (!d) return NULL;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+PSTensor *PSTensor_Copy(const PSTensor *t) {
+    PSTensor *c = PSTensor_Alloc(sizeof(*c));
+    if (!c) return NULL;
+    *c = *t;
+    c->dedup = NULL;
+    c->dedup_len = 0;
+    c->dedup_cap = 0;
+    c->snaps = NULL;
+    c->nsnap = 0;
+    c->round_acc = NULL;
+    buf_retain(c->data);
+    optstate_share(&c->opt, &t->opt);
+    if (t->round_acc) {
+        c->round_acc = buf_clone(t->round_acc);
+        if (!c->round_acc) goto oom;
+    }
+    if (t->dedup_len) {
+        c->dedup = PSTensor_Alloc(t->dedup_len * sizeof(PSDedupEntry));
+        if (!c->dedup) goto oom;
+        c->dedup_cap = t->dedup_len;
+        for (uint32_t i = 0; i < t->dedup_len; i++) {
+            c->dedup[i] = t->dedup[i];
+            c->dedup[i].id = dupbytes(t->dedup[i].id, t->dedup[i].idlen);
+            if (!c->dedup[i].id) goto oom;
+            c->dedup_len = i + 1;
+        }
+    }
+    if (t->nsnap) {
+        c->snaps = PSTensor_Alloc(t->nsnap * sizeof(PSSnapshot));
+        if (!c->snaps) goto oom;
+        for (uint32_t i = 0; i < t->nsnap; i++) {
+            PSSnapshot *d = &c->snaps[i];
+            const PSSnapshot *s = &t->snaps[i];
+            *d = *s;
+            d->name = dupbytes(s->name, s->namelen);
+            if (!d->name) goto oom;
+            buf_retain(d->data);
+            optstate_share(&d->opt, &s->opt);
+            c->nsnap = i + 1;
+        }
+    }
+    memset(&c->stats, 0, sizeof(c->stats));
+    return c;
+oom:
+    PSTensor_Free(c);
+    return NULL;
+}
+
+size_t PSTensor_MemUsage(const PSTensor *t) {
+    size_t bytes = sizeof(*t);
+    size_t fb = (size_t)t->n * sizeof(float) + sizeof(PSBuf);
+    bytes += fb; /* values */
+    for (int i = 0; i < 2; i++)
+        if (t->opt.s[i]) bytes += fb;
+    if (t->round_acc) bytes += fb;
+    bytes += t->dedup_cap * sizeof(PSDedupEntry);
+    for (uint32_t i = 0; i < t->dedup_len; i++) bytes += t->dedup[i].idlen + 1;
+    /* A snapshot's buffers count only where not shared with the live tensor. */
+    for (uint32_t i = 0; i < t->nsnap; i++) {
+        const PSSnapshot *s = &t->snaps[i];
+        bytes += sizeof(*s) + s->namelen + 1;
+        if (s->data != t->data) bytes += fb;
+        for (int j = 0; j < 2; j++)
+            if (s->opt.s[j] && s->opt.s[j] != t->opt.s[j]) bytes += fb;
+    }
+    return bytes;
+}
+
+int PSTensor_MakeWritable(PSTensor *t) {
+    PSBuf *nd = NULL, *ns[2] = {NULL, NULL};
+    if (t->data->refs > 1 && !(nd = buf_clone(t->data))) goto oom;
+    for (int i = 0; i < 2; i++) {
+        if (t->opt.s[i] && t->opt.s[i]->refs > 1 && !(ns[i] = buf_clone(t->opt.s[i]))) goto oom;
+    }
+    if (nd) {
+        PSBuf_Release(t->data);
+        t->data = nd;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (ns[i]) {
+            PSBuf_Release(t->opt.s[i]);
+            t->opt.s[i] = ns[i];
+        }
+    }
+    return PS_OK;
+oom:
+    PSBuf_Release(nd);
+    PSBuf_Release(ns[0]);
+    PSBuf_Release(ns[1]);
+    return PS_ERR_OOM;
+}
+
+/* ------------------------------------------------------------------------
+ * Initialization
+ * ---------------------------------------------------------------------- */
+
+void PSTensor_Fans(const PSTensor *t, double *fan_in, double *fan_out) {
+    double recept = 1;
+    for (uint32_t i = 2; i < t->ndim; i++) recept *= (double)t->dims[i];
+    if (t->ndim == 1) {
+        *fan_in = *fan_out = (double)t->dims[0];
+    } else {
+        *fan_in = (double)t->dims[1] * recept;
+        *fan_out = (double)t->dims[0] * recept;
+    }
+}
+
+void PSTensor_Fill(PSTensor *t, const PSInit *init) {
+    float *v = t->data->v;
+    PSRng rng;
+    ps_rng_seed(&rng, init->seed);
+    double lo = init->a, hi = init->b, mean = init->a, sd = init->b;
+    double fi, fo;
+    PSTensor_Fans(t, &fi, &fo);
+    int kind = init->kind;
+    if (kind == PS_INIT_XAVIER) {
+        hi = sqrt(6.0 / (fi + fo));
+        lo = -hi;
+        kind = PS_INIT_UNIFORM;
+    } else if (kind == PS_INIT_HE) {
+        mean = 0;
+        sd = sqrt(2.0 / fi);
+        kind = PS_INIT_NORMAL;
+    }
+    for (uint64_t i = 0; i < t->n; i++) {
+        switch (kind) {
+        case PS_INIT_ZEROS: v[i] = 0.0f; break;
+        case PS_INIT_CONST: v[i] = (float)init->a; break;
+        case PS_INIT_UNIFORM: v[i] = (float)(lo + (hi - lo) * ps_rng_uniform(&rng)); break;
+        default: v[i] = (float)(mean + sd * ps_rng_normal(&rng)); break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Exactly-once table
+ * ---------------------------------------------------------------------- */
+
+PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen) {
+    for (uint32_t i = 0; i < t->dedup_len; i++) {
+        PSDedupEntry *e = &t->dedup[i];
+        if (e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
+    }
+    return NULL;
+}
+
+/* Makes room for one more entry without changing the table's contents:
+ * grows the array when needed and copies the id. Returns the copy (owned by
+ * the caller until dedup_commit) or NULL on OOM. */
+static char *dedup_prepare(PSTensor *t, const char *id, size_t idlen) {
+    if (t->dedup_len == t->dedup_cap && t->dedup_len < t->dedup_max) {
+        uint32_t cap = t->dedup_cap ? t->dedup_cap * 2 : 4;
+        if (cap > t->dedup_max) cap = t->dedup_max;
+        PSDedupEntry *nd = PSTensor_Alloc(cap * sizeof(PSDedupEntry));
+        if (!nd) return NULL;
+        if (t->dedup_len) memcpy(nd, t->dedup, t->dedup_len * sizeof(PSDedupEntry));
+        PSTensor_Dealloc(t->dedup);
+        t->dedup = nd;
+        t->dedup_cap = cap;
+    }
+    return dupbytes(id, idlen);
+}
+
+/* Inserts a prepared id (taking ownership), evicting the entry whose last
+ * push is the oldest when the table is full: deterministic, so a replica
+ * applying the same stream evicts the same entry. */
+static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, uint64_t version) {
+    while (t->dedup_len > 0 && t->dedup_len >= t->dedup_max) {
+        uint32_t victim = 0;
+        for (uint32_t i = 1; i < t->dedup_len; i++)
+            if (t->dedup[i].version < t->dedup[victim].version) victim = i;
+        PSTensor_Dealloc(t->dedup[victim].id);
+        t->dedup[victim] = t->dedup[--t->dedup_len];
+    }
+    PSDedupEntry *ne = &t->dedup[t->dedup_len++];
+    ne->id = copy;
+    ne->idlen = (uint32_t)idlen;
+    ne->seq = seq;
+    ne->version = version;
+}
+
+int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
+                         uint64_t version) {
+    if (t->dedup_max == 0) return PS_OK;
+    PSDedupEntry *e = PSTensor_DedupFind(t, id, idlen);
+    if (e) {
+        e->seq = seq;
+        e->version = version;
+        return PS_OK;
+    }
+    char *copy = dedup_prepare(t, id, idlen);
+    if (!copy) return PS_ERR_OOM;
+    dedup_commit(t, copy, idlen, seq, version);
+    return PS_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Updates
+ * ---------------------------------------------------------------------- */
+
+int PSTensor_StaleBucket(uint64_t s) {
+    if (s <= 2) return (int)s;
+    int b = 3;
+    uint64_t lim = 4;
+    while (b < PS_STALE_BUCKETS - 1 && s > lim) {
+        b++;
+        lim *= 2;
+    }
+    return b;
+}
+
+/* Elements per row: the product of dims[1..] (the whole tensor for 1-D). */
+static uint64_t row_len(const PSTensor *t) { return t->ndim == 1 ? 1 : t->n / t->dims[0]; }
+
+static uint32_t ld_u32(const unsigned char *p, size_t i) {
+    uint32_t x;
+    memcpy(&x, p + 4 * i, sizeof(x));
+    return x;
+}
+
+/* Applies one optimizer step with gradient bytes 'g' (dense when rows is
+ * NULL). Rows must be strictly increasing here. The tensor is writable. */
+static void apply_step(PSTensor *t, const unsigned char *g, const unsigned char *rows,
+                       size_t nrows, double lr_eff, double gscale) {
+    PSOptState *o = &t->opt;
+    o->step++;
+    o->b1pow *= t->h.beta1;
+    o->b2pow *= t->h.beta2;
+    PSStepCoef c;
+    ps_optim_coef(t->optim, &t->h, lr_eff, gscale, o->b1pow, o->b2pow, &c);
+    float *s0 = o->s[0] ? o->s[0]->v : NULL;
+    float *s1 = o->s[1] ? o->s[1]->v : NULL;
+    if (!rows) {
+        ps_optim_step(t->optim, &c, t->data->v, s0, s1, g, t->n);
+        return;
+    }
+    const uint64_t rl = row_len(t);
+    for (size_t r = 0; r < nrows; r++) {
+        const uint64_t off = (uint64_t)ld_u32(rows, r) * rl;
+        ps_optim_step(t->optim, &c, t->data->v + off, s0 ? s0 + off : NULL, s1 ? s1 + off : NULL,
+                      g + 4 * r * rl, rl);
+    }
+}
+
+static int cmp_pair(const void *a, const void *b) {
+    const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Row-sparse pushes with unsorted or repeated rows: sums the rows of equal
+ * index (in the order given) into a fresh buffer with strictly increasing
+ * rows. On success *og and *orows point into one allocation returned in *mem
+ * (free it with PSTensor_Dealloc) and *on is the unique row count. */
+static int merge_rows(const PSTensor *t, const unsigned char *g, const unsigned char *rows,
+                      size_t nrows, unsigned char **og, unsigned char **orows, size_t *on,
+                      void **mem) {
+    const uint64_t rl = row_len(t);
+    uint64_t *order = PSTensor_Alloc(nrows * sizeof(uint64_t));
+    if (!order) return PS_ERR_OOM;
+    /* (row << 32 | position): sorting keeps equal rows in push order. */
+    for (size_t i = 0; i < nrows; i++) order[i] = ((uint64_t)ld_u32(rows, i) << 32) | i;
+    qsort(order, nrows, sizeof(uint64_t), cmp_pair);
+    size_t uniq = 0;
+    for (size_t i = 0; i < nrows; i++)
+        if (i == 0 || (order[i] >> 32) != (order[i - 1] >> 32)) uniq++;
+    unsigned char *buf = PSTensor_Alloc(uniq * 4 + uniq * rl * sizeof(float));
+    if (!buf) {
+        PSTensor_Dealloc(order);
+        return PS_ERR_OOM;
+    }
+    unsigned char *nr = buf;
+    float *ng = (float *)(buf + uniq * 4);
+    size_t u = (size_t)-1;
+    for (size_t i = 0; i < nrows; i++) {
+        const uint32_t row = (uint32_t)(order[i] >> 32);
+        const size_t pos = (size_t)(order[i] & 0xffffffffu);
+        float *dst;
+        if (i == 0 || row != (uint32_t)(order[i - 1] >> 32)) {
+            u++;
+            memcpy(nr + 4 * u, &row, 4);
+            dst = ng + u * rl;
+            memcpy(dst, g + 4 * pos * rl, rl * sizeof(float));
+            continue;
+        }
+        dst = ng + u * rl;
+        for (uint64_t k = 0; k < rl; k++) {
+            float x;
+            memcpy(&x, g + 4 * (pos * rl + k), 4);
+            dst[k] = dst[k] + x;
+        }
+    }
+    PSTensor_Dealloc(order);
+    *og = (unsigned char *)ng;
+    *orows = nr;
+    *on = uniq;
+    *mem = buf;
+    return PS_OK;
+}
+
+/* Sync mode: applies the mean of the open round and closes it. */
+static void close_round(PSTensor *t) {
+    float *acc = t->round_acc->v;
+    const float inv = (float)(1.0 / (double)t->round_count);
+    for (uint64_t i = 0; i < t->n; i++) acc[i] = acc[i] * inv;
+    apply_step(t, (const unsigned char *)acc, NULL, 0, t->h.lr, 1.0);
+    PSBuf_Release(t->round_acc);
+    t->round_acc = NULL;
+    t->round_count = 0;
+    t->version++;
+    t->stats.rounds_closed++;
+}
+
+int PSTensor_CloseRound(PSTensor *t) {
+    if (!t->round_acc || t->round_count == 0) return PS_PENDING;
+    if (PSTensor_MakeWritable(t) != PS_OK) return PS_ERR_OOM;
+    close_round(t);
+    return PS_OK;
+}
+
+/* Records a push that was applied: updates the existing entry or inserts
+ * the prepared id. */
+static void dedup_done(PSTensor *t, PSDedupEntry *de, char *idcopy, const PSPush *p,
+                       uint64_t version) {
+    if (de) {
+        de->seq = p->seq;
+        de->version = version;
+    } else if (idcopy) {
+        dedup_commit(t, idcopy, p->idlen, p->seq, version);
+    }
+}
+
+int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
+    memset(r, 0, sizeof(*r));
+    /* 1. Exactly once: a seq at or below the last applied is a duplicate. */
+    if (p->id) {
+        PSDedupEntry *e = PSTensor_DedupFind(t, p->id, p->idlen);
+        if (e && p->seq <= e->seq) {
+            t->stats.dedup_hits++;
+            r->version = e->version;
+            return PS_DUPLICATE;
+        }
+    }
+    /* 2. Staleness. */
+    uint64_t stale = 0;
+    if (p->has_version) {
+        if (p->version > t->version) return PS_ERR_FUTURE;
+        stale = t->version - p->version;
+    }
+    r->staleness = stale;
+    double lr_eff = t->h.lr * p->scale;
+    if (t->sync_n) {
+        if (stale > 0) {
+            t->stats.stale_rejects++;
+            return PS_ERR_ROUND;
+        }
+    } else if (t->maxstale >= 0 && stale > (uint64_t)t->maxstale) {
+        if (t->policy == PS_POLICY_REJECT) {
+            t->stats.stale_rejects++;
+            return PS_ERR_STALE;
+        }
+        lr_eff = lr_eff / (double)(1 + stale);
+        t->stats.scaled_pushes++;
+    }
+    /* 3. Finite values; the clipping norm doubles as the check. */
+    const size_t m = p->rows ? p->nrows * (size_t)row_len(t) : (size_t)t->n;
+    double gscale = 1.0;
+    if (t->h.clipnorm > 0) {
+        const double ss = ps_sum_squares(p->g, m);
+        if (!isfinite(ss)) goto nonfinite;
+        const double norm = sqrt(ss);
+        if (norm > t->h.clipnorm) gscale = t->h.clipnorm / norm;
+    } else if (!ps_all_finite(p->g, m)) {
+        goto nonfinite;
+    }
+    /* 4. Everything that can fail before anything changes. */
+    PSDedupEntry *de = NULL;
+    char *idcopy = NULL;
+    if (p->id && t->dedup_max) {
+        de = PSTensor_DedupFind(t, p->id, p->idlen);
+        if (!de && !(idcopy = dedup_prepare(t, p->id, p->idlen))) return PS_ERR_OOM;
+    }
+    if (PSTensor_MakeWritable(t) != PS_OK) {
+        PSTensor_Dealloc(idcopy);
+        return PS_ERR_OOM;
+    }
+
+    const unsigned char *g = p->g, *rows = p->rows;
+    size_t nrows = p->nrows;
+    void *mem = NULL;
+    if (rows) {
+        int sorted = 1;
+        for (size_t i = 1; i < nrows && sorted; i++)
+            sorted = ld_u32(rows, i) > ld_u32(rows, i - 1);
+        if (!sorted) {
+            unsigned char *ng, *nr;
+            if (merge_rows(t, g, rows, nrows, &ng, &nr, &nrows, &mem) != PS_OK) {
+                PSTensor_Dealloc(idcopy);
+                return PS_ERR_OOM;
+            }
+            g = ng;
+            rows = nr;
+        }
+    }
+
+    if (t->sync_n) {
+        if (!t->round_acc) {
+            t->round_acc = PSBuf_New(t->n, 1);
+            if (!t->round_acc) {
+                PSTensor_Dealloc(mem);
+                PSTensor_Dealloc(idcopy);
+                return PS_ERR_OOM;
+            }
+        }
+        float *acc = t->round_acc->v;
+        const uint64_t rl = row_len(t);
+        for (size_t r0 = 0; r0 < (rows ? nrows : 1); r0++) {
+            const uint64_t off = rows ? (uint64_t)ld_u32(rows, r0) * rl : 0;
+            const uint64_t len = rows ? rl : t->n;
+            const unsigned char *src = g + 4 * (rows ? r0 * rl : 0);
+            for (uint64_t k = 0; k < len; k++) {
+                float x;
+                memcpy(&x, src + 4 * k, 4);
+                acc[off + k] = acc[off + k] + x * (float)(p->scale * gscale);
+            }
+        }
+        t->round_count++;
+        r->version = t->version + 1;
+        int st = PS_PENDING;
+        if (t->round_count >= t->sync_n) {
+            close_round(t);
+            st = PS_OK;
+        }
+        PSTensor_Dealloc(mem);
+        dedup_done(t, de, idcopy, p, r->version);
+        t->stats.pushes++;
+        t->stats.stale_hist[0]++;
+        return st;
+    }
+
+    apply_step(t, g, rows, nrows, lr_eff, gscale);
+    PSTensor_Dealloc(mem);
+    t->version++;
+    r->version = t->version;
+    dedup_done(t, de, idcopy, p, t->version);
+    t->stats.pushes++;
+    t->stats.stale_hist[PSTensor_StaleBucket(stale)]++;
+    return PS_OK;
+
+nonfinite:
+    t->stats.nonfinite_rejects++;
+    return PS_ERR_NONFINITE;
+}
+
+int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes) {
+    if (t->data->refs > 1) {
+        PSBuf *nd = PSBuf_New(t->n, 0);
+        if (!nd) return PS_ERR_OOM;
+        PSBuf_Release(t->data);
+        t->data = nd;
+    }
+    memcpy(t->data->v, bytes, (size_t)t->n * sizeof(float));
+    t->version++;
+    t->stats.sets++;
+    return PS_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Snapshots
+ * ---------------------------------------------------------------------- */
+
+PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t len) {
+    for (uint32_t i = 0; i < t->nsnap; i++)
+        if (t->snaps[i].namelen == len && memcmp(t->snaps[i].name, name, len) == 0)
+            return &t->snaps[i];
+    return NULL;
+}
+
+int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms) {
+    char *nm = dupbytes(name, len);
+    if (!nm) return PS_ERR_OOM;
+    PSSnapshot *ns = PSTensor_Alloc((t->nsnap + 1) * sizeof(PSSnapshot));
+    if (!ns) {
+        PSTensor_Dealloc(nm);
+        return PS_ERR_OOM;
+    }
+    if (t->nsnap) memcpy(ns, t->snaps, t->nsnap * sizeof(PSSnapshot));
+    PSTensor_Dealloc(t->snaps);
+    t->snaps = ns;
+    PSSnapshot *s = &t->snaps[t->nsnap++];
+    s->name = nm;
+    s->namelen = (uint32_t)len;
+    s->version = t->version;
+    s->unix_ms = unix_ms;
+    s->data = buf_retain(t->data);
+    optstate_share(&s->opt, &t->opt);
+    return PS_OK;
+}
+
+int PSTensor_SnapshotDrop(PSTensor *t, const char *name, size_t len) {
+    PSSnapshot *s = PSTensor_SnapshotFind(t, name, len);
+    if (!s) return 0;
+    PSTensor_Dealloc(s->name);
+    PSBuf_Release(s->data);
+    optstate_release(&s->opt);
+    size_t idx = (size_t)(s - t->snaps);
+    memmove(&t->snaps[idx], &t->snaps[idx + 1], (t->nsnap - idx - 1) * sizeof(PSSnapshot));
+    t->nsnap--;
+    return 1;
+}
+
+int PSTensor_Rollback(PSTensor *t, const PSSnapshot *s) {
+    PSBuf_Release(t->data);
+    t->data = buf_retain(s->data);
+    optstate_release(&t->opt);
+    optstate_share(&t->opt, &s->opt);
+    PSBuf_Release(t->round_acc);
+    t->round_acc = NULL;
+    t->round_count = 0;
+    t->version++;
+    return PS_OK;
+}

@@ -1,0 +1,218 @@
+/* tensor.h -- the ps-tensor value: shape, data, version, optimizer state,
+ * staleness policy, sync rounds, exactly-once table, snapshots, counters.
+ *
+ * Pure core: no Redis calls. Memory comes from the allocator installed with
+ * PSTensor_SetAllocator() (the module installs RedisModule_TryAlloc so that
+ * tensors count toward maxmemory and a failed allocation is an error, not an
+ * abort). Every function that can fail returns a PS_* status and leaves the
+ * tensor unchanged on failure. */
+
+#ifndef PS_TENSOR_H
+#define PS_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "optim.h"
+#include "shape.h"
+
+/* Status codes of tensor operations. */
+enum {
+    PS_OK = 0,
+    PS_ERR_OOM,       /* allocation failed */
+    PS_ERR_STALE,     /* staleness beyond MAXSTALENESS with POLICY REJECT */
+    PS_ERR_NONFINITE, /* NaN or Inf in the gradient */
+    PS_ERR_FUTURE,    /* VERSION newer than the tensor */
+    PS_ERR_ROUND,     /* sync mode: push for an older round */
+    PS_DUPLICATE,     /* ID seq already applied: nothing done */
+    PS_PENDING        /* sync mode: gradient added to the open round */
+};
+
+enum { PS_POLICY_REJECT = 0, PS_POLICY_SCALE = 1 };
+
+/* Staleness histogram buckets: 0, 1, 2, 3-4, 5-8, 9-16, 17-32, 33+. */
+#define PS_STALE_BUCKETS 8
+
+/* A reference-counted float array, shared between a tensor, its snapshots
+ * and its copies until one of them writes (copy on write). */
+typedef struct PSBuf {
+    uint64_t refs;
+    uint64_t n;
+    float v[];
+} PSBuf;
+
+/* Optimizer state: step count, running bias-correction products, arrays. */
+typedef struct PSOptState {
+    uint64_t step;
+    double b1pow; /* beta1^step */
+    double b2pow; /* beta2^step */
+    PSBuf *s[2];  /* ps_optim_nstate() of them are non-NULL */
+} PSOptState;
+
+/* Exactly-once table entry: the last seq applied for a client id and the
+ * version that push produced. */
+typedef struct PSDedupEntry {
+    char *id;
+    uint32_t idlen;
+    uint64_t seq;
+    uint64_t version;
+} PSDedupEntry;
+
+/* An immutable named copy of the values and optimizer state. */
+typedef struct PSSnapshot {
+    char *name;
+    uint32_t namelen;
+    uint64_t version;
+    int64_t unix_ms;
+    PSBuf *data;
+    PSOptState opt;
+} PSSnapshot;
+
+/* Counters: observability only; not persisted, not in the digest (a read on
+ * the master and not on a replica must not make their digests differ). */
+typedef struct PSCounters {
+    uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
+    uint64_t scaled_pushes, rounds_closed, rounds_timed_out;
+    uint64_t stale_hist[PS_STALE_BUCKETS];
+} PSCounters;
+
+typedef struct PSTensor {
+    uint32_t ndim;
+    uint64_t dims[PS_MAX_DIMS];
+    uint64_t n; /* element count */
+    PSBuf *data;
+    uint64_t version; /* +1 per applied update, never reset */
+
+    int optim; /* PSOptimKind */
+    PSHyper h;
+    PSOptState opt;
+
+    int64_t maxstale; /* -1 = no limit */
+    int policy;       /* PS_POLICY_* */
+
+    /* Sync mode: sync_n > 0 aggregates sync_n pushes per version. */
+    uint32_t sync_n;
+    int64_t sync_timeout_ms; /* 0 = wait for all n */
+    uint32_t round_count;    /* gradients summed into round_acc so far */
+    PSBuf *round_acc;        /* NULL while no round is open */
+
+    uint32_t dedup_max; /* bound of the exactly-once table */
+    uint32_t dedup_len;
+    uint32_t dedup_cap;
+    PSDedupEntry *dedup;
+
+    uint32_t max_snapshots;
+    uint32_t nsnap;
+    PSSnapshot *snaps;
+
+    PSCounters stats;
+} PSTensor;
+
+/* Everything PS.CREATE decides besides the shape and the values. */
+typedef struct PSTensorOpts {
+    int optim;
+    PSHyper h;
+    int64_t maxstale;
+    int policy;
+    uint32_t sync_n;
+    int64_t sync_timeout_ms;
+    uint32_t dedup_max;
+    uint32_t max_snapshots;
+} PSTensorOpts;
+
+/* Initializers for PSTensor_Fill. */
+enum { PS_INIT_ZEROS = 0, PS_INIT_CONST, PS_INIT_UNIFORM, PS_INIT_NORMAL, PS_INIT_XAVIER, PS_INIT_HE };
+
+typedef struct PSInit {
+    int kind;
+    double a, b; /* CONST c: a; UNIFORM lo hi: a b; NORMAL mean std: a b */
+    uint64_t seed;
+} PSInit;
+
+/* Installs the allocator (tryalloc returns NULL on failure). */
+void PSTensor_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *));
+
+/* Allocates raw memory through the installed allocator. */
+void *PSTensor_Alloc(size_t bytes);
+void PSTensor_Dealloc(void *p);
+
+/* A new buffer of n floats (zeroed when 'zero'), refs 1; NULL on OOM. */
+PSBuf *PSBuf_New(uint64_t n, int zero);
+void PSBuf_Release(PSBuf *b);
+
+/* Default options: SGD with 'lr', the other hyper-parameters at their
+ * documented defaults, no staleness limit, async. */
+void PSTensor_DefaultOpts(PSTensorOpts *o, double lr);
+
+/* Creates a tensor of a validated shape with zeroed values and optimizer
+ * state. Returns NULL on OOM. */
+PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o);
+
+void PSTensor_Free(PSTensor *t);
+
+/* Fills the values from an initializer (deterministic from the seed). */
+void PSTensor_Fill(PSTensor *t, const PSInit *init);
+
+/* A copy sharing every buffer (copy on write). NULL on OOM. */
+PSTensor *PSTensor_Copy(const PSTensor *t);
+
+/* Bytes held by the value (buffers counted once per holder). */
+size_t PSTensor_MemUsage(const PSTensor *t);
+
+/* Makes the values and optimizer state exclusively owned before a write.
+ * Returns PS_OK or PS_ERR_OOM (nothing changed). */
+int PSTensor_MakeWritable(PSTensor *t);
+
+/* One gradient push. 'g' holds t->n little-endian floats (any alignment) or,
+ * with 'rows', nrows rows of the row length (dims[1..] product). */
+typedef struct PSPush {
+    const unsigned char *g;
+    const unsigned char *rows; /* NULL, or nrows little-endian uint32 row indices */
+    size_t nrows;
+    double scale;          /* SCALE s (1 by default) */
+    int has_version;
+    uint64_t version;      /* VERSION v */
+    const char *id;        /* ID client seq: NULL when absent */
+    size_t idlen;
+    uint64_t seq;
+} PSPush;
+
+/* Result of a push. */
+typedef struct PSPushResult {
+    uint64_t version;   /* version after the push (or produced by the duplicate) */
+    uint64_t staleness; /* observed staleness */
+} PSPushResult;
+
+/* Validates and applies a push atomically. Returns PS_OK (applied),
+ * PS_PENDING (sync round accumulating), PS_DUPLICATE (nothing done; version
+ * = the original's), or an error status with nothing changed. */
+int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r);
+
+/* Sync mode: closes the open round with what it has (timer decision).
+ * Returns PS_OK when a round was applied, PS_PENDING when none was open. */
+int PSTensor_CloseRound(PSTensor *t);
+
+/* Overwrites the values with n floats from 'bytes'; version + 1. */
+int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes);
+
+/* Exactly-once table lookup: the entry for 'id', or NULL. */
+PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen);
+
+/* Records (id, seq, version), evicting the entry with the oldest version when
+ * the table is full. Returns PS_OK or PS_ERR_OOM. */
+int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
+                         uint64_t version);
+
+/* Snapshots. */
+PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t len);
+int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms);
+int PSTensor_SnapshotDrop(PSTensor *t, const char *name, size_t len);
+int PSTensor_Rollback(PSTensor *t, const PSSnapshot *s);
+
+/* Staleness histogram bucket of a staleness value. */
+int PSTensor_StaleBucket(uint64_t staleness);
+
+/* Fan-in and fan-out of a shape (see docs: fan_in = product of dims[1:]). */
+void PSTensor_Fans(const PSTensor *t, double *fan_in, double *fan_out);
+
+#endif /* PS_TENSOR_H */
