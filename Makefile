@@ -34,6 +34,8 @@ obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
 MODULE_OBJS = $(call obj,$(MODULE_PURE) $(MODULE_GLUE) $(COMMON_SRC))
 PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(CLIENT_PURE))
 LIBPS_OBJS  = $(call obj,$(CLIENT_LIB) $(COMMON_SRC))
+# Programs linked with libps.a take the common objects from the archive.
+APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(CLIENT_PURE))
 
 TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
@@ -72,13 +74,13 @@ $(B)/tests/%: tests/%.c $(PURE_OBJS) $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) -lcmocka $(CLIENT_LIBS)
 
-$(B)/bench/%: bench/%.c $(PURE_OBJS) $(B)/libps.a
+$(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
-	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
+	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
-$(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(PURE_OBJS)
+$(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(B)/libps.a $(PURE_OBJS) $(CLIENT_LIBS)
+	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
 # ---- tests -----------------------------------------------------------------
 

@@ -1,0 +1,286 @@
+/* ps.h -- libps, the C client of the redis-ps parameter server.
+ *
+ * libps talks to Redis servers that load the ps module (build/ps.so), either
+ * one standalone server or a Redis Cluster, through hiredis (0.14, RESP2).
+ * It is written in the style of hiredis: one prefix, a context that records
+ * the last error as an integer code 'err' and a message 'errstr', functions
+ * that answer PS_OK / PS_ERR (or NULL).
+ *
+ * A walk through:
+ *
+ *   psOptions opt = {0};                    (every 0 field takes its default)
+ *   opt.push_window = 4;
+ *   psClient *c = psConnect("127.0.0.1:7000,127.0.0.1:7001", &opt);
+ *   if (c == NULL || c->err) { ... c ? c->errstr : "out of memory" ... }
+ *
+ *   psModel *m = psModelNew("mnist");
+ *   uint64_t w1[2] = {128, 784}, b1[1] = {128};
+ *   int tw = psModelAddTensor(m, "w1", 2, w1);   (tensor index 0)
+ *   int tb = psModelAddTensor(m, "b1", 1, b1);   (tensor index 1)
+ *   psModelCreateTensor(c, m, tw, "INIT HE SEED 7 OPTIM SGD LR 0.1", 1);
+ *   psModelCreateTensor(c, m, tb, "INIT ZEROS OPTIM SGD LR 0.1", 1);
+ *
+ *   float *params[2], *grads[2];            (one contiguous array per tensor)
+ *   for (;;) {
+ *       psModelPull(c, m, params, NULL);    (fan out to every node, gather)
+ *       ... compute grads from params ...
+ *       psModelPush(c, m, (const float *const *)grads, NULL, 1.0f);
+ *   }
+ *   psDrain(c);                             (wait for outstanding pushes)
+ *   psModelFree(m);
+ *   psClientFree(c);
+ *
+ * Keys. Tensor 'name' of job 'job' is stored in one or more keys, one per
+ * partition: "<job>:<name>:<p>" for p = 0 .. partitions-1 (always with the
+ * ":<p>" suffix, also when there is one partition). A tensor whose float32
+ * size exceeds the partition size is split along its first dimension into
+ * partitions of whole rows, each at most partition_bytes (but at least one
+ * row). The key names carry no hash tag, so Redis Cluster spreads the
+ * partitions over its masters. Every process of a job must use the same
+ * partition size or they will not find each other's keys.
+ *
+ * Pushes are asynchronous: psModelPush() encodes and sends one PS.PUSHGRAD
+ * per partition and returns; up to 'push_window' model pushes may be
+ * outstanding; the next push first waits for the oldest. Each PS.PUSHGRAD
+ * carries "VERSION v" (the version of the partition the gradient was
+ * computed from) and "ID <client id> <seq>", where seq grows by one per
+ * (client, key). A push that has to be resent (timeout, reconnect, MOVED,
+ * ASK, failover) is resent with the SAME seq, so the server applies it at
+ * most once. Seqs start at the wall clock in microseconds at psConnect(),
+ * so a restarted worker reusing a fixed client id still moves forward.
+ *
+ * Errors. Every call resets 'err' on entry. Replies of earlier asynchronous
+ * pushes are read by later calls (psModelPush, psModelPull, psDrain, ...):
+ * a push that finally fails (a server error other than STALE, or retries
+ * exhausted) makes the call that reads its reply answer PS_ERR with 'err'
+ * and 'errstr' describing that push, after doing its own work. STALE
+ * rejects are not errors: they are counted in stats.stale_rejects.
+ *
+ * A psClient and the models used with it are not thread safe: use one
+ * client per thread (or process).
+ */
+#ifndef PS_H
+#define PS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PS_OK 0
+#define PS_ERR -1
+
+/* Values of psClient.err. */
+#define PS_ERR_IO 1         /* socket error or timeout talking to a server */
+#define PS_ERR_OTHER 2      /* anything else (see errstr) */
+#define PS_ERR_PROTOCOL 3   /* unexpected reply shape from a server */
+#define PS_ERR_SERVER 4     /* the server answered an error (errstr has it) */
+#define PS_ERR_CLUSTER 5    /* no reachable node / slot map / too many redirects */
+#define PS_ERR_OOM 6        /* out of memory */
+#define PS_ERR_ARG 7        /* bad argument from the caller */
+#define PS_ERR_AUTH 8       /* AUTH failed */
+
+/* Default option values (used when the psOptions field is 0). */
+#define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
+#define PS_DEFAULT_COMMAND_TIMEOUT_MS 30000
+#define PS_DEFAULT_MAX_RETRIES 10
+#define PS_DEFAULT_BACKOFF_MS 20        /* sleeps are base * 2^attempt, capped at 2 s */
+#define PS_DEFAULT_PUSH_WINDOW 2
+#define PS_DEFAULT_WAIT_TIMEOUT_MS 1000
+#define PS_DEFAULT_PARTITION_BYTES (1024 * 1024)
+
+/* psOptions.flags */
+#define PS_OPT_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
+#define PS_OPT_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+
+/* Connection options. Zero-initialize and set what you need: every field
+ * left 0 / NULL takes the default named next to it. */
+typedef struct psOptions {
+    int connect_timeout_ms;   /* per TCP connect; PS_DEFAULT_CONNECT_TIMEOUT_MS */
+    int command_timeout_ms;   /* waiting for a reply before the connection is
+                                 declared dead and the command resent;
+                                 PS_DEFAULT_COMMAND_TIMEOUT_MS, < 0 = none */
+    const char *user;         /* AUTH user pass; NULL: env PS_USER, else none */
+    const char *password;     /* NULL: env PS_PASSWORD, else no AUTH */
+    int max_retries;          /* resends of one command after I/O errors,
+                                 CLUSTERDOWN, TRYAGAIN, ...; PS_DEFAULT_MAX_RETRIES,
+                                 < 0 = none. MOVED/ASK do not count (max 16 each) */
+    int backoff_ms;           /* base of the exponential backoff between retries;
+                                 PS_DEFAULT_BACKOFF_MS */
+    int push_window;          /* max outstanding model pushes; PS_DEFAULT_PUSH_WINDOW */
+    int wait_replicas;        /* > 0: "WAIT n wait_timeout_ms" after the pushes of
+                                 each model push on every node before it counts as
+                                 done; a short count is counted in stats.wait_short */
+    int wait_timeout_ms;      /* PS_DEFAULT_WAIT_TIMEOUT_MS */
+    const char *client_id;    /* the ID used for exactly-once pushes;
+                                 NULL: "<hostname>:<pid>:<random hex>" */
+    size_t partition_bytes;   /* partition size for models that do not set
+                                 their own; PS_DEFAULT_PARTITION_BYTES */
+    int flags;                /* PS_OPT_* */
+} psOptions;
+
+/* Counters, cumulative since psConnect(). */
+typedef struct psStats {
+    uint64_t pushes;          /* partition pushes acknowledged (applied or duplicate) */
+    uint64_t pulls;           /* partition pulls completed */
+    uint64_t retries;         /* commands resent after an error */
+    uint64_t moved;           /* MOVED redirects followed */
+    uint64_t ask;             /* ASK redirects followed */
+    uint64_t stale_rejects;   /* pushes answered STALE (not applied) */
+    uint64_t push_errors;     /* pushes that finally failed */
+    uint64_t reconnects;      /* connections re-established */
+    uint64_t refreshes;       /* cluster slot map reloads */
+    uint64_t wait_short;      /* WAITs that returned fewer replicas than asked */
+    uint64_t bytes_sent;      /* tensor payload bytes sent (push blobs) */
+    uint64_t bytes_received;  /* tensor payload bytes received (pull blobs) */
+} psStats;
+
+struct psClientPriv;
+
+/* The connection context. 'err', 'errstr', 'cluster' and 'stats' are public
+ * and read-only for the caller; the rest is private. */
+typedef struct psClient {
+    int err;                  /* 0 or PS_ERR_* of the last call */
+    char errstr[128];         /* human readable message when err != 0 */
+    int cluster;              /* 1 when talking to a Redis Cluster */
+    char client_id[96];       /* the ID sent with pushes */
+    psStats stats;
+    struct psClientPriv *priv;
+} psClient;
+
+/* Wire formats for pushes (see DESIGN.md "Wire formats"). */
+typedef enum psWireFormat {
+    PS_WIRE_F32 = 0,          /* raw float32 (default, lossless) */
+    PS_WIRE_F16,
+    PS_WIRE_BF16,
+    PS_WIRE_I8,               /* f32 scale + int8 per element */
+    PS_WIRE_TOPK              /* k largest magnitudes per partition */
+} psWireFormat;
+
+typedef struct psModel psModel;   /* opaque */
+
+/* ------------------------------------------------------------------------
+ * Connection
+ * ------------------------------------------------------------------------ */
+
+/* Connect to 'addrs': "host:port" or a comma separated list of seeds
+ * "h1:p1,h2:p2". 'opt' may be NULL (all defaults). Cluster mode is detected
+ * with CLUSTER SLOTS (a server answering "cluster support disabled" is a
+ * standalone server). Returns NULL only when out of memory; otherwise check
+ * c->err (e.g. PS_ERR_CLUSTER "cannot connect to any of ...") and free the
+ * client with psClientFree() either way. */
+psClient *psConnect(const char *addrs, const psOptions *opt);
+
+/* Wait for every outstanding push reply. Returns PS_OK or PS_ERR if any of
+ * them finally failed (err/errstr describe the first failure). */
+int psDrain(psClient *c);
+
+/* Close every connection (outstanding pushes are NOT waited for: call
+ * psDrain() first) and free the client. NULL is allowed. */
+void psClientFree(psClient *c);
+
+/* Run one command routed by 'key' (NUL-terminated; NULL = any node) with
+ * the same redirect / retry handling as the model calls. Returns the reply
+ * (free it with freeReplyObject(); a server error is a REDIS_REPLY_ERROR
+ * reply, as in hiredis) or NULL with err/errstr set. Outstanding push replies
+ * read meanwhile are processed as usual. */
+redisReply *psCommandArgv(psClient *c, const char *key, int argc,
+                          const char **argv, const size_t *argvlen);
+
+/* printf-style variant (hiredis format: %s, %b with a size_t length, ...). */
+redisReply *psCommand(psClient *c, const char *key, const char *format, ...);
+
+/* ------------------------------------------------------------------------
+ * Models
+ * ------------------------------------------------------------------------ */
+
+/* A new empty model of job 'job' (the key prefix). NULL when out of memory. */
+psModel *psModelNew(const char *job);
+
+/* Set the partition size of this model (bytes of float32 data per
+ * partition, rounded down to whole rows, at least one row). Must be called
+ * before the model is laid out. Returns PS_OK or PS_ERR. */
+int psModelSetPartitionBytes(psModel *m, size_t bytes);
+
+/* Add tensor 'name' (no ':' needed, any bytes but NUL) of 'ndim' (1..8)
+ * dimensions 'dims' (each >= 1), row-major. Returns the tensor index
+ * (0, 1, ... in order of addition) or PS_ERR (bad shape, duplicate name,
+ * model already laid out). */
+int psModelAddTensor(psModel *m, const char *name, int ndim, const uint64_t *dims);
+
+/* Set the wire format of this model's pushes. For lossy formats the client
+ * keeps an error-feedback residual per tensor: residual += grad; send
+ * encode(residual); residual -= decode(sent). 'topk_ratio' (0 < r <= 1) is
+ * the fraction of each partition's elements sent with PS_WIRE_TOPK (ignored
+ * otherwise). Call before the first push. Returns PS_OK or PS_ERR. */
+int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio);
+
+/* Fix the partition layout and key names (done implicitly by the first
+ * psModelCreate*, psModelPull or psModelPush). Uses the model's partition
+ * size, else the client's partition_bytes. Idempotent. PS_OK or PS_ERR. */
+int psModelLayout(psClient *c, psModel *m);
+
+/* Layout queries (partition queries need a laid-out model). */
+int psModelNumTensors(const psModel *m);
+int psModelTensorIndex(const psModel *m, const char *name);  /* or PS_ERR */
+const char *psModelTensorName(const psModel *m, int t);
+size_t psModelTensorElements(const psModel *m, int t);
+int psModelNumPartitions(const psModel *m, int t);           /* 0 before layout */
+const char *psModelPartitionKey(const psModel *m, int t, int p);
+/* Rows [*first_row, *first_row + *nrows) of dimension 0, i.e. elements
+ * [first_row * row_elems, (first_row + nrows) * row_elems) of the tensor. */
+void psModelPartitionRows(const psModel *m, int t, int p, uint64_t *first_row, uint64_t *nrows);
+/* Version of the partition seen by the last pull (0 if none); pushes send it
+ * as VERSION when psModelPush() gets no versions. */
+uint64_t psModelPartitionVersion(const psModel *m, int t, int p);
+
+/* Create every partition of tensor 't' with PS.CREATE key SHAPE <rows>
+ * <dims[1..]> <create_opts> [NX]. 'create_opts' are extra PS.CREATE tokens
+ * separated by spaces (e.g. "INIT HE SEED 7 OPTIM ADAM LR 0.001"), NULL for
+ * none. A "SEED s" in create_opts is replaced per partition by
+ * s + g, where g is the partition's index counted over the whole model
+ * (tensor 0's partitions first, then tensor 1's, ...), so no two partitions
+ * of a model draw the same random numbers and the init is reproducible.
+ * With 'nx' existing keys are left alone. Returns the number of partitions
+ * created (0 .. partitions) or PS_ERR. */
+int psModelCreateTensor(psClient *c, psModel *m, int t, const char *create_opts, int nx);
+
+/* psModelCreateTensor() for every tensor with the same options. Returns the
+ * number of partitions created or PS_ERR. */
+int psModelCreate(psClient *c, psModel *m, const char *create_opts, int nx);
+
+/* DEL every partition key of the model. Returns the number deleted or PS_ERR. */
+int psModelDelete(psClient *c, psModel *m);
+
+/* Pull every partition (PS.PULL key, pipelined to all nodes at once, then
+ * gathered) into 'dst': dst[t] is an array of psModelTensorElements(m, t)
+ * floats for tensor t (NULL: skip that tensor). 'versions_out' (NULL or
+ * one per tensor) receives the minimum version over the tensor's
+ * partitions; each partition's version is kept in the model for the next
+ * push (psModelPartitionVersion()). Returns PS_OK or PS_ERR. */
+int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
+
+/* Push gradients: grads[t] is an array of psModelTensorElements(m, t)
+ * floats (NULL: skip the tensor). One PS.PUSHGRAD per partition:
+ *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s]
+ * where v is versions[t] when 'versions' is not NULL, else the partition's
+ * version from the last pull (none if never pulled), and SCALE is sent when
+ * 'scale' != 1. The gradient is encoded into a buffer the client keeps
+ * until the push is acknowledged (for resends): the caller may reuse
+ * 'grads' as soon as this returns. Returns once the commands are written
+ * and no more than push_window pushes are outstanding. PS_OK or PS_ERR. */
+int psModelPush(psClient *c, psModel *m, const float *const *grads,
+                const uint64_t *versions, float scale);
+
+/* Free a model (its keys on the server stay). Outstanding pushes of this
+ * model must have been drained (psDrain) first. NULL is allowed. */
+void psModelFree(psModel *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PS_H */

@@ -1,0 +1,97 @@
+"""pytest fixtures for redis-ps integration tests (see psserver.py for the harness).
+
+Fixtures:
+  module_path     absolute path of build/ps.so (or $PS_MODULE); FAILS (never skips) when missing
+  server          a fresh redis-server with the module, per test
+  make_server     factory: make_server(args=[...]) -> RedisServer, all stopped at teardown
+  make_replica    factory: make_replica(master, args=[...]) -> replica with its link up
+  r               redis.Redis client of 'server'
+  raw             RawClient of 'server' (error replies verbatim, code included)
+
+When a test fails, the tail of every server's redis.log is printed in the teardown section.
+"""
+
+import os
+
+import pytest
+
+import psserver
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
+
+
+def _failed(request):
+    rep = getattr(request.node, "rep_call", None)
+    setup = getattr(request.node, "rep_setup", None)
+    return (rep is not None and rep.failed) or (setup is not None and setup.failed)
+
+
+@pytest.fixture(scope="session")
+def module_path():
+    path = psserver.module_path()
+    if not os.path.exists(path):
+        pytest.fail("module %s not found: run make module first" % path, pytrace=False)
+    return path
+
+
+class _Servers:
+    """Owns every server a test starts; stops them by pid at teardown, even on failure."""
+
+    def __init__(self):
+        self.servers = []
+
+    def add(self, s):
+        self.servers.append(s)
+        return s
+
+    def cleanup(self, failed):
+        for s in reversed(self.servers):
+            if failed:
+                print("\n=== %r alive=%s ===\n%s" % (s, s.is_alive(), s.log_tail(30)))
+            s.cleanup()
+        self.servers = []
+
+
+@pytest.fixture
+def servers(request):
+    reg = _Servers()
+    yield reg
+    reg.cleanup(_failed(request))
+
+
+@pytest.fixture
+def make_server(module_path, servers):
+    def make(args=(), **kw):
+        kw.setdefault("module", module_path)
+        return servers.add(psserver.RedisServer(args=args, **kw))
+    return make
+
+
+@pytest.fixture
+def make_replica(module_path, servers):
+    def make(master, args=(), **kw):
+        kw.setdefault("module", module_path)
+        return servers.add(psserver.start_replica(master, args=args, **kw))
+    return make
+
+
+@pytest.fixture
+def server(make_server):
+    return make_server()
+
+
+@pytest.fixture
+def r(server):
+    return server.client()
+
+
+@pytest.fixture
+def raw(server):
+    c = server.raw()
+    yield c
+    c.close()
