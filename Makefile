@@ -55,6 +55,10 @@ all: module client
 module: $(B)/ps.so
 client: $(B)/libps.a $(B)/ps-train
 
+# The kernels need the vectorizer (-O3): element-wise float ops vectorize
+# without reassociation, so the bits stay those of the scalar loop.
+$(OBJ)/module/optim.o: OPT = -O3
+
 $(OBJ)/%.o: %.c $(wildcard */*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(INCS) -c $< -o $@
