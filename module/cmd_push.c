@@ -521,7 +521,7 @@ int PSPushCommands_Register(RedisModuleCtx *ctx) {
     pushi.key_specs = PSWriteKeySpec;
     closei.key_specs = PSWriteKeySpec;
     if (ps_register_command(ctx, "ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", &pushi) ||
-        ps_register_command(ctx, "ps.pull", PSPull_RedisCommand, "readonly", &pull) ||
+        ps_register_command(ctx, "ps.pull", PSPull_RedisCommand, "readonly blocking", &pull) ||
         ps_register_command(ctx, "ps._closeround", PSCloseRound_RedisCommand, "write", &closei))
         return REDISMODULE_ERR;
     return REDISMODULE_OK;

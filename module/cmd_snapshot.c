@@ -98,6 +98,10 @@ static int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         RedisModule_ReplyWithError(ctx, PSERR_NOSNAP);
         goto done;
     }
+    if (t->round_count) {
+        RedisModule_ReplyWithError(ctx, PSERR_ROUND_OPEN);
+        goto done;
+    }
     PSTensor_Rollback(t, s);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.rollback", argv[1]);

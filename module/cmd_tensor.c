@@ -39,7 +39,8 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
     for (size_t k = 0; k < sizeof(doubles) / sizeof(doubles[0]); k++)
         if (ps_arg_is(opt, doubles[k].name)) is_known = 1;
     if (!is_known && !ps_arg_is(opt, "MAXSTALENESS") && !ps_arg_is(opt, "POLICY") &&
-        !ps_arg_is(opt, "SYNC") && !ps_arg_is(opt, "TIMEOUT"))
+        !ps_arg_is(opt, "SYNC") && !ps_arg_is(opt, "TIMEOUT") && !ps_arg_is(opt, "DEDUPMAX") &&
+        !ps_arg_is(opt, "MAXSNAPSHOTS"))
         return 0;
     if (*i + 1 >= argc) {
         ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, optname);
@@ -67,6 +68,12 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
             ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(val, NULL));
             return -1;
         }
+    } else if (ps_arg_is(opt, "DEDUPMAX")) {
+        if (ps_arg_ll(ctx, val, "DEDUPMAX", 0, 1 << 20, &ll) != REDISMODULE_OK) return -1;
+        o->dedup_max = (uint32_t)ll;
+    } else if (ps_arg_is(opt, "MAXSNAPSHOTS")) {
+        if (ps_arg_ll(ctx, val, "MAXSNAPSHOTS", 0, 4096, &ll) != REDISMODULE_OK) return -1;
+        o->max_snapshots = (uint32_t)ll;
     } else if (ps_arg_is(opt, "SYNC")) {
         if (ps_arg_ll(ctx, val, "SYNC", 0, 1 << 20, &ll) != REDISMODULE_OK) return -1;
         o->sync_n = (uint32_t)ll;
@@ -81,6 +88,67 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
 /* ========================================================================
  * PS.CREATE
  * ====================================================================== */
+
+/* Replicates a create as its effect: every option spelled out (the module
+ * configs that supplied defaults on this server may differ on a replica or
+ * when the AOF is replayed), the seed resolved, DATA passed through. */
+static void replicate_create(RedisModuleCtx *ctx, RedisModuleString **argv, uint32_t ndim,
+                             const uint64_t *dims, const PSInit *init, RedisModuleString *data,
+                             ps_format fmt, const PSTensorOpts *o) {
+    RedisModuleString *v[PS_MAX_DIMS + 48];
+    int owned[PS_MAX_DIMS + 48];
+    int n = 0;
+#define ARG(str) (owned[n] = 0, v[n++] = (str))
+#define LIT(cstr) (owned[n] = 1, v[n++] = RedisModule_CreateString(ctx, cstr, strlen(cstr)))
+#define FMT(...) (owned[n] = 1, v[n++] = RedisModule_CreateStringPrintf(ctx, __VA_ARGS__))
+    ARG(argv[1]);
+    LIT("SHAPE");
+    for (uint32_t i = 0; i < ndim; i++) FMT("%llu", (unsigned long long)dims[i]);
+    if (data) {
+        LIT("DATA");
+        ARG(data);
+        LIT("FORMAT");
+        LIT(ps_format_name(fmt));
+    } else {
+        static const char *names[] = {"ZEROS", "CONST", "UNIFORM", "NORMAL", "XAVIER", "HE"};
+        LIT("INIT");
+        LIT(names[init->kind]);
+        if (init->kind == PS_INIT_CONST) FMT("%.17g", init->a);
+        if (init->kind == PS_INIT_UNIFORM || init->kind == PS_INIT_NORMAL) {
+            FMT("%.17g", init->a);
+            FMT("%.17g", init->b);
+        }
+        LIT("SEED");
+        FMT("%llu", (unsigned long long)init->seed);
+    }
+    LIT("OPTIM");
+    LIT(ps_optim_name(o->optim));
+    const char *hn[] = {"LR", "MOMENTUM", "BETA1", "BETA2", "EPS", "WD", "CLIPNORM"};
+    const double hv[] = {o->h.lr, o->h.momentum, o->h.beta1, o->h.beta2,
+                         o->h.eps, o->h.wd, o->h.clipnorm};
+    for (int i = 0; i < 7; i++) {
+        LIT(hn[i]);
+        FMT("%.17g", hv[i]);
+    }
+    LIT("MAXSTALENESS");
+    FMT("%lld", (long long)o->maxstale);
+    LIT("POLICY");
+    LIT(o->policy == PS_POLICY_SCALE ? "SCALE" : "REJECT");
+    LIT("SYNC");
+    FMT("%u", o->sync_n);
+    LIT("TIMEOUT");
+    FMT("%lld", (long long)o->sync_timeout_ms);
+    LIT("DEDUPMAX");
+    FMT("%u", o->dedup_max);
+    LIT("MAXSNAPSHOTS");
+    FMT("%u", o->max_snapshots);
+#undef ARG
+#undef LIT
+#undef FMT
+    RedisModule_Replicate(ctx, "ps.create", "v", v, (size_t)n);
+    for (int i = 0; i < n; i++)
+        if (owned[i]) RedisModule_FreeString(ctx, v[i]);
+}
 
 /* PS.CREATE key SHAPE d1 [d2 ...] [INIT ...] [DATA blob [FORMAT f]] [SEED s]
  *           [OPTIM name] [LR x] ... [NX] */
@@ -210,7 +278,11 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     uint64_t n;
     const char *serr;
     if (ps_shape_check(ndim, dims, 0, &n, &serr) != 0) return ps_reply_errorf(ctx, PSERR_SHAPE_F, serr);
-    if (n * sizeof(float) > (uint64_t)PSConf.max_tensor_bytes)
+    /* The limit guards this server's clients; a create replicated from a
+     * master (or replayed from the AOF) was already admitted there. */
+    const int trusted = RedisModule_GetContextFlags(ctx) &
+                        (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING);
+    if (!trusted && n * sizeof(float) > (uint64_t)PSConf.max_tensor_bytes)
         return ps_reply_errorf(ctx, PSERR_TOO_BIG_F, (unsigned long long)(n * sizeof(float)),
                                (unsigned long long)PSConf.max_tensor_bytes);
     const unsigned char *vals = NULL;
@@ -243,11 +315,7 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     }
     RedisModule_ModuleTypeSetValue(key, PSTensorType, t);
     RedisModule_CloseKey(key);
-    if (random && !have_seed && !vals)
-        RedisModule_Replicate(ctx, "ps.create", "vcl", argv + 1, (size_t)(argc - 1), "SEED",
-                              (long long)init.seed);
-    else
-        RedisModule_ReplicateVerbatim(ctx);
+    replicate_create(ctx, argv, ndim, dims, &init, data, fmt, &o);
     ps_notify(ctx, "ps.create", argv[1]);
     PSStats.creates++;
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
@@ -276,6 +344,10 @@ static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
         if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
+    }
+    if (t->round_count) {
+        RedisModule_ReplyWithError(ctx, PSERR_ROUND_OPEN);
+        goto done;
     }
     const unsigned char *vals = ps_decode_dense(ctx, "data", argv[2], fmt, t->n);
     if (!vals) goto done;
@@ -409,17 +481,6 @@ static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     int sync_seen = 0;
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
-        long long ll;
-        if (ps_arg_is(a, "DEDUPMAX") || ps_arg_is(a, "MAXSNAPSHOTS")) {
-            int dd = ps_arg_is(a, "DEDUPMAX");
-            if (ps_arg_ll(ctx, argv[i + 1], dd ? "DEDUPMAX" : "MAXSNAPSHOTS", 0,
-                          dd ? (1 << 20) : 4096, &ll) != REDISMODULE_OK)
-                goto done;
-            if (dd) o.dedup_max = (uint32_t)ll;
-            else o.max_snapshots = (uint32_t)ll;
-            i += 2;
-            continue;
-        }
         int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen);
         if (r < 0) goto done;
         if (r == 0) {

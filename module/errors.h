@@ -37,6 +37,7 @@
 #define PSERR_SNAP_LIMIT_F "ERR tensor has %u snapshots, the limit ps.max-snapshots is %u"
 #define PSERR_SYNC_CHANGE "ERR SYNC cannot be changed while a round is open"
 #define PSERR_CONFIG_PARAM_F "ERR unknown or read-only tensor parameter '%s'"
+#define PSERR_ROUND_OPEN "BUSY a sync round is open; retry once it closes (nothing changed)"
 #define PSERR_ID "ERR ID needs a client id and a sequence number >= 1"
 
 #endif /* PS_ERRORS_H */
