@@ -133,6 +133,17 @@ static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
  * PS.PUSHGRAD
  * ====================================================================== */
 
+/* One number of a VALUES list. "nan" parses (as NaN) so that it is refused
+ * and counted like a NaN in a blob, rather than ending the list. */
+static int values_number(RedisModuleString *arg, double *d) {
+    if (RedisModule_StringToDouble(arg, d) == REDISMODULE_OK) return 1;
+    if (ps_arg_is(arg, "nan") || ps_arg_is(arg, "-nan") || ps_arg_is(arg, "+nan")) {
+        *d = NAN;
+        return 1;
+    }
+    return 0;
+}
+
 /* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) [ROWS idx] [VERSION v]
  *             [ID client seq] [SCALE s] -> new version */
 static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -146,7 +157,7 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         values_start = 3;
         i = 3;
         double d;
-        while (i < argc && RedisModule_StringToDouble(argv[i], &d) == REDISMODULE_OK) i++;
+        while (i < argc && values_number(argv[i], &d)) i++;
         nvalues = i - 3;
         if (nvalues == 0) return RedisModule_ReplyWithError(ctx, "ERR VALUES needs numbers");
     } else {
@@ -227,8 +238,8 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
             goto done;
         }
         for (int k = 0; k < nvalues; k++) {
-            double d;
-            RedisModule_StringToDouble(argv[values_start + k], &d);
+            double d = 0;
+            values_number(argv[values_start + k], &d);
             dst[k] = (float)d;
         }
         p.g = (const unsigned char *)dst;
@@ -466,6 +477,9 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         RedisModule_CloseKey(key);
         return REDISMODULE_OK;
     }
+    /* A round left open by a restart or a failover has no timer on this
+     * (new) master yet: a worker waiting on it arms one. */
+    arm_round_timer(ctx, argv[1], t);
     if (!q.has_min || t->version >= q.minversion) {
         reply_pull(ctx, t, &q);
         RedisModule_CloseKey(key);
@@ -492,6 +506,26 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
  * Command table
  * ====================================================================== */
 
+static RedisModuleCommandArg PushArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("gradient", NULL, STRING, 0),
+    PS_ARG("format", "FORMAT", STRING, PS_OPT),
+    PS_ARG("rows", "ROWS", STRING, PS_OPT),
+    PS_ARG("version", "VERSION", INTEGER, PS_OPT),
+    PS_ARG("id", "ID", STRING, PS_OPT),
+    PS_ARG("scale", "SCALE", DOUBLE, PS_OPT),
+    {0}};
+static RedisModuleCommandArg PullArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("format", "FORMAT", STRING, PS_OPT),
+    PS_ARG("rows", "ROWS", STRING, PS_OPT),
+    PS_ARG("snapshot", "AT", STRING, PS_OPT),
+    PS_ARG("minversion", "MINVERSION", INTEGER, PS_OPT),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
+    {0}};
+static RedisModuleCommandArg CloseRoundArgs[] = {
+    PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
+
 int PSPushCommands_Register(RedisModuleCtx *ctx) {
     static const RedisModuleCommandInfo push = {
         .version = &PSCommandInfoVersion,
@@ -500,6 +534,7 @@ int PSPushCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -3,
         .key_specs = NULL, /* set below */
+        .args = PushArgs,
     };
     static const RedisModuleCommandInfo pull = {
         .version = &PSCommandInfoVersion,
@@ -508,6 +543,7 @@ int PSPushCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -2,
         .key_specs = PSReadKeySpec,
+        .args = PullArgs,
     };
     static const RedisModuleCommandInfo closeround = {
         .version = &PSCommandInfoVersion,
@@ -516,6 +552,7 @@ int PSPushCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = 3,
         .key_specs = NULL,
+        .args = CloseRoundArgs,
     };
     RedisModuleCommandInfo pushi = push, closei = closeround;
     pushi.key_specs = PSWriteKeySpec;

@@ -132,6 +132,11 @@ done:
     return REDISMODULE_OK;
 }
 
+static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg SnapArgs[] = {
+    PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_OPT), {0}};
+static RedisModuleCommandArg KeyArgs[] = {PS_ARG_KEY, {0}};
+
 int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
     RedisModuleCommandInfo snap = {
         .version = &PSCommandInfoVersion,
@@ -140,6 +145,7 @@ int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -3,
         .key_specs = PSWriteKeySpec,
+        .args = SnapArgs,
     };
     RedisModuleCommandInfo list = {
         .version = &PSCommandInfoVersion,
@@ -148,6 +154,7 @@ int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = 2,
         .key_specs = PSReadKeySpec,
+        .args = KeyArgs,
     };
     RedisModuleCommandInfo rollback = {
         .version = &PSCommandInfoVersion,
@@ -156,6 +163,7 @@ int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = 3,
         .key_specs = PSWriteKeySpec,
+        .args = NameArgs,
     };
     RedisModuleCommandInfo drop = {
         .version = &PSCommandInfoVersion,
@@ -164,6 +172,7 @@ int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = 3,
         .key_specs = PSWriteKeySpec,
+        .args = NameArgs,
     };
     if (ps_register_command(ctx, "ps.snapshot", PSSnapshot_RedisCommand, "write deny-oom", &snap) ||
         ps_register_command(ctx, "ps.snapshots", PSSnapshots_RedisCommand, "readonly", &list) ||

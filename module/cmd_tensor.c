@@ -682,6 +682,39 @@ RedisModuleCommandKeySpec PSReadKeySpec[] = {
     {0}};
 RedisModuleCommandKeySpec *PSWriteKeySpec = WriteKeySpec;
 
+static RedisModuleCommandArg CreateArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("dims", "SHAPE", INTEGER, REDISMODULE_CMD_ARG_MULTIPLE),
+    PS_ARG("init", "INIT", STRING, PS_OPT),
+    PS_ARG("data", "DATA", STRING, PS_OPT),
+    PS_ARG("format", "FORMAT", STRING, PS_OPT),
+    PS_ARG("seed", "SEED", INTEGER, PS_OPT),
+    PS_ARG("optim", "OPTIM", STRING, PS_OPT),
+    PS_ARG("lr", "LR", DOUBLE, PS_OPT),
+    PS_ARG("momentum", "MOMENTUM", DOUBLE, PS_OPT),
+    PS_ARG("beta1", "BETA1", DOUBLE, PS_OPT),
+    PS_ARG("beta2", "BETA2", DOUBLE, PS_OPT),
+    PS_ARG("eps", "EPS", DOUBLE, PS_OPT),
+    PS_ARG("wd", "WD", DOUBLE, PS_OPT),
+    PS_ARG("clipnorm", "CLIPNORM", DOUBLE, PS_OPT),
+    PS_ARG("maxstaleness", "MAXSTALENESS", INTEGER, PS_OPT),
+    PS_ARG("policy", "POLICY", STRING, PS_OPT),
+    PS_ARG("sync", "SYNC", INTEGER, PS_OPT),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
+    PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_OPT),
+    PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_OPT),
+    PS_ARG_FLAG("nx", "NX"),
+    {0}};
+static RedisModuleCommandArg SetArgs[] = {
+    PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_OPT), {0}};
+static RedisModuleCommandArg InfoArgs[] = {PS_ARG_KEY, {0}};
+static RedisModuleCommandArg ConfigArgs[] = {
+    PS_ARG_KEY, PS_ARG("param", NULL, STRING, 0),
+    PS_ARG("value", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
+static RedisModuleCommandArg RestoreArgs[] = {
+    PS_ARG_KEY, PS_ARG("part", NULL, STRING, 0),
+    PS_ARG("arg", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
+
 int PSTensorCommands_Register(RedisModuleCtx *ctx) {
     static const RedisModuleCommandInfo create = {
         .version = &PSCommandInfoVersion,
@@ -690,6 +723,7 @@ int PSTensorCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -4,
         .key_specs = InsertKeySpec,
+        .args = CreateArgs,
     };
     static const RedisModuleCommandInfo set = {
         .version = &PSCommandInfoVersion,
@@ -698,6 +732,7 @@ int PSTensorCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -3,
         .key_specs = WriteKeySpec,
+        .args = SetArgs,
     };
     static const RedisModuleCommandInfo info = {
         .version = &PSCommandInfoVersion,
@@ -706,6 +741,7 @@ int PSTensorCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = 2,
         .key_specs = PSReadKeySpec,
+        .args = InfoArgs,
     };
     static const RedisModuleCommandInfo config = {
         .version = &PSCommandInfoVersion,
@@ -714,6 +750,7 @@ int PSTensorCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -4,
         .key_specs = WriteKeySpec,
+        .args = ConfigArgs,
     };
     static const RedisModuleCommandInfo restore = {
         .version = &PSCommandInfoVersion,
@@ -722,6 +759,7 @@ int PSTensorCommands_Register(RedisModuleCtx *ctx) {
         .since = "0.1.0",
         .arity = -4,
         .key_specs = OverwriteKeySpec,
+        .args = RestoreArgs,
     };
     if (ps_register_command(ctx, "ps.create", PSCreate_RedisCommand, "write deny-oom", &create) ||
         ps_register_command(ctx, "ps.set", PSSet_RedisCommand, "write deny-oom", &set) ||

@@ -25,6 +25,7 @@
 #define PSERR_ROWS "ERR ROWS must be a non-empty blob of little-endian uint32 row indices < dim 0"
 #define PSERR_ROWS_FORMAT "ERR ROWS needs a dense gradient (F32, F16, BF16, I8 or VALUES)"
 #define PSERR_NONFINITE "ERR gradient contains NaN or Inf; nothing applied"
+#define PSERR_RANGE "ERR effective step (LR x SCALE) overflows float32; nothing applied"
 #define PSERR_NONFINITE_DATA "ERR data contains NaN or Inf"
 #define PSERR_STALE_F "STALE gradient from version %llu is %llu versions behind %llu (MAXSTALENESS %lld)"
 #define PSERR_ROUND_F "STALE sync round for version %llu is closed (current version %llu)"

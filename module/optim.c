@@ -17,6 +17,7 @@
 
 #include "optim.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include <strings.h>
@@ -50,14 +51,17 @@ int ps_optim_nstate(int kind) {
 }
 
 const char *ps_optim_check(const PSHyper *h) {
-    if (!isfinite(h->lr) || h->lr < 0) return "LR must be a finite number >= 0";
+    /* Every value must stay finite (and EPS non-zero) once rounded to
+     * float32, the precision the kernels compute in. */
+    if (!isfinite(h->lr) || h->lr < 0 || h->lr > FLT_MAX) return "LR must be a finite number >= 0";
     if (!isfinite(h->momentum) || h->momentum < 0 || h->momentum >= 1)
         return "MOMENTUM must be in [0, 1)";
     if (!isfinite(h->beta1) || h->beta1 < 0 || h->beta1 >= 1) return "BETA1 must be in [0, 1)";
     if (!isfinite(h->beta2) || h->beta2 < 0 || h->beta2 >= 1) return "BETA2 must be in [0, 1)";
-    if (!isfinite(h->eps) || h->eps <= 0) return "EPS must be a finite number > 0";
-    if (!isfinite(h->wd) || h->wd < 0) return "WD must be a finite number >= 0";
-    if (!isfinite(h->clipnorm) || h->clipnorm < 0) return "CLIPNORM must be a finite number >= 0";
+    if (!isfinite(h->eps) || h->eps <= 0 || h->eps > FLT_MAX || (float)h->eps == 0.0f)
+        return "EPS must be a finite number > 0 (and >= 1.4e-45, the smallest float32)";
+    if (!isfinite(h->wd) || h->wd < 0 || h->wd > FLT_MAX) return "WD must be a finite number >= 0";
+    if (!isfinite(h->clipnorm) || h->clipnorm < 0 || h->clipnorm > FLT_MAX) return "CLIPNORM must be a finite number >= 0";
     return NULL;
 }
 

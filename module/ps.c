@@ -117,6 +117,7 @@ int ps_reply_status(RedisModuleCtx *ctx, int status) {
     switch (status) {
     case PS_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     case PS_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
+    case PS_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
     default: return RedisModule_ReplyWithError(ctx, "ERR internal error");
     }
 }

@@ -115,6 +115,16 @@ int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFun
 /* Keyspace notification for the module's events. */
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
 
+/* Command-info argument helpers (COMMAND DOCS): the key, a token with a
+ * value, a bare token. Non-key arguments carry key_spec_index -1. */
+#define PS_ARG_KEY {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
+#define PS_ARG(nm, tok, typ, fl) \
+    {.name = nm, .type = REDISMODULE_ARG_TYPE_##typ, .key_spec_index = -1, .token = tok, .flags = fl}
+#define PS_ARG_FLAG(nm, tok) \
+    {.name = nm, .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = tok, \
+     .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+#define PS_OPT REDISMODULE_CMD_ARG_OPTIONAL
+
 /* Shared command-info version block. */
 extern const RedisModuleCommandInfoVersion PSCommandInfoVersion;
 

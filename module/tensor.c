@@ -501,54 +501,68 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         lr_eff = lr_eff / (double)(1 + stale);
         t->stats.scaled_pushes++;
     }
-    /* 3. Finite values; the clipping norm doubles as the check. */
-    const size_t m = p->rows ? p->nrows * (size_t)row_len(t) : (size_t)t->n;
-    double gscale = 1.0;
-    if (t->h.clipnorm > 0) {
-        const double ss = ps_sum_squares(p->g, m);
-        if (!isfinite(ss)) goto nonfinite;
-        const double norm = sqrt(ss);
-        if (norm > t->h.clipnorm) gscale = t->h.clipnorm / norm;
-    } else if (!ps_all_finite(p->g, m)) {
-        goto nonfinite;
-    }
-    /* 4. Everything that can fail before anything changes. */
-    PSDedupEntry *de = NULL;
-    char *idcopy = NULL;
-    if (p->id && t->dedup_max) {
-        de = PSTensor_DedupFind(t, p->id, p->idlen);
-        if (!de && !(idcopy = dedup_prepare(t, p->id, p->idlen))) return PS_ERR_OOM;
-    }
-    if (PSTensor_MakeWritable(t) != PS_OK) {
-        PSTensor_Dealloc(idcopy);
-        return PS_ERR_OOM;
-    }
-
+    /* 3. Repeated or unsorted rows are summed first, so that clipping and
+     * the step both see the gradient that is applied. */
     const unsigned char *g = p->g, *rows = p->rows;
     size_t nrows = p->nrows;
     void *mem = NULL;
+    char *idcopy = NULL;
+    PSDedupEntry *de = NULL;
+    int st = PS_OK;
     if (rows) {
         int sorted = 1;
         for (size_t i = 1; i < nrows && sorted; i++)
             sorted = ld_u32(rows, i) > ld_u32(rows, i - 1);
         if (!sorted) {
             unsigned char *ng, *nr;
-            if (merge_rows(t, g, rows, nrows, &ng, &nr, &nrows, &mem) != PS_OK) {
-                PSTensor_Dealloc(idcopy);
-                return PS_ERR_OOM;
-            }
+            if (merge_rows(t, g, rows, nrows, &ng, &nr, &nrows, &mem) != PS_OK) return PS_ERR_OOM;
             g = ng;
             rows = nr;
         }
+    }
+    /* 4. Finite values; the clipping norm doubles as the check. */
+    const size_t m = rows ? nrows * (size_t)row_len(t) : (size_t)t->n;
+    double gscale = 1.0;
+    if (t->h.clipnorm > 0) {
+        const double ss = ps_sum_squares(g, m);
+        if (!isfinite(ss)) goto nonfinite;
+        const double norm = sqrt(ss);
+        if (norm > t->h.clipnorm) gscale = t->h.clipnorm / norm;
+    } else if (!ps_all_finite(g, m)) {
+        goto nonfinite;
+    }
+    /* 5. The per-push coefficients must be finite in float32 (a huge SCALE
+     * or LR would otherwise write Inf/NaN into the tensor). */
+    if (!isfinite((float)lr_eff) || !isfinite((float)(p->scale * gscale))) {
+        st = PS_ERR_RANGE;
+        goto fail;
+    }
+    if (t->optim == PS_OPT_ADAM || t->optim == PS_OPT_ADAMW) {
+        const double b1 = t->opt.b1pow * t->h.beta1;
+        if (!isfinite((float)(lr_eff / (1.0 - b1)))) {
+            st = PS_ERR_RANGE;
+            goto fail;
+        }
+    }
+    /* 6. Everything that can fail before anything changes. */
+    if (p->id && t->dedup_max) {
+        de = PSTensor_DedupFind(t, p->id, p->idlen);
+        if (!de && !(idcopy = dedup_prepare(t, p->id, p->idlen))) {
+            st = PS_ERR_OOM;
+            goto fail;
+        }
+    }
+    if (PSTensor_MakeWritable(t) != PS_OK) {
+        st = PS_ERR_OOM;
+        goto fail;
     }
 
     if (t->sync_n) {
         if (!t->round_acc) {
             t->round_acc = PSBuf_New(t->n, 1);
             if (!t->round_acc) {
-                PSTensor_Dealloc(mem);
-                PSTensor_Dealloc(idcopy);
-                return PS_ERR_OOM;
+                st = PS_ERR_OOM;
+                goto fail;
             }
         }
         float *acc = t->round_acc->v;
@@ -565,7 +579,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         }
         t->round_count++;
         r->version = t->version + 1;
-        int st = PS_PENDING;
+        st = PS_PENDING;
         if (t->round_count >= t->sync_n) {
             close_round(t);
             st = PS_OK;
@@ -588,7 +602,11 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
 
 nonfinite:
     t->stats.nonfinite_rejects++;
-    return PS_ERR_NONFINITE;
+    st = PS_ERR_NONFINITE;
+fail:
+    PSTensor_Dealloc(mem);
+    PSTensor_Dealloc(idcopy);
+    return st;
 }
 
 int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes) {

@@ -24,6 +24,7 @@ enum {
     PS_ERR_NONFINITE, /* NaN or Inf in the gradient */
     PS_ERR_FUTURE,    /* VERSION newer than the tensor */
     PS_ERR_ROUND,     /* sync mode: push for an older round */
+    PS_ERR_RANGE,     /* effective step size not representable in float32 */
     PS_DUPLICATE,     /* ID seq already applied: nothing done */
     PS_PENDING        /* sync mode: gradient added to the open round */
 };
