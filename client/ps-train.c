@@ -1,0 +1,328 @@
+/* ps-train.c -- the redis-ps training tool: command line and dispatch.
+ *
+ *   ps-train init|work|eval|run|status|snapshot --addr A --job J [flags]
+ *
+ * Every subcommand has --help. Flags are parsed strictly from one table
+ * (name, type, bounds, subcommands that take it); an error names the flag
+ * and the problem and exits with TR_EXIT_USAGE (2). Runtime failures exit
+ * with TR_EXIT_FAIL (1). The work itself is in train_*.c. */
+
+#include <errno.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "train_job.h"
+
+/* Subcommand bits. */
+#define C_INIT (1 << 0)
+#define C_WORK (1 << 1)
+#define C_EVAL (1 << 2)
+#define C_RUN (1 << 3)
+#define C_STATUS (1 << 4)
+#define C_SNAP (1 << 5)
+#define C_ALL (C_INIT | C_WORK | C_EVAL | C_RUN | C_STATUS | C_SNAP)
+
+enum { F_STR, F_INT, F_LL, F_DBL, F_U64, F_FLAG };
+
+typedef struct flagDef {
+    const char *name;
+    int type;
+    size_t off;         /* offset in trainOpts */
+    double lo, hi;      /* bounds for numbers */
+    int cmds;           /* C_* that accept it */
+    const char *arg;    /* value placeholder for --help */
+    const char *help;
+} flagDef;
+
+#define O(f) offsetof(trainOpts, f)
+
+static const flagDef Flags[] = {
+    {"--addr", F_STR, O(addr), 0, 0, C_ALL, "HOST:PORT[,...]",
+     "server, or a comma list of cluster seeds (required)"},
+    {"--job", F_STR, O(job), 0, 0, C_ALL, "NAME", "job name: [A-Za-z0-9_.-], 1..64 (required)"},
+    {"--user", F_STR, O(user), 0, 0, C_ALL, "USER", "ACL user (default: env PS_USER)"},
+    {"--password", F_STR, O(password), 0, 0, C_ALL, "PASS", "password (default: env PS_PASSWORD)"},
+    {"--layers", F_STR, O(layers), 0, 0, C_INIT | C_RUN, "N0,N1,...", "MLP widths (784,128,10)"},
+    {"--optim", F_STR, O(optim), 0, 0, C_INIT | C_RUN, "NAME",
+     "server optimizer: sgd momentum nesterov adagrad rmsprop adam adamw (sgd)"},
+    {"--lr", F_DBL, O(lr), 1e-12, 1e6, C_INIT | C_RUN, "X", "learning rate (0.1)"},
+    {"--momentum", F_DBL, O(momentum), 0, 0.999999, C_INIT | C_RUN, "M",
+     "momentum for momentum/nesterov (server default 0.9)"},
+    {"--seed", F_U64, O(seed), 0, 0, C_INIT | C_RUN, "S", "init and shuffling seed (1)"},
+    {"--epochs", F_INT, O(epochs), 1, 10000, C_INIT | C_RUN, "E", "passes over the data (1)"},
+    {"--batch", F_INT, O(batch), 1, 65536, C_INIT | C_WORK | C_RUN, "B",
+     "mini-batch size (64; work: override the job's)"},
+    {"--shard-size", F_INT, O(shard_size), 1, 1 << 28, C_INIT | C_RUN, "N",
+     "samples per task (1000)"},
+    {"--partition-bytes", F_LL, O(partition_bytes), 4, 1LL << 40, C_INIT | C_RUN, "N",
+     "split tensors into keys of at most N bytes (libps default 1 MiB)"},
+    {"--data", F_STR, O(data), 0, 0, C_INIT | C_RUN, "DIR",
+     "Fashion-MNIST IDX dir (" PS_FASHION_MNIST_DIR ")"},
+    {"--csv", F_STR, O(csv), 0, 0, C_INIT | C_RUN, "FILE", "train on a numeric CSV instead"},
+    {"--test-csv", F_STR, O(test_csv), 0, 0, C_INIT | C_EVAL | C_RUN, "FILE",
+     "test CSV for eval (with --csv)"},
+    {"--label-col", F_INT, O(label_col), -100000, 100000, C_INIT | C_RUN, "K",
+     "CSV label column, negative from the end (-1)"},
+    {"--limit", F_INT, O(limit), 1, 1 << 28, C_INIT | C_RUN, "N",
+     "train on the first N samples only"},
+    {"--reset", F_FLAG, O(reset), 0, 0, C_INIT | C_RUN, NULL,
+     "delete the job's keys and tensors first"},
+    {"--name", F_STR, O(name), 0, 0, C_WORK, "NAME", "consumer name (hostname-pid)"},
+    {"--lease-ms", F_INT, O(lease_ms), 10, 1 << 30, C_WORK | C_RUN, "MS",
+     "a task idle this long is claimed by another worker (30000)"},
+    {"--window", F_INT, O(window), 1, 1024, C_WORK | C_RUN, "N", "outstanding pushes (2)"},
+    {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN, "N",
+     "WAIT for N replicas after each push (0)"},
+    {"--interval-ms", F_INT, O(interval_ms), 10, 1 << 30, C_WORK | C_RUN, "MS",
+     "progress interval (2000)"},
+    {"--progress", F_STR, O(progress), 0, 0, C_WORK | C_RUN, "MODE",
+     "auto | tty | line | none (auto: tty on a terminal)"},
+    {"--max-tasks", F_INT, O(max_tasks), 1, INT_MAX, C_WORK, "N",
+     "exit after N tasks (for tests)"},
+    {"--at", F_STR, O(at), 0, 0, C_EVAL | C_SNAP, "SNAPSHOT",
+     "eval: evaluate this snapshot; snapshot: its name"},
+    {"--min-acc", F_DBL, O(min_acc), 0, 1, C_EVAL | C_RUN, "A",
+     "exit 1 when the test accuracy is below A"},
+    {"--workers", F_INT, O(workers), 1, 256, C_RUN, "N", "local worker processes (2)"},
+    {"--threads", F_INT, O(threads), 1, 1024, C_ALL, "N",
+     "OpenBLAS threads (workers: 1)"},
+};
+#define NFLAGS (sizeof(Flags) / sizeof(Flags[0]))
+
+typedef struct cmdDef {
+    const char *name;
+    int bit;
+    const char *summary;
+} cmdDef;
+
+static const cmdDef Cmds[] = {
+    {"init", C_INIT, "create the model tensors, the job config and its task stream"},
+    {"work", C_WORK, "one worker: take tasks from the stream, train, push, ack"},
+    {"eval", C_EVAL, "pull the model (or a snapshot) and report test loss/accuracy"},
+    {"run", C_RUN, "init + N local workers + eval; prints accuracy, time, samples/s"},
+    {"status", C_STATUS, "tasks total/acked/pending, versions, per-worker progress"},
+    {"snapshot", C_SNAP, "PS.SNAPSHOT every partition of the model as --at NAME"},
+};
+#define NCMDS (sizeof(Cmds) / sizeof(Cmds[0]))
+
+static void usage_main(FILE *out) {
+    fprintf(out, "usage: ps-train <command> --addr HOST:PORT --job NAME [flags]\n\n"
+                 "Trains an MLP with the redis-ps parameter server.\n\ncommands:\n");
+    for (size_t i = 0; i < NCMDS; i++) fprintf(out, "  %-9s %s\n", Cmds[i].name, Cmds[i].summary);
+    fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
+                 "exit codes: 0 ok, 1 runtime failure, 2 usage error\n");
+}
+
+static void usage_cmd(FILE *out, const cmdDef *cd) {
+    fprintf(out, "usage: ps-train %s [flags]\n%s\n\nflags:\n", cd->name, cd->summary);
+    for (size_t i = 0; i < NFLAGS; i++) {
+        const flagDef *f = &Flags[i];
+        char left[64];
+        if (!(f->cmds & cd->bit)) continue;
+        snprintf(left, sizeof(left), "%s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
+        fprintf(out, "  %-28s %s\n", left, f->help);
+    }
+    if (cd->bit == C_RUN)
+        fprintf(out, "\nrun passes the work flags to its workers and evaluates at the end.\n");
+}
+
+static void set_defaults(trainOpts *o) {
+    memset(o, 0, sizeof(*o));
+    o->layers = "784,128,10";
+    o->optim = "sgd";
+    o->lr = 0.1;
+    o->momentum = -1;
+    o->seed = 1;
+    o->epochs = 1;
+    o->shard_size = 1000;
+    o->label_col = -1;
+    o->lease_ms = 30000;
+    o->window = 2;
+    o->interval_ms = 2000;
+    o->progress = "auto";
+    o->min_acc = -1;
+    o->workers = 2;
+}
+
+/* Parses one flag value into 'o'. Returns 0 or -1 (message printed). */
+static int parse_value(const char *cmd, const flagDef *f, const char *v, trainOpts *o) {
+    char *p = (char *)o + f->off;
+    char *end;
+    errno = 0;
+    switch (f->type) {
+    case F_STR:
+        if (*v == '\0') goto empty;
+        *(const char **)p = v;
+        return 0;
+    case F_INT:
+    case F_LL: {
+        long long n = strtoll(v, &end, 10);
+        if (errno || end == v || *end != '\0') goto notnum;
+        if ((double)n < f->lo || (double)n > f->hi) goto range;
+        if (f->type == F_INT)
+            *(int *)p = (int)n;
+        else
+            *(long long *)p = n;
+        return 0;
+    }
+    case F_DBL: {
+        double d = strtod(v, &end);
+        if (errno || end == v || *end != '\0' || d != d) goto notnum;
+        if (d < f->lo || d > f->hi) goto range;
+        *(double *)p = d;
+        return 0;
+    }
+    case F_U64: {
+        if (v[0] == '-') goto notnum;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (errno || end == v || *end != '\0') goto notnum;
+        *(uint64_t *)p = n;
+        return 0;
+    }
+    }
+    return -1;
+empty:
+    fprintf(stderr, "ps-train %s: %s: empty value\n", cmd, f->name);
+    return -1;
+notnum:
+    fprintf(stderr, "ps-train %s: %s: '%s' is not a valid %s\n", cmd, f->name, v,
+            f->type == F_DBL ? "number" : f->type == F_U64 ? "non-negative integer" : "integer");
+    return -1;
+range:
+    fprintf(stderr, "ps-train %s: %s: %s is out of range (%g .. %g)\n", cmd, f->name, v, f->lo,
+            f->hi);
+    return -1;
+}
+
+static int valid_job(const char *j) {
+    size_t n = strlen(j);
+    if (n == 0 || n > TR_JOB_MAX) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = j[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              ch == '_' || ch == '.' || ch == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Checks cross-flag rules after parsing. Returns 0 or -1 (printed). */
+static int validate(trainOpts *o, int bit) {
+    static const char *optims[] = {"sgd", "momentum", "nesterov", "adagrad",
+                                   "rmsprop", "adam", "adamw"};
+    const char *c = o->cmd;
+    if (!o->addr) {
+        fprintf(stderr, "ps-train %s: --addr is required\n", c);
+        return -1;
+    }
+    if (!o->job) {
+        fprintf(stderr, "ps-train %s: --job is required\n", c);
+        return -1;
+    }
+    if (!valid_job(o->job)) {
+        fprintf(stderr, "ps-train %s: --job: '%s' must be 1..%d of [A-Za-z0-9_.-]\n", c, o->job,
+                TR_JOB_MAX);
+        return -1;
+    }
+    if (bit & (C_INIT | C_RUN)) {
+        int ok = 0;
+        for (size_t i = 0; i < sizeof(optims) / sizeof(optims[0]); i++)
+            if (strcasecmp(o->optim, optims[i]) == 0) ok = 1;
+        if (!ok) {
+            fprintf(stderr, "ps-train %s: --optim: unknown optimizer '%s' (sgd momentum nesterov "
+                            "adagrad rmsprop adam adamw)\n", c, o->optim);
+            return -1;
+        }
+        char err[256];
+        int sizes[TR_MAX_LAYERS];
+        if (ps_parse_layers(o->layers, sizes, TR_MAX_LAYERS, err, sizeof(err)) < 0) {
+            fprintf(stderr, "ps-train %s: --layers: %s\n", c, err);
+            return -1;
+        }
+        if (o->data && o->csv) {
+            fprintf(stderr, "ps-train %s: --data and --csv are exclusive\n", c);
+            return -1;
+        }
+        if (o->test_csv && !o->csv) {
+            fprintf(stderr, "ps-train %s: --test-csv needs --csv\n", c);
+            return -1;
+        }
+    }
+    if (bit == C_SNAP && !o->at) {
+        fprintf(stderr, "ps-train snapshot: --at NAME is required\n");
+        return -1;
+    }
+    if (o->progress && strcmp(o->progress, "auto") && strcmp(o->progress, "tty") &&
+        strcmp(o->progress, "line") && strcmp(o->progress, "none")) {
+        fprintf(stderr, "ps-train %s: --progress: '%s' is not auto, tty, line or none\n", c,
+                o->progress);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    trainOpts o;
+    set_defaults(&o);
+    o.self = argv[0];
+    if (argc < 2) {
+        usage_main(stderr);
+        return TR_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage_main(stdout);
+        return TR_EXIT_OK;
+    }
+    const cmdDef *cd = NULL;
+    for (size_t i = 0; i < NCMDS; i++)
+        if (!strcmp(argv[1], Cmds[i].name)) cd = &Cmds[i];
+    if (!cd) {
+        fprintf(stderr, "ps-train: unknown command '%s'\n", argv[1]);
+        usage_main(stderr);
+        return TR_EXIT_USAGE;
+    }
+    o.cmd = cd->name;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage_cmd(stdout, cd);
+            return TR_EXIT_OK;
+        }
+        const flagDef *f = NULL;
+        for (size_t k = 0; k < NFLAGS; k++)
+            if (!strcmp(a, Flags[k].name)) f = &Flags[k];
+        if (!f) {
+            fprintf(stderr, "ps-train %s: unknown flag '%s' (see ps-train %s --help)\n", cd->name,
+                    a, cd->name);
+            return TR_EXIT_USAGE;
+        }
+        if (!(f->cmds & cd->bit)) {
+            fprintf(stderr, "ps-train %s: %s does not apply to %s\n", cd->name, a, cd->name);
+            return TR_EXIT_USAGE;
+        }
+        if (f->type == F_FLAG) {
+            *(int *)((char *)&o + f->off) = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ps-train %s: %s needs a value (%s)\n", cd->name, a, f->arg);
+            return TR_EXIT_USAGE;
+        }
+        if (parse_value(cd->name, f, argv[++i], &o) != 0) return TR_EXIT_USAGE;
+    }
+    if (validate(&o, cd->bit) != 0) return TR_EXIT_USAGE;
+
+    switch (cd->bit) {
+    case C_INIT: return tr_cmd_init(&o);
+    case C_WORK: return tr_cmd_work(&o);
+    case C_EVAL: return tr_cmd_eval(&o);
+    case C_RUN: return tr_cmd_run(&o, argc, argv);
+    case C_STATUS: return tr_cmd_status(&o);
+    case C_SNAP: return tr_cmd_snapshot(&o);
+    }
+    return TR_EXIT_USAGE;
+}

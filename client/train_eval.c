@@ -1,0 +1,296 @@
+/* train_eval.c -- ps-train eval and run.
+ *
+ * eval pulls the model (or, with --at, snapshot NAME of every partition) and
+ * evaluates it on the test split of the job's data. run = init + --workers
+ * local worker processes (fork + exec of this binary's "work") + eval, and
+ * prints the final accuracy, total time and samples/s. */
+
+#include <cblas.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "train_job.h"
+
+/* ========================================================================
+ * eval
+ * ====================================================================== */
+
+/* Pulls snapshot 'at' of every partition into params. Returns 0 or -1. */
+static int pull_snapshot(const trainOpts *o, psClient *c, psModel *m, float **params,
+                         uint64_t *version) {
+    *version = UINT64_MAX;
+    for (int t = 0; t < psModelNumTensors(m); t++) {
+        size_t elems = psModelTensorElements(m, t), rows = 0;
+        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
+            uint64_t first, nrows;
+            psModelPartitionRows(m, t, p, &first, &nrows);
+            rows += nrows;
+        }
+        size_t row_elems = elems / rows;
+        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
+            const char *key = psModelPartitionKey(m, t, p);
+            uint64_t first, nrows;
+            psModelPartitionRows(m, t, p, &first, &nrows);
+            redisReply *r = psCommand(c, key, "PS.PULL %s AT %s", key, o->at);
+            if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+                r->element[1]->type != REDIS_REPLY_STRING ||
+                r->element[1]->len != nrows * row_elems * sizeof(float)) {
+                tr_err(o, "--at %s: PS.PULL %s: %s", o->at, key,
+                       r == NULL ? c->errstr
+                       : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+                if (r) freeReplyObject(r);
+                return -1;
+            }
+            if ((uint64_t)r->element[0]->integer < *version) *version = r->element[0]->integer;
+            memcpy(params[t] + first * row_elems, r->element[1]->str, r->element[1]->len);
+            freeReplyObject(r);
+        }
+    }
+    return 0;
+}
+
+int tr_evaluate(const trainOpts *o, double *loss, double *acc, uint64_t *version, int *ntest) {
+    jobConfig cfg;
+    ps_mlp mlp = {0};
+    ps_dataset ds = {0};
+    psModel *m = NULL;
+    float **params = NULL;
+    char err[256];
+    int status = -1;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return -1;
+    int rc = tr_load_config(c, o->job, &cfg);
+    if (rc != 0) {
+        if (rc == 1) tr_err(o, "--job %s: no such job", o->job);
+        goto out;
+    }
+    if (strcmp(cfg.state, "ready") != 0) {
+        tr_err(o, "--job %s: init has not finished", o->job);
+        goto out;
+    }
+    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
+    if (tr_load_data(&cfg, o->test_csv, 0, &ds) != 0) goto out;
+    if (ds.dim != cfg.sizes[0]) {
+        tr_err(o, "the test data has %d features but the model's input is %d", ds.dim,
+               cfg.sizes[0]);
+        goto out;
+    }
+    if (ps_mlp_init(&mlp, cfg.sizes, cfg.nsizes, 1000, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        goto out;
+    }
+    params = calloc((size_t)psModelNumTensors(m), sizeof(float *));
+    if (params == NULL) goto out;
+    for (int l = 0; l < mlp.nlayers; l++) {
+        params[2 * l] = mlp.W[l];
+        params[2 * l + 1] = mlp.b[l];
+    }
+    uint64_t v = 0;
+    if (o->at) {
+        if (pull_snapshot(o, c, m, params, &v) != 0) goto out;
+    } else {
+        if (psModelPull(c, m, params, NULL) != PS_OK) {
+            tr_err(o, "pull: %s", c->errstr);
+            goto out;
+        }
+        v = psModelPartitionVersion(m, 0, 0);
+    }
+    ps_mlp_evaluate(&mlp, ds.x, ds.y, ds.n, loss, acc);
+    if (version) *version = v;
+    if (ntest) *ntest = ds.n;
+    status = 0;
+out:
+    free(params);
+    ps_mlp_free(&mlp);
+    ps_dataset_free(&ds);
+    psModelFree(m);
+    psClientFree(c);
+    return status;
+}
+
+int tr_cmd_eval(const trainOpts *o) {
+    double loss = 0, acc = 0;
+    uint64_t v = 0;
+    int n = 0;
+    if (o->threads > 0) openblas_set_num_threads(o->threads);
+    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
+    printf("eval job %s%s%s: test_loss=%.4f test_acc=%.4f on %d samples, model version %llu\n",
+           o->job, o->at ? " at " : "", o->at ? o->at : "", loss, acc, n, (unsigned long long)v);
+    if (o->min_acc >= 0 && acc < o->min_acc) {
+        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->min_acc);
+        return TR_EXIT_FAIL;
+    }
+    return TR_EXIT_OK;
+}
+
+/* ========================================================================
+ * run
+ * ====================================================================== */
+
+static pid_t *Children;
+static int NChildren;
+
+/* SIGINT/SIGTERM in run: pass it on to the workers (by pid) and let the
+ * wait loop collect them. */
+static void forward_signal(int sig) {
+    for (int i = 0; i < NChildren; i++)
+        if (Children[i] > 0) kill(Children[i], sig);
+}
+
+/* Spawns worker 'i' running "<self> work ...". Returns its pid or -1. */
+static pid_t spawn_worker(const trainOpts *o, int i) {
+    char name[128], lease[24], window[24], wait[24], interval[24], batch[24], threads[24];
+    const char *progress = o->progress;
+    if (!strcmp(progress, "auto")) progress = o->workers > 1 || !isatty(1) ? "line" : "tty";
+    snprintf(name, sizeof(name), "%s-w%d", o->job, i + 1);
+    snprintf(lease, sizeof(lease), "%d", o->lease_ms);
+    snprintf(window, sizeof(window), "%d", o->window);
+    snprintf(wait, sizeof(wait), "%d", o->wait);
+    snprintf(interval, sizeof(interval), "%d", o->interval_ms);
+    snprintf(batch, sizeof(batch), "%d", o->batch);
+    snprintf(threads, sizeof(threads), "%d", o->threads > 0 ? o->threads : 1);
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = o->self;
+    argv[n++] = "work";
+    argv[n++] = "--addr";
+    argv[n++] = o->addr;
+    argv[n++] = "--job";
+    argv[n++] = o->job;
+    argv[n++] = "--name";
+    argv[n++] = name;
+    argv[n++] = "--lease-ms";
+    argv[n++] = lease;
+    argv[n++] = "--window";
+    argv[n++] = window;
+    argv[n++] = "--wait";
+    argv[n++] = wait;
+    argv[n++] = "--interval-ms";
+    argv[n++] = interval;
+    argv[n++] = "--progress";
+    argv[n++] = progress;
+    argv[n++] = "--threads";
+    argv[n++] = threads;
+    if (o->batch > 0) {
+        argv[n++] = "--batch";
+        argv[n++] = batch;
+    }
+    if (o->user) {
+        argv[n++] = "--user";
+        argv[n++] = o->user;
+    }
+    argv[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        /* The password goes through the environment, not the process list. */
+        if (o->password) setenv("PS_PASSWORD", o->password, 1);
+        setenv("OPENBLAS_NUM_THREADS", threads, 1);
+        execv("/proc/self/exe", (char *const *)argv);
+        execvp(o->self, (char *const *)argv);
+        fprintf(stderr, "ps-train run: cannot exec %s: %s\n", o->self, strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Reads progress field 'f' of the job (0 when missing). */
+static long long progress_field(const trainOpts *o, const char *f) {
+    char key[128];
+    long long v = 0;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return 0;
+    tr_key(key, sizeof(key), o->job, "progress");
+    redisReply *r = psCommand(c, key, "HGET %s %s", key, f);
+    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
+    if (r) freeReplyObject(r);
+    psClientFree(c);
+    return v;
+}
+
+int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
+    (void)argc;
+    (void)argv;
+    double t0 = tr_now();
+    int rc = tr_cmd_init(o);
+    if (rc != TR_EXIT_OK) return rc;
+    long long samples0 = progress_field(o, "samples");
+
+    Children = calloc((size_t)o->workers, sizeof(pid_t));
+    if (Children == NULL) return TR_EXIT_FAIL;
+    NChildren = o->workers;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = forward_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    double t1 = tr_now();
+    printf("ps-train run: starting %d workers\n", o->workers);
+    for (int i = 0; i < o->workers; i++) {
+        Children[i] = spawn_worker(o, i);
+        if (Children[i] < 0) {
+            tr_err(o, "fork: %s", strerror(errno));
+            forward_signal(SIGTERM);
+            break;
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < o->workers; i++) {
+        if (Children[i] <= 0) {
+            failed++;
+            continue;
+        }
+        int st;
+        while (waitpid(Children[i], &st, 0) < 0 && errno == EINTR) {}
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            failed++;
+            if (WIFSIGNALED(st))
+                tr_err(o, "worker %d (pid %d) killed by signal %d", i + 1, (int)Children[i],
+                       WTERMSIG(st));
+            else
+                tr_err(o, "worker %d (pid %d) exited with %d", i + 1, (int)Children[i],
+                       WEXITSTATUS(st));
+        }
+        Children[i] = 0;
+    }
+    double train_secs = tr_now() - t1;
+    free(Children);
+    Children = NULL;
+    NChildren = 0;
+    if (failed == o->workers) {
+        tr_err(o, "every worker failed");
+        return TR_EXIT_FAIL;
+    }
+    long long samples = progress_field(o, "samples") - samples0;
+
+    double loss = 0, acc = 0;
+    uint64_t v = 0;
+    int n = 0;
+    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
+    double total = tr_now() - t0;
+    printf("ps-train run: job %s: test_loss=%.4f test_acc=%.4f (%d test samples, model version "
+           "%llu)\n", o->job, loss, acc, n, (unsigned long long)v);
+    printf("RESULT test_acc=%.4f test_loss=%.4f total_seconds=%.2f train_seconds=%.2f "
+           "samples=%lld samples_per_s=%.0f workers=%d\n",
+           acc, loss, total, train_secs, samples, train_secs > 0 ? samples / train_secs : 0.0,
+           o->workers);
+    fflush(stdout);
+    if (failed) {
+        tr_err(o, "%d of %d workers failed", failed, o->workers);
+        return TR_EXIT_FAIL;
+    }
+    if (o->min_acc >= 0 && acc < o->min_acc) {
+        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->min_acc);
+        return TR_EXIT_FAIL;
+    }
+    return TR_EXIT_OK;
+}

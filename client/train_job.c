@@ -1,0 +1,568 @@
+/* train_job.c -- ps-train: job keys and config, init, status, snapshot.
+ *
+ * A job is created by init in this order, so a re-run is safe and an
+ * interrupted init is detected rather than half-repeated:
+ *   1. HSETNX config state init     (0: the job exists; leave it alone)
+ *   2. load the data to learn its size, check the layers fit it
+ *   3. HSET the config fields, create the tensors with NX
+ *   4. XGROUP CREATE ... MKSTREAM, XADD one task per shard per epoch
+ *   5. HSET config state ready      (workers refuse a job not ready) */
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "train_job.h"
+
+/* ========================================================================
+ * Helpers
+ * ====================================================================== */
+
+const char *tr_key(char *buf, size_t len, const char *job, const char *what) {
+    snprintf(buf, len, "psjob:{%s}:%s", job, what);
+    return buf;
+}
+
+void tr_err(const trainOpts *o, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "ps-train %s: ", o->cmd);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double tr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void tr_sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
+    psOptions opt = {0};
+    opt.user = o->user;
+    opt.password = o->password;
+    opt.push_window = push_window;
+    opt.wait_replicas = wait_replicas;
+    psClient *c = psConnect(o->addr, &opt);
+    if (c == NULL) {
+        tr_err(o, "out of memory");
+        return NULL;
+    }
+    if (c->err) {
+        tr_err(o, "--addr %s: %s", o->addr, c->errstr);
+        psClientFree(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* Runs a command routed by 'key'; returns the reply, or NULL after printing
+ * the client error or the server error reply (which is freed). */
+static redisReply *cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...) {
+    va_list ap;
+    const char *argv[16];
+    size_t argl[16];
+    int argc = 0;
+    /* A tiny space-free formatter: every %s is one argument, literals split
+     * on spaces. Enough for the fixed commands used here. */
+    char lit[512];
+    snprintf(lit, sizeof(lit), "%s", fmt);
+    va_start(ap, fmt);
+    for (char *tok = strtok(lit, " "); tok && argc < 16; tok = strtok(NULL, " ")) {
+        argv[argc] = strcmp(tok, "%s") == 0 ? va_arg(ap, const char *) : tok;
+        argl[argc] = strlen(argv[argc]);
+        argc++;
+    }
+    va_end(ap);
+    redisReply *r = psCommandArgv(c, key, argc, argv, argl);
+    if (r == NULL) {
+        tr_err(o, "%s: %s", argv[0], c->errstr);
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        tr_err(o, "%s %s: %s", argv[0], argc > 1 ? argv[1] : "", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void copy_str(char *dst, size_t cap, const redisReply *v) {
+    size_t n = v->len < cap - 1 ? v->len : cap - 1;
+    memcpy(dst, v->str, n);
+    dst[n] = '\0';
+}
+
+int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
+    char key[128];
+    tr_key(key, sizeof(key), job, "config");
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->label_col = -1;
+    redisReply *r = psCommand(c, key, "HGETALL %s", key);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        fprintf(stderr, "ps-train: HGETALL %s: %s\n", key,
+                r ? (r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply") : c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    if (r->elements == 0) {
+        freeReplyObject(r);
+        return 1;
+    }
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        const char *f = r->element[i]->str;
+        redisReply *v = r->element[i + 1];
+        char num[64];
+        copy_str(num, sizeof(num), v);
+        if (!strcmp(f, "layers")) copy_str(cfg->layers, sizeof(cfg->layers), v);
+        else if (!strcmp(f, "optim")) copy_str(cfg->optim, sizeof(cfg->optim), v);
+        else if (!strcmp(f, "lr")) cfg->lr = strtod(num, NULL);
+        else if (!strcmp(f, "batch")) cfg->batch = atoi(num);
+        else if (!strcmp(f, "epochs")) cfg->epochs = atoi(num);
+        else if (!strcmp(f, "shard_size")) cfg->shard_size = atoi(num);
+        else if (!strcmp(f, "partition_bytes")) cfg->partition_bytes = atoll(num);
+        else if (!strcmp(f, "data")) copy_str(cfg->data, sizeof(cfg->data), v);
+        else if (!strcmp(f, "csv")) copy_str(cfg->csv, sizeof(cfg->csv), v);
+        else if (!strcmp(f, "test_csv")) copy_str(cfg->test_csv, sizeof(cfg->test_csv), v);
+        else if (!strcmp(f, "label_col")) cfg->label_col = atoi(num);
+        else if (!strcmp(f, "train_n")) cfg->train_n = atoi(num);
+        else if (!strcmp(f, "tasks")) cfg->tasks = atoll(num);
+        else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
+        else if (!strcmp(f, "state")) copy_str(cfg->state, sizeof(cfg->state), v);
+    }
+    freeReplyObject(r);
+    if (strcmp(cfg->state, "ready") == 0) {
+        char err[256];
+        cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));
+        if (cfg->nsizes < 0 || cfg->batch < 1) {
+            fprintf(stderr, "ps-train: job %s has a corrupt config (%s)\n", job,
+                    cfg->nsizes < 0 ? err : "batch");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+psModel *tr_model(psClient *c, const char *job, const jobConfig *cfg) {
+    psModel *m = psModelNew(job);
+    if (m == NULL) return NULL;
+    if (cfg->partition_bytes > 0) psModelSetPartitionBytes(m, (size_t)cfg->partition_bytes);
+    for (int l = 0; l + 1 < cfg->nsizes; l++) {
+        char name[16];
+        uint64_t wd[2] = {(uint64_t)cfg->sizes[l + 1], (uint64_t)cfg->sizes[l]};
+        uint64_t bd[1] = {(uint64_t)cfg->sizes[l + 1]};
+        snprintf(name, sizeof(name), "W%d", l);
+        if (psModelAddTensor(m, name, 2, wd) < 0) goto fail;
+        snprintf(name, sizeof(name), "b%d", l);
+        if (psModelAddTensor(m, name, 1, bd) < 0) goto fail;
+    }
+    if (psModelLayout(c, m) != PS_OK) goto fail;
+    return m;
+fail:
+    fprintf(stderr, "ps-train: model layout failed: %s\n", c->err ? c->errstr : "bad shape");
+    psModelFree(m);
+    return NULL;
+}
+
+int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train, ps_dataset *ds) {
+    char err[512];
+    int rc;
+    if (cfg->csv[0]) {
+        const char *path = train ? cfg->csv : (test_csv_override ? test_csv_override
+                                                : cfg->test_csv[0] ? cfg->test_csv : NULL);
+        if (path == NULL) {
+            fprintf(stderr, "ps-train: the job trains on CSV %s but has no test CSV "
+                            "(--test-csv FILE)\n", cfg->csv);
+            return -1;
+        }
+        rc = ps_dataset_load_csv(path, cfg->label_col, ds, err, sizeof(err));
+    } else {
+        rc = ps_dataset_fashion_mnist(cfg->data[0] ? cfg->data : NULL, train, ds, err, sizeof(err));
+    }
+    if (rc != 0) {
+        fprintf(stderr, "ps-train: %s\n", err);
+        return -1;
+    }
+    if (train && cfg->train_n > 0 && cfg->train_n < ds->n) ds->n = cfg->train_n;
+    return 0;
+}
+
+/* ========================================================================
+ * init
+ * ====================================================================== */
+
+/* DEL the job's non-tensor keys and, when its config is known, its tensors. */
+static int delete_job(const trainOpts *o, psClient *c) {
+    jobConfig cfg;
+    char k[4][128];
+    int rc = tr_load_config(c, o->job, &cfg);
+    if (rc < 0) return -1;
+    if (rc == 0 && cfg.nsizes > 0) {
+        psModel *m = tr_model(c, o->job, &cfg);
+        if (m == NULL) return -1;
+        int n = psModelDelete(c, m);
+        psModelFree(m);
+        if (n < 0) {
+            tr_err(o, "deleting the tensors: %s", c->errstr);
+            return -1;
+        }
+        printf("ps-train %s: --reset: deleted %d tensor keys of job %s\n", o->cmd, n, o->job);
+    }
+    tr_key(k[0], 128, o->job, "config");
+    tr_key(k[1], 128, o->job, "tasks");
+    tr_key(k[2], 128, o->job, "progress");
+    tr_key(k[3], 128, o->job, "done");
+    redisReply *r = cmd_ok(o, c, k[0], "DEL %s %s %s %s", k[0], k[1], k[2], k[3]);
+    if (r == NULL) return -1;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Creates the model tensors of 'cfg' with NX. Returns 0 or -1. */
+static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const jobConfig *cfg) {
+    char wopts[256], bopts[256], extra[64] = "";
+    if (o->momentum >= 0) snprintf(extra, sizeof(extra), " MOMENTUM %.17g", o->momentum);
+    snprintf(wopts, sizeof(wopts), "INIT HE SEED %llu OPTIM %s LR %.17g%s",
+             (unsigned long long)cfg->seed, cfg->optim, cfg->lr, extra);
+    snprintf(bopts, sizeof(bopts), "INIT ZEROS OPTIM %s LR %.17g%s", cfg->optim, cfg->lr, extra);
+    int created = 0, parts = 0;
+    for (int t = 0; t < psModelNumTensors(m); t++) {
+        int n = psModelCreateTensor(c, m, t, t % 2 == 0 ? wopts : bopts, 1);
+        if (n < 0) {
+            tr_err(o, "creating tensor %s: %s", psModelTensorName(m, t), c->errstr);
+            return -1;
+        }
+        created += n;
+        parts += psModelNumPartitions(m, t);
+    }
+    printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
+           o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+    return 0;
+}
+
+/* XADDs one task per shard per epoch, shard order shuffled per epoch.
+ * Returns the number of tasks or -1. */
+static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    char key[128];
+    tr_key(key, sizeof(key), o->job, "tasks");
+    redisReply *r = psCommand(c, key, "XGROUP CREATE %s %s 0 MKSTREAM", key, TR_GROUP);
+    if (r == NULL || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)) {
+        tr_err(o, "XGROUP CREATE %s: %s", key, r ? r->str : c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    int nshards = (cfg->train_n + cfg->shard_size - 1) / cfg->shard_size;
+    int *order = malloc((size_t)nshards * sizeof(int));
+    if (order == NULL) return -1;
+    ps_nn_rng rng;
+    ps_nn_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
+    long long n = 0;
+    for (int e = 1; e <= cfg->epochs; e++) {
+        for (int i = 0; i < nshards; i++) order[i] = i;
+        for (int i = nshards - 1; i > 0; i--) {
+            int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (int i = 0; i < nshards; i++) {
+            long long start = (long long)order[i] * cfg->shard_size;
+            long long cnt = cfg->train_n - start < cfg->shard_size ? cfg->train_n - start
+                                                                   : cfg->shard_size;
+            r = psCommand(c, key, "XADD %s * epoch %d start %lld count %lld", key, e, start, cnt);
+            if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+                tr_err(o, "XADD %s: %s", key, r ? r->str : c->errstr);
+                if (r) freeReplyObject(r);
+                free(order);
+                return -1;
+            }
+            freeReplyObject(r);
+            n++;
+        }
+    }
+    free(order);
+    return n;
+}
+
+int tr_cmd_init(const trainOpts *o) {
+    char ckey[128];
+    int status = TR_EXIT_FAIL;
+    psModel *m = NULL;
+    ps_dataset ds = {0};
+    jobConfig cfg;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return TR_EXIT_FAIL;
+    tr_key(ckey, sizeof(ckey), o->job, "config");
+    if (o->reset && delete_job(o, c) != 0) goto out;
+
+    redisReply *r = cmd_ok(o, c, ckey, "HSETNX %s state init", ckey);
+    if (r == NULL) goto out;
+    int fresh = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+    freeReplyObject(r);
+    if (!fresh) {
+        if (tr_load_config(c, o->job, &cfg) != 0) goto out;
+        if (strcmp(cfg.state, "ready") != 0) {
+            tr_err(o, "job %s: an earlier init did not finish (state %s); rerun with --reset",
+                   o->job, cfg.state);
+            goto out;
+        }
+        printf("ps-train %s: job %s is already initialized (layers %s, %lld tasks); using it as is\n", o->cmd, o->job,
+               cfg.layers, cfg.tasks);
+        status = TR_EXIT_OK;
+        goto out;
+    }
+
+    /* Fresh job: build the config from the flags and the data. */
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(cfg.layers, sizeof(cfg.layers), "%s", o->layers);
+    char err[256];
+    cfg.nsizes = ps_parse_layers(cfg.layers, cfg.sizes, TR_MAX_LAYERS, err, sizeof(err));
+    for (size_t i = 0; o->optim[i] && i + 1 < sizeof(cfg.optim); i++)
+        cfg.optim[i] = (char)(o->optim[i] >= 'a' && o->optim[i] <= 'z' ? o->optim[i] - 32
+                                                                       : o->optim[i]);
+    cfg.lr = o->lr;
+    cfg.batch = o->batch > 0 ? o->batch : 64;
+    cfg.epochs = o->epochs;
+    cfg.shard_size = o->shard_size;
+    cfg.partition_bytes = o->partition_bytes;
+    cfg.seed = o->seed;
+    cfg.label_col = o->label_col;
+    if (o->data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->data);
+    if (o->csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->csv);
+    if (o->test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->test_csv);
+    if (tr_load_data(&cfg, NULL, 1, &ds) != 0) goto undo;
+    if (cfg.sizes[0] != ds.dim) {
+        tr_err(o, "--layers: input width %d does not match the data's %d features", cfg.sizes[0],
+               ds.dim);
+        status = TR_EXIT_USAGE;
+        goto undo;
+    }
+    if (cfg.sizes[cfg.nsizes - 1] < ds.nclasses) {
+        tr_err(o, "--layers: output width %d is below the data's %d classes",
+               cfg.sizes[cfg.nsizes - 1], ds.nclasses);
+        status = TR_EXIT_USAGE;
+        goto undo;
+    }
+    cfg.train_n = o->limit > 0 && o->limit < ds.n ? o->limit : ds.n;
+
+    char nums[8][32];
+    snprintf(nums[0], 32, "%.17g", cfg.lr);
+    snprintf(nums[1], 32, "%d", cfg.batch);
+    snprintf(nums[2], 32, "%d", cfg.epochs);
+    snprintf(nums[3], 32, "%d", cfg.shard_size);
+    snprintf(nums[4], 32, "%lld", cfg.partition_bytes);
+    snprintf(nums[5], 32, "%d", cfg.label_col);
+    snprintf(nums[6], 32, "%d", cfg.train_n);
+    snprintf(nums[7], 32, "%llu", (unsigned long long)cfg.seed);
+    {
+        const char *argv[] = {"HSET", ckey, "layers", cfg.layers, "optim", cfg.optim,
+                              "lr", nums[0], "batch", nums[1], "epochs", nums[2],
+                              "shard_size", nums[3], "partition_bytes", nums[4],
+                              "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
+                              "label_col", nums[5], "train_n", nums[6], "seed", nums[7]};
+        int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+        size_t argl[sizeof(argv) / sizeof(argv[0])];
+        for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
+        r = psCommandArgv(c, ckey, argc, argv, argl);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            tr_err(o, "HSET %s: %s", ckey, r ? r->str : c->errstr);
+            if (r) freeReplyObject(r);
+            goto out;
+        }
+        freeReplyObject(r);
+    }
+    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
+    if (create_tensors(o, c, m, &cfg) != 0) goto out;
+    cfg.tasks = fill_tasks(o, c, &cfg);
+    if (cfg.tasks < 0) goto out;
+    char ntasks[32];
+    snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
+    r = cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
+    if (r == NULL) goto out;
+    freeReplyObject(r);
+    printf("ps-train %s: job %s: %d samples, %d epochs, shards of %d -> %lld tasks; batch %d\n",
+           o->cmd, o->job, cfg.train_n, cfg.epochs, cfg.shard_size, cfg.tasks, cfg.batch);
+    status = TR_EXIT_OK;
+    goto out;
+
+undo:
+    /* Nothing but the config marker was written: remove it so init can be rerun. */
+    r = psCommand(c, ckey, "DEL %s", ckey);
+    if (r) freeReplyObject(r);
+out:
+    ps_dataset_free(&ds);
+    psModelFree(m);
+    psClientFree(c);
+    return status;
+}
+
+/* ========================================================================
+ * status
+ * ====================================================================== */
+
+/* "host:port" of the master serving 'slot' according to CLUSTER SLOTS
+ * reply 'slots', or "?". */
+static const char *slot_owner(const redisReply *slots, long long slot, char *buf, size_t len) {
+    snprintf(buf, len, "?");
+    if (slots == NULL || slots->type != REDIS_REPLY_ARRAY) return buf;
+    for (size_t i = 0; i < slots->elements; i++) {
+        const redisReply *e = slots->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
+        if (slot >= e->element[0]->integer && slot <= e->element[1]->integer) {
+            const redisReply *n = e->element[2];
+            if (n->type == REDIS_REPLY_ARRAY && n->elements >= 2)
+                snprintf(buf, len, "%s:%lld", n->element[0]->str, n->element[1]->integer);
+            return buf;
+        }
+    }
+    return buf;
+}
+
+/* Prints every partition: key, rows, version, pushes and (cluster) node. */
+static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
+    redisReply *slots = c->cluster ? psCommand(c, NULL, "CLUSTER SLOTS") : NULL;
+    printf("partitions:\n");
+    for (int t = 0; t < psModelNumTensors(m); t++) {
+        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
+            const char *key = psModelPartitionKey(m, t, p);
+            uint64_t first, nrows;
+            long long version = -1, pushes = -1;
+            psModelPartitionRows(m, t, p, &first, &nrows);
+            redisReply *r = psCommand(c, key, "PS.INFO %s", key);
+            if (r && r->type == REDIS_REPLY_ARRAY) {
+                for (size_t i = 0; i + 1 < r->elements; i += 2) {
+                    if (r->element[i]->type != REDIS_REPLY_STRING) continue;
+                    if (!strcmp(r->element[i]->str, "version")) version = r->element[i + 1]->integer;
+                    if (!strcmp(r->element[i]->str, "pushes")) pushes = r->element[i + 1]->integer;
+                }
+            } else {
+                tr_err(o, "PS.INFO %s: %s", key, r ? r->str : c->errstr);
+            }
+            if (r) freeReplyObject(r);
+            char node[80] = "";
+            if (c->cluster) {
+                redisReply *s = psCommand(c, NULL, "CLUSTER KEYSLOT %s", key);
+                if (s && s->type == REDIS_REPLY_INTEGER) {
+                    char owner[64];
+                    snprintf(node, sizeof(node), "  slot %5lld on %s", s->integer,
+                             slot_owner(slots, s->integer, owner, sizeof(owner)));
+                }
+                if (s) freeReplyObject(s);
+            }
+            printf("  %-16s rows %5llu..%-5llu version %8lld pushes %8lld%s\n", key,
+                   (unsigned long long)first, (unsigned long long)(first + nrows - 1), version,
+                   pushes, node);
+        }
+    }
+    if (slots) freeReplyObject(slots);
+}
+
+int tr_cmd_status(const trainOpts *o) {
+    jobConfig cfg;
+    char tkey[128], pkey[128];
+    int status = TR_EXIT_FAIL;
+    psModel *m = NULL;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return TR_EXIT_FAIL;
+    int rc = tr_load_config(c, o->job, &cfg);
+    if (rc != 0) {
+        if (rc == 1) tr_err(o, "--job %s: no such job (run ps-train init first)", o->job);
+        goto out;
+    }
+    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
+           "shards of %d, %lld tasks\n", o->job, cfg.state, cfg.layers, cfg.optim, cfg.lr,
+           cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks);
+    tr_key(tkey, sizeof(tkey), o->job, "tasks");
+    tr_key(pkey, sizeof(pkey), o->job, "progress");
+
+    long long acked = 0, samples = 0, pending = 0;
+    redisReply *r = psCommand(c, pkey, "HGETALL %s", pkey);
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            if (!strcmp(r->element[i]->str, "acked")) acked = atoll(r->element[i + 1]->str);
+            if (!strcmp(r->element[i]->str, "samples")) samples = atoll(r->element[i + 1]->str);
+        }
+    }
+    redisReply *pend = psCommand(c, tkey, "XPENDING %s %s", tkey, TR_GROUP);
+    if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 1)
+        pending = pend->element[0]->integer;
+    printf("tasks: %lld total, %lld acked, %lld pending (taken, not acked), %lld not started\n",
+           cfg.tasks, acked, pending, cfg.tasks - acked - pending);
+    printf("samples trained: %lld\n", samples);
+    if (cfg.batch > 0 && cfg.shard_size > 0) {
+        /* Every task done once gives this many pushes per partition. */
+        long long per_epoch = 0;
+        for (long long s = 0; s < cfg.train_n; s += cfg.shard_size) {
+            long long n = cfg.train_n - s < cfg.shard_size ? cfg.train_n - s : cfg.shard_size;
+            per_epoch += (n + cfg.batch - 1) / cfg.batch;
+        }
+        printf("model pushes per partition when every task is trained once: %lld\n",
+               per_epoch * cfg.epochs);
+    }
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        printf("workers:\n");
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            const char *f = r->element[i]->str;
+            if (strncmp(f, "w:", 2) != 0) continue;
+            printf("  %-40s %s\n", f + 2, r->element[i + 1]->str);
+        }
+    }
+    if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 4 &&
+        pend->element[3]->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < pend->element[3]->elements; i++) {
+            redisReply *e = pend->element[3]->element[i];
+            printf("  pending on %s: %s tasks\n", e->element[0]->str, e->element[1]->str);
+        }
+    }
+    if (r) freeReplyObject(r);
+    if (pend) freeReplyObject(pend);
+    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
+    print_partitions(o, c, m);
+    status = TR_EXIT_OK;
+out:
+    psModelFree(m);
+    psClientFree(c);
+    return status;
+}
+
+/* ========================================================================
+ * snapshot
+ * ====================================================================== */
+
+int tr_cmd_snapshot(const trainOpts *o) {
+    jobConfig cfg;
+    int status = TR_EXIT_FAIL, n = 0;
+    psModel *m = NULL;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return TR_EXIT_FAIL;
+    int rc = tr_load_config(c, o->job, &cfg);
+    if (rc != 0) {
+        if (rc == 1) tr_err(o, "--job %s: no such job", o->job);
+        goto out;
+    }
+    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
+    for (int t = 0; t < psModelNumTensors(m); t++) {
+        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
+            const char *key = psModelPartitionKey(m, t, p);
+            redisReply *r = cmd_ok(o, c, key, "PS.SNAPSHOT %s %s", key, o->at);
+            if (r == NULL) goto out;
+            freeReplyObject(r);
+            n++;
+        }
+    }
+    printf("ps-train snapshot: %d partitions of job %s saved as '%s'\n", n, o->job, o->at);
+    status = TR_EXIT_OK;
+out:
+    psModelFree(m);
+    psClientFree(c);
+    return status;
+}

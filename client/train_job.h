@@ -1,0 +1,133 @@
+/* train_job.h -- shared declarations of the ps-train subcommands.
+ *
+ * ps-train.c parses the command line into a trainOpts and dispatches to one
+ * of the train_*.c files:
+ *   train_job.c    job keys, config hash, init, status, snapshot, helpers
+ *   train_work.c   the worker loop (work)
+ *   train_eval.c   eval and run
+ *
+ * Keys of job J. The model tensors are libps model "J" (keys "J:W0:0",
+ * "J:b0:0", ..., one per partition, no hash tag so a cluster spreads them).
+ * Everything else lives under the hash tag {J}, one cluster slot, so the
+ * worker can reach it with psCommand() routed by key:
+ *   psjob:{J}:config    hash: layers, optim, lr, batch, epochs, data, ...
+ *   psjob:{J}:tasks     stream: one entry per data shard per epoch
+ *                       (epoch, start, count), consumer group "workers"
+ *   psjob:{J}:progress  hash: acked, samples, w:<name>:tasks, ...
+ *   psjob:{J}:done      hash: task id -> times it was acked (always 1) */
+#ifndef PS_TRAIN_JOB_H
+#define PS_TRAIN_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "data.h"
+#include "nn.h"
+#include "ps.h"
+
+/* Exit codes of ps-train. */
+#define TR_EXIT_OK 0
+#define TR_EXIT_FAIL 1  /* runtime failure: server, data, training */
+#define TR_EXIT_USAGE 2 /* bad command line */
+
+#define TR_MAX_LAYERS 16
+#define TR_GROUP "workers"
+#define TR_JOB_MAX 64
+
+/* Every option of every subcommand; each subcommand reads the ones it has. */
+typedef struct trainOpts {
+    const char *cmd;            /* subcommand name */
+    const char *self;           /* argv[0] as given */
+    /* connection */
+    const char *addr;
+    const char *job;
+    const char *user, *password;
+    /* init: model and job */
+    const char *layers;         /* "784,128,10" */
+    const char *optim;          /* upper case PS.CREATE OPTIM name */
+    double lr;
+    double momentum;            /* < 0: server default */
+    uint64_t seed;
+    int epochs;
+    int batch;                  /* 0: from the job config (work) */
+    int shard_size;             /* samples per task */
+    long long partition_bytes;  /* 0: libps default */
+    const char *data;           /* IDX dir (NULL: Fashion-MNIST default) */
+    const char *csv;            /* train CSV (instead of IDX) */
+    const char *test_csv;       /* test CSV for eval */
+    int label_col;
+    int limit;                  /* 0: all train samples */
+    int reset;                  /* delete the job first */
+    /* work */
+    const char *name;
+    int lease_ms;
+    int window;
+    int wait;
+    int interval_ms;
+    const char *progress;       /* auto | tty | line | none */
+    int max_tasks;              /* 0: no limit (tests) */
+    /* eval */
+    const char *at;
+    double min_acc;             /* < 0: no requirement */
+    /* run */
+    int workers;
+    /* misc */
+    int threads;                /* OpenBLAS threads, 0: default (1 for workers) */
+} trainOpts;
+
+/* The job configuration as stored in psjob:{J}:config. */
+typedef struct jobConfig {
+    char layers[256];
+    int sizes[TR_MAX_LAYERS];
+    int nsizes;
+    char optim[16];
+    double lr;
+    int batch;
+    int epochs;
+    int shard_size;
+    long long partition_bytes;
+    char data[512];
+    char csv[512];
+    char test_csv[512];
+    int label_col;
+    int train_n;                /* samples the tasks cover */
+    long long tasks;            /* stream entries written */
+    uint64_t seed;
+    char state[16];             /* "init" while being created, then "ready" */
+} jobConfig;
+
+/* ---- train_job.c ---- */
+
+/* Builds key "psjob:{job}:<what>" into 'buf'. Returns buf. */
+const char *tr_key(char *buf, size_t len, const char *job, const char *what);
+/* Connects with the options' address and credentials; prints the error and
+ * returns NULL on failure. */
+psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas);
+/* Loads the config of o->job into 'cfg'. Returns 0, 1 when there is no such
+ * job, -1 on error (printed). */
+int tr_load_config(psClient *c, const char *job, jobConfig *cfg);
+/* A libps model of the job's tensors W<l>/b<l>, laid out. NULL on error. */
+psModel *tr_model(psClient *c, const char *job, const jobConfig *cfg);
+/* Loads the train (train=1) or test split named by the config (or the
+ * overrides in 'o' when not NULL). Returns 0 or -1 (printed). */
+int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train, ps_dataset *ds);
+/* Prints an error with the subcommand prefix. */
+void tr_err(const trainOpts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double tr_now(void);
+void tr_sleep_ms(long ms);
+
+int tr_cmd_init(const trainOpts *o);
+int tr_cmd_status(const trainOpts *o);
+int tr_cmd_snapshot(const trainOpts *o);
+
+/* ---- train_work.c ---- */
+int tr_cmd_work(const trainOpts *o);
+
+/* ---- train_eval.c ---- */
+/* Evaluates the job's model (or snapshot o->at) on the test split; writes
+ * loss/accuracy/version when the pointers are not NULL. Returns 0 or -1. */
+int tr_evaluate(const trainOpts *o, double *loss, double *acc, uint64_t *version, int *ntest);
+int tr_cmd_eval(const trainOpts *o);
+int tr_cmd_run(const trainOpts *o, int argc, char **argv);
+
+#endif

@@ -1,0 +1,420 @@
+/* train_work.c -- ps-train work: one worker process.
+ *
+ * Loop: take a task (XREADGROUP ">" as consumer --name; when no task is new,
+ * XAUTOCLAIM one idle past --lease-ms: its worker died), train on its shard
+ * (per mini-batch: pull the model, compute the mean gradient, push it with
+ * the versions of the pull), then XACK it. Only the worker whose XACK
+ * answers 1 counts the task in the progress hash, so every task is counted
+ * once even when a slow worker and a claimer both finish it. While a task
+ * runs its lease is renewed (XCLAIM ... JUSTID by its owner) every third of
+ * the lease; a worker that finds its task owned by another abandons it.
+ * The worker exits when nothing is new, nothing is claimable and nothing is
+ * pending in the group. */
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "train_job.h"
+
+typedef struct task {
+    char id[64];
+    int epoch;
+    long long start, count;
+} task;
+
+typedef struct worker {
+    const trainOpts *o;
+    psClient *c;
+    psModel *m;
+    jobConfig cfg;
+    ps_dataset ds;
+    ps_mlp mlp;
+    float **params, **grads;
+    float *xb;
+    int32_t *yb;
+    int *perm;
+    char name[128];
+    char tkey[128], pkey[128], dkey[128];
+    int batch;
+    int tty;                /* overwrite one line instead of printing lines */
+    int quiet;
+    /* counters */
+    long long tasks_done, samples, claimed, lost;
+    double t0, last_print;
+    long long win_samples;  /* since last print */
+    double win_loss;
+    long long win_batches;
+    double win_stale;
+    long long win_stale_n;
+    uint64_t last_version;
+    int cur_epoch;
+} worker;
+
+/* ========================================================================
+ * Stream replies
+ * ====================================================================== */
+
+/* Fills 't' from a stream entry [id, [field, value, ...]]. Returns 0, or -1
+ * for an entry that is nil (deleted) or malformed. */
+static int parse_entry(const redisReply *e, task *t) {
+    memset(t, 0, sizeof(*t));
+    t->count = -1;
+    if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
+        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_ARRAY)
+        return -1;
+    snprintf(t->id, sizeof(t->id), "%s", e->element[0]->str);
+    const redisReply *f = e->element[1];
+    for (size_t i = 0; i + 1 < f->elements; i += 2) {
+        const char *k = f->element[i]->str, *v = f->element[i + 1]->str;
+        if (!strcmp(k, "epoch")) t->epoch = atoi(v);
+        else if (!strcmp(k, "start")) t->start = atoll(v);
+        else if (!strcmp(k, "count")) t->count = atoll(v);
+    }
+    return t->count >= 0 ? 0 : -1;
+}
+
+/* Takes the next task. Returns 1 with 't' filled, 0 when the job is done,
+ * -1 on error. Waits (polling) while tasks are pending on live workers. */
+static int next_task(worker *w, task *t) {
+    for (;;) {
+        redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >",
+                                  TR_GROUP, w->name, w->tkey);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+            const redisReply *entries = r->element[0]->element[1];
+            int ok = entries->elements == 1 ? parse_entry(entries->element[0], t) : -1;
+            freeReplyObject(r);
+            if (ok == 0) return 1;
+            continue;
+        }
+        freeReplyObject(r);
+
+        r = psCommand(w->c, w->tkey, "XAUTOCLAIM %s %s %s %d 0-0 COUNT 1", w->tkey, TR_GROUP,
+                      w->name, w->o->lease_ms);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
+            r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements >= 1) {
+            int ok = parse_entry(r->element[1]->element[0], t);
+            freeReplyObject(r);
+            if (ok == 0) {
+                w->claimed++;
+                if (!w->quiet)
+                    printf("[%s] claimed task %s (epoch %d, samples %lld..%lld) idle > %d ms\n",
+                           w->name, t->id, t->epoch, t->start, t->start + t->count - 1,
+                           w->o->lease_ms);
+                return 1;
+            }
+            continue;
+        }
+        freeReplyObject(r);
+
+        r = psCommand(w->c, w->tkey, "XPENDING %s %s", w->tkey, TR_GROUP);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) goto fail;
+        long long pending = r->element[0]->integer;
+        freeReplyObject(r);
+        if (pending == 0) return 0;
+        /* Others hold tasks within their lease: wait for them to finish or die. */
+        tr_sleep_ms(w->o->lease_ms < 1000 ? w->o->lease_ms / 4 + 1 : 250);
+    }
+fail:
+    tr_err(w->o, "[%s] reading tasks: %s", w->name,
+           w->c->err ? w->c->errstr : "server error or unexpected reply");
+    return -1;
+}
+
+/* Renews the lease of 't' if this worker still owns it. Returns 1 when
+ * owned, 0 when another worker took it (or it was acked), -1 on error. */
+static int renew_lease(worker *w, const task *t) {
+    redisReply *r = psCommand(w->c, w->tkey, "XPENDING %s %s %s %s 1", w->tkey, TR_GROUP, t->id,
+                              t->id);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    int mine = r->elements == 1 && r->element[0]->elements >= 2 &&
+               strcmp(r->element[0]->element[1]->str, w->name) == 0;
+    freeReplyObject(r);
+    if (!mine) return 0;
+    r = psCommand(w->c, w->tkey, "XCLAIM %s %s %s 0 %s JUSTID", w->tkey, TR_GROUP, w->name, t->id);
+    if (r) freeReplyObject(r);
+    return 1;
+}
+
+/* ========================================================================
+ * Progress
+ * ====================================================================== */
+
+static void print_progress(worker *w, int final) {
+    double now = tr_now();
+    double dt = now - w->last_print;
+    if (w->quiet || (!final && dt * 1000 < w->o->interval_ms)) return;
+    double rate = dt > 0 ? w->win_samples / dt : 0;
+    char line[320];
+    snprintf(line, sizeof(line),
+             "[%s] epoch %d | tasks %lld | samples %lld | %.0f samples/s | loss %.4f | "
+             "version %llu | staleness %.2f | retries %llu | stale-rejects %llu",
+             w->name, w->cur_epoch, w->tasks_done, w->samples, rate,
+             w->win_batches ? w->win_loss / w->win_batches : 0.0,
+             (unsigned long long)w->last_version,
+             w->win_stale_n ? w->win_stale / w->win_stale_n : 0.0,
+             (unsigned long long)w->c->stats.retries,
+             (unsigned long long)w->c->stats.stale_rejects);
+    if (w->tty)
+        printf("\r%s\033[K%s", line, final ? "\n" : "");
+    else
+        printf("%s\n", line);
+    fflush(stdout);
+    if (w->win_batches) {
+        char loss[32], rs[32], f1[160], f2[160];
+        snprintf(loss, sizeof(loss), "%.4f", w->win_loss / w->win_batches);
+        snprintf(rs, sizeof(rs), "%.0f", rate);
+        snprintf(f1, sizeof(f1), "w:%s:loss", w->name);
+        snprintf(f2, sizeof(f2), "w:%s:samples_per_s", w->name);
+        redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s", w->pkey, f1, loss, f2, rs);
+        if (r) freeReplyObject(r);
+    }
+    w->last_print = now;
+    w->win_samples = 0;
+    w->win_loss = 0;
+    w->win_batches = 0;
+    w->win_stale = 0;
+    w->win_stale_n = 0;
+}
+
+/* ========================================================================
+ * Training
+ * ====================================================================== */
+
+/* One pull / gradient / push step on rows perm[0..nb). Returns 0 or -1. */
+static int step(worker *w, const int *rows, int nb) {
+    size_t dim = (size_t)w->ds.dim;
+    for (int i = 0; i < nb; i++) {
+        memcpy(w->xb + (size_t)i * dim, w->ds.x + (size_t)rows[i] * dim, dim * sizeof(float));
+        w->yb[i] = w->ds.y[rows[i]];
+    }
+    if (psModelPull(w->c, w->m, w->params, NULL) != PS_OK) {
+        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    uint64_t v = psModelPartitionVersion(w->m, 0, 0);
+    if (w->last_version > 0 || w->samples > 0) {
+        /* Pushes by others between two pulls (ours is one of them). */
+        double s = (double)v - (double)w->last_version - 1;
+        w->win_stale += s > 0 ? s : 0;
+        w->win_stale_n++;
+    }
+    w->last_version = v;
+    float loss = ps_mlp_grad(&w->mlp, w->xb, w->yb, nb);
+    if (loss != loss) {
+        tr_err(w->o, "[%s] gradient failed (bad label or batch)", w->name);
+        return -1;
+    }
+    if (psModelPush(w->c, w->m, (const float *const *)w->grads, NULL, 1.0f) != PS_OK) {
+        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    w->win_loss += loss;
+    w->win_batches++;
+    w->win_samples += nb;
+    w->samples += nb;
+    return 0;
+}
+
+/* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error. */
+static int run_task(worker *w, const task *t) {
+    if (t->start < 0 || t->count < 0 || t->start + t->count > w->ds.n) {
+        tr_err(w->o, "[%s] task %s covers samples %lld..%lld but the data has %d", w->name, t->id,
+               t->start, t->start + t->count - 1, w->ds.n);
+        return -1;
+    }
+    w->cur_epoch = t->epoch;
+    int n = (int)t->count;
+    for (int i = 0; i < n; i++) w->perm[i] = (int)t->start + i;
+    ps_nn_rng rng;
+    ps_nn_rng_seed(&rng, w->cfg.seed ^ ((uint64_t)t->epoch << 40) ^ (uint64_t)t->start);
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), x = w->perm[i];
+        w->perm[i] = w->perm[j];
+        w->perm[j] = x;
+    }
+    double renew_at = tr_now() + w->o->lease_ms / 3000.0;
+    for (int s = 0; s < n; s += w->batch) {
+        int nb = n - s < w->batch ? n - s : w->batch;
+        if (step(w, w->perm + s, nb) != 0) return -1;
+        print_progress(w, 0);
+        if (tr_now() >= renew_at) {
+            int own = renew_lease(w, t);
+            if (own < 0) {
+                tr_err(w->o, "[%s] renewing the lease of %s: %s", w->name, t->id, w->c->errstr);
+                return -1;
+            }
+            if (own == 0) return 0;
+            renew_at = tr_now() + w->o->lease_ms / 3000.0;
+        }
+    }
+    return 1;
+}
+
+/* XACKs 't' and, when this worker's ack was the one, counts it. Returns 0
+ * or -1. */
+static int ack_task(worker *w, const task *t) {
+    if (psDrain(w->c) != PS_OK) {
+        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    redisReply *r = psCommand(w->c, w->tkey, "XACK %s %s %s", w->tkey, TR_GROUP, t->id);
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+        tr_err(w->o, "[%s] XACK %s: %s", w->name, t->id, r ? r->str : w->c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    long long acked = r->integer;
+    freeReplyObject(r);
+    if (acked != 1) {
+        w->lost++;
+        if (!w->quiet) printf("[%s] task %s was already acked by another worker\n", w->name, t->id);
+        return 0;
+    }
+    char ft[160], fs[160];
+    snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
+    snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
+    const char *cmds[][4] = {{"HINCRBY", w->dkey, t->id, "1"},
+                             {"HINCRBY", w->pkey, "acked", "1"},
+                             {"HINCRBY", w->pkey, "samples", NULL},
+                             {"HINCRBY", w->pkey, ft, "1"},
+                             {"HINCRBY", w->pkey, fs, NULL}};
+    char cnt[32];
+    snprintf(cnt, sizeof(cnt), "%lld", t->count);
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+        if (cmds[i][3] == NULL) cmds[i][3] = cnt;
+        size_t argl[4];
+        for (int k = 0; k < 4; k++) argl[k] = strlen(cmds[i][k]);
+        r = psCommandArgv(w->c, cmds[i][1], 4, cmds[i], argl);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            tr_err(w->o, "[%s] HINCRBY %s: %s", w->name, cmds[i][1], r ? r->str : w->c->errstr);
+            if (r) freeReplyObject(r);
+            return -1;
+        }
+        freeReplyObject(r);
+    }
+    w->tasks_done++;
+    return 0;
+}
+
+static int setup(worker *w) {
+    const trainOpts *o = w->o;
+    char err[256];
+    int rc = tr_load_config(w->c, o->job, &w->cfg);
+    if (rc != 0) {
+        if (rc == 1) tr_err(o, "--job %s: no such job (run ps-train init first)", o->job);
+        return -1;
+    }
+    if (strcmp(w->cfg.state, "ready") != 0) {
+        tr_err(o, "--job %s: init has not finished (state %s)", o->job, w->cfg.state);
+        return -1;
+    }
+    w->batch = o->batch > 0 ? o->batch : w->cfg.batch;
+    if ((w->m = tr_model(w->c, o->job, &w->cfg)) == NULL) return -1;
+    if (tr_load_data(&w->cfg, NULL, 1, &w->ds) != 0) return -1;
+    if (w->ds.dim != w->cfg.sizes[0]) {
+        tr_err(o, "the data has %d features but the model's input is %d", w->ds.dim,
+               w->cfg.sizes[0]);
+        return -1;
+    }
+    if (ps_mlp_init(&w->mlp, w->cfg.sizes, w->cfg.nsizes, w->batch, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        return -1;
+    }
+    int nt = psModelNumTensors(w->m);
+    w->params = calloc((size_t)nt, sizeof(float *));
+    w->grads = calloc((size_t)nt, sizeof(float *));
+    w->xb = malloc((size_t)w->batch * (size_t)w->ds.dim * sizeof(float));
+    w->yb = malloc((size_t)w->batch * sizeof(int32_t));
+    w->perm = malloc((size_t)(w->cfg.shard_size > w->ds.n ? w->ds.n : w->cfg.shard_size) *
+                     sizeof(int) + sizeof(int));
+    if (!w->params || !w->grads || !w->xb || !w->yb || !w->perm) {
+        tr_err(o, "out of memory");
+        return -1;
+    }
+    for (int l = 0; l < w->mlp.nlayers; l++) {
+        w->params[2 * l] = w->mlp.W[l];
+        w->params[2 * l + 1] = w->mlp.b[l];
+        w->grads[2 * l] = w->mlp.gW[l];
+        w->grads[2 * l + 1] = w->mlp.gb[l];
+    }
+    return 0;
+}
+
+int tr_cmd_work(const trainOpts *o) {
+    worker w;
+    memset(&w, 0, sizeof(w));
+    w.o = o;
+    if (o->name)
+        snprintf(w.name, sizeof(w.name), "%s", o->name);
+    else {
+        char host[64] = "host";
+        gethostname(host, sizeof(host) - 1);
+        snprintf(w.name, sizeof(w.name), "%s-%d", host, (int)getpid());
+    }
+    w.tty = !strcmp(o->progress, "tty") || (!strcmp(o->progress, "auto") && isatty(1));
+    w.quiet = !strcmp(o->progress, "none");
+    openblas_set_num_threads(o->threads > 0 ? o->threads : 1);
+    tr_key(w.tkey, sizeof(w.tkey), o->job, "tasks");
+    tr_key(w.pkey, sizeof(w.pkey), o->job, "progress");
+    tr_key(w.dkey, sizeof(w.dkey), o->job, "done");
+
+    int status = TR_EXIT_FAIL;
+    w.c = tr_connect(o, o->window, o->wait);
+    if (w.c == NULL) return TR_EXIT_FAIL;
+    if (setup(&w) != 0) goto out;
+    w.t0 = w.last_print = tr_now();
+    if (!w.quiet) {
+        printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d\n", w.name, o->job,
+               w.cfg.layers, w.batch, w.ds.n, o->window);
+        fflush(stdout);
+    }
+    for (;;) {
+        if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
+        task t;
+        int rc = next_task(&w, &t);
+        if (rc < 0) goto out;
+        if (rc == 0) break;
+        rc = run_task(&w, &t);
+        if (rc < 0) goto out;
+        if (rc == 0) {
+            w.lost++;
+            if (!w.quiet)
+                printf("[%s] task %s was claimed by another worker; abandoned\n", w.name, t.id);
+            continue;
+        }
+        if (ack_task(&w, &t) != 0) goto out;
+    }
+    if (psDrain(w.c) != PS_OK) {
+        tr_err(o, "[%s] push: %s", w.name, w.c->errstr);
+        goto out;
+    }
+    print_progress(&w, 1);
+    double secs = tr_now() - w.t0;
+    if (!w.quiet)
+        printf("[%s] done: %lld tasks (%lld claimed from others, %lld lost), %lld samples in "
+               "%.1fs = %.0f samples/s, pushes %llu, retries %llu\n",
+               w.name, w.tasks_done, w.claimed, w.lost, w.samples, secs,
+               secs > 0 ? w.samples / secs : 0.0, (unsigned long long)w.c->stats.pushes,
+               (unsigned long long)w.c->stats.retries);
+    status = TR_EXIT_OK;
+out:
+    fflush(stdout);
+    free(w.params);
+    free(w.grads);
+    free(w.xb);
+    free(w.yb);
+    free(w.perm);
+    ps_mlp_free(&w.mlp);
+    ps_dataset_free(&w.ds);
+    psModelFree(w.m);
+    psClientFree(w.c);
+    return status;
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# demo-cluster.sh -- `make demo-cluster`: 3 masters + 3 replicas with the ps
+# module on loopback (redis-cli --cluster create --cluster-replicas 1), one
+# training run whose tensors are split into small partitions so the masters
+# share them, a table of where the partitions live, then every server is
+# stopped by pid.
+#
+# With DEMO_KILL_MASTER=1 the master holding W0's first partition is killed
+# (SIGKILL) mid-run; its replica is promoted and training finishes there
+# (pushes carry ID client seq, so a resent push is not applied twice).
+#
+# Environment: REDIS_SERVER, DEMO_WORKERS (2), DEMO_EPOCHS (10), DEMO_LAYERS
+# (784,128,10), DEMO_OPTIM (adam), DEMO_LR (0.001), DEMO_PARTITION_BYTES
+# (65536: W0 = 128 rows x 3136 bytes becomes 7 keys), DEMO_MIN_ACC (0.87).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+PS_TRAIN="$REPO/build/ps-train"
+MODULE="$REPO/build/ps.so"
+for f in "$PS_TRAIN" "$MODULE"; do
+    [ -f "$f" ] || { echo "demo-cluster: $f is missing: run make first" >&2; exit 1; }
+done
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo-cluster.XXXXXX")
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Six free loopback ports P whose cluster bus port P+10000 is free too.
+PORTS=($(python3 - <<'PY'
+import socket
+ports = []
+def free(p):
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p)); return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+while len(ports) < 6:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
+    if p + 10000 <= 65535 and p not in ports and free(p + 10000):
+        ports.append(p)
+print(" ".join(map(str, ports)))
+PY
+))
+
+ADDRS=()
+for port in "${PORTS[@]}"; do
+    mkdir -p "$DIR/$port"
+    "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --dir "$DIR/$port" --save "" \
+        --appendonly no --daemonize no --logfile "$DIR/$port/redis.log" \
+        --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+        --loadmodule "$MODULE" &
+    PIDS+=($!)
+    ADDRS+=("127.0.0.1:$port")
+done
+for port in "${PORTS[@]}"; do
+    for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.05; done
+done
+echo "demo-cluster: 6 servers (pids ${PIDS[*]}) on ports ${PORTS[*]}"
+redis-cli --cluster create "${ADDRS[@]}" --cluster-replicas 1 --cluster-yes >"$DIR/create.log" 2>&1 ||
+    { cat "$DIR/create.log" >&2; exit 1; }
+# Ready when every node says cluster_state:ok and the 3 replicas have their link up.
+for _ in $(seq 300); do
+    ok=0
+    for port in "${PORTS[@]}"; do
+        redis-cli -p "$port" cluster info 2>/dev/null | grep -q cluster_state:ok && ok=$((ok + 1))
+        redis-cli -p "$port" info replication 2>/dev/null | grep -q master_link_status:up && ok=$((ok + 1))
+    done
+    [ $ok -eq 9 ] && break
+    sleep 0.1
+done
+[ $ok -eq 9 ] || { echo "demo-cluster: cluster not ready (cluster_state:ok + 3 replicas linked)" >&2; exit 1; }
+echo "demo-cluster: cluster ok:"
+redis-cli -p "${PORTS[0]}" cluster nodes | sort -k2 |
+    awk '{split($2,a,"@"); if ($3 ~ /master/) print "  " a[1] " master  slots " $9; else print "  " a[1] " replica of " $4}'
+
+SEEDS=$(IFS=,; echo "${ADDRS[*]:0:3}")
+ARGS=(--addr "$SEEDS" --job demo)
+"$PS_TRAIN" init "${ARGS[@]}" --layers "${DEMO_LAYERS:-784,128,10}" --optim "${DEMO_OPTIM:-adam}" \
+    --lr "${DEMO_LR:-0.001}" --epochs "${DEMO_EPOCHS:-10}" \
+    --partition-bytes "${DEMO_PARTITION_BYTES:-65536}"
+echo "demo-cluster: where the partitions live:"
+"$PS_TRAIN" status "${ARGS[@]}" | sed -n '/^partitions:/,$p'
+
+set +e
+"$PS_TRAIN" run "${ARGS[@]}" --workers "${DEMO_WORKERS:-2}" --interval-ms 2000 \
+    --min-acc "${DEMO_MIN_ACC:-0.87}" &
+RUN=$!
+if [ "${DEMO_KILL_MASTER:-0}" = 1 ]; then
+    sleep "${DEMO_KILL_AFTER:-4}"
+    victim=$("$PS_TRAIN" status "${ARGS[@]}" | awk '/demo:W0:0 /{print $NF}')
+    vport=${victim##*:}
+    for i in "${!PORTS[@]}"; do
+        if [ "${PORTS[$i]}" = "$vport" ]; then
+            echo "demo-cluster: killing master $victim (pid ${PIDS[$i]}) mid-run"
+            kill -9 "${PIDS[$i]}"
+            wait "${PIDS[$i]}" 2>/dev/null || true
+        fi
+    done
+fi
+wait $RUN
+rc=$?
+set -e
+echo "demo-cluster: after training:"
+"$PS_TRAIN" status "${ARGS[@]}" | sed -n '/^tasks:/p;/^model pushes/p;/^partitions:/,$p'
+if [ $rc -eq 0 ]; then echo "demo-cluster: ok"; else echo "demo-cluster: FAILED (ps-train exit $rc)" >&2; fi
+exit $rc

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# demo.sh -- the embedded default (`make demo`): a private redis-server with the
+# ps module on a free loopback port in a temp dir, `ps-train run --workers 2`
+# training an MLP on Fashion-MNIST, then the server is stopped (by pid).
+#
+# Environment overrides: REDIS_SERVER, DEMO_WORKERS (2), DEMO_EPOCHS (10),
+# DEMO_LAYERS (784,128,10), DEMO_OPTIM (adam), DEMO_LR (0.001), DEMO_BATCH (64),
+# DEMO_MIN_ACC (0.87: the run fails below it), DEMO_DATA (Fashion-MNIST dir).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+REDIS_SERVER=${REDIS_SERVER:-redis-server}
+PS_TRAIN="$REPO/build/ps-train"
+MODULE="$REPO/build/ps.so"
+for f in "$PS_TRAIN" "$MODULE"; do
+    [ -x "$f" ] || [ -f "$f" ] || { echo "demo: $f is missing: run make first" >&2; exit 1; }
+done
+command -v "$REDIS_SERVER" >/dev/null || { echo "demo: $REDIS_SERVER not found (apt-get install redis-server)" >&2; exit 1; }
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo.XXXXXX")
+PID=
+cleanup() {
+    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
+        kill "$PID" 2>/dev/null || true
+        wait "$PID" 2>/dev/null || true
+    fi
+    rm -rf "$DIR"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A free loopback port: bind port 0 and read what the kernel chose.
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+
+"$REDIS_SERVER" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
+    --daemonize no --logfile "$DIR/redis.log" --loadmodule "$MODULE" &
+PID=$!
+for _ in $(seq 100); do
+    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+    kill -0 "$PID" 2>/dev/null || { echo "demo: redis-server exited:" >&2; tail "$DIR/redis.log" >&2; exit 1; }
+    sleep 0.05
+done
+echo "demo: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') pid $PID on 127.0.0.1:$PORT with $MODULE"
+
+set +e
+"$PS_TRAIN" run --addr "127.0.0.1:$PORT" --job demo --workers "${DEMO_WORKERS:-2}" \
+    --layers "${DEMO_LAYERS:-784,128,10}" --optim "${DEMO_OPTIM:-adam}" --lr "${DEMO_LR:-0.001}" \
+    --epochs "${DEMO_EPOCHS:-10}" --batch "${DEMO_BATCH:-64}" --interval-ms 2000 \
+    ${DEMO_DATA:+--data "$DEMO_DATA"} --min-acc "${DEMO_MIN_ACC:-0.87}"
+rc=$?
+set -e
+if [ $rc -eq 0 ]; then echo "demo: ok"; else echo "demo: FAILED (ps-train exit $rc)" >&2; fi
+exit $rc
