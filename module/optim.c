@@ -103,8 +103,17 @@ static inline float grad_at(const PSStepCoef *c, const unsigned char *g, const f
 
 /* Each kernel is written once as a macro body over 'plain' and instantiated
  * twice, so the common case (no clipping, no L2) has no dead arithmetic. */
+/* Kernels are built for AVX2 and for the x86-64 baseline, picked at load
+ * time. Both compute the same bits: every operation is an IEEE-exact add,
+ * multiply, divide or sqrt, and contraction into FMA is off. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PS_KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define PS_KERNEL
+#endif
+
 #define KERNEL_PAIR(fn, body)                                                              \
-    static void fn##_p(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
+    PS_KERNEL static void fn##_p(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
                        float *restrict s1, const unsigned char *restrict g, size_t n) {    \
         (void)s0; (void)s1;                                                                \
         for (size_t i = 0; i < n; i++) {                                                   \
@@ -112,7 +121,7 @@ static inline float grad_at(const PSStepCoef *c, const unsigned char *g, const f
             body                                                                           \
         }                                                                                  \
     }                                                                                      \
-    static void fn##_g(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
+    PS_KERNEL static void fn##_g(const PSStepCoef *c, float *restrict w, float *restrict s0,         \
                        float *restrict s1, const unsigned char *restrict g, size_t n) {    \
         (void)s0; (void)s1;                                                                \
         for (size_t i = 0; i < n; i++) {                                                   \
@@ -151,7 +160,7 @@ KERNEL_PAIR(k_adam, {
 })
 
 /* ADAMW: decoupled decay first, then the Adam step without L2 in d. */
-static void k_adamw(const PSStepCoef *c, float *restrict w, float *restrict s0,
+PS_KERNEL static void k_adamw(const PSStepCoef *c, float *restrict w, float *restrict s0,
                     float *restrict s1, const unsigned char *restrict g, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float d = ldf(g, i) * c->gscale;
@@ -179,7 +188,7 @@ void ps_optim_step(int kind, const PSStepCoef *c, float *w, float *s0, float *s1
     (c->plain ? plain : general)[kind](c, w, s0, s1, g, n);
 }
 
-int ps_all_finite(const unsigned char *g, size_t n) {
+PS_KERNEL int ps_all_finite(const unsigned char *g, size_t n) {
     uint32_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t x;
@@ -189,7 +198,7 @@ int ps_all_finite(const unsigned char *g, size_t n) {
     return bad == 0;
 }
 
-double ps_sum_squares(const unsigned char *g, size_t n) {
+PS_KERNEL double ps_sum_squares(const unsigned char *g, size_t n) {
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
