@@ -106,13 +106,8 @@ static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
     uint64_t v;
     if (ps_arg_u64(ctx, argv[2], "version", &v) != REDISMODULE_OK) return REDISMODULE_OK;
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
     int closed = 0;
     if (t->version == v && t->round_count > 0) {
         int st = PSTensor_CloseRound(t);
@@ -202,13 +197,8 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     }
 
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
     /* Elements the gradient must hold: the whole tensor or the ROWS. */
     uint64_t m = t->n;
     if (rowsarg) {
@@ -397,13 +387,8 @@ static int pullReady(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     PullReq *q = RedisModule_GetBlockedClientPrivateData(ctx);
     RedisModuleString *kn = RedisModule_GetBlockedClientReadyKey(ctx);
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, kn, REDISMODULE_READ, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, kn, REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
     if (t->version < q->minversion) {
         RedisModule_CloseKey(key);
         return REDISMODULE_ERR; /* stay blocked */
@@ -470,13 +455,8 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     if (at) q.at = (char *)RedisModule_StringPtrLen(at, &q.atlen);
 
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
     /* A round left open by a restart or a failover has no timer on this
      * (new) master yet: a worker waiting on it arms one. */
     arm_round_timer(ctx, argv[1], t);

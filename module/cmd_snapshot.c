@@ -67,13 +67,8 @@ done:
 static int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
     RedisModule_ReplyWithArray(ctx, t->nsnap);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         RedisModule_ReplyWithArray(ctx, 3);

@@ -338,13 +338,8 @@ static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
         if (fmt == PS_FMT_TOPK) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
     }
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
     if (t->round_count) {
         RedisModule_ReplyWithError(ctx, PSERR_ROUND_OPEN);
         goto done;
@@ -396,13 +391,8 @@ static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, l
 static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
     long n = 0;
     RedisModule_ReplyWithArray(ctx, REDISMODULE_POSTPONED_LEN);
     RedisModule_ReplyWithCString(ctx, "shape");
@@ -461,13 +451,8 @@ static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
 static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
     PSTensorOpts o = {
         .optim = t->optim,
         .h = t->h,
@@ -563,13 +548,8 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         return RedisModule_ReplyWithSimpleString(ctx, "OK");
     }
     RedisModuleKey *key;
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key, &empty);
-    if (!t) {
-        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        RedisModule_CloseKey(key);
-        return REDISMODULE_OK;
-    }
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
     long long a1, a2;
     size_t len;
     if (ps_arg_is(sub, "CHUNK") && argc == 7) {

@@ -113,6 +113,17 @@ PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mo
     return RedisModule_ModuleTypeGetValue(*key);
 }
 
+PSTensor *ps_open_tensor_or_reply(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
+                                  RedisModuleKey **key) {
+    int empty;
+    PSTensor *t = ps_open_tensor(ctx, keyname, mode, key, &empty);
+    if (t) return t;
+    if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+    RedisModule_CloseKey(*key);
+    *key = NULL;
+    return NULL;
+}
+
 int ps_reply_status(RedisModuleCtx *ctx, int status) {
     switch (status) {
     case PS_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);

@@ -58,6 +58,11 @@ int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what,
 PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
                          RedisModuleKey **key, int *empty);
 
+/* Like ps_open_tensor, but when the key is not a tensor it replies the
+ * error (ERR no such key / WRONGTYPE), closes the key and returns NULL. */
+PSTensor *ps_open_tensor_or_reply(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
+                                  RedisModuleKey **key);
+
 /* Replies the error for a PS_ERR_* status of a tensor operation. */
 int ps_reply_status(RedisModuleCtx *ctx, int status);
 
