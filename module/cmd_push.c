@@ -145,7 +145,7 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     if (argc < 3) return RedisModule_WrongArity(ctx);
     PSPush p = {.scale = 1.0};
     RedisModuleString *grad = NULL, *rowsarg = NULL;
-    int values_start = 0, nvalues = 0, have_fmt = 0, have_scale = 0;
+    int values_start = 0, nvalues = 0;
     ps_format fmt = PS_FMT_F32;
     int i = 2;
     if (ps_arg_is(argv[2], "VALUES")) {
@@ -154,46 +154,45 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         double d;
         while (i < argc && values_number(argv[i], &d)) i++;
         nvalues = i - 3;
-        if (nvalues == 0) return RedisModule_ReplyWithError(ctx, "ERR VALUES needs numbers");
+        if (nvalues == 0) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
     } else {
         grad = argv[2];
         i = 3;
     }
+    enum { O_FORMAT, O_ROWS, O_VERSION, O_ID, O_SCALE };
+    static const PSOption opts[] = {{"FORMAT", 1}, {"ROWS", 1}, {"VERSION", 1},
+                                    {"ID", 2},     {"SCALE", 1}, {NULL, 0}};
+    unsigned seen = 0;
     for (; i < argc; i++) {
-        RedisModuleString *a = argv[i];
-        const char *an = RedisModule_StringPtrLen(a, NULL);
-        int last = (i + 1 >= argc);
-        if (ps_arg_is(a, "FORMAT") && grad && !have_fmt) {
-            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "FORMAT");
+        if (values_start && i == values_start + nvalues) {
+            /* The token that ended the VALUES list must be an option. */
+            int known = 0;
+            for (int k = 0; opts[k].name; k++) known |= ps_arg_is(argv[i], opts[k].name);
+            if (!known)
+                return ps_reply_errorf(ctx, PSERR_VALUES_BAD_F, RedisModule_StringPtrLen(argv[i], NULL));
+        }
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        RedisModuleString *v = argv[i + 1];
+        if (k == O_FORMAT) {
+            if (!grad) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "with VALUES");
             size_t fl;
-            const char *fs = RedisModule_StringPtrLen(argv[++i], &fl);
+            const char *fs = RedisModule_StringPtrLen(v, &fl);
             if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-            have_fmt = 1;
-        } else if (ps_arg_is(a, "ROWS") && !rowsarg) {
-            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "ROWS");
-            rowsarg = argv[++i];
-        } else if (ps_arg_is(a, "VERSION") && !p.has_version) {
-            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "VERSION");
-            if (ps_arg_u64(ctx, argv[++i], "VERSION", &p.version) != REDISMODULE_OK)
-                return REDISMODULE_OK;
+        } else if (k == O_ROWS) {
+            rowsarg = v;
+        } else if (k == O_VERSION) {
+            if (ps_arg_u64(ctx, v, "VERSION", &p.version) != REDISMODULE_OK) return REDISMODULE_OK;
             p.has_version = 1;
-        } else if (ps_arg_is(a, "ID") && !p.id) {
-            if (i + 2 >= argc) return RedisModule_ReplyWithError(ctx, PSERR_ID);
-            p.id = RedisModule_StringPtrLen(argv[i + 1], &p.idlen);
+        } else if (k == O_ID) {
+            p.id = RedisModule_StringPtrLen(v, &p.idlen);
             if (ps_arg_u64(ctx, argv[i + 2], "ID seq", &p.seq) != REDISMODULE_OK) return REDISMODULE_OK;
             if (p.idlen == 0 || p.idlen > 256 || p.seq == 0)
                 return RedisModule_ReplyWithError(ctx, PSERR_ID);
-            i += 2;
-        } else if (ps_arg_is(a, "SCALE") && !have_scale) {
-            if (last) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "SCALE");
-            if (ps_arg_double(ctx, argv[++i], "SCALE", &p.scale) != REDISMODULE_OK)
-                return REDISMODULE_OK;
-            have_scale = 1;
-        } else if (values_start && i == values_start + nvalues) {
-            return ps_reply_errorf(ctx, "ERR VALUES: '%s' is not a valid float or option", an);
         } else {
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
+            if (ps_arg_double(ctx, v, "SCALE", &p.scale) != REDISMODULE_OK) return REDISMODULE_OK;
         }
+        i += opts[k].nvals;
     }
 
     RedisModuleKey *key;
@@ -418,14 +417,16 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     if (argc < 2) return RedisModule_WrongArity(ctx);
     PullReq q = {.fmt = PS_FMT_F32};
     RedisModuleString *rows = NULL, *at = NULL;
-    int have_fmt = 0, have_timeout = 0;
-    for (int i = 2; i < argc; i++) {
-        RedisModuleString *a = argv[i];
-        const char *an = RedisModule_StringPtrLen(a, NULL);
-        if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
-        RedisModuleString *v = argv[++i];
-        if (ps_arg_is(a, "FORMAT") && !have_fmt) {
-            have_fmt = 1;
+    int have_timeout = 0;
+    enum { O_FORMAT, O_ROWS, O_AT, O_MINVERSION, O_TIMEOUT };
+    static const PSOption opts[] = {{"FORMAT", 1}, {"ROWS", 1},    {"AT", 1},
+                                    {"MINVERSION", 1}, {"TIMEOUT", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i += 2) {
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        RedisModuleString *v = argv[i + 1];
+        if (k == O_FORMAT) {
             size_t fl;
             const char *fs = RedisModule_StringPtrLen(v, &fl);
             if (ps_arg_is(v, "VALUES")) {
@@ -435,22 +436,20 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
             } else if (q.fmt == PS_FMT_TOPK) {
                 return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
             }
-        } else if (ps_arg_is(a, "ROWS") && !rows) {
+        } else if (k == O_ROWS) {
             rows = v;
-        } else if (ps_arg_is(a, "AT") && !at) {
+        } else if (k == O_AT) {
             at = v;
-        } else if (ps_arg_is(a, "MINVERSION") && !q.has_min) {
+        } else if (k == O_MINVERSION) {
             if (ps_arg_u64(ctx, v, "MINVERSION", &q.minversion) != REDISMODULE_OK) return REDISMODULE_OK;
             q.has_min = 1;
-        } else if (ps_arg_is(a, "TIMEOUT") && !have_timeout) {
+        } else {
             if (ps_arg_ll(ctx, v, "TIMEOUT", 0, 1LL << 40, &q.timeout_ms) != REDISMODULE_OK)
                 return REDISMODULE_OK;
             have_timeout = 1;
-        } else {
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
         }
     }
-    if (have_timeout && !q.has_min) return RedisModule_ReplyWithError(ctx, "ERR TIMEOUT needs MINVERSION");
+    if (have_timeout && !q.has_min) return RedisModule_ReplyWithError(ctx, PSERR_TIMEOUT_NEEDS_MIN);
     if (rows) q.rows = (unsigned char *)RedisModule_StringPtrLen(rows, &q.rowslen);
     if (at) q.at = (char *)RedisModule_StringPtrLen(at, &q.atlen);
 

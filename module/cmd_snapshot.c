@@ -38,7 +38,7 @@ static int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     }
     size_t len;
     const char *name = RedisModule_StringPtrLen(argv[2], &len);
-    if (len == 0 || len > 1024) return RedisModule_ReplyWithError(ctx, "ERR snapshot name must be 1..1024 bytes");
+    if (len == 0 || len > 1024) return RedisModule_ReplyWithError(ctx, PSERR_SNAP_NAME);
     RedisModuleKey *key;
     PSTensor *t = open_write(ctx, argv[1], &key);
     if (!t) goto done;

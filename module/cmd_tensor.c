@@ -23,7 +23,7 @@
  * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
  * 0 when it is not one, -1 after replying an error. */
 static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
-                               PSTensorOpts *o, int *sync_seen) {
+                               PSTensorOpts *o, int *sync_seen, unsigned *seen) {
     static const struct {
         const char *name;
         size_t off;
@@ -42,6 +42,17 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
         !ps_arg_is(opt, "SYNC") && !ps_arg_is(opt, "TIMEOUT") && !ps_arg_is(opt, "DEDUPMAX") &&
         !ps_arg_is(opt, "MAXSNAPSHOTS"))
         return 0;
+    static const char *const all[] = {"LR", "MOMENTUM", "BETA1", "BETA2", "EPS", "WD", "CLIPNORM",
+                                      "MAXSTALENESS", "POLICY", "SYNC", "TIMEOUT", "DEDUPMAX",
+                                      "MAXSNAPSHOTS"};
+    for (unsigned b = 0; b < sizeof(all) / sizeof(all[0]); b++) {
+        if (!ps_arg_is(opt, all[b])) continue;
+        if (*seen & (1u << b)) {
+            ps_reply_errorf(ctx, PSERR_DUP_OPT_F, all[b]);
+            return -1;
+        }
+        *seen |= 1u << b;
+    }
     if (*i + 1 >= argc) {
         ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, optname);
         return -1;
@@ -157,6 +168,8 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     uint64_t dims[PS_MAX_DIMS];
     uint32_t ndim = 0;
     int have_shape = 0, have_init = 0, have_seed = 0, nx = 0, have_fmt = 0, sync_seen = 0;
+    int have_optim = 0;
+    unsigned seen = 0;
     PSInit init = {.kind = PS_INIT_ZEROS};
     RedisModuleString *data = NULL;
     ps_format fmt = PS_FMT_F32;
@@ -223,9 +236,9 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
                 return REDISMODULE_OK;
             i += nargs;
             if (init.kind == PS_INIT_UNIFORM && !(init.a <= init.b))
-                return RedisModule_ReplyWithError(ctx, "ERR INIT UNIFORM needs lo <= hi");
+                return RedisModule_ReplyWithError(ctx, PSERR_INIT_UNIFORM);
             if (init.kind == PS_INIT_NORMAL && init.b < 0)
-                return RedisModule_ReplyWithError(ctx, "ERR INIT NORMAL needs std >= 0");
+                return RedisModule_ReplyWithError(ctx, PSERR_INIT_NORMAL);
             continue;
         }
         if (ps_arg_is(a, "DATA")) {
@@ -256,22 +269,24 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
             continue;
         }
         if (ps_arg_is(a, "OPTIM")) {
+            if (have_optim) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "OPTIM");
+            have_optim = 1;
             if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "OPTIM");
             size_t ol;
             const char *os = RedisModule_StringPtrLen(argv[i + 1], &ol);
             int k = ps_optim_parse(os, ol);
-            if (k < 0) return ps_reply_errorf(ctx, "ERR unknown OPTIM '%s'", os);
+            if (k < 0) return ps_reply_errorf(ctx, PSERR_OPTIM_F, os);
             o.optim = k;
             i += 2;
             continue;
         }
-        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen);
+        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen, &seen);
         if (r < 0) return REDISMODULE_OK;
         if (r == 0) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, aname);
     }
     if (!have_shape) return RedisModule_ReplyWithError(ctx, PSERR_NO_SHAPE);
     if (have_init && data) return RedisModule_ReplyWithError(ctx, PSERR_INIT_AND_DATA);
-    if (have_fmt && !data) return RedisModule_ReplyWithError(ctx, "ERR FORMAT needs DATA");
+    if (have_fmt && !data) return RedisModule_ReplyWithError(ctx, PSERR_FORMAT_NEEDS_DATA);
     const char *herr = ps_optim_check(&o.h);
     if (herr) return ps_reply_errorf(ctx, PSERR_HYPER_F, herr);
 
@@ -464,9 +479,10 @@ static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
         .max_snapshots = t->max_snapshots,
     };
     int sync_seen = 0;
+    unsigned seen = 0;
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
-        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen);
+        int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen, &seen);
         if (r < 0) goto done;
         if (r == 0) {
             ps_reply_errorf(ctx, PSERR_CONFIG_PARAM_F, RedisModule_StringPtrLen(a, NULL));
@@ -537,8 +553,8 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         PSHeader hd;
         uint64_t n;
         const char *why;
-        if (PSHeader_Decode(p, len, &hd) != 0) return RedisModule_ReplyWithError(ctx, "ERR bad header");
-        if ((why = PSHeader_Check(&hd, &n)) != NULL) return ps_reply_errorf(ctx, "ERR bad header: %s", why);
+        if (PSHeader_Decode(p, len, &hd) != 0) return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
+        if ((why = PSHeader_Check(&hd, &n)) != NULL) return ps_reply_errorf(ctx, PSERR_RESTORE_HEADER_F, why);
         PSTensor *t = PSHeader_Build(&hd, n, 1);
         if (!t) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
         RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
@@ -559,7 +575,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         PSBuf *b = chunk_target(t, argv[3], a1);
         const char *p = RedisModule_StringPtrLen(argv[6], &len);
         if (!b || len % 4 || (uint64_t)a2 > b->n || len / 4 > b->n - (uint64_t)a2 || b->refs > 1) {
-            RedisModule_ReplyWithError(ctx, "ERR bad chunk");
+            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_CHUNK);
             goto done;
         }
         memcpy(b->v + a2, p, len);
@@ -570,7 +586,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         const char *id = RedisModule_StringPtrLen(argv[3], &len);
         if (t->dedup_len >= t->dedup_max ||
             PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)a2) != PS_OK) {
-            RedisModule_ReplyWithError(ctx, "ERR bad dedup entry");
+            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_DEDUP);
             goto done;
         }
     } else if (ps_arg_is(sub, "SNAPSHOT") && argc == 7) {
@@ -582,7 +598,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         const char *hp = RedisModule_StringPtrLen(argv[6], &hl);
         uint64_t sh[4];
         if (hl != sizeof(sh) || PSTensor_SnapshotFind(t, name, len)) {
-            RedisModule_ReplyWithError(ctx, "ERR bad snapshot");
+            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
             goto done;
         }
         memcpy(sh, hp, sizeof(sh));
@@ -591,7 +607,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         memcpy(&b2, &sh[2], 8);
         if (sh[3] > 7 || !(b1 >= 0 && b1 <= 1) || !(b2 >= 0 && b2 <= 1) ||
             PSTensor_SnapshotTake(t, name, len, a2) != PS_OK) {
-            RedisModule_ReplyWithError(ctx, "ERR bad snapshot");
+            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
             goto done;
         }
         /* The snapshot now shares the live arrays; give it its own where the
@@ -618,7 +634,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
             goto done;
         }
     } else {
-        RedisModule_ReplyWithError(ctx, "ERR syntax error");
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
         goto done;
     }
     RedisModule_ReplicateVerbatim(ctx);

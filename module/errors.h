@@ -41,4 +41,21 @@
 #define PSERR_ROUND_OPEN "BUSY a sync round is open; retry once it closes (nothing changed)"
 #define PSERR_ID "ERR ID needs a client id and a sequence number >= 1"
 
+#define PSERR_VALUES_EMPTY "ERR VALUES needs numbers"
+#define PSERR_VALUES_BAD_F "ERR VALUES: '%s' is not a valid float or option"
+#define PSERR_TIMEOUT_NEEDS_MIN "ERR TIMEOUT needs MINVERSION"
+#define PSERR_SNAP_NAME "ERR snapshot name must be 1..1024 bytes"
+#define PSERR_INIT_UNIFORM "ERR INIT UNIFORM needs lo <= hi"
+#define PSERR_INIT_NORMAL "ERR INIT NORMAL needs std >= 0"
+#define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW)"
+#define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
+#define PSERR_INTERNAL "ERR internal error"
+/* PS._RESTORE (AOF replay) errors. */
+#define PSERR_RESTORE_HEADER "ERR bad header"
+#define PSERR_RESTORE_HEADER_F "ERR bad header: %s"
+#define PSERR_RESTORE_CHUNK "ERR bad chunk"
+#define PSERR_RESTORE_DEDUP "ERR bad dedup entry"
+#define PSERR_RESTORE_SNAPSHOT "ERR bad snapshot"
+#define PSERR_RESTORE_SYNTAX "ERR syntax error"
+
 #endif /* PS_ERRORS_H */

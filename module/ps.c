@@ -97,6 +97,26 @@ int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what,
     return REDISMODULE_OK;
 }
 
+int ps_option_at(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
+                 const PSOption *opts, unsigned *seen) {
+    const char *an = RedisModule_StringPtrLen(argv[i], NULL);
+    for (int k = 0; opts[k].name; k++) {
+        if (!ps_arg_is(argv[i], opts[k].name)) continue;
+        if (*seen & (1u << k)) {
+            ps_reply_errorf(ctx, PSERR_DUP_OPT_F, opts[k].name);
+            return -1;
+        }
+        if (i + opts[k].nvals >= argc) {
+            ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, opts[k].name);
+            return -1;
+        }
+        *seen |= 1u << k;
+        return k;
+    }
+    ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
+    return -1;
+}
+
 PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
                          RedisModuleKey **key, int *empty) {
     *key = RedisModule_OpenKey(ctx, keyname, mode);
@@ -129,7 +149,7 @@ int ps_reply_status(RedisModuleCtx *ctx, int status) {
     case PS_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     case PS_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
     case PS_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
-    default: return RedisModule_ReplyWithError(ctx, "ERR internal error");
+    default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
     }
 }
 

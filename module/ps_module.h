@@ -52,6 +52,19 @@ int ps_arg_ll(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, lon
 int ps_arg_u64(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, uint64_t *out);
 int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, double *out);
 
+/* An option keyword and how many values follow it. */
+typedef struct PSOption {
+    const char *name;
+    int nvals;
+} PSOption;
+
+/* Looks argv[i] up in 'opts' (terminated by a NULL name). Returns its index
+ * when it is known, not yet in *seen, and followed by its values (marking
+ * it seen); otherwise replies the error (unknown, repeated, missing value)
+ * and returns -1. */
+int ps_option_at(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
+                 const PSOption *opts, unsigned *seen);
+
 /* Opens 'keyname' and returns its tensor. When the key is empty: NULL with
  * *empty = 1 (no reply sent). When it holds another type: replies WRONGTYPE
  * and returns NULL with *empty = 0. The caller closes *key. */
