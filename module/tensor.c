@@ -276,10 +276,20 @@ void PSTensor_Fill(PSTensor *t, const PSInit *init) {
  * Exactly-once table
  * ---------------------------------------------------------------------- */
 
+uint64_t PSTensor_DedupHash(const char *id, size_t idlen) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < idlen; i++) {
+        h ^= (unsigned char)id[i];
+        h *= 0x100000001b3ULL;
+    }
+    return h;
+}
+
 PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen) {
+    const uint64_t h = PSTensor_DedupHash(id, idlen);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         PSDedupEntry *e = &t->dedup[i];
-        if (e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
+        if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
     }
     return NULL;
 }
@@ -314,6 +324,7 @@ static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, ui
     }
     PSDedupEntry *ne = &t->dedup[t->dedup_len++];
     ne->id = copy;
+    ne->hash = PSTensor_DedupHash(copy, idlen);
     ne->idlen = (uint32_t)idlen;
     ne->seq = seq;
     ne->version = version;

@@ -54,6 +54,7 @@ typedef struct PSOptState {
  * version that push produced. */
 typedef struct PSDedupEntry {
     char *id;
+    uint64_t hash; /* PSTensor_DedupHash(id): compared first on lookup */
     uint32_t idlen;
     uint64_t seq;
     uint64_t version;
@@ -195,6 +196,9 @@ int PSTensor_CloseRound(PSTensor *t);
 
 /* Overwrites the values with n floats from 'bytes'; version + 1. */
 int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes);
+
+/* Hash of a client id (FNV-1a 64), cached in each entry. */
+uint64_t PSTensor_DedupHash(const char *id, size_t idlen);
 
 /* Exactly-once table lookup: the entry for 'id', or NULL. */
 PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen);
