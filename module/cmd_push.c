@@ -58,6 +58,19 @@ static void timer_unlink(RoundTimer *rt) {
 static void roundTimerFired(RedisModuleCtx *ctx, void *data) {
     RoundTimer *rt = data;
     timer_unlink(rt);
+    /* Became a replica meanwhile: the new master decides (and replicates). */
+    if (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_SLAVE) {
+        RedisModule_Free(rt);
+        return;
+    }
+    /* Writes are paused (CLIENT PAUSE WRITE, a failover, a shutdown waiting
+     * for replicas): nothing may be propagated now, so try again shortly. */
+    if (RedisModule_AvoidReplicaTraffic()) {
+        rt->id = RedisModule_CreateTimer(ctx, 100, roundTimerFired, rt);
+        rt->next = Timers;
+        Timers = rt;
+        return;
+    }
     RedisModule_SelectDb(ctx, rt->db);
     RedisModuleString *kn = RedisModule_CreateString(ctx, rt->key, rt->keylen);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, kn, REDISMODULE_READ | REDISMODULE_WRITE);

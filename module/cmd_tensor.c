@@ -161,6 +161,18 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString **argv, uint
         if (owned[i]) RedisModule_FreeString(ctx, v[i]);
 }
 
+/* Whether 'bytes' more fit under maxmemory (always, without a limit). */
+static int create_fits(RedisModuleCtx *ctx, uint64_t bytes) {
+    RedisModuleServerInfoData *inf = RedisModule_GetServerInfo(ctx, "memory");
+    if (!inf) return 1;
+    int e1 = 0, e2 = 0;
+    unsigned long long maxmem = RedisModule_ServerInfoGetFieldUnsigned(inf, "maxmemory", &e1);
+    unsigned long long used = RedisModule_ServerInfoGetFieldUnsigned(inf, "used_memory", &e2);
+    RedisModule_FreeServerInfo(ctx, inf);
+    if (e1 || e2 || maxmem == 0) return 1;
+    return used <= maxmem && bytes <= maxmem - used;
+}
+
 /* PS.CREATE key SHAPE d1 [d2 ...] [INIT ...] [DATA blob [FORMAT f]] [SEED s]
  *           [OPTIM name] [LR x] ... [NX] */
 static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -300,6 +312,10 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     if (!trusted && n * sizeof(float) > (uint64_t)PSConf.max_tensor_bytes)
         return ps_reply_errorf(ctx, PSERR_TOO_BIG_F, (unsigned long long)(n * sizeof(float)),
                                (unsigned long long)PSConf.max_tensor_bytes);
+    /* deny-oom refuses only once memory is already over maxmemory; a new
+     * tensor must also fit (values and optimizer state). */
+    if (!trusted && !create_fits(ctx, n * sizeof(float) * (uint64_t)(1 + ps_optim_nstate(o.optim))))
+        return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     const unsigned char *vals = NULL;
     if (data) {
         if (!(vals = ps_decode_dense(ctx, "DATA", data, fmt, n))) return REDISMODULE_OK;

@@ -130,6 +130,7 @@ typedef struct RedisModuleCommand RedisModuleCommand;
 typedef struct RedisModuleCallReply RedisModuleCallReply;
 typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
 typedef struct RedisModuleDefragCtx RedisModuleDefragCtx;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 typedef uint64_t RedisModuleTimerID;
 
 /* ---------------------------------------------------------------------------
@@ -397,7 +398,12 @@ typedef struct RedisModuleCommandInfo {
     X(RedisModuleString *, GetKeyNameFromModuleKey, (RedisModuleKey *key)) \
     X(int, KeyExists, (RedisModuleCtx *ctx, RedisModuleString *keyname)) \
     X(int, GetSelectedDb, (RedisModuleCtx *ctx)) \
-    X(int, SelectDb, (RedisModuleCtx *ctx, int newid))
+    X(int, SelectDb, (RedisModuleCtx *ctx, int newid)) \
+    X(int, AvoidReplicaTraffic, (void)) \
+    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx *ctx, const char *section)) \
+    X(void, FreeServerInfo, (RedisModuleCtx *ctx, RedisModuleServerInfoData *data)) \
+    X(unsigned long long, ServerInfoGetFieldUnsigned, \
+      (RedisModuleServerInfoData *data, const char *field, int *out_err))
 
 #define PS_API_DECLARE(ret, name, args) PS_API(ret, name, args);
 PS_API_REQUIRED(PS_API_DECLARE)

@@ -105,12 +105,7 @@ static void PSType_RdbSave(RedisModuleIO *io, void *value) {
 /* Loads an array of n floats written by save_array into a new buffer.
  * Returns NULL (after logging) on I/O error, wrong chunk length or OOM. */
 static PSBuf *load_array(RedisModuleIO *io, uint64_t n) {
-    PSBuf *b = PSBuf_New(n, 0);
-    if (!b) {
-        RedisModule_LogIOError(io, "warning", "ps-tensor: out of memory loading %llu floats",
-                               (unsigned long long)n);
-        return NULL;
-    }
+    PSBuf *b = NULL;
     for (uint64_t off = 0; off < n; off += PS_CHUNK_FLOATS) {
         uint64_t cnt = n - off < PS_CHUNK_FLOATS ? n - off : PS_CHUNK_FLOATS;
         size_t len = 0;
@@ -119,6 +114,14 @@ static PSBuf *load_array(RedisModuleIO *io, uint64_t n) {
             if (p) RedisModule_Free(p);
             RedisModule_LogIOError(io, "warning", "ps-tensor: bad array chunk");
             PSBuf_Release(b);
+            return NULL;
+        }
+        /* Allocate only once the first chunk proved the data is there: a
+         * payload claiming a huge shape must bring its bytes first. */
+        if (!b && !(b = PSBuf_New(n, 0))) {
+            RedisModule_Free(p);
+            RedisModule_LogIOError(io, "warning", "ps-tensor: out of memory loading %llu floats",
+                                   (unsigned long long)n);
             return NULL;
         }
         memcpy(b->v + off, p, len);
