@@ -84,7 +84,7 @@ static void roundTimerFired(RedisModuleCtx *ctx, void *data) {
             PSStats.rounds_closed++;
             RedisModule_Replicate(ctx, "ps._closeround", "sl", kn, (long long)rt->version);
             ps_notify(ctx, "ps.round", kn);
-            RedisModule_SignalKeyAsReady(ctx, kn);
+            ps_signal_ready(ctx, kn);
         }
     }
     RedisModule_CloseKey(key);
@@ -131,7 +131,7 @@ static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
         t->stats.rounds_timed_out++;
         closed = 1;
         RedisModule_ReplicateVerbatim(ctx);
-        RedisModule_SignalKeyAsReady(ctx, argv[1]);
+        ps_signal_ready(ctx, argv[1]);
     }
     RedisModule_CloseKey(key);
     return RedisModule_ReplyWithLongLong(ctx, closed);
@@ -273,7 +273,7 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         RedisModule_ReplicateVerbatim(ctx);
         ps_notify(ctx, "ps.pushgrad", argv[1]);
         if (st == PS_OK) {
-            RedisModule_SignalKeyAsReady(ctx, argv[1]);
+            ps_signal_ready(ctx, argv[1]);
             if (t->sync_n) PSStats.rounds_closed++;
         } else {
             arm_round_timer(ctx, argv[1], t);
@@ -339,6 +339,7 @@ static void pullreq_free(PullReq *q) {
 
 static void pullreq_free_cb(RedisModuleCtx *ctx, void *privdata) {
     (void)ctx;
+    PSBlockedNow--;
     pullreq_free(privdata);
 }
 
@@ -490,6 +491,7 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     bq->at = q.at ? copybytes(q.at, q.atlen) : NULL;
     RedisModule_BlockClientOnKeys(ctx, pullReady, pullTimeout, pullreq_free_cb, q.timeout_ms,
                                   &argv[1], 1, bq);
+    PSBlockedNow++;
     PSStats.blocked_pulls++;
     return REDISMODULE_OK;
 }

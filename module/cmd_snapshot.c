@@ -100,7 +100,7 @@ static int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     PSTensor_Rollback(t, s);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.rollback", argv[1]);
-    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    ps_signal_ready(ctx, argv[1]);
     PSStats.rollbacks++;
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
 done:

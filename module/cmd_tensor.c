@@ -387,7 +387,7 @@ static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
     }
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.set", argv[1]);
-    RedisModule_SignalKeyAsReady(ctx, argv[1]);
+    ps_signal_ready(ctx, argv[1]);
     PSStats.sets++;
     PSStats.bytes_in += t->n * sizeof(float);
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);

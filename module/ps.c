@@ -201,6 +201,12 @@ int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFun
     return REDISMODULE_OK;
 }
 
+unsigned long long PSBlockedNow = 0;
+
+void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key) {
+    if (PSBlockedNow) RedisModule_SignalKeyAsReady(ctx, key);
+}
+
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key) {
     RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, event, key);
 }
@@ -314,6 +320,7 @@ static void infoFunc(RedisModuleInfoCtx *ctx, int for_crash_report) {
     F(dedup_hits);
     F(nonfinite_rejects);
     F(blocked_pulls);
+    RedisModule_InfoAddFieldULongLong(ctx, "blocked_pulls_now", PSBlockedNow);
     F(blocked_timeouts);
     F(rounds_closed);
     F(rounds_timed_out);

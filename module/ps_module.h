@@ -130,6 +130,13 @@ int PSType_Register(RedisModuleCtx *ctx);
 int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
                         const char *flags, const RedisModuleCommandInfo *info);
 
+/* Pulls blocked on MINVERSION right now. */
+extern unsigned long long PSBlockedNow;
+
+/* Wakes pulls blocked on 'key' after its version moved; free when none is
+ * blocked anywhere (the common case on the push path). */
+void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key);
+
 /* Keyspace notification for the module's events. */
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
 
