@@ -7,15 +7,30 @@
  * sockets with pending replies and handles replies as they come, so a fan
  * out to N nodes costs one round trip, not N.
  *
+ * Tensor bytes avoid hiredis's copies: a PS.PUSHGRAD blob of 16 KB or more
+ * is written with one sendmsg from the push slot's buffer (after whatever
+ * hiredis has buffered before it), replies are read up to 256 KB at a time
+ * straight into the reader's buffer, and a PS.PULL data blob is decoded
+ * from there into the caller's array (pull_create_string). The sockets get
+ * 4 MB kernel buffers so a pull's reply can arrive while the caller computes.
+ *
  * Failure handling, per reply or connection:
  *   MOVED slot addr   the slot map entry is updated, a full map refresh is
  *                     scheduled, the request is resent (same arguments).
  *   ASK slot addr     the request is resent once to addr, preceded by ASKING.
  *   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
- *                     resent after an exponential backoff (bounded retries).
+ *                     resent after an exponential backoff, until both
+ *                     max_retries resends and retry_timeout_ms are used up.
  *   I/O error/timeout the context is dead (hiredis 0.14): it is freed, every
  *                     request pending on it is resent in its original order
  *                     after a backoff and (cluster) a map refresh.
+ *   standalone with several addresses: on errors the first address that
+ *                     answers ROLE as master becomes the node of every slot.
+ *   ERR VERSION v is newer than the tensor's version c
+ *                     (the server lost writes this client had pulled) the
+ *                     push is resent with VERSION c.
+ *   lost WAIT         (wait_replicas > 0) the pushes the WAIT covered are
+ *                     resent too: they may not have reached a replica.
  * Resends keep their order per node, so the seqs of one key reach the
  * server increasing, and a PS.PUSHGRAD is resent with its original seq.
  */
@@ -26,7 +41,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ps_internal.h"
 
@@ -45,6 +62,12 @@ void psi_set_error(psClient *c, int code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(c->errstr, sizeof(c->errstr), fmt, ap);
     va_end(ap);
+}
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void sleep_ms(long ms) {
@@ -160,6 +183,54 @@ static int node_find_or_add(psClient *c, const char *host, size_t hlen, int port
     return pv->nnodes++;
 }
 
+/* ========================================================================
+ * Replies straight into the caller's arrays
+ *
+ * hiredis builds every bulk string as a fresh allocation and a copy; for a
+ * pull of a large partition that is a page-faulting malloc plus a copy per
+ * pull, on top of the copy into the model array. The node contexts use
+ * reader functions that are hiredis's own, except that the data blob of a
+ * PS.PULL reply is decoded right away from the reader's buffer into the
+ * destination array (psReq.direct records it) and the reply keeps an empty
+ * string in its place.
+ * ======================================================================== */
+
+static void *pull_create_string(const redisReadTask *task, char *str, size_t len) {
+    psClient *c = task->privdata;
+    psClientPriv *pv = c->priv;
+    if (pv->reading_node >= 0 && task->type == REDIS_REPLY_STRING && task->parent &&
+        task->idx == 1 && task->parent->elements == 2) {
+        psNode *n = &pv->nodes[pv->reading_node];
+        if (n->qlen && n->q[n->qhead].kind == PSQ_REQ) {
+            psReq *r = n->q[n->qhead].r;
+            if (r->kind == PSR_PULL && psi_pull_direct(c, r, (const unsigned char *)str, len) == 0)
+                return pv->create_string(task, str, 0);
+        }
+    }
+    return pv->create_string(task, str, len);
+}
+
+/* Give the fresh context 'ctx' of a node the client's reader settings. */
+static void reader_setup(psClient *c, redisContext *ctx) {
+    /* Keep the reader's buffer between replies: big pulls would otherwise
+     * regrow it into fresh pages every time. */
+    ctx->reader->maxbuf = 0;
+    if (c->priv->create_string == NULL) {
+        c->priv->fns = *ctx->reader->fn;
+        c->priv->create_string = c->priv->fns.createString;
+        c->priv->fns.createString = pull_create_string;
+    }
+    ctx->reader->fn = &c->priv->fns;
+    ctx->reader->privdata = c;
+    /* Room in the kernel for whole tensors both ways: a pull's reply can
+     * land while the worker computes, and a push's write returns once the
+     * bytes are queued, instead of trickling through the default buffers
+     * one window per wakeup. The kernel caps it (net.core.[rw]mem_max). */
+    int sz = PS_SOCKET_BUFFER;
+    setsockopt(ctx->fd, SOL_SOCKET, SO_RCVBUF, &sz, sizeof(sz));
+    setsockopt(ctx->fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof(sz));
+}
+
 /* Make sure node 'i' has a live context. Returns 0, or -1 with 'err'. */
 static int node_ensure(psClient *c, int i, char *err, size_t errlen) {
     psNode *n = &c->priv->nodes[i];
@@ -167,9 +238,7 @@ static int node_ensure(psClient *c, int i, char *err, size_t errlen) {
     if (n->ctx) return 0;
     n->ctx = open_conn(c, n->host, n->port, err, errlen, &auth_failed);
     if (n->ctx == NULL) return -1;
-    /* Keep the reader's buffer between replies: big pulls would otherwise
-     * regrow it into fresh pages every time. */
-    n->ctx->reader->maxbuf = 0;
+    reader_setup(c, n->ctx);
     if (n->ever_connected) c->stats.reconnects++;
     n->ever_connected = 1;
     return 0;
@@ -218,6 +287,42 @@ static int load_slots(psClient *c, redisReply *r, const char *from_host) {
     return 0;
 }
 
+/* Several standalone addresses (a master and its replicas, failed over by
+ * an operator with REPLICAOF NO ONE, or by Sentinel): point every slot at
+ * the first address that answers ROLE as a master. Returns 0, or -1 with
+ * an error recorded when none does (the caller keeps retrying). */
+static int refresh_standalone(psClient *c) {
+    psClientPriv *pv = c->priv;
+    char err[128] = "no master among the addresses";
+    int i, s;
+    for (i = 0; i < pv->nseeds; i++) {
+        char *host;
+        int port, auth_failed, node, ok;
+        redisContext *ctx;
+        redisReply *r;
+        if (parse_addr(pv->seeds[i], strlen(pv->seeds[i]), &host, &port) != 0) continue;
+        ctx = open_conn(c, host, port, err, sizeof(err), &auth_failed);
+        if (ctx == NULL) {
+            free(host);
+            continue;
+        }
+        r = redisCommand(ctx, "ROLE");
+        ok = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
+             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
+        if (r) freeReplyObject(r);
+        redisFree(ctx);
+        node = ok ? node_find_or_add(c, host, strlen(host), port) : -1;
+        free(host);
+        if (node >= 0) {
+            for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = (int16_t)node;
+            c->stats.refreshes++;
+            return 0;
+        }
+    }
+    psi_set_error(c, PS_ERR_IO, "no master among %d addresses (%.70s)", pv->nseeds, err);
+    return -1;
+}
+
 /* Reload the slot map through a fresh connection to any known node or
  * seed (a separate connection keeps the pipelines of the node contexts
  * untouched). Returns 0 or -1 with an error recorded. */
@@ -226,7 +331,7 @@ static int refresh(psClient *c) {
     char err[128] = "no address";
     int i, total = pv->nnodes + pv->nseeds;
     pv->need_refresh = 0;
-    if (!c->cluster) return 0;
+    if (!c->cluster) return pv->nseeds > 1 ? refresh_standalone(c) : 0;
     for (i = 0; i < total; i++) {
         char *host = NULL;
         int port, auth_failed, ok;
@@ -326,7 +431,7 @@ int psi_topology_init(psClient *c, const char *addrs) {
             if (node < 0) { redisFree(ctx); goto oom; }
             pv->nodes[node].ctx = ctx;
             pv->nodes[node].ever_connected = 1;
-            ctx->reader->maxbuf = 0;
+            reader_setup(c, ctx);
             for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = (int16_t)node;
             c->cluster = 0;
             return 0;
@@ -410,14 +515,21 @@ static void fail_req(psClient *c, psReq *r, int code, const char *why) {
     psi_finish(c, r, NULL);
 }
 
-/* Put 'r' on the retry list. 'backoff': an error (counts against
- * max_retries, sleeps before the resend); otherwise a redirect. */
+/* Put 'r' on the retry list. 'backoff': an error (sleeps before the
+ * resend; the request is given up once it was resent max_retries times
+ * and retry_timeout_ms passed since its first error, so a failover that
+ * takes longer than the backoff sequence is still waited for); otherwise
+ * a redirect. */
 static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
     psClientPriv *pv = c->priv;
     if (backoff) {
-        if (++r->attempts > pv->max_retries) {
+        int64_t now = mono_ms();
+        if (r->attempts == 0) r->first_err_ms = now;
+        if (++r->attempts > pv->max_retries &&
+            (pv->max_retries == 0 || now - r->first_err_ms >= pv->retry_timeout_ms)) {
             char msg[128];
-            snprintf(msg, sizeof(msg), "%.90s (gave up after %d retries)", why, pv->max_retries);
+            snprintf(msg, sizeof(msg), "%.80s (gave up after %d retries in %lld ms)", why,
+                     r->attempts - 1, (long long)(now - r->first_err_ms));
             fail_req(c, r, c->cluster ? PS_ERR_CLUSTER : PS_ERR_IO, msg);
             return;
         }
@@ -441,6 +553,23 @@ static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
     pv->retry[pv->nretry++] = r;
 }
 
+/* A WAIT of push slot 'ps' on node 'i' will never be answered (the
+ * connection died): its pushes on that node were applied but maybe not
+ * replicated, so they are not acknowledged yet. Resend them (same seqs)
+ * before whatever was queued after the WAIT, keeping the seq order per key:
+ * the node that serves the slot next applies them once. */
+static void resend_unconfirmed(psClient *c, psPushSlot *ps, int i, const char *why) {
+    int k;
+    for (k = 0; k < ps->nreqs; k++) {
+        psReq *r = &ps->reqs[k];
+        if (r->node != i || r->state != PSS_DONE || !r->acked) continue;
+        r->acked = 0;
+        c->stats.pushes--;
+        ps->outstanding++;
+        retry_req(c, r, 1, why);
+    }
+}
+
 /* The connection of node 'i' is dead: free it and resend, in order, every
  * request that was waiting on it. */
 static void node_fail(psClient *c, int i, const char *why) {
@@ -455,10 +584,13 @@ static void node_fail(psClient *c, int i, const char *why) {
     while (n->qlen) {
         psQent e = q_pop(n);
         if (e.kind == PSQ_REQ) retry_req(c, e.r, 1, msg);
-        else if (e.kind == PSQ_WAIT) psi_finish_wait(c, e.ps, NULL);
+        else if (e.kind == PSQ_WAIT) {
+            resend_unconfirmed(c, e.ps, i, msg);
+            psi_finish_wait(c, e.ps, NULL);
+        }
         n = &pv->nodes[i];
     }
-    if (c->cluster) pv->need_refresh = 1;
+    if (c->cluster || pv->nseeds > 1) pv->need_refresh = 1;
 }
 
 /* ========================================================================
@@ -476,6 +608,81 @@ static int route(psClient *c, psReq *r) {
     return pv->nnodes ? 0 : -1;
 }
 
+/* Write the RESP text of PS.PUSHGRAD request 'r' on 'ctx' now: first what
+ * hiredis has buffered (commands before it), then the command with one
+ * sendmsg of header, blob (straight from the push slot's buffer) and the
+ * trailing arguments. The socket is blocking with the command timeout.
+ * Returns 0, or -1 with a message in 'err'. */
+static int write_push(psClient *c, redisContext *ctx, psReq *r, char *err, size_t errlen) {
+    psClientPriv *pv = c->priv;
+    char head[400], tail[400];
+    size_t hl, tl = 0;
+    int argc = 5, wdone = 0, k;
+    struct iovec iov[3];
+
+    while (!wdone) {
+        if (redisBufferWrite(ctx, &wdone) != REDIS_OK) {
+            snprintf(err, errlen, "%.100s", ctx->errstr);
+            return -1;
+        }
+    }
+    if (r->has_version && !(pv->flags & PS_OPT_NO_PUSH_VERSION)) argc += 2;
+    if (!(pv->flags & PS_OPT_NO_PUSH_ID)) argc += 3;
+    if (r->scale != 1.0f) argc += 2;
+    hl = (size_t)snprintf(head, sizeof(head), "*%d\r\n$11\r\nPS.PUSHGRAD\r\n$%zu\r\n%s\r\n$%zu\r\n",
+                          argc, r->keylen, r->key, r->bloblen);
+    const char *fmt = ps_format_name(r->m->push_fmt);
+    k = snprintf(tail, sizeof(tail), "\r\n$6\r\nFORMAT\r\n$%zu\r\n%s\r\n", strlen(fmt), fmt);
+    tl += (size_t)k;
+    if (r->has_version && !(pv->flags & PS_OPT_NO_PUSH_VERSION)) {
+        char v[24];
+        int vl = snprintf(v, sizeof(v), "%llu", (unsigned long long)r->version);
+        tl += (size_t)snprintf(tail + tl, sizeof(tail) - tl, "$7\r\nVERSION\r\n$%d\r\n%s\r\n", vl, v);
+    }
+    if (!(pv->flags & PS_OPT_NO_PUSH_ID)) {
+        char v[24];
+        int vl = snprintf(v, sizeof(v), "%llu", (unsigned long long)r->seq);
+        tl += (size_t)snprintf(tail + tl, sizeof(tail) - tl, "$2\r\nID\r\n$%zu\r\n%s\r\n$%d\r\n%s\r\n",
+                               strlen(c->client_id), c->client_id, vl, v);
+    }
+    if (r->scale != 1.0f) {
+        char v[32];
+        int vl = snprintf(v, sizeof(v), "%.9g", (double)r->scale);
+        tl += (size_t)snprintf(tail + tl, sizeof(tail) - tl, "$5\r\nSCALE\r\n$%d\r\n%s\r\n", vl, v);
+    }
+    iov[0].iov_base = head;
+    iov[0].iov_len = hl;
+    iov[1].iov_base = (void *)r->blob;
+    iov[1].iov_len = r->bloblen;
+    iov[2].iov_base = tail;
+    iov[2].iov_len = tl;
+    k = 0;
+    while (k < 3) {
+        /* sendmsg, not writev: MSG_NOSIGNAL, a connection killed meanwhile is
+         * an EPIPE error (resend elsewhere), not a SIGPIPE. */
+        struct msghdr msg;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov + k;
+        msg.msg_iovlen = (size_t)(3 - k);
+        ssize_t w = sendmsg(ctx->fd, &msg, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            snprintf(err, errlen, "%s", errno == EAGAIN || errno == EWOULDBLOCK
+                                        ? "timeout writing a command" : strerror(errno));
+            return -1;
+        }
+        while (k < 3 && (size_t)w >= iov[k].iov_len) {
+            w -= (ssize_t)iov[k].iov_len;
+            k++;
+        }
+        if (k < 3) {
+            iov[k].iov_base = (char *)iov[k].iov_base + w;
+            iov[k].iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
 /* Append request 'r' to its node's output buffer. */
 static void dispatch(psClient *c, psReq *r) {
     psClientPriv *pv = c->priv;
@@ -486,12 +693,12 @@ static void dispatch(psClient *c, psReq *r) {
     r->ask_node = -1;
     r->node = -1;
     if (i < 0) {
-        pv->need_refresh = c->cluster;
+        pv->need_refresh = c->cluster || pv->nseeds > 1;
         retry_req(c, r, 1, "no node serves this hash slot");
         return;
     }
     if (node_ensure(c, i, err, sizeof(err)) != 0) {
-        pv->need_refresh = c->cluster;
+        pv->need_refresh = c->cluster || pv->nseeds > 1;
         retry_req(c, r, 1, err);
         return;
     }
@@ -506,9 +713,22 @@ static void dispatch(psClient *c, psReq *r) {
     if (r->kind == PSR_RAW) {
         rc = redisAppendFormattedCommand(n->ctx, r->cmd, r->cmdlen);
     } else if (r->kind == PSR_PULL) {
-        const char *argv[2] = {"PS.PULL", r->key};
-        size_t argl[2] = {7, r->keylen};
-        rc = redisAppendCommandArgv(n->ctx, 2, argv, argl);
+        const char *argv[4] = {"PS.PULL", r->key, "FORMAT", ps_format_name(r->m->pull_fmt)};
+        size_t argl[4] = {7, r->keylen, 6, strlen(argv[3])};
+        r->direct = 0;
+        rc = redisAppendCommandArgv(n->ctx, r->m->pull_fmt == PS_FMT_F32 ? 2 : 4, argv, argl);
+    } else if (r->bloblen >= PS_DIRECT_WRITE_MIN && r->keylen < 256) {
+        /* A big push is written from the encode buffer itself (see
+         * write_push), not copied twice into hiredis's output buffer. */
+        if (q_push(n, PSQ_REQ, r, NULL) != 0) {
+            node_fail(c, i, "out of memory");
+            retry_req(c, r, 1, "out of memory");
+            return;
+        }
+        r->state = PSS_FLIGHT;
+        r->node = i;
+        if (write_push(c, n->ctx, r, err, sizeof(err)) != 0) node_fail(c, i, err);
+        return;
     } else {
         const char *argv[12];
         size_t argl[12];
@@ -575,6 +795,7 @@ static void run_retries(psClient *c) {
 void psi_submit(psClient *c, psReq *r) {
     if (c->priv->nretry) run_retries(c);
     r->attempts = r->redirects = 0;
+    r->first_err_ms = 0;
     r->ask_node = -1;
     r->failed = 0;
     dispatch(c, r);
@@ -643,12 +864,25 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
             retry_req(c, r, 0, "redirect");
             return;
         }
+        if (r->kind == PSR_PUSH && r->has_version &&
+            strstr(reply->str, "is newer than the tensor's version") != NULL) {
+            /* "ERR VERSION v is newer than the tensor's version c": the server
+             * lost updates this client had pulled (a failover or restart that
+             * lost acknowledged writes). The gradient is still good: resend it
+             * as computed from version c, once per hop like a redirect. */
+            const char *cur = strrchr(reply->str, ' ');
+            r->version = cur ? strtoull(cur + 1, NULL, 10) : 0;
+            freeReplyObject(reply);
+            retry_req(c, r, 0, "version rolled back");
+            return;
+        }
         if (err_is(reply, "TRYAGAIN") || err_is(reply, "CLUSTERDOWN") ||
             err_is(reply, "LOADING") || err_is(reply, "MASTERDOWN") ||
             err_is(reply, "READONLY")) {
             char msg[128];
             snprintf(msg, sizeof(msg), "%.100s", reply->str);
-            if (!err_is(reply, "TRYAGAIN") && !err_is(reply, "LOADING") && c->cluster)
+            if (!err_is(reply, "TRYAGAIN") && !err_is(reply, "LOADING") &&
+                (c->cluster || pv->nseeds > 1))
                 pv->need_refresh = 1;
             freeReplyObject(reply);
             retry_req(c, r, 1, msg);
@@ -662,10 +896,35 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
 /* Read what node 'i' has sent and handle every complete reply. */
 static void node_read(psClient *c, int i) {
     psClientPriv *pv = c->priv;
-    if (redisBufferRead(pv->nodes[i].ctx) != REDIS_OK) {
-        node_fail(c, i, pv->nodes[i].ctx->errstr[0] ? pv->nodes[i].ctx->errstr : "connection lost");
+    redisContext *ctx = pv->nodes[i].ctx;
+    redisReader *rd = ctx->reader;
+    ssize_t nr;
+    /* Read straight into the end of the reader's buffer, up to
+     * PS_READ_CHUNK bytes at a time (redisBufferRead reads 16 KB into a
+     * stack buffer and copies it there: 25 poll+read rounds and one extra
+     * copy for one 400 KB pull). The buffer is an sds (hiredis's public
+     * read.h/sds.h), kept between replies since maxbuf is 0. */
+    if (rd->err || rd->buf == NULL) {
+        node_fail(c, i, rd->err ? rd->errstr : "out of memory");
         return;
     }
+    if (sdsavail(rd->buf) < PS_READ_CHUNK / 4) {
+        sds nb = sdsMakeRoomFor(rd->buf, PS_READ_CHUNK);
+        if (nb == NULL) {
+            node_fail(c, i, "out of memory");
+            return;
+        }
+        rd->buf = nb;
+    }
+    nr = read(ctx->fd, rd->buf + sdslen(rd->buf), sdsavail(rd->buf));
+    if (nr < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (nr <= 0) {
+        node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
+        return;
+    }
+    sdsIncrLen(rd->buf, (int)nr);
+    rd->len = sdslen(rd->buf);
+    pv->reading_node = i;
     while (pv->nodes[i].ctx && pv->nodes[i].qlen) {
         void *reply = NULL;
         if (redisGetReplyFromReader(pv->nodes[i].ctx, &reply) != REDIS_OK) {
@@ -673,8 +932,11 @@ static void node_read(psClient *c, int i) {
             return;
         }
         if (reply == NULL) break;
+        pv->reading_node = -1;
         handle_reply(c, i, q_pop(&pv->nodes[i]), reply);
+        pv->reading_node = i;
     }
+    pv->reading_node = -1;
 }
 
 /* ========================================================================

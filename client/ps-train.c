@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +76,14 @@ static const flagDef Flags[] = {
     {"--lease-ms", F_INT, O(lease_ms), 10, 1 << 30, C_WORK | C_RUN, "MS",
      "a task idle this long is claimed by another worker (30000)"},
     {"--window", F_INT, O(window), 1, 1024, C_WORK | C_RUN, "N", "outstanding pushes (2)"},
+    {"--pull-every", F_INT, O(pull_every), 1, 1000, C_WORK | C_RUN, "K",
+     "pull the model every K mini-batches, push every one (1)"},
+    {"--overlap", F_INT, O(overlap), 0, 1, C_WORK | C_RUN, "0|1",
+     "send the next pull before computing the gradient (1)"},
+    {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, "FMT",
+     "model on the wire: f32, bf16 or f16 (f32)"},
+    {"--push-format", F_STR, O(push_format), 0, 0, C_WORK | C_RUN, "FMT",
+     "gradients on the wire: f32, bf16, f16 or i8 (f32; lossy ones keep error feedback)"},
     {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN, "N",
      "WAIT for N replicas after each push (0)"},
     {"--interval-ms", F_INT, O(interval_ms), 10, 1 << 30, C_WORK | C_RUN, "MS",
@@ -142,6 +151,10 @@ static void set_defaults(trainOpts *o) {
     o->label_col = -1;
     o->lease_ms = 30000;
     o->window = 2;
+    o->pull_every = 1;
+    o->overlap = 1;
+    o->pull_format = "f32";
+    o->push_format = "f32";
     o->interval_ms = 2000;
     o->progress = "auto";
     o->min_acc = -1;
@@ -256,6 +269,19 @@ static int validate(trainOpts *o, int bit) {
         fprintf(stderr, "ps-train snapshot: --at NAME is required\n");
         return -1;
     }
+    if (bit & (C_WORK | C_RUN)) {
+        psWireFormat wf;
+        if (tr_parse_wire(o->pull_format, 0, &wf) != 0) {
+            fprintf(stderr, "ps-train %s: --pull-format: '%s' is not f32, bf16 or f16\n", c,
+                    o->pull_format);
+            return -1;
+        }
+        if (tr_parse_wire(o->push_format, 1, &wf) != 0) {
+            fprintf(stderr, "ps-train %s: --push-format: '%s' is not f32, bf16, f16 or i8\n", c,
+                    o->push_format);
+            return -1;
+        }
+    }
     if (o->progress && strcmp(o->progress, "auto") && strcmp(o->progress, "tty") &&
         strcmp(o->progress, "line") && strcmp(o->progress, "none")) {
         fprintf(stderr, "ps-train %s: --progress: '%s' is not auto, tty, line or none\n", c,
@@ -267,6 +293,9 @@ static int validate(trainOpts *o, int bit) {
 
 int main(int argc, char **argv) {
     trainOpts o;
+    /* A connection killed by the server (CLIENT KILL, failover) must be an
+     * I/O error that libps retries, not a SIGPIPE that ends the worker. */
+    signal(SIGPIPE, SIG_IGN);
     set_defaults(&o);
     o.self = argv[0];
     if (argc < 2) {

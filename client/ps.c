@@ -60,6 +60,8 @@ psClient *psConnect(const char *addrs, const psOptions *opt) {
                              : (o.command_timeout_ms < 0 ? -1 : o.command_timeout_ms);
     pv->max_retries = o.max_retries == 0 ? PS_DEFAULT_MAX_RETRIES : (o.max_retries < 0 ? 0 : o.max_retries);
     pv->backoff_ms = o.backoff_ms > 0 ? o.backoff_ms : PS_DEFAULT_BACKOFF_MS;
+    pv->retry_timeout_ms = o.retry_timeout_ms == 0 ? PS_DEFAULT_RETRY_TIMEOUT_MS
+                           : (o.retry_timeout_ms < 0 ? 0 : o.retry_timeout_ms);
     pv->push_window = o.push_window > 0 ? o.push_window : PS_DEFAULT_PUSH_WINDOW;
     pv->wait_replicas = o.wait_replicas > 0 ? o.wait_replicas : 0;
     pv->wait_timeout_ms = o.wait_timeout_ms > 0 ? o.wait_timeout_ms : PS_DEFAULT_WAIT_TIMEOUT_MS;
@@ -84,6 +86,7 @@ psClient *psConnect(const char *addrs, const psOptions *opt) {
         return c;
     }
     for (i = 0; i < PS_CLUSTER_SLOTS; i++) pv->slots[i] = -1;
+    pv->reading_node = -1;
     if (addrs == NULL) {
         psi_set_error(c, PS_ERR_ARG, "no address given (want host:port[,host:port...])");
         return c;
@@ -96,6 +99,7 @@ void psClientFree(psClient *c) {
     psClientPriv *pv;
     int i;
     if (c == NULL) return;
+
     pv = c->priv;
     if (pv) {
         psi_topology_free(c);
@@ -132,6 +136,7 @@ static void finish_push(psClient *c, psReq *r, redisReply *reply) {
         c->stats.push_errors++;
     } else if (reply->type == REDIS_REPLY_INTEGER) {
         c->stats.pushes++;
+        r->acked = 1;           /* a lost WAIT resends it (cluster.c node_fail) */
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
         c->stats.stale_rejects++;
     } else {
@@ -148,28 +153,73 @@ static void finish_push(psClient *c, psReq *r, redisReply *reply) {
     slot_release(r->ps);
 }
 
+/* Bytes of the data blob of a pull of partition 'p' in the model's pull format. */
+static size_t pull_blob_size(const psModel *m, const psPart *p) {
+    return ps_dense_encoded_size(m->pull_fmt, p->elements);
+}
+
+int psi_pull_direct(psClient *c, psReq *r, const unsigned char *blob, size_t len) {
+    psModel *m = r->m;
+    psPart *p = &m->tensors[r->t].parts[r->p];
+    float *dst = m->pull_dst ? m->pull_dst[r->t] : NULL;
+    (void)c;
+    if (dst == NULL || len != pull_blob_size(m, p)) return -1;
+    if (m->pull_fmt == PS_FMT_F32) memcpy(dst + p->offset, blob, len);
+    else if (ps_decode(m->pull_fmt, blob, len, p->elements, dst + p->offset) != 0) return -1;
+    r->direct = len;
+    return 0;
+}
+
+/* Record a failed partition pull: on the client (the call that read it)
+ * and, the first one, on the model, so that psModelPullWait() reports it
+ * even when another call read the reply. */
+static void pull_failed(psClient *c, psModel *m, int code, const char *msg) {
+    psi_set_error(c, code, "%s", msg);
+    if (m->pull_failed) return;
+    m->pull_failed = code;
+    snprintf(m->pull_errstr, sizeof(m->pull_errstr), "%.*s", (int)sizeof(m->pull_errstr) - 1, msg);
+}
+
 static void finish_pull(psClient *c, psReq *r, redisReply *reply) {
     psModel *m = r->m;
     psTensor *t = &m->tensors[r->t];
     psPart *p = &t->parts[r->p];
+    size_t want = pull_blob_size(m, p);
+    char msg[sizeof(c->errstr) + 64];
     m->pull_pending--;
-    if (reply == NULL) return;
+    if (reply == NULL) {
+        /* fail_req recorded why, unless an earlier error was recorded first */
+        snprintf(msg, sizeof(msg), "PS.PULL %.60s: %s", p->key,
+                 r->failed ? "failed after retries" : "no reply");
+        pull_failed(c, m, c->err ? c->err : PS_ERR_IO, c->err ? c->errstr : msg);
+        r->direct = 0;
+        return;
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
-        psi_set_error(c, PS_ERR_SERVER, "PS.PULL %s: %.80s", p->key, reply->str);
+        snprintf(msg, sizeof(msg), "PS.PULL %.40s: %.80s", p->key, reply->str);
+        pull_failed(c, m, PS_ERR_SERVER, msg);
     } else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
                reply->element[0]->type != REDIS_REPLY_INTEGER ||
                reply->element[1]->type != REDIS_REPLY_STRING ||
-               reply->element[1]->len != p->elements * sizeof(float)) {
-        psi_set_error(c, PS_ERR_PROTOCOL, "PS.PULL %s: unexpected reply (shape differs from the model's?)",
-                      p->key);
+               (r->direct ? r->direct : reply->element[1]->len) != want) {
+        snprintf(msg, sizeof(msg), "PS.PULL %.60s: unexpected reply (shape differs from the model's?)",
+                 p->key);
+        pull_failed(c, m, PS_ERR_PROTOCOL, msg);
     } else {
         float *dst = m->pull_dst[r->t];
-        if (dst) memcpy(dst + p->offset, reply->element[1]->str, reply->element[1]->len);
-        p->version = (uint64_t)reply->element[0]->integer;
-        p->has_version = 1;
-        c->stats.pulls++;
-        c->stats.bytes_received += reply->element[1]->len;
+        if (dst && !r->direct &&
+            ps_decode(m->pull_fmt, (const unsigned char *)reply->element[1]->str,
+                      reply->element[1]->len, p->elements, dst + p->offset) != 0) {
+            snprintf(msg, sizeof(msg), "PS.PULL %.60s: undecodable data", p->key);
+            pull_failed(c, m, PS_ERR_PROTOCOL, msg);
+        } else {
+            p->version = (uint64_t)reply->element[0]->integer;
+            p->has_version = 1;
+            c->stats.pulls++;
+            c->stats.bytes_received += want;
+        }
     }
+    r->direct = 0;
     freeReplyObject(reply);
 }
 
@@ -256,6 +306,42 @@ redisReply *psCommand(psClient *c, const char *key, const char *format, ...) {
     len = redisvFormatCommand(&cmd, format, ap);
     va_end(ap);
     return command_formatted(c, key, cmd, len);
+}
+
+int psCommandBatchArgv(psClient *c, int n, const char *const *keys, const int *argcs,
+                       const char **const *argvs, const size_t *const *argvlens,
+                       redisReply **replies) {
+    psReq *reqs;
+    int i, ok = 0;
+    c->err = 0;
+    c->errstr[0] = '\0';
+    if (n <= 0) return 0;
+    if ((reqs = calloc((size_t)n, sizeof(psReq))) == NULL) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return PS_ERR;
+    }
+    for (i = 0; i < n; i++) {
+        char *cmd = NULL;
+        int len = redisFormatCommandArgv(&cmd, argcs[i], argvs[i], argvlens[i]);
+        raw_init(&reqs[i], keys[i]);
+        replies[i] = NULL;
+        if (len < 0) {
+            psi_set_error(c, PS_ERR_OOM, "cannot format command %d", i);
+            reqs[i].state = PSS_DONE;
+            continue;
+        }
+        reqs[i].cmd = cmd;
+        reqs[i].cmdlen = (size_t)len;
+    }
+    if (!c->err) raw_run(c, reqs, (size_t)n);
+    for (i = 0; i < n; i++) {
+        replies[i] = reqs[i].reply;
+        if (replies[i]) ok++;
+        if (reqs[i].cmd) redisFreeCommand(reqs[i].cmd);
+    }
+    free(reqs);
+    if (ok < n && !c->err) psi_set_error(c, PS_ERR_OTHER, "no reply");
+    return ok;
 }
 
 /* ========================================================================
@@ -488,6 +574,13 @@ int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio) {
     return PS_OK;
 }
 
+int psModelSetPullFormat(psModel *m, psWireFormat fmt) {
+    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16};
+    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_BF16) return PS_ERR;
+    m->pull_fmt = map[fmt];
+    return PS_OK;
+}
+
 int psModelLayout(psClient *c, psModel *m) {
     size_t pb = m->partition_bytes ? m->partition_bytes : c->priv->partition_bytes;
     int ti, global = 0;
@@ -591,6 +684,7 @@ void psModelFree(psModel *m) {
         free(m->tensors[t].name);
     }
     free(m->tensors);
+    free(m->pull_dstv);
     free(m->scratch);
     free(m->topk_scratch);
     free(m->job);
@@ -775,12 +869,23 @@ static int pull_done(psClient *c, void *arg) {
     return ((psModel *)arg)->pull_pending == 0;
 }
 
-int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out) {
+int psModelPullAsync(psClient *c, psModel *m, float **dst) {
     int t, p;
     c->err = 0;
     c->errstr[0] = '\0';
     if (psModelLayout(c, m) != PS_OK) return PS_ERR;
-    m->pull_dst = dst;
+    if (m->pull_pending || m->pull_dst) {
+        psi_set_error(c, PS_ERR_ARG, "a pull of model '%s' is already in flight", m->job);
+        return PS_ERR;
+    }
+    if (m->pull_dstv == NULL &&
+        (m->pull_dstv = calloc((size_t)m->ntensors, sizeof(float *))) == NULL) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return PS_ERR;
+    }
+    memcpy(m->pull_dstv, dst, sizeof(float *) * (size_t)m->ntensors);
+    m->pull_dst = m->pull_dstv;
+    m->pull_failed = 0;
     m->pull_pending = 0;
     for (t = 0; t < m->ntensors; t++)
         if (dst[t]) m->pull_pending += m->tensors[t].nparts;
@@ -792,16 +897,46 @@ int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out) {
             psi_submit(c, r);
         }
     }
+    psi_flush(c);
+    if (m->pull_failed) {
+        /* Failed already (e.g. no node for a slot): finish it here, so that
+         * PS_ERR always means no pull is left in flight. */
+        int code = m->pull_failed;
+        char msg[128];
+        snprintf(msg, sizeof(msg), "%s", m->pull_errstr);
+        psi_run(c, pull_done, m);
+        m->pull_dst = NULL;
+        c->err = 0;
+        psi_set_error(c, code, "%s", msg);
+        return PS_ERR;
+    }
+    return PS_OK;
+}
+
+int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out) {
+    int t, p;
+    c->err = 0;
+    c->errstr[0] = '\0';
+    if (m->pull_dst == NULL) {
+        psi_set_error(c, PS_ERR_ARG, "no pull of model '%s' in flight", m->job);
+        return PS_ERR;
+    }
     if (psi_run(c, pull_done, m) != 0)
         psi_set_error(c, PS_ERR_OTHER, "internal error: pulls left without replies");
-    m->pull_dst = NULL;
+    if (m->pull_failed && !c->err) psi_set_error(c, m->pull_failed, "%s", m->pull_errstr);
     if (versions_out) {
         for (t = 0; t < m->ntensors; t++) {
             uint64_t v = UINT64_MAX;
             for (p = 0; p < m->tensors[t].nparts; p++)
                 if (m->tensors[t].parts[p].version < v) v = m->tensors[t].parts[p].version;
-            versions_out[t] = (dst[t] && m->tensors[t].nparts) ? v : 0;
+            versions_out[t] = (m->pull_dst[t] && m->tensors[t].nparts) ? v : 0;
         }
     }
+    m->pull_dst = NULL;
     return c->err ? PS_ERR : PS_OK;
+}
+
+int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out) {
+    if (psModelPullAsync(c, m, dst) != PS_OK) return PS_ERR;
+    return psModelPullWait(c, m, versions_out);
 }

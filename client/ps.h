@@ -58,6 +58,11 @@
  *
  * A psClient and the models used with it are not thread safe: use one
  * client per thread (or process).
+ *
+ * Signals. hiredis writes with write(2): a connection the server closed
+ * raises SIGPIPE, which kills a process that does not ignore it. Ignore
+ * SIGPIPE (signal(SIGPIPE, SIG_IGN), as ps-train does) so that a killed
+ * connection is an error that libps retries.
  */
 #ifndef PS_H
 #define PS_H
@@ -87,6 +92,8 @@ extern "C" {
 #define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
 #define PS_DEFAULT_COMMAND_TIMEOUT_MS 30000
 #define PS_DEFAULT_MAX_RETRIES 10
+#define PS_DEFAULT_RETRY_TIMEOUT_MS 30000 /* outlasts a Redis Cluster failover with
+                                             the default cluster-node-timeout (15 s) */
 #define PS_DEFAULT_BACKOFF_MS 20        /* sleeps are base * 2^attempt, capped at 2 s */
 #define PS_DEFAULT_PUSH_WINDOW 2
 #define PS_DEFAULT_WAIT_TIMEOUT_MS 1000
@@ -106,14 +113,24 @@ typedef struct psOptions {
     const char *user;         /* AUTH user pass; NULL: env PS_USER, else none */
     const char *password;     /* NULL: env PS_PASSWORD, else no AUTH */
     int max_retries;          /* resends of one command after I/O errors,
-                                 CLUSTERDOWN, TRYAGAIN, ...; PS_DEFAULT_MAX_RETRIES,
-                                 < 0 = none. MOVED/ASK do not count (max 16 each) */
+                                 CLUSTERDOWN, TRYAGAIN, ...: a command is given up
+                                 once it was resent at least max_retries times AND
+                                 retry_timeout_ms passed since its first error;
+                                 PS_DEFAULT_MAX_RETRIES, < 0 = none (fail at the
+                                 first error). MOVED/ASK do not count (max 16 each) */
+    int retry_timeout_ms;     /* the time budget above; PS_DEFAULT_RETRY_TIMEOUT_MS,
+                                 < 0 = count only (give up after max_retries) */
     int backoff_ms;           /* base of the exponential backoff between retries;
                                  PS_DEFAULT_BACKOFF_MS */
     int push_window;          /* max outstanding model pushes; PS_DEFAULT_PUSH_WINDOW */
     int wait_replicas;        /* > 0: "WAIT n wait_timeout_ms" after the pushes of
                                  each model push on every node before it counts as
-                                 done; a short count is counted in stats.wait_short */
+                                 done; a short count is counted in stats.wait_short.
+                                 When the connection dies before the WAIT answers
+                                 (a master killed), the pushes it covered are resent
+                                 with their seqs to whoever serves the slot next: the
+                                 new master applies those its replica never got and
+                                 answers the others from its exactly-once table */
     int wait_timeout_ms;      /* PS_DEFAULT_WAIT_TIMEOUT_MS */
     const char *client_id;    /* the ID used for exactly-once pushes;
                                  NULL: "<hostname>:<pid>:<random hex>" */
@@ -169,7 +186,12 @@ typedef struct psModel psModel;   /* opaque */
 /* Connect to 'addrs': "host:port" or a comma separated list of seeds
  * "h1:p1,h2:p2". 'opt' may be NULL (all defaults). Cluster mode is detected
  * with CLUSTER SLOTS (a server answering "cluster support disabled" is a
- * standalone server). Returns NULL only when out of memory; otherwise check
+ * standalone server). Standalone with several addresses (a master and its
+ * replicas): commands go to the first address that answers; after an I/O
+ * error or a READONLY reply the first address whose ROLE is master takes
+ * over, so a replica promoted with REPLICAOF NO ONE (by hand or by Sentinel)
+ * is found within the retry budget. A failed master must come back as a
+ * replica, never as a second master. Returns NULL only when out of memory; otherwise check
  * c->err (e.g. PS_ERR_CLUSTER "cannot connect to any of ...") and free the
  * client with psClientFree() either way. */
 psClient *psConnect(const char *addrs, const psOptions *opt);
@@ -192,6 +214,17 @@ redisReply *psCommandArgv(psClient *c, const char *key, int argc,
 
 /* printf-style variant (hiredis format: %s, %b with a size_t length, ...). */
 redisReply *psCommand(psClient *c, const char *key, const char *format, ...);
+
+/* Run 'n' commands at once: command i is argvs[i] (argcs[i] arguments of
+ * lengths argvlens[i]) routed by keys[i] (NULL = any node), all sent before
+ * any reply is awaited (pipelined per node, one round trip), with the same
+ * redirect / retry handling as psCommandArgv(). replies[i] receives reply i
+ * (free each with freeReplyObject(); NULL when that command failed, see
+ * err/errstr). Returns the number of replies received (n when all), or
+ * PS_ERR when out of memory. */
+int psCommandBatchArgv(psClient *c, int n, const char *const *keys, const int *argcs,
+                       const char **const *argvs, const size_t *const *argvlens,
+                       redisReply **replies);
 
 /* ------------------------------------------------------------------------
  * Models
@@ -217,6 +250,12 @@ int psModelAddTensor(psModel *m, const char *name, int ndim, const uint64_t *dim
  * the fraction of each partition's elements sent with PS_WIRE_TOPK (ignored
  * otherwise). Call before the first push. Returns PS_OK or PS_ERR. */
 int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio);
+
+/* Set the format pulls ask the server for: PS_WIRE_F32 (default, exact),
+ * PS_WIRE_BF16 or PS_WIRE_F16 (half the bytes on the wire; the values are
+ * rounded, the server's copy stays float32). Decoded into the caller's
+ * arrays as they arrive. Returns PS_OK or PS_ERR (other formats). */
+int psModelSetPullFormat(psModel *m, psWireFormat fmt);
 
 /* Fix the partition layout and key names (done implicitly by the first
  * psModelCreate*, psModelPull or psModelPush). Uses the model's partition
@@ -255,13 +294,28 @@ int psModelCreate(psClient *c, psModel *m, const char *create_opts, int nx);
 /* DEL every partition key of the model. Returns the number deleted or PS_ERR. */
 int psModelDelete(psClient *c, psModel *m);
 
-/* Pull every partition (PS.PULL key, pipelined to all nodes at once, then
- * gathered) into 'dst': dst[t] is an array of psModelTensorElements(m, t)
- * floats for tensor t (NULL: skip that tensor). 'versions_out' (NULL or
- * one per tensor) receives the minimum version over the tensor's
- * partitions; each partition's version is kept in the model for the next
- * push (psModelPartitionVersion()). Returns PS_OK or PS_ERR. */
+/* Pull every partition (PS.PULL key [FORMAT f], pipelined to all nodes at
+ * once, then gathered) into 'dst': dst[t] is an array of
+ * psModelTensorElements(m, t) floats for tensor t (NULL: skip that tensor).
+ * Each partition's data is decoded from hiredis's read buffer straight into
+ * dst (no reply copy). 'versions_out' (NULL or one per tensor) receives the
+ * minimum version over the tensor's partitions; each partition's version is
+ * kept in the model for the next push (psModelPartitionVersion()). Returns
+ * PS_OK or PS_ERR. */
 int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
+
+/* psModelPull() in two halves, to overlap a pull with computing: Async
+ * sends the PS.PULLs and returns; the replies are decoded into dst[t] as
+ * they are read, by this or any later call on the client (e.g. a
+ * psModelPush() waiting for its window), so do not read or write the dst
+ * arrays until psModelPullWait() has returned. Wait reads the rest and
+ * returns like psModelPull() (with the first error of the pull, also when
+ * an earlier call read it). One pull per model may be in flight; the dst
+ * pointer array itself is copied. Pushes sent meanwhile should pass
+ * explicit 'versions' (those of the data they were computed from), because
+ * the partition versions kept in the model move when the replies arrive. */
+int psModelPullAsync(psClient *c, psModel *m, float **dst);
+int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 
 /* Push gradients: grads[t] is an array of psModelTensorElements(m, t)
  * floats (NULL: skip the tensor). One PS.PUSHGRAD per partition:
@@ -271,12 +325,15 @@ int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
  * 'scale' != 1. The gradient is encoded into a buffer the client keeps
  * until the push is acknowledged (for resends): the caller may reuse
  * 'grads' as soon as this returns. Returns once the commands are written
- * and no more than push_window pushes are outstanding. PS_OK or PS_ERR. */
+ * and no more than push_window pushes are outstanding (a partition of 16 KB
+ * or more is written with one sendmsg straight from that buffer, not copied
+ * into hiredis's output buffer). PS_OK or PS_ERR. */
 int psModelPush(psClient *c, psModel *m, const float *const *grads,
                 const uint64_t *versions, float scale);
 
 /* Free a model (its keys on the server stay). Outstanding pushes of this
- * model must have been drained (psDrain) first. NULL is allowed. */
+ * model must have been drained (psDrain) first, and a pull in flight
+ * waited for (psModelPullWait). NULL is allowed. */
 void psModelFree(psModel *m);
 
 #ifdef __cplusplus

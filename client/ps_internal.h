@@ -9,6 +9,9 @@
 #include "shape.h"
 
 #define PS_MAX_REDIRECTS 16     /* MOVED/ASK hops of one request */
+#define PS_READ_CHUNK (256 * 1024)      /* max bytes per read() of replies */
+#define PS_SOCKET_BUFFER (4 * 1024 * 1024) /* SO_RCVBUF / SO_SNDBUF of node connections */
+#define PS_DIRECT_WRITE_MIN (16 * 1024) /* pushes with a blob this big skip hiredis's buffer */
 
 /* ------------------------------------------------------------------------
  * Requests: one command that must eventually get a final reply. A request
@@ -31,7 +34,9 @@ typedef struct psReq {
     int kind;                   /* PSR_* */
     int state;                  /* PSS_* */
     int slot;                   /* hash slot of the key, -1 = any node */
-    int attempts;               /* resends after errors (bounded by max_retries) */
+    int attempts;               /* resends after errors (max_retries, retry_timeout_ms) */
+    int64_t first_err_ms;       /* monotonic ms of the first error since submission */
+    int acked;                  /* PSR_PUSH: answered with a version (in stats.pushes) */
     int redirects;              /* MOVED/ASK hops (bounded by PS_MAX_REDIRECTS) */
     int ask_node;               /* >= 0: next dispatch goes there after ASKING */
     int failed;                 /* finished without a usable reply */
@@ -48,6 +53,7 @@ typedef struct psReq {
     struct psPushSlot *ps;      /* owning push slot (PSR_PUSH) */
     const unsigned char *blob;  /* encoded gradient inside ps->buf */
     size_t bloblen;
+    size_t direct;              /* PSR_PULL: bytes decoded straight into the destination */
     uint64_t version;           /* VERSION argument */
     int has_version;
     uint64_t seq;               /* ID seq, fixed at first send */
@@ -91,7 +97,7 @@ typedef struct psClientPriv {
     /* options, defaults resolved */
     int connect_timeout_ms, command_timeout_ms;
     char *user, *password;
-    int max_retries, backoff_ms, push_window;
+    int max_retries, retry_timeout_ms, backoff_ms, push_window;
     int wait_replicas, wait_timeout_ms;
     size_t partition_bytes;
     int flags;
@@ -109,6 +115,9 @@ typedef struct psClientPriv {
     int backoff_level;          /* > 0: sleep before the next retry round */
     psPushSlot *pslots;
     int npslots;
+    int reading_node;           /* node whose replies are being parsed, -1 none */
+    redisReplyObjectFunctions fns;      /* hiredis's reply builders, but createString */
+    void *(*create_string)(const redisReadTask *, char *, size_t);   /* hiredis's */
 } psClientPriv;
 
 /* ------------------------------------------------------------------------
@@ -143,12 +152,16 @@ struct psModel {
     size_t partition_bytes;     /* 0 = the client's */
     int laid_out;
     ps_format push_fmt;
+    ps_format pull_fmt;         /* F32 (default), F16 or BF16 */
     double topk_ratio;
     size_t max_part_elems;
     float *scratch;             /* decode scratch (max_part_elems) */
     uint32_t *topk_scratch;
-    float **pull_dst;           /* destination of the pull in progress */
+    float **pull_dst;           /* destination of the pull in progress (pull_dstv), or NULL */
+    float **pull_dstv;          /* copy of the caller's array of destinations */
     int pull_pending;
+    int pull_failed;            /* PS_ERR_* of the pull in flight's first failure, 0 none */
+    char pull_errstr[128];
     uint64_t seq_base;
 };
 
@@ -173,5 +186,9 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg);
  * when the request failed; the callee owns 'reply'). Defined in ps.c. */
 void psi_finish(psClient *c, psReq *r, redisReply *reply);
 void psi_finish_wait(psClient *c, psPushSlot *ps, redisReply *reply);
+/* Called by the reply parser with the data blob of pull 'r' while it is
+ * still in the reader's buffer: decodes it into the pull's destination.
+ * Returns 0 when it did (r->direct is set), -1 to keep the blob in the reply. */
+int psi_pull_direct(psClient *c, psReq *r, const unsigned char *blob, size_t len);
 
 #endif /* PS_INTERNAL_H */

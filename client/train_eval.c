@@ -155,7 +155,10 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     snprintf(interval, sizeof(interval), "%d", o->interval_ms);
     snprintf(batch, sizeof(batch), "%d", o->batch);
     snprintf(threads, sizeof(threads), "%d", o->threads > 0 ? o->threads : 1);
-    const char *argv[32];
+    char pull_every[16], overlap[16];
+    snprintf(pull_every, sizeof(pull_every), "%d", o->pull_every);
+    snprintf(overlap, sizeof(overlap), "%d", o->overlap);
+    const char *argv[48];
     int n = 0;
     argv[n++] = o->self;
     argv[n++] = "work";
@@ -177,6 +180,14 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     argv[n++] = progress;
     argv[n++] = "--threads";
     argv[n++] = threads;
+    argv[n++] = "--pull-every";
+    argv[n++] = pull_every;
+    argv[n++] = "--overlap";
+    argv[n++] = overlap;
+    argv[n++] = "--pull-format";
+    argv[n++] = o->pull_format;
+    argv[n++] = "--push-format";
+    argv[n++] = o->push_format;
     if (o->batch > 0) {
         argv[n++] = "--batch";
         argv[n++] = batch;
@@ -200,6 +211,20 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
         _exit(127);
     }
     return pid;
+}
+
+/* Reads progress field 'f' of the job as a double (0 when missing). */
+static double progress_double(const trainOpts *o, const char *f) {
+    char key[128];
+    double v = 0;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return 0;
+    tr_key(key, sizeof(key), o->job, "progress");
+    redisReply *r = psCommand(c, key, "HGET %s %s", key, f);
+    if (r && r->type == REDIS_REPLY_STRING) v = atof(r->str);
+    if (r) freeReplyObject(r);
+    psClientFree(c);
+    return v;
 }
 
 /* Reads progress field 'f' of the job (0 when missing). */
@@ -271,6 +296,20 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         return TR_EXIT_FAIL;
     }
     long long samples = progress_field(o, "samples") - samples0;
+    /* Training span: first worker's first step to the last one's end
+     * (process start-up and data loading excluded, as in bench/baseline). */
+    double span0 = 0, span1 = 0;
+    for (int i = 0; i < o->workers; i++) {
+        char f[160];
+        snprintf(f, sizeof(f), "w:%s-w%d:train_start", o->job, i + 1);
+        double a = progress_double(o, f);
+        snprintf(f, sizeof(f), "w:%s-w%d:train_end", o->job, i + 1);
+        double b = progress_double(o, f);
+        if (a <= 0 || b < a) continue;
+        if (span0 == 0 || a < span0) span0 = a;
+        if (b > span1) span1 = b;
+    }
+    double span = span1 > span0 ? span1 - span0 : 0;
 
     double loss = 0, acc = 0;
     uint64_t v = 0;
@@ -280,9 +319,9 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     printf("ps-train run: job %s: test_loss=%.4f test_acc=%.4f (%d test samples, model version "
            "%llu)\n", o->job, loss, acc, n, (unsigned long long)v);
     printf("RESULT test_acc=%.4f test_loss=%.4f total_seconds=%.2f train_seconds=%.2f "
-           "samples=%lld samples_per_s=%.0f workers=%d\n",
+           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f\n",
            acc, loss, total, train_secs, samples, train_secs > 0 ? samples / train_secs : 0.0,
-           o->workers);
+           o->workers, span, span > 0 ? samples / span : 0.0);
     fflush(stdout);
     if (failed) {
         tr_err(o, "%d of %d workers failed", failed, o->workers);

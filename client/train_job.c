@@ -35,6 +35,21 @@ void tr_err(const trainOpts *o, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+int tr_parse_wire(const char *name, int push, psWireFormat *out) {
+    if (name == NULL || !strcasecmp(name, "f32")) *out = PS_WIRE_F32;
+    else if (!strcasecmp(name, "bf16")) *out = PS_WIRE_BF16;
+    else if (!strcasecmp(name, "f16")) *out = PS_WIRE_F16;
+    else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
+    else return -1;
+    return 0;
+}
+
+double tr_wall(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 double tr_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

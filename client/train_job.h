@@ -63,6 +63,10 @@ typedef struct trainOpts {
     int lease_ms;
     int window;
     int wait;
+    int pull_every;             /* pull every K mini-batches (bounded staleness) */
+    int overlap;                /* 1: next pull in flight while computing */
+    const char *pull_format;    /* f32 | bf16 | f16 */
+    const char *push_format;    /* f32 | bf16 | f16 | i8 */
     int interval_ms;
     const char *progress;       /* auto | tty | line | none */
     int max_tasks;              /* 0: no limit (tests) */
@@ -112,8 +116,13 @@ psModel *tr_model(psClient *c, const char *job, const jobConfig *cfg);
  * overrides in 'o' when not NULL). Returns 0 or -1 (printed). */
 int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train, ps_dataset *ds);
 /* Prints an error with the subcommand prefix. */
+/* Parses a --pull-format/--push-format name (case-insensitive) into *out;
+ * 'push' also allows i8. Returns 0 or -1. */
+int tr_parse_wire(const char *name, int push, psWireFormat *out);
 void tr_err(const trainOpts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double tr_now(void);
+/* Wall clock (unix seconds), comparable between processes. */
+double tr_wall(void);
 void tr_sleep_ms(long ms);
 
 int tr_cmd_init(const trainOpts *o);

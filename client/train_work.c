@@ -43,6 +43,7 @@ typedef struct worker {
     int quiet;
     /* counters */
     long long tasks_done, samples, claimed, lost;
+    long long pushes;       /* model pushes: one PS.PUSHGRAD per partition each */
     double t0, last_print;
     long long win_samples;  /* since last print */
     double win_loss;
@@ -51,6 +52,14 @@ typedef struct worker {
     long long win_stale_n;
     uint64_t last_version;
     int cur_epoch;
+    /* pulls */
+    uint64_t *vers;         /* per tensor: versions of the model in params */
+    int have_params;        /* params hold a pulled model */
+    int pull_inflight;      /* a psModelPullAsync into params is pending */
+    int since_pull;         /* steps computed on the current params */
+    int pushes_since_pull;
+    /* where the time of the steps goes (seconds) */
+    double t_pull, t_grad, t_push, t_tasks, t_first, t_last;
 } worker;
 
 /* ========================================================================
@@ -117,7 +126,7 @@ static int next_task(worker *w, task *t) {
         freeReplyObject(r);
         if (pending == 0) return 0;
         /* Others hold tasks within their lease: wait for them to finish or die. */
-        tr_sleep_ms(w->o->lease_ms < 1000 ? w->o->lease_ms / 4 + 1 : 250);
+        tr_sleep_ms(w->o->lease_ms < 200 ? w->o->lease_ms / 4 + 1 : 50);
     }
 fail:
     tr_err(w->o, "[%s] reading tasks: %s", w->name,
@@ -188,34 +197,77 @@ static void print_progress(worker *w, int final) {
  * Training
  * ====================================================================== */
 
-/* One pull / gradient / push step on rows perm[0..nb). Returns 0 or -1. */
+/* Makes w->params hold the model for the next gradient: waits for the pull
+ * in flight, or pulls now when the last pull is --pull-every batches old
+ * (or there was none). w->vers gets the versions of what was pulled.
+ * Returns 0 or -1. */
+static int fresh_params(worker *w) {
+    double t0 = tr_now();
+    int rc = PS_OK;
+    if (w->pull_inflight) {
+        w->pull_inflight = 0;
+        rc = psModelPullWait(w->c, w->m, w->vers);
+    } else if (!w->have_params || w->since_pull >= w->o->pull_every) {
+        rc = psModelPull(w->c, w->m, w->params, w->vers);
+    } else {
+        return 0;
+    }
+    w->since_pull = 0;
+    w->have_params = 1;
+    w->t_pull += tr_now() - t0;
+    if (rc != PS_OK) {
+        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    uint64_t v = w->vers[0];
+    if (w->last_version > 0 || w->samples > 0) {
+        /* Pushes by others between two pulls (ours are among them). */
+        double s = (double)v - (double)w->last_version - w->pushes_since_pull;
+        w->win_stale += s > 0 ? s : 0;
+        w->win_stale_n++;
+    }
+    w->pushes_since_pull = 0;
+    w->last_version = v;
+    return 0;
+}
+
+/* One step on rows rows[0..nb): the model up to date (fresh_params); with
+ * --overlap the pull for the next step is sent now, so the server answers
+ * it while this gradient is computed (libps reads the replies into
+ * w->params only in calls made after the gradient: the next gradient
+ * misses this step's own push, one step more staleness); then the gradient
+ * and its push (asynchronous, with the versions it was computed from).
+ * Returns 0 or -1. */
 static int step(worker *w, const int *rows, int nb) {
     size_t dim = (size_t)w->ds.dim;
     for (int i = 0; i < nb; i++) {
         memcpy(w->xb + (size_t)i * dim, w->ds.x + (size_t)rows[i] * dim, dim * sizeof(float));
         w->yb[i] = w->ds.y[rows[i]];
     }
-    if (psModelPull(w->c, w->m, w->params, NULL) != PS_OK) {
-        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
-        return -1;
+    if (fresh_params(w) != 0) return -1;
+    w->since_pull++;
+    if (w->o->overlap && w->since_pull >= w->o->pull_every) {
+        if (psModelPullAsync(w->c, w->m, w->params) != PS_OK) {
+            tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+            return -1;
+        }
+        w->pull_inflight = 1;
     }
-    uint64_t v = psModelPartitionVersion(w->m, 0, 0);
-    if (w->last_version > 0 || w->samples > 0) {
-        /* Pushes by others between two pulls (ours is one of them). */
-        double s = (double)v - (double)w->last_version - 1;
-        w->win_stale += s > 0 ? s : 0;
-        w->win_stale_n++;
-    }
-    w->last_version = v;
+    double t1 = tr_now();
     float loss = ps_mlp_grad(&w->mlp, w->xb, w->yb, nb);
+    double t2 = tr_now();
+    w->t_grad += t2 - t1;
     if (loss != loss) {
         tr_err(w->o, "[%s] gradient failed (bad label or batch)", w->name);
         return -1;
     }
-    if (psModelPush(w->c, w->m, (const float *const *)w->grads, NULL, 1.0f) != PS_OK) {
+    if (psModelPush(w->c, w->m, (const float *const *)w->grads, w->vers, 1.0f) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
+    w->t_push += tr_now() - t2;
+    w->pushes++;
+    w->pushes_since_pull++;
     w->win_loss += loss;
     w->win_batches++;
     w->win_samples += nb;
@@ -288,19 +340,37 @@ static int ack_task(worker *w, const task *t) {
                              {"HINCRBY", w->pkey, fs, NULL}};
     char cnt[32];
     snprintf(cnt, sizeof(cnt), "%lld", t->count);
-    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+    /* The counters in one round trip (pipelined; same slot {job}). */
+    enum { NC = sizeof(cmds) / sizeof(cmds[0]) };
+    const char *keys[NC];
+    const char **argvs[NC];
+    int argcs[NC];
+    size_t argl[NC][4];
+    const size_t *argls[NC];
+    redisReply *rs[NC];
+    for (int i = 0; i < NC; i++) {
         if (cmds[i][3] == NULL) cmds[i][3] = cnt;
-        size_t argl[4];
-        for (int k = 0; k < 4; k++) argl[k] = strlen(cmds[i][k]);
-        r = psCommandArgv(w->c, cmds[i][1], 4, cmds[i], argl);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            tr_err(w->o, "[%s] HINCRBY %s: %s", w->name, cmds[i][1], r ? r->str : w->c->errstr);
-            if (r) freeReplyObject(r);
-            return -1;
+        for (int k = 0; k < 4; k++) argl[i][k] = strlen(cmds[i][k]);
+        keys[i] = cmds[i][1];
+        argvs[i] = cmds[i];
+        argcs[i] = 4;
+        argls[i] = argl[i];
+    }
+    int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
+    int bad = got != NC;
+    for (int i = 0; i < NC && got >= 0; i++) {
+        if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
+            tr_err(w->o, "[%s] HINCRBY %s: %s", w->name, cmds[i][1], rs[i]->str);
+            bad = 2;
         }
-        freeReplyObject(r);
+        if (rs[i]) freeReplyObject(rs[i]);
+    }
+    if (bad) {
+        if (bad == 1) tr_err(w->o, "[%s] HINCRBY: %s", w->name, w->c->errstr);
+        return -1;
     }
     w->tasks_done++;
+    w->t_last = tr_wall();
     return 0;
 }
 
@@ -329,13 +399,22 @@ static int setup(worker *w) {
         return -1;
     }
     int nt = psModelNumTensors(w->m);
+    psWireFormat pullf, pushf;
+    if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
+        tr_parse_wire(o->push_format, 1, &pushf) != 0 ||
+        psModelSetPullFormat(w->m, pullf) != PS_OK ||
+        psModelSetPushFormat(w->m, pushf, 0.01) != PS_OK) {
+        tr_err(o, "bad --pull-format or --push-format");
+        return -1;
+    }
+    w->vers = calloc((size_t)nt, sizeof(uint64_t));
     w->params = calloc((size_t)nt, sizeof(float *));
     w->grads = calloc((size_t)nt, sizeof(float *));
     w->xb = malloc((size_t)w->batch * (size_t)w->ds.dim * sizeof(float));
     w->yb = malloc((size_t)w->batch * sizeof(int32_t));
     w->perm = malloc((size_t)(w->cfg.shard_size > w->ds.n ? w->ds.n : w->cfg.shard_size) *
                      sizeof(int) + sizeof(int));
-    if (!w->params || !w->grads || !w->xb || !w->yb || !w->perm) {
+    if (!w->vers || !w->params || !w->grads || !w->xb || !w->yb || !w->perm) {
         tr_err(o, "out of memory");
         return -1;
     }
@@ -371,6 +450,7 @@ int tr_cmd_work(const trainOpts *o) {
     if (w.c == NULL) return TR_EXIT_FAIL;
     if (setup(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
+    w.t_first = tr_wall();
     if (!w.quiet) {
         printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d\n", w.name, o->job,
                w.cfg.layers, w.batch, w.ds.n, o->window);
@@ -379,7 +459,9 @@ int tr_cmd_work(const trainOpts *o) {
     for (;;) {
         if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
         task t;
+        double tt0 = tr_now();
         int rc = next_task(&w, &t);
+        w.t_tasks += tr_now() - tt0;
         if (rc < 0) goto out;
         if (rc == 0) break;
         rc = run_task(&w, &t);
@@ -390,13 +472,35 @@ int tr_cmd_work(const trainOpts *o) {
                 printf("[%s] task %s was claimed by another worker; abandoned\n", w.name, t.id);
             continue;
         }
+        tt0 = tr_now();
         if (ack_task(&w, &t) != 0) goto out;
+        w.t_tasks += tr_now() - tt0;
+    }
+    if (w.pull_inflight) {
+        w.pull_inflight = 0;
+        if (psModelPullWait(w.c, w.m, NULL) != PS_OK) {
+            tr_err(o, "[%s] pull: %s", w.name, w.c->errstr);
+            goto out;
+        }
     }
     if (psDrain(w.c) != PS_OK) {
         tr_err(o, "[%s] push: %s", w.name, w.c->errstr);
         goto out;
     }
     print_progress(&w, 1);
+    if (w.t_last == 0) w.t_last = tr_wall();
+    {
+        /* The span this worker trained (after connecting and loading its
+         * data, until its last ack; not the wait for others' last tasks):
+         * run reports samples/s over the union of the spans. */
+        char f1[160], f2[160], v1[32], v2[32];
+        snprintf(f1, sizeof(f1), "w:%s:train_start", w.name);
+        snprintf(f2, sizeof(f2), "w:%s:train_end", w.name);
+        snprintf(v1, sizeof(v1), "%.6f", w.t_first);
+        snprintf(v2, sizeof(v2), "%.6f", w.t_last);
+        redisReply *r = psCommand(w.c, w.pkey, "HSET %s %s %s %s %s", w.pkey, f1, v1, f2, v2);
+        if (r) freeReplyObject(r);
+    }
     double secs = tr_now() - w.t0;
     if (!w.quiet)
         printf("[%s] done: %lld tasks (%lld claimed from others, %lld lost), %lld samples in "
@@ -404,9 +508,33 @@ int tr_cmd_work(const trainOpts *o) {
                w.name, w.tasks_done, w.claimed, w.lost, w.samples, secs,
                secs > 0 ? w.samples / secs : 0.0, (unsigned long long)w.c->stats.pushes,
                (unsigned long long)w.c->stats.retries);
+    if (!w.quiet && w.pushes > 0)
+        printf("[%s] per mini-batch: waiting for pulls %.3f ms, gradient %.3f ms, push %.3f ms, "
+               "task queue %.3f ms, total %.3f ms (pull every %d, overlap %d, pull %s, push %s)\n",
+               w.name, w.t_pull * 1e3 / w.pushes, w.t_grad * 1e3 / w.pushes,
+               w.t_push * 1e3 / w.pushes, w.t_tasks * 1e3 / w.pushes,
+               (w.t_last - w.t_first) * 1e3 / w.pushes, o->pull_every, o->overlap,
+               o->pull_format, o->push_format);
+    /* For scripts and the fault tests: after the final drain every model
+     * push is acknowledged, so each partition key got exactly model_pushes
+     * pushes from this worker (partition_pushes = model_pushes * keys unless
+     * some were STALE). A server's version of a key minus the sum over the
+     * workers counts pushes lost (< 0) or applied twice (> 0). */
+    int keys = 0;
+    for (int t = 0; t < psModelNumTensors(w.m); t++) keys += psModelNumPartitions(w.m, t);
+    const psStats *st = &w.c->stats;
+    printf("ACKED worker=%s model_pushes=%lld keys=%d partition_pushes=%llu stale_rejects=%llu "
+           "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu\n",
+           w.name, w.pushes, keys, (unsigned long long)st->pushes,
+           (unsigned long long)st->stale_rejects, (unsigned long long)st->wait_short,
+           (unsigned long long)st->retries, (unsigned long long)st->reconnects,
+           (unsigned long long)st->refreshes, (unsigned long long)st->moved,
+           (unsigned long long)st->ask);
     status = TR_EXIT_OK;
 out:
+    if (w.pull_inflight) psModelPullWait(w.c, w.m, NULL);
     fflush(stdout);
+    free(w.vers);
     free(w.params);
     free(w.grads);
     free(w.xb);
