@@ -5,9 +5,13 @@
 # share them, a table of where the partitions live, then every server is
 # stopped by pid.
 #
-# With DEMO_KILL_MASTER=1 the master holding W0's first partition is killed
-# (SIGKILL) mid-run; its replica is promoted and training finishes there
-# (pushes carry ID client seq, so a resent push is not applied twice).
+# By default (DEMO_KILL_MASTER=1; 0 turns it off) the master holding W0's
+# first partition is killed (SIGKILL) mid-run; its replica is promoted and
+# training finishes there (pushes carry ID client seq, so a resent push is
+# not applied twice). The demo prints the failover time, the workers'
+# retries, the accuracy, and the per-partition count of pushes applied
+# twice or lost (each partition's version against the pushes the workers
+# saw acknowledged: their ACKED lines).
 #
 # Environment: REDIS_SERVER, DEMO_WORKERS (2), DEMO_EPOCHS (10), DEMO_LAYERS
 # (784,128,10), DEMO_OPTIM (adam), DEMO_LR (0.001), DEMO_PARTITION_BYTES
@@ -93,17 +97,24 @@ echo "demo-cluster: where the partitions live:"
 
 set +e
 "$PS_TRAIN" run "${ARGS[@]}" --workers "${DEMO_WORKERS:-2}" --interval-ms 2000 \
-    --min-acc "${DEMO_MIN_ACC:-0.87}" &
+    --min-acc "${DEMO_MIN_ACC:-0.87}" > >(tee "$DIR/run.log") 2>&1 &
 RUN=$!
-if [ "${DEMO_KILL_MASTER:-0}" = 1 ]; then
+if [ "${DEMO_KILL_MASTER:-1}" = 1 ]; then
     sleep "${DEMO_KILL_AFTER:-4}"
     victim=$("$PS_TRAIN" status "${ARGS[@]}" | awk '/demo:W0:0 /{print $NF}')
     vport=${victim##*:}
     for i in "${!PORTS[@]}"; do
         if [ "${PORTS[$i]}" = "$vport" ]; then
-            echo "demo-cluster: killing master $victim (pid ${PIDS[$i]}) mid-run"
+            replica=$(redis-cli -p "$vport" cluster nodes | awk -v id="$(redis-cli -p "$vport" cluster myid)" '$4 == id {split($2,a,"@"); print a[1]}')
+            echo "demo-cluster: killing master $victim (pid ${PIDS[$i]}) mid-run; its replica is $replica"
+            t0=$(date +%s.%N)
             kill -9 "${PIDS[$i]}"
             wait "${PIDS[$i]}" 2>/dev/null || true
+            for _ in $(seq 600); do
+                redis-cli -p "${replica##*:}" role 2>/dev/null | head -1 | grep -q master && break
+                sleep 0.05
+            done
+            echo "demo-cluster: failover: $replica is master after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}') s; the workers retry and follow it"
         fi
     done
 fi
@@ -111,6 +122,18 @@ wait $RUN
 rc=$?
 set -e
 echo "demo-cluster: after training:"
-"$PS_TRAIN" status "${ARGS[@]}" | sed -n '/^tasks:/p;/^model pushes/p;/^partitions:/,$p'
+"$PS_TRAIN" status "${ARGS[@]}" | tee "$DIR/status.log" | sed -n '/^tasks:/p;/^model pushes/p;/^partitions:/,$p'
+# Count: every model push of a worker covers every partition once, so each
+# partition's version must equal the sum of the workers' model_pushes.
+acked=$(sed -n 's/.*ACKED .*model_pushes=\([0-9]*\).*/\1/p' "$DIR/run.log" | awk '{s += $1} END {if (NR) print s}')
+retries=$(sed -n 's/.*ACKED .* retries=\([0-9]*\).*/\1/p' "$DIR/run.log" | awk '{s += $1} END {if (NR) print s}')
+if [ -n "$acked" ]; then
+    awk -v acked="$acked" -v retries="$retries" '/^  [^ ]+ +rows/ {
+            for (i = 1; i < NF; i++) if ($i == "version") v = $(i + 1)
+            if (v > acked) twice += v - acked; else lost += acked - v; n++ }
+        END { printf "demo-cluster: %d partitions, %d acknowledged pushes each, worker retries %d: applied twice %d, lost %d\n",
+                     n, acked, retries, twice, lost }' "$DIR/status.log"
+fi
+grep -h "test_acc" "$DIR/run.log" | tail -1 | sed 's/^/demo-cluster: /'
 if [ $rc -eq 0 ]; then echo "demo-cluster: ok"; else echo "demo-cluster: FAILED (ps-train exit $rc)" >&2; fi
 exit $rc
