@@ -9,9 +9,16 @@ WARN     = -Wall -Wextra -Werror
 # master, its replicas and an AOF replay compute bit-identical tensors.
 BASE_CFLAGS = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno
 
-# SANITIZE=address,undefined builds everything instrumented.
+# SANITIZE=address,undefined builds everything instrumented (use a separate
+# build dir, e.g. B=build/asan, or `make check-asan`). Any finding aborts:
+# UBSan does not recover, ASan halts. The module then runs inside Debian's
+# non-instrumented redis-server with the ASan runtime preloaded:
+# python_tests/psserver.py does that (it finds the runtime with ldd) and the
+# tests fail on any report a server wrote (see docs/security.md).
 ifneq ($(SANITIZE),)
-  SAN_FLAGS = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer
+  SAN_FLAGS = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+  export UBSAN_OPTIONS ?= halt_on_error=1:print_stacktrace=1
+  export ASAN_OPTIONS ?= halt_on_error=1:detect_leaks=1:strict_string_checks=1
 endif
 
 PIC_CFLAGS = $(BASE_CFLAGS) -fPIC -fvisibility=hidden $(SAN_FLAGS)
@@ -48,12 +55,14 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 INCS = -Imodule -Icommon -Iclient
 
-.PHONY: all module client test unit pytest bench demo demo-cluster deps check-deps install clean
+.PHONY: all module client ptools test unit pytest bench demo demo-cluster deps check-deps install clean \
+        check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
 
 module: $(B)/ps.so
 client: $(B)/libps.a $(B)/ps-train
+ptools: $(PTOOL_BINS)
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
@@ -95,7 +104,75 @@ unit: $(TEST_BINS)
 
 # PYTEST_ARGS lets a user select tests, e.g. PYTEST_ARGS="-k replica".
 pytest: module client $(PTOOL_BINS)
-	cd python_tests && $(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	cd python_tests && PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)} $(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+# ---- memory safety: sanitizers, valgrind, fuzzing (docs/security.md, docs/fuzzing.md)
+
+# The whole unit suite and the integration tests against an ASan+UBSan module,
+# built into its own dir so the normal build is left alone. The python tests
+# run ps-train and the C drivers from build/ (uninstrumented: the module is
+# what faces hostile input), so those are built first. ASAN_PYTEST_ARGS picks
+# the tests (default: all but the slow fault-injection training runs, which
+# mostly exercise the uninstrumented worker; ASAN_PYTEST_ARGS= runs them too).
+ASAN_B ?= build/asan
+ASAN_PYTEST_ARGS ?= -m "not slow"
+check-asan: check-deps
+	$(MAKE) --no-print-directory client ptools
+	$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined module unit
+	cd python_tests && PS_MODULE=$(abspath $(ASAN_B)/ps.so) $(PYTHON) -m pytest -q $(ASAN_PYTEST_ARGS) $(PYTEST_ARGS)
+
+# valgrind over the unit tests (definite leaks and invalid accesses fail) and
+# over a redis-server session with the module (fuzz/valgrind-session.sh).
+VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
+           --show-leak-kinds=definite
+valgrind: valgrind-unit valgrind-server
+
+valgrind-unit: $(TEST_BINS)
+	@set -e; for t in $(TEST_BINS); do echo "== valgrind $$t"; \
+	  OPENBLAS_NUM_THREADS=1 $(VALGRIND) ./$$t > $(B)/tests/valgrind.out 2>&1 || \
+	  { cat $(B)/tests/valgrind.out; exit 1; }; tail -1 $(B)/tests/valgrind.out; done
+
+valgrind-server: $(B)/ps.so
+	fuzz/valgrind-session.sh $(abspath $(B)/ps.so)
+
+# libFuzzer harnesses (clang + libclang-rt-14-dev), built into build/fuzz/.
+# fuzz-short runs each for FUZZ_SECONDS after replaying its corpus
+# (fuzz/corpus/<name>/, which includes every crash found so far).
+FUZZ_CC ?= clang
+FUZZ_B = build/fuzz
+FUZZ_SECONDS ?= 25
+FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
+              -Wall -Wextra -Werror -Wno-unused-command-line-argument \
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(INCS)
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push
+FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
+FUZZ_DEPS = $(wildcard */*.h) fuzz/fuzz_util.h
+MODULE_CORE_SRC = module/tensor.c module/optim.c module/rng.c common/shape.c common/codec.c
+
+fuzz: $(FUZZ_BINS)
+
+$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c common/codec.c common/shape.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+# The RDB loader itself (module/type.c) against a fake RedisModuleIO.
+$(FUZZ_B)/fuzz_header: fuzz/fuzz_header.c module/type.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+$(FUZZ_B)/fuzz_push: fuzz/fuzz_push.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+fuzz-short: $(FUZZ_BINS)
+	@set -e; for f in $(FUZZ_NAMES); do \
+	  echo "== $$f: corpus replay + $(FUZZ_SECONDS)s"; \
+	  rm -rf $(FUZZ_B)/$$f.work; mkdir -p $(FUZZ_B)/$$f.work $(FUZZ_B)/$$f.crashes; \
+	  $(FUZZ_B)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=0 -artifact_prefix=$(FUZZ_B)/$$f.crashes/ \
+	    $(FUZZ_B)/$$f.work fuzz/corpus/$$f > $(FUZZ_B)/$$f.log 2>&1 || \
+	    { tail -60 $(FUZZ_B)/$$f.log; echo "$$f FAILED: reproducer in $(FUZZ_B)/$$f.crashes/"; exit 1; }; \
+	  grep -E "^#[0-9]+.DONE" $(FUZZ_B)/$$f.log | tail -1; done
 
 bench: check-deps all $(BENCH_BINS)
 	bench/run.sh
@@ -110,7 +187,7 @@ demo-cluster: check-deps all
 
 DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
            libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-numpy \
-           dataset-fashion-mnist
+           dataset-fashion-mnist clang libclang-rt-14-dev valgrind
 
 # Installs the Debian packages that are missing (as root), or prints the line to run.
 deps:

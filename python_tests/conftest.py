@@ -9,6 +9,10 @@ Fixtures:
   raw             RawClient of 'server' (error replies verbatim, code included)
 
 When a test fails, the tail of every server's redis.log is printed in the teardown section.
+
+Sanitizer builds (PS_MODULE=build/asan/ps.so, see `make check-asan`): a test during which a
+server wrote an ASan/UBSan report fails at teardown, and so does the session (for servers
+stopped after the last test of a module).
 """
 
 import os
@@ -29,6 +33,28 @@ def _failed(request):
     rep = getattr(request.node, "rep_call", None)
     setup = getattr(request.node, "rep_setup", None)
     return (rep is not None and rep.failed) or (setup is not None and setup.failed)
+
+
+def _format_reports(reports):
+    return "\n".join("=== sanitizer report %s/%s ===\n%s" % (d, n, "\n".join(t.splitlines()[:60]))
+                     for d, n, t in reports)
+
+
+@pytest.fixture(autouse=True)
+def _no_sanitizer_reports():
+    """Fails the test if any server stopped during it left an ASan/UBSan report."""
+    before = len(psserver.SANITIZER_REPORTS)
+    yield
+    new = psserver.SANITIZER_REPORTS[before:]
+    if new:
+        pytest.fail(_format_reports(new), pytrace=False)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if psserver.SANITIZER_REPORTS:
+        print("\n" + _format_reports(psserver.SANITIZER_REPORTS))
+        print("\n%d sanitizer report(s): failing the run" % len(psserver.SANITIZER_REPORTS))
+        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")

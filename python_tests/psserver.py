@@ -17,6 +17,17 @@ Environment:
   REDIS_CLI      redis-cli binary (default /usr/bin/redis-cli)
   PS_MODULE      module to load (default <repo>/build/ps.so)
   PS_KEEP_DIRS   if set, server temp dirs are kept for post-mortem
+  PS_SERVER_PRELOAD  library to LD_PRELOAD into every redis-server; by default the ASan
+                 runtime the module links against when it is a sanitizer build
+                 (make SANITIZE=address,...), found with ldd
+  PS_SERVER_ENV  extra NAME=VALUE pairs (space separated) for every redis-server
+
+Sanitizer builds: Debian's redis-server is not instrumented, so an ASan module needs the
+ASan runtime preloaded. Each server then runs with ASAN_OPTIONS/UBSAN_OPTIONS that write any
+report to <server dir>/asan.<pid> or ubsan.<pid> (leak checking off: Redis itself is not
+instrumented). RedisServer.stop() collects such reports, and any Redis crash report
+("=== REDIS BUG REPORT" in redis.log, any build), into SANITIZER_REPORTS, and conftest.py
+fails the test (and the run) that produced one.
 """
 
 import atexit
@@ -35,6 +46,77 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "/usr/bin/redis-server")
 REDIS_CLI = os.environ.get("REDIS_CLI", "/usr/bin/redis-cli")
 START_TIMEOUT = 10.0
+
+
+_sanitizer_runtime_cache = {}
+
+
+def sanitizer_runtime(module):
+    """Path of the ASan runtime 'module' links against (from ldd), or None when it is not a
+    sanitizer build. $PS_SERVER_PRELOAD overrides (empty string: no preload)."""
+    if "PS_SERVER_PRELOAD" in os.environ:
+        return os.environ["PS_SERVER_PRELOAD"] or None
+    if not module or not os.path.exists(module):
+        return None
+    if module not in _sanitizer_runtime_cache:
+        rt = None
+        try:
+            out = subprocess.run(["ldd", module], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, timeout=10).stdout.decode()
+            for line in out.splitlines():
+                parts = line.split()
+                if parts and parts[0].startswith("libasan.so") and "=>" in parts:
+                    rt = parts[parts.index("=>") + 1]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        _sanitizer_runtime_cache[module] = rt
+    return _sanitizer_runtime_cache[module]
+
+
+SANITIZER_REPORTS = []           # (server dir, file name, text) of every report seen
+_seen_reports = set()
+
+
+def collect_sanitizer_reports(d):
+    """Record every asan.* / ubsan.* report file in server dir 'd', and a Redis crash report
+    in its redis.log (once each); returns the new ones as (dir, name, text)."""
+    new = []
+    try:
+        names = sorted(os.listdir(d))
+    except OSError:
+        return new
+    for name in names:
+        if name == "redis.log":
+            # A crash (assertion, signal) of any build: Redis writes its bug report here.
+            path = os.path.join(d, name)
+            try:
+                with open(path, "r", errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            at = text.find("=== REDIS BUG REPORT START")
+            if at >= 0 and path not in _seen_reports:
+                _seen_reports.add(path)
+                new.append((d, name + " (crash)", text[max(0, at - 2000):at + 6000]))
+            continue
+        if not (name.startswith("asan.") or name.startswith("ubsan.")):
+            continue
+        path = os.path.join(d, name)
+        if path in _seen_reports:
+            continue
+        _seen_reports.add(path)
+        try:
+            with open(path, "r", errors="replace") as f:
+                text = f.read()
+        except OSError:
+            continue
+        # Warnings alone (e.g. "failed to allocate" with allocator_may_return_null) are not
+        # findings: a report has an ERROR line (ASan) or a "runtime error" (UBSan).
+        if "ERROR: " not in text and "runtime error" not in text:
+            continue
+        new.append((d, name, text))
+    SANITIZER_REPORTS.extend(new)
+    return new
 
 
 def module_path():
@@ -249,6 +331,25 @@ class RedisServer:
         # Extra args come last so they override the defaults above (e.g. --appendonly yes).
         return cmd + self.extra_args
 
+    def env(self):
+        """Environment of the server process: ours, plus the sanitizer runtime and options
+        when the module is a sanitizer build, plus $PS_SERVER_ENV."""
+        env = dict(os.environ)
+        rt = sanitizer_runtime(self.module)
+        if rt:
+            env["LD_PRELOAD"] = rt + (" " + env["LD_PRELOAD"] if env.get("LD_PRELOAD") else "")
+            # allocator_may_return_null: a huge RESTORE or PS.CREATE must reach the module's
+            # TryAlloc failure path (an OOM error), not an ASan abort.
+            env["ASAN_OPTIONS"] = ("detect_leaks=0:halt_on_error=1:abort_on_error=1:"
+                                   "allocator_may_return_null=1:disable_coredump=1:"
+                                   "log_path=" + os.path.join(self.dir, "asan"))
+            env["UBSAN_OPTIONS"] = ("halt_on_error=1:abort_on_error=1:print_stacktrace=1:"
+                                    "log_path=" + os.path.join(self.dir, "ubsan"))
+        for kv in os.environ.get("PS_SERVER_ENV", "").split():
+            k, _, v = kv.partition("=")
+            env[k] = v
+        return env
+
     def start(self, timeout=START_TIMEOUT):
         """Start the process and wait (bounded) until it answers PING and has finished loading.
         Raises ServerStartError with the log tail when it exits or never answers."""
@@ -257,7 +358,8 @@ class RedisServer:
         out = open(os.path.join(self.dir, "stdout.log"), "ab")
         try:
             self.proc = subprocess.Popen(self.command_line(), cwd=self.dir, stdout=out,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.env())
         finally:
             out.close()
         _register(self.proc)
@@ -316,6 +418,7 @@ class RedisServer:
                 os.kill(p.pid, signal.SIGKILL)
                 p.wait(timeout=10)
         _unregister(p)
+        collect_sanitizer_reports(self.dir)
         return p.returncode
 
     def kill(self):
@@ -331,6 +434,7 @@ class RedisServer:
                 pass
             p.wait(timeout=10)
         _unregister(p)
+        collect_sanitizer_reports(self.dir)
 
     def restart(self, timeout=START_TIMEOUT, kill=False):
         """Stop (or kill) and start again over the same dir, port and arguments."""
@@ -343,6 +447,7 @@ class RedisServer:
     def cleanup(self):
         """Stop the process and remove the temp dir (unless PS_KEEP_DIRS is set)."""
         self.stop()
+        collect_sanitizer_reports(self.dir)
         if self.own_dir and not os.environ.get("PS_KEEP_DIRS"):
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -388,6 +493,14 @@ class RedisServer:
         tail = "\n".join(text.splitlines()[-lines:])
         if out.strip():
             tail += "\n--- stdout/stderr ---\n" + "\n".join(out.splitlines()[-lines:])
+        try:
+            reports = sorted(n for n in os.listdir(self.dir) if n.startswith(("asan.", "ubsan.")))
+        except OSError:
+            reports = []
+        for name in reports[:1]:
+            with open(os.path.join(self.dir, name), "r", errors="replace") as f:
+                rep = f.read()
+            tail += "\n--- %s ---\n%s" % (name, "\n".join(rep.splitlines()[:lines]))
         return "--- %s/redis.log (tail) ---\n%s" % (self.dir, tail)
 
     def __repr__(self):

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""Writes a golden RDB file of the current ps-tensor encoding version and what loading it
+must give, for python_tests/test_golden.py. Run once per released encoding version, from
+python_tests/:
+
+    /usr/bin/python3 golden/make_golden.py v1     # -> golden/v1/dump.rdb, expected.json
+
+Never regenerate an existing version's files: the point is that a newer module still loads
+what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
+sharing arrays with the live tensor, exactly-once entries, a staleness policy, and an open
+sync round."""
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import psserver  # noqa: E402
+
+G = (np.arange(12, dtype=np.float32) - 6) / 16   # the gradient the test pushes
+
+
+def f32(a):
+    return np.asarray(a, dtype="<f4").tobytes()
+
+
+def build(c):
+    x = c.execute_command
+    x("PS.CREATE", "g:sgd", "SHAPE", 4, 3, "INIT", "UNIFORM", -1, 1, "SEED", 1, "LR", 0.5)
+    x("PS.PUSHGRAD", "g:sgd", f32(G), "ID", "w1", 1)
+    x("PS.PUSHGRAD", "g:sgd", f32(G), "ID", "w1", 2)
+
+    x("PS.CREATE", "g:momentum", "SHAPE", 12, "INIT", "NORMAL", 0, 1, "SEED", 2,
+      "OPTIM", "MOMENTUM", "MOMENTUM", 0.8, "LR", 0.1)
+    for i, cid in enumerate(["a", "b", "c"]):
+        x("PS.PUSHGRAD", "g:momentum", f32(G * (i + 1)), "ID", cid, 7)
+    x("PS.SNAPSHOT", "g:momentum", "after3")
+
+    x("PS.CREATE", "g:adam", "SHAPE", 3, 4, "INIT", "XAVIER", "SEED", 3, "OPTIM", "ADAM",
+      "LR", 0.01, "BETA1", 0.85, "BETA2", 0.99, "EPS", 1e-6)
+    x("PS.PUSHGRAD", "g:adam", f32(G), "ID", "w", 1)
+    x("PS.SNAPSHOT", "g:adam", "early")
+    x("PS.PUSHGRAD", "g:adam", f32(-G), "ID", "w", 2)
+    x("PS.PUSHGRAD", "g:adam", f32(G * 3), "ID", "v", 1)
+    x("PS.SNAPSHOT", "g:adam", "late")
+
+    x("PS.CREATE", "g:adamw", "SHAPE", 2, 3, 2, "INIT", "HE", "SEED", 4, "OPTIM", "ADAMW",
+      "LR", 0.02, "WD", 0.1, "CLIPNORM", 0.5)
+    x("PS.PUSHGRAD", "g:adamw", f32(G * 10))
+
+    x("PS.CREATE", "g:rmsprop", "SHAPE", 6, 2, "INIT", "CONST", 0.25, "OPTIM", "RMSPROP",
+      "LR", 0.05, "MAXSTALENESS", 2, "POLICY", "SCALE")
+    for _ in range(4):
+        x("PS.PUSHGRAD", "g:rmsprop", f32(G))
+    x("PS.PUSHGRAD", "g:rmsprop", f32(G), "VERSION", 0)
+
+    x("PS.CREATE", "g:adagrad-sync", "SHAPE", 12, "INIT", "CONST", 1, "OPTIM", "ADAGRAD",
+      "LR", 0.1, "SYNC", 3)
+    for cid in ("p", "q", "r"):
+        x("PS.PUSHGRAD", "g:adagrad-sync", f32(G), "ID", cid, 1)
+    x("PS.PUSHGRAD", "g:adagrad-sync", f32(G), "ID", "p", 2)   # an open round: 1 of 3
+
+    x("PS.CREATE", "g:nesterov", "SHAPE", 12, "DATA", f32(np.linspace(-1, 1, 12)),
+      "OPTIM", "NESTEROV", "LR", 0.2)
+    x("PS.SNAPSHOT", "g:nesterov", "start")
+    x("PS.PUSHGRAD", "g:nesterov", f32(G))
+    x("PS.ROLLBACK", "g:nesterov", "start")
+    x("PS.PUSHGRAD", "g:nesterov", f32(G * 2))
+
+
+def describe(c, key):
+    """What a loader must reproduce for 'key' (all hex strings / ints, JSON-able)."""
+    x = c.execute_command
+    v, data = x("PS.PULL", key)
+    inf = x("PS.INFO", key)
+    fields = {k.decode(): (val.decode() if isinstance(val, bytes) else val)
+              for k, val in zip(inf[0::2], inf[1::2]) if not isinstance(val, list)}
+    snaps = []
+    for name, sv, ms in x("PS.SNAPSHOTS", key):
+        _, sd = x("PS.PULL", key, "AT", name)
+        snaps.append({"name": name.decode(), "version": sv, "unix_ms": ms, "data": sd.hex()})
+    return {"version": v, "data": data.hex(), "digest": psserver.digest(c, key).decode(),
+            "info": {k: fields[k] for k in ("optimizer", "lr", "elements") if k in fields},
+            "snapshots": snaps}
+
+
+def after_push(c, key):
+    """Values after one push of G (shows the optimizer state was loaded exactly)."""
+    c.execute_command("PS.PUSHGRAD", key, f32(G))
+    return c.execute_command("PS.PULL", key)[1].hex()
+
+
+def main():
+    ver = sys.argv[1] if len(sys.argv) > 1 else "v1"
+    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), ver)
+    if os.path.exists(os.path.join(out, "dump.rdb")):
+        sys.exit("%s exists: golden files of a released version are never regenerated" % out)
+    os.makedirs(out, exist_ok=True)
+    with psserver.RedisServer(name="golden") as s:
+        c = s.client()
+        build(c)
+        keys = sorted(k.decode() for k in c.keys("g:*"))
+        expected = {"encver": 1, "gradient": G.tolist(), "keys": {}}
+        for k in keys:
+            expected["keys"][k] = describe(c, k)
+        c.save()
+        shutil.copy(os.path.join(s.dir, "dump.rdb"), os.path.join(out, "dump.rdb"))
+        for k in keys:
+            expected["keys"][k]["after_push"] = after_push(c, k)
+        # Exactly-once entries: replaying (id, seq) answers the original version.
+        expected["replays"] = [["g:sgd", "w1", 2, 2], ["g:momentum", "b", 7, 2],
+                               ["g:adam", "v", 1, 3], ["g:adagrad-sync", "q", 1, 1]]
+    with open(os.path.join(out, "expected.json"), "w") as f:
+        json.dump(expected, f, indent=1, sort_keys=True)
+    print("wrote %s/dump.rdb (%d bytes, sha256 %s) and expected.json" % (
+        out, os.path.getsize(os.path.join(out, "dump.rdb")),
+        hashlib.sha256(open(os.path.join(out, "dump.rdb"), "rb").read()).hexdigest()[:16]))
+
+
+if __name__ == "__main__":
+    main()
