@@ -20,13 +20,14 @@ def cluster(module_path):
 def test_cluster_run_spreads_partitions_and_reaches_080(ps_train, cluster):
     seeds = ",".join(n.addr for n in cluster.nodes)
     # W0 (128 x 784 floats = 401408 bytes) in partitions of <= 65536 bytes: 7 keys.
-    p = run(["run", "--addr", seeds, "--job", "cl", "--workers", 2, "--epochs", 1,
+    # 2 epochs: one epoch of Adam at lr 0.001 lands at 0.78-0.84, too close to the bar.
+    p = run(["run", "--addr", seeds, "--job", "cl", "--workers", 2, "--epochs", 2,
              "--optim", "adam", "--lr", 0.001, "--shard-size", 2000,
              "--partition-bytes", 65536, "--progress", "line", "--min-acc", 0.80])
     assert float(result_line(p.out)["test_acc"]) >= 0.80, p.out
 
     st = run(["status", "--addr", seeds, "--job", "cl"]).out
-    assert "30 total, 30 acked, 0 pending" in st, st
+    assert "60 total, 60 acked, 0 pending" in st, st
     rows = re.findall(r"^  (cl:\w+:\d+) .* version +(\d+) .* on (127\.0\.0\.1:\d+)$", st, re.M)
     keys = [k for k, _, _ in rows]
     assert keys == ["cl:W0:%d" % i for i in range(7)] + ["cl:b0:0", "cl:W1:0", "cl:b1:0"], st

@@ -73,18 +73,20 @@ def tensor_versions(r, job):
 
 def test_run_with_two_workers_reaches_080_and_acks_every_task_once(ps_train, server):
     r = server.client()
-    p = run(["run", "--addr", server.addr, "--job", "sa", "--workers", 2, "--epochs", 1,
+    # 2 epochs: one epoch of Adam at lr 0.001 lands at 0.78-0.84 (measured), too close to
+    # the bar; two land at 0.84-0.86.
+    p = run(["run", "--addr", server.addr, "--job", "sa", "--workers", 2, "--epochs", 2,
              "--optim", "adam", "--lr", 0.001, "--shard-size", 2000, "--progress", "line",
              "--interval-ms", 500, "--min-acc", 0.80])
     res = result_line(p.out)
     assert float(res["test_acc"]) >= 0.80, p.out
-    assert int(res["samples"]) == 60000
+    assert int(res["samples"]) == 120000
     assert "samples/s" in p.out and "staleness" in p.out     # per-interval progress lines
     cfg, pending, done, progress = job_state(r, "sa")
-    assert cfg["state"] == "ready" and int(cfg["tasks"]) == 30
+    assert cfg["state"] == "ready" and int(cfg["tasks"]) == 60
     assert pending == 0
-    assert len(done) == 30 and set(done.values()) == {"1"}
-    assert int(progress["acked"]) == 30 and int(progress["samples"]) == 60000
+    assert len(done) == 60 and set(done.values()) == {"1"}
+    assert int(progress["acked"]) == 60 and int(progress["samples"]) == 120000
     # Every push of every task applied once: each tensor's version is the number of batches.
     versions = tensor_versions(r, "sa")
     assert set(versions) == {"sa:W0:0", "sa:b0:0", "sa:W1:0", "sa:b1:0"}
