@@ -557,7 +557,7 @@ static PSBuf *chunk_target(PSTensor *t, RedisModuleString *name, long long idx) 
 
 /* PS._RESTORE key HEADER blob
  * PS._RESTORE key CHUNK target index offset blob
- * PS._RESTORE key DEDUP id seq version
+ * PS._RESTORE key DEDUP id seq version [window]
  * PS._RESTORE key SNAPSHOT name version unix_ms blob */
 static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4) return RedisModule_WrongArity(ctx);
@@ -595,13 +595,15 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
             goto done;
         }
         memcpy(b->v + a2, p, len);
-    } else if (ps_arg_is(sub, "DEDUP") && argc == 6) {
+    } else if (ps_arg_is(sub, "DEDUP") && (argc == 6 || argc == 7)) {
+        long long win = 0;
         if (ps_arg_ll(ctx, argv[4], "seq", LLONG_MIN, LLONG_MAX, &a1) != REDISMODULE_OK ||
-            ps_arg_ll(ctx, argv[5], "version", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK)
+            ps_arg_ll(ctx, argv[5], "version", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK ||
+            (argc == 7 && ps_arg_ll(ctx, argv[6], "window", LLONG_MIN, LLONG_MAX, &win) != REDISMODULE_OK))
             goto done;
         const char *id = RedisModule_StringPtrLen(argv[3], &len);
         if (t->dedup_len >= t->dedup_max ||
-            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)a2) != PS_OK) {
+            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)win, (uint64_t)a2) != PS_OK) {
             RedisModule_ReplyWithError(ctx, PSERR_RESTORE_DEDUP);
             goto done;
         }

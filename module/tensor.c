@@ -294,6 +294,27 @@ PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen
     return NULL;
 }
 
+int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq) {
+    if (seq >= e->seq) return seq == e->seq;
+    const uint64_t d = e->seq - seq;
+    if (d > PS_DEDUP_WINDOW) return 1;
+    return (e->window >> (d - 1)) & 1;
+}
+
+void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version) {
+    if (seq > e->seq) {
+        const uint64_t d = seq - e->seq;
+        uint64_t w = d < 64 ? e->window << d : 0;
+        if (d <= PS_DEDUP_WINDOW) w |= 1ULL << (d - 1); /* the previous newest */
+        e->window = w;
+        e->seq = seq;
+        e->version = version;
+    } else if (seq < e->seq && e->seq - seq <= PS_DEDUP_WINDOW) {
+        e->window |= 1ULL << (e->seq - seq - 1);
+        if (version > e->version) e->version = version;
+    }
+}
+
 /* Makes room for one more entry without changing the table's contents:
  * grows the array when needed and copies the id. Returns the copy (owned by
  * the caller until dedup_commit) or NULL on OOM. */
@@ -314,7 +335,8 @@ static char *dedup_prepare(PSTensor *t, const char *id, size_t idlen) {
 /* Inserts a prepared id (taking ownership), evicting the entry whose last
  * push is the oldest when the table is full: deterministic, so a replica
  * applying the same stream evicts the same entry. */
-static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, uint64_t version) {
+static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, uint64_t window,
+                         uint64_t version) {
     while (t->dedup_len > 0 && t->dedup_len >= t->dedup_max) {
         uint32_t victim = 0;
         for (uint32_t i = 1; i < t->dedup_len; i++)
@@ -327,21 +349,23 @@ static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, ui
     ne->hash = PSTensor_DedupHash(copy, idlen);
     ne->idlen = (uint32_t)idlen;
     ne->seq = seq;
+    ne->window = window;
     ne->version = version;
 }
 
 int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
-                         uint64_t version) {
+                         uint64_t window, uint64_t version) {
     if (t->dedup_max == 0) return PS_OK;
     PSDedupEntry *e = PSTensor_DedupFind(t, id, idlen);
     if (e) {
         e->seq = seq;
+        e->window = window;
         e->version = version;
         return PS_OK;
     }
     char *copy = dedup_prepare(t, id, idlen);
     if (!copy) return PS_ERR_OOM;
-    dedup_commit(t, copy, idlen, seq, version);
+    dedup_commit(t, copy, idlen, seq, window, version);
     return PS_OK;
 }
 
@@ -473,19 +497,19 @@ int PSTensor_CloseRound(PSTensor *t) {
 static void dedup_done(PSTensor *t, PSDedupEntry *de, char *idcopy, const PSPush *p,
                        uint64_t version) {
     if (de) {
-        de->seq = p->seq;
-        de->version = version;
+        PSTensor_DedupMark(de, p->seq, version);
     } else if (idcopy) {
-        dedup_commit(t, idcopy, p->idlen, p->seq, version);
+        dedup_commit(t, idcopy, p->idlen, p->seq, 0, version);
     }
 }
 
 int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     memset(r, 0, sizeof(*r));
-    /* 1. Exactly once: a seq at or below the last applied is a duplicate. */
+    /* 1. Exactly once: a seq already applied (or below the window) is a
+     * duplicate. */
     if (p->id) {
         PSDedupEntry *e = PSTensor_DedupFind(t, p->id, p->idlen);
-        if (e && p->seq <= e->seq) {
+        if (e && PSTensor_DedupSeen(e, p->seq)) {
             t->stats.dedup_hits++;
             r->version = e->version;
             return PS_DUPLICATE;

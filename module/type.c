@@ -7,7 +7,7 @@
  *   maxstale (signed), policy, sync_n, sync_timeout_ms (signed),
  *   dedup_max, max_snapshots, round_count,
  *   array(values), nstate x array(optimizer state), [array(round) if round_count],
- *   dedup_len, dedup_len x (id, seq, version),
+ *   dedup_len, dedup_len x (id, seq, window [from PS_ENCVER_2], version),
  *   nsnap, nsnap x (name, version, unix_ms, step, b1pow, b2pow, shared flags,
  *                   arrays not shared with the live tensor)
  * An array is written as ceil(n / PS_CHUNK_FLOATS) string buffers of at most
@@ -20,9 +20,12 @@
 
 #include "ps_module.h"
 
-/* Encoding versions: one per format change, never reused. */
+/* Encoding versions: one per format change, never reused.
+ *   1  first format
+ *   2  each exactly-once entry carries its 64-seq window after its seq */
 #define PS_ENCVER_1 1
-#define PS_ENCVER_LATEST PS_ENCVER_1
+#define PS_ENCVER_2 2
+#define PS_ENCVER_LATEST PS_ENCVER_2
 
 /* Floats per RDB string / AOF argument: 32 MB, under the 64 MB argument cap. */
 #define PS_CHUNK_FLOATS (8u << 20)
@@ -78,6 +81,7 @@ static void PSType_RdbSave(RedisModuleIO *io, void *value) {
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         RedisModule_SaveStringBuffer(io, t->dedup[i].id, t->dedup[i].idlen);
         RedisModule_SaveUnsigned(io, t->dedup[i].seq);
+        RedisModule_SaveUnsigned(io, t->dedup[i].window);
         RedisModule_SaveUnsigned(io, t->dedup[i].version);
     }
     RedisModule_SaveUnsigned(io, t->nsnap);
@@ -315,6 +319,7 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
             e->hash = PSTensor_DedupHash(e->id, e->idlen);
             t->dedup_len = (uint32_t)(i + 1);
             e->seq = RedisModule_LoadUnsigned(io);
+            e->window = encver >= PS_ENCVER_2 ? RedisModule_LoadUnsigned(io) : 0;
             e->version = RedisModule_LoadUnsigned(io);
             if (RedisModule_IsIOError(io)) goto bad;
         }
@@ -401,8 +406,8 @@ static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *
     if (t->round_acc && t->round_count) emit_array(aof, key, "ROUND", 0, t->round_acc);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         const PSDedupEntry *e = &t->dedup[i];
-        RedisModule_EmitAOF(aof, "ps._restore", "scbll", key, "DEDUP", e->id, (size_t)e->idlen,
-                            (long long)e->seq, (long long)e->version);
+        RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "DEDUP", e->id, (size_t)e->idlen,
+                            (long long)e->seq, (long long)e->version, (long long)e->window);
     }
     for (uint32_t i = 0; i < t->nsnap; i++) {
         const PSSnapshot *s = &t->snaps[i];
@@ -462,6 +467,7 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         RedisModule_DigestAddStringBuffer(md, t->dedup[i].id, t->dedup[i].idlen);
         RedisModule_DigestAddLongLong(md, (long long)t->dedup[i].seq);
+        RedisModule_DigestAddLongLong(md, (long long)t->dedup[i].window);
         RedisModule_DigestAddLongLong(md, (long long)t->dedup[i].version);
     }
     for (uint32_t i = 0; i < t->nsnap; i++) {

@@ -240,7 +240,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 1
+        assert encver == 2
         assert build(items, encver) == real, key
 
 
@@ -329,7 +329,7 @@ def _bad_cases():
     cases["truncated-mid-values"] = build(good[:22] + [("raw", bytes([OP_STRING]) + enc_len(24) + b"\0" * 8)], eof=False)
     cases["no-eof"] = build(good, eof=False)
     cases["trailing-item"] = build(good + [U(1)])
-    cases["encver-2-from-the-future"] = build(good, encver=2)
+    cases["encver-3-from-the-future"] = build(good, encver=3)
     cases["encver-1023"] = build(good, encver=1023)
     cases["encver-0"] = build(good, encver=0)
     cases["rdb-version-from-the-future"] = build(good, rdbver=RDB_VERSION + 50)

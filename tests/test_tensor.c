@@ -339,6 +339,46 @@ static void test_duplicate_id_answers_the_original_version_and_applies_nothing(v
     PSTensor_Free(t);
 }
 
+static void test_a_late_seq_inside_the_window_is_applied_once(void **st) {
+    (void)st;
+    PSTensor *t = mk1(8, PS_OPT_SGD, 0.1);
+    float g[8];
+    fill(g, 8, -1, 1);
+    PSPush p = dense(g);
+    p.id = "w";
+    p.idlen = 1;
+    PSPushResult r;
+    /* seq 3 overtakes seq 2 (a resend after a redirect): 2 still applies. */
+    p.seq = 3;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    p.seq = 2;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(t->version, 2);
+    /* ... and only once; 3 stays applied; a duplicate is answered with the
+     * newest version the client's pushes produced (2, from the late seq). */
+    State s = save_state(t);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(r.version, 2);
+    p.seq = 3;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(r.version, 2);
+    assert_state_unchanged(t, &s);
+    /* Window edges: after seq 100, seq 36 (64 below) is still tracked and
+     * applies; seq 35 (65 below) is too old to tell and counts as applied. */
+    p.seq = 100;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    p.seq = 36;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    p.seq = 35;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(t->version, 4);
+    /* Seq 3 is 97 below now: still a duplicate (it was applied). */
+    p.seq = 3;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    PSTensor_Free(t);
+}
+
 static void test_dedup_table_is_bounded_and_evicts_the_oldest_version(void **st) {
     (void)st;
     PSTensor *t = mk1(4, PS_OPT_SGD, 0.1);
@@ -385,15 +425,15 @@ static void test_dedup_record_updates_and_evicts_deterministically(void **st) {
     (void)st;
     PSTensor *t = mk1(2, PS_OPT_SGD, 0.1);
     t->dedup_max = 2;
-    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 5, 10), PS_OK);
-    assert_int_equal(PSTensor_DedupRecord(t, "y", 1, 1, 7), PS_OK);
-    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 6, 11), PS_OK); /* update */
+    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 5, 0, 10), PS_OK);
+    assert_int_equal(PSTensor_DedupRecord(t, "y", 1, 1, 0, 7), PS_OK);
+    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 6, 0, 11), PS_OK); /* update */
     assert_int_equal(t->dedup_len, 2);
     PSDedupEntry *e = PSTensor_DedupFind(t, "x", 1);
     assert_non_null(e);
     assert_int_equal(e->seq, 6);
     assert_int_equal(e->version, 11);
-    assert_int_equal(PSTensor_DedupRecord(t, "z", 1, 1, 12), PS_OK); /* evicts y (7) */
+    assert_int_equal(PSTensor_DedupRecord(t, "z", 1, 1, 0, 12), PS_OK); /* evicts y (7) */
     assert_null(PSTensor_DedupFind(t, "y", 1));
     assert_non_null(PSTensor_DedupFind(t, "z", 1));
     PSTensor_Free(t);
@@ -1024,6 +1064,7 @@ int main(void) {
         cmocka_unit_test(test_push_rejects_nan_and_inf_and_leaves_tensor_unchanged),
         cmocka_unit_test(test_rejected_push_with_id_is_not_recorded),
         cmocka_unit_test(test_duplicate_id_answers_the_original_version_and_applies_nothing),
+        cmocka_unit_test(test_a_late_seq_inside_the_window_is_applied_once),
         cmocka_unit_test(test_dedup_table_is_bounded_and_evicts_the_oldest_version),
         cmocka_unit_test(test_dedup_record_updates_and_evicts_deterministically),
         cmocka_unit_test(test_sync_round_applies_the_mean_once_after_n_pushes),

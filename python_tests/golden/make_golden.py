@@ -3,7 +3,9 @@
 must give, for python_tests/test_golden.py. Run once per released encoding version, from
 python_tests/:
 
-    /usr/bin/python3 golden/make_golden.py v1     # -> golden/v1/dump.rdb, expected.json
+    /usr/bin/python3 golden/make_golden.py v2     # -> golden/v2/dump.rdb, expected.json
+
+(v1: PS_ENCVER_1; v2: PS_ENCVER_2, exactly-once entries with their seq window.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -104,7 +106,7 @@ def main():
         c = s.client()
         build(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
-        expected = {"encver": 1, "gradient": G.tolist(), "keys": {}}
+        expected = {"encver": int(ver.lstrip("v")), "gradient": G.tolist(), "keys": {}}
         for k in keys:
             expected["keys"][k] = describe(c, k)
         c.save()
