@@ -33,27 +33,10 @@ for f in "$B/ps.so" "$B/ps-train" "$B/bench/baseline"; do
     [ -e "$f" ] || { echo "train_bench: $f is missing: run make all $B/bench/baseline" >&2; exit 1; }
 done
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-train-bench.XXXXXX")
-PID=
-cleanup() {
-    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-        kill "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$REDIS_SERVER" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-    --daemonize no --logfile "$DIR/redis.log" --loadmodule "$B/ps.so" &
-PID=$!
-for _ in $(seq 100); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
-    kill -0 "$PID" 2>/dev/null || { echo "train_bench: redis-server exited:" >&2; tail "$DIR/redis.log" >&2; exit 1; }
-    sleep 0.05
-done
+. "$(dirname "$0")/../scripts/private-server.sh"
+private_server_start train-bench "$B/ps.so"
+PORT=$PS_PORT
+DIR=$PS_DIR
 
 # field NAME LINE -> value of NAME=... in LINE
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" <<<"$2"; }

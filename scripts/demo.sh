@@ -9,38 +9,15 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-REDIS_SERVER=${REDIS_SERVER:-redis-server}
 PS_TRAIN="$REPO/build/ps-train"
 MODULE="$REPO/build/ps.so"
-for f in "$PS_TRAIN" "$MODULE"; do
-    [ -x "$f" ] || [ -f "$f" ] || { echo "demo: $f is missing: run make first" >&2; exit 1; }
-done
-command -v "$REDIS_SERVER" >/dev/null || { echo "demo: $REDIS_SERVER not found (apt-get install redis-server)" >&2; exit 1; }
+[ -x "$PS_TRAIN" ] || { echo "demo: $PS_TRAIN is missing: run make first" >&2; exit 1; }
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo.XXXXXX")
-PID=
-cleanup() {
-    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-        kill "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# A free loopback port: bind port 0 and read what the kernel chose.
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-
-"$REDIS_SERVER" --port "$PORT" --bind 127.0.0.1 --dir "$DIR" --save "" --appendonly no \
-    --daemonize no --logfile "$DIR/redis.log" --loadmodule "$MODULE" &
-PID=$!
-for _ in $(seq 100); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
-    kill -0 "$PID" 2>/dev/null || { echo "demo: redis-server exited:" >&2; tail "$DIR/redis.log" >&2; exit 1; }
-    sleep 0.05
-done
-echo "demo: redis-server $(redis-server --version | sed 's/.*v=\([^ ]*\).*/\1/') pid $PID on 127.0.0.1:$PORT with $MODULE"
+. "$REPO/scripts/private-server.sh"
+private_server_start demo "$MODULE"
+PORT=$PS_PORT
+PID=$PS_PID
+echo "demo: redis-server $(${REDIS_SERVER:-redis-server} --version | sed 's/.*v=\([^ ]*\).*/\1/') pid $PID on 127.0.0.1:$PORT with $MODULE"
 
 # --overlap 0: the overlapped pull adds a step of staleness; with Adam the demo
 # measured 0.883-0.885 without it and 0.872-0.880 with it, too close to 0.87.
