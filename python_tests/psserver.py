@@ -535,6 +535,15 @@ def start_replica(master, args=(), module="default", timeout=10.0):
                    and not c.info("replication").get("master_sync_in_progress", 0),
                    timeout=timeout, what="replica %s link up to %s\n%s\n%s"
                    % (rep.addr, master.addr, rep.log_tail(10), master.log_tail(10)))
+        # After a diskless sync the master streams nothing to the replica until the
+        # replica's first REPLCONF ACK (up to a second later): a master killed in that
+        # second leaves the replica with none of what was written meanwhile. Wait until
+        # the command stream flows (a PUBLISH is propagated and moves the offset).
+        mc = master.client()
+        mc.publish("__ps_replica_probe", "1")
+        target = mc.info("replication")["master_repl_offset"]
+        wait_until(lambda: c.info("replication").get("slave_repl_offset", 0) >= target,
+                   timeout=timeout, what="replica %s streaming from %s" % (rep.addr, master.addr))
     except BaseException:
         rep.cleanup()
         raise
