@@ -116,10 +116,9 @@ endif
 
 # PYTEST_ARGS lets a user select tests, e.g. PYTEST_ARGS="-k replica".
 # The fault-injection tests (marker 'slow') train asynchronously through kills
-# and failovers; about 1 run in 10 one of them misses (an accuracy bound, or a
-# worker that meets a promoted replica mid-sync). Failed tests are therefore
-# run once more, loudly: a real regression fails twice. PYTEST_RERUN=0 turns
-# the second run off.
+# and failovers, and their accuracy bounds sit close to the run-to-run spread
+# of asynchronous training. Failed tests are therefore run once more, loudly:
+# a real regression fails twice. PYTEST_RERUN=0 turns the second run off.
 PYTEST_RERUN ?= 1
 pytest: module client $(PTOOL_BINS)
 	@cd python_tests && export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)}; \
