@@ -660,6 +660,22 @@ class RedisClusterHelper:
             return True
 
         wait_until(ok, timeout=timeout, interval=0.1, what="cluster_state:ok on all nodes")
+        if n_replicas:
+            self.wait_streaming(timeout)
+
+    def wait_streaming(self, timeout=30.0):
+        """Wait until every replica receives its master's command stream. After a diskless
+        sync a master streams to a replica only after the replica's first REPLCONF ACK (up
+        to a second later); a master killed in that second leaves its replica with none of
+        what was written meanwhile. A PUBLISH is propagated and moves the offsets."""
+        for m in self.masters():
+            mc = m.client()
+            mc.publish("__ps_replica_probe", "1")
+            target = mc.info("replication")["master_repl_offset"]
+            for r in self.replicas_of(m):
+                rc = r.client()
+                wait_until(lambda: rc.info("replication").get("slave_repl_offset", 0) >= target,
+                           timeout=timeout, what="replica %s streaming from %s" % (r.addr, m.addr))
 
     def masters(self):
         return [n for n in self.nodes if n.client().info("replication")["role"] == "master"]

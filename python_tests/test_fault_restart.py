@@ -71,7 +71,17 @@ def test_server_killed_and_restarted_restores_acknowledged_state_and_training_re
         checker.stop()
     server.start()
     expect = saved if mode == "rdb" else at_kill
-    assert restored == expect, (mode, restored, expect)     # bit-identical, versions included
+    if mode == "aof-everysec":
+        # everysec may hold back the AOF write() while the previous second's fsync is
+        # still running (Redis postpones it up to 2 s), so even a process kill can lose
+        # the newest pushes. What is restored must be an earlier state of each key:
+        # never newer, and identical where the version matches.
+        for k in at_kill:
+            assert restored[k][0] <= at_kill[k][0], (k, restored[k], at_kill[k])
+            if restored[k][0] == at_kill[k][0]:
+                assert restored[k] == at_kill[k], (k, restored[k], at_kill[k])
+    else:
+        assert restored == expect, (mode, restored, expect)  # bit-identical, versions included
     window = {k: at_kill[k][0] - restored[k][0] for k in at_kill}
 
     acked = [w.wait(timeout=180) for w in ws]
@@ -86,9 +96,9 @@ def test_server_killed_and_restarted_restores_acknowledged_state_and_training_re
            lost_beyond_window=-sum(d for d in diffs.values() if d < 0),
            retries=sum(a["retries"] for a in acked), acc=acc, ref_acc=ref,
            delta="%+.4f" % (acc - ref))
-    if mode != "rdb":
+    if mode == "aof-always":
         assert set(window.values()) == {0}
-    else:
+    elif mode == "rdb":
         assert min(window.values()) > 0      # the RDB window really lost pushes
     assert set(diffs.values()) == {0}, diffs
     assert sum(a["retries"] for a in acked) > 0
