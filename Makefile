@@ -27,22 +27,37 @@ APP_CFLAGS = $(BASE_CFLAGS) $(SAN_FLAGS)
 B = build
 OBJ = $(B)/obj
 
+# Components (README "Layout"). Each is a folder compiled with its own include
+# path, so a file can only include headers of the components below it:
+#   common/  code both sides must compute identically (wire codecs, shape rules, RNG)
+#   module/  the Redis module: server glue + server-side cores    sees common/
+#   libps/   the client library                                     sees common/
+#   worker/  ps-train, its training loop, the MLP and data readers  sees libps/ (ps.h only), common/
+# A module object that includes "ps.h" fails with "No such file or directory";
+# `make check-layers` also refuses relative includes that reach across folders.
+COMMON_INCS = -Icommon
+MODULE_INCS = -Icommon
+LIBPS_INCS  = -Ilibps/include -Icommon
+WORKER_INCS = -Ilibps/include -Icommon
+# Tests, benches and fuzz harnesses may see every component they exercise.
+TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
+
+COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_PURE = $(filter-out module/ps.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
-MODULE_GLUE = $(filter module/ps.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
-COMMON_SRC  = $(wildcard common/*.c)
-# Client side: pure cores (nn, data), the library (libps), the worker binary.
-CLIENT_PURE = $(filter client/nn.c client/data.c,$(wildcard client/*.c))
-CLIENT_LIB  = $(filter-out client/nn.c client/data.c client/ps-train.c client/train_%.c,$(wildcard client/*.c))
-TRAIN_SRC   = $(filter client/ps-train.c client/train_%.c,$(wildcard client/*.c))
+MODULE_GLUE = $(filter module/module.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
+MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
+LIBPS_SRC   = $(wildcard libps/*.c)
+# Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
+WORKER_PURE = worker/nn.c worker/data.c
+TRAIN_SRC   = $(filter-out $(WORKER_PURE),$(wildcard worker/*.c))
 
 obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
 MODULE_OBJS = $(call obj,$(MODULE_PURE) $(MODULE_GLUE) $(COMMON_SRC))
-PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(CLIENT_PURE))
-LIBPS_OBJS  = $(call obj,$(CLIENT_LIB) $(COMMON_SRC))
+PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(WORKER_PURE))
+LIBPS_OBJS  = $(call obj,$(LIBPS_SRC) $(COMMON_SRC))
 # Programs linked with libps.a take the common objects from the archive.
-APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(CLIENT_PURE))
+APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(WORKER_PURE))
 
 TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
@@ -53,9 +68,8 @@ BENCH_SRC = $(wildcard bench/*.c)
 BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
-INCS = -Imodule -Icommon -Iclient
 
-.PHONY: all module client ptools test unit pytest bench demo demo-cluster deps check-deps install clean \
+.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
@@ -68,9 +82,25 @@ ptools: $(PTOOL_BINS)
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
 
-$(OBJ)/%.o: %.c $(wildcard */*.h)
+HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
+$(OBJ)/common/%.o: common/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(PIC_CFLAGS) $(INCS) -c $< -o $@
+	$(CC) $(PIC_CFLAGS) $(COMMON_INCS) -c $< -o $@
+$(OBJ)/module/%.o: module/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(MODULE_INCS) -c $< -o $@
+$(OBJ)/libps/%.o: libps/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(LIBPS_INCS) -c $< -o $@
+$(OBJ)/worker/%.o: worker/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(WORKER_INCS) -c $< -o $@
+
+# Layering check: no relative include may climb out of its own folder.
+check-layers:
+	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
+	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch]; then \
+	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
 
 # The module links nothing but libc and libm; only RedisModule_OnLoad is exported.
 $(B)/ps.so: $(MODULE_OBJS)
@@ -80,24 +110,24 @@ $(B)/libps.a: $(LIBPS_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(CLIENT_PURE)) $(B)/libps.a
+$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
-$(B)/tests/%: tests/%.c $(PURE_OBJS) $(wildcard */*.h)
+$(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(PURE_OBJS) -lcmocka $(CLIENT_LIBS)
+	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a -lcmocka $(CLIENT_LIBS)
 
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
-	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
+	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
 $(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) $(APP_CFLAGS) $(INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
+	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
 # ---- tests -----------------------------------------------------------------
 
-test: check-deps all unit pytest
+test: check-deps check-layers all unit pytest
 
 # Speed guard: the SGD apply of 1M floats, best of 30, against a memcpy of the
 # same bytes in the same process. It measures ~2x here; a kernel that stops
@@ -165,11 +195,11 @@ FUZZ_B = build/fuzz
 FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
-              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(INCS)
+              -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
 FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
-FUZZ_DEPS = $(wildcard */*.h) fuzz/fuzz_util.h
-MODULE_CORE_SRC = module/tensor.c module/optim.c module/rng.c common/shape.c common/codec.c
+FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
+MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
 
 fuzz: $(FUZZ_BINS)
 
@@ -232,7 +262,8 @@ install: all
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
-	install -m 0644 client/ps.h $(DESTDIR)$(PREFIX)/include/ps.h
+	install -d $(DESTDIR)$(PREFIX)/include/redis-ps
+	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
 
 clean:
 	rm -rf $(B)

@@ -219,9 +219,9 @@ static void exercise(PSTensor *t) {
         PSPushResult r;
         uint64_t d = digest_of(t);
         int st = PSTensor_Push(c, &p, &r);
-        if (st != PS_OK && st != PS_PENDING) FZ_CHECK(digest_of(c) == d);
+        if (st != PST_OK && st != PST_PENDING) FZ_CHECK(digest_of(c) == d);
         FZ_CHECK(digest_of(t) == d); /* copy on write: the original is untouched */
-        if (PSTensor_SnapshotTake(c, "fz", 2, 0) == PS_OK) {
+        if (PSTensor_SnapshotTake(c, "fz", 2, 0) == PST_OK) {
             PSTensor_Push(c, &p, &r);
             PSSnapshot *s = PSTensor_SnapshotFind(c, "fz", 2);
             if (s) PSTensor_Rollback(c, s);

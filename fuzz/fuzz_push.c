@@ -6,8 +6,8 @@
  *
  * Invariants checked after every operation:
  *  - an error status (or a duplicate) leaves every byte of state unchanged;
- *  - PS_OK bumps the version by one (async) / closes the round (sync),
- *    PS_PENDING adds one gradient to the open round and keeps the version;
+ *  - PST_OK bumps the version by one (async) / closes the round (sync),
+ *    PST_PENDING adds one gradient to the open round and keeps the version;
  *  - snapshots and copies never change when the live tensor is written
  *    (copy on write);
  *  - the exactly-once table stays within its bound and a replayed (id, seq)
@@ -151,17 +151,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint64_t newest0 = de ? de->seq : 0;
             PSPushResult r;
             int st = PSTensor_Push(t, &p, &r);
-            if (is_dup) FZ_CHECK(st == PS_DUPLICATE && r.version == dup_version);
-            if (st == PS_OK) {
+            if (is_dup) FZ_CHECK(st == PST_DUPLICATE && r.version == dup_version);
+            if (st == PST_OK) {
                 FZ_CHECK(t->version == v0 + 1 && r.version == t->version);
                 if (t->sync_n) FZ_CHECK(t->round_count == 0 && t->round_acc == NULL);
-            } else if (st == PS_PENDING) {
+            } else if (st == PST_PENDING) {
                 FZ_CHECK(t->sync_n && t->version == v0 && t->round_count == rc0 + 1);
                 FZ_CHECK(r.version == v0 + 1);
             } else {
                 FZ_CHECK(state_hash(t) == before);
             }
-            if ((st == PS_OK || st == PS_PENDING) && p.id && t->dedup_max) {
+            if ((st == PST_OK || st == PST_PENDING) && p.id && t->dedup_max) {
                 PSDedupEntry *e = PSTensor_DedupFind(t, p.id, p.idlen);
                 /* Applied: now seen; the newest seq moved to it unless it was a
                  * late seq inside the window; the entry's version includes it. */
@@ -175,7 +175,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             char nm[2] = {(char)('p' + (fz_u8(&in) & 1)), 0};
             if (fz_u8(&in) & 1) {
                 if (PSTensor_SnapshotFind(t, nm, 1) || t->nsnap >= t->max_snapshots) break;
-                FZ_CHECK(PSTensor_SnapshotTake(t, nm, 1, 0) == PS_OK);
+                FZ_CHECK(PSTensor_SnapshotTake(t, nm, 1, 0) == PST_OK);
                 if (!have_snap && nm[0] == 'p') {
                     memcpy(first_snap, t->data->v, n * sizeof(float));
                     have_snap = 1;
@@ -191,18 +191,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             char nm[2] = {(char)('p' + (fz_u8(&in) & 1)), 0};
             PSSnapshot *s = PSTensor_SnapshotFind(t, nm, 1);
             if (!s || t->round_count) break; /* the command refuses during a round */
-            FZ_CHECK(PSTensor_Rollback(t, s) == PS_OK);
+            FZ_CHECK(PSTensor_Rollback(t, s) == PST_OK);
             FZ_CHECK(t->version == v0 + 1 && memcmp(t->data->v, s->data->v, n * 4) == 0);
             break;
         }
         case 6: { /* round close (timer) or SET */
             if (fz_u8(&in) & 1) {
                 int st = PSTensor_CloseRound(t);
-                if (st == PS_PENDING) FZ_CHECK(state_hash(t) == before);
-                else FZ_CHECK(st == PS_OK && t->version == v0 + 1 && t->round_count == 0);
+                if (st == PST_PENDING) FZ_CHECK(state_hash(t) == before);
+                else FZ_CHECK(st == PST_OK && t->version == v0 + 1 && t->round_count == 0);
             } else {
                 for (uint64_t i = 0; i < n; i++) g[i] = (float)i;
-                FZ_CHECK(PSTensor_SetValues(t, (const unsigned char *)g) == PS_OK);
+                FZ_CHECK(PSTensor_SetValues(t, (const unsigned char *)g) == PST_OK);
                 FZ_CHECK(t->version == v0 + 1 && memcmp(t->data->v, g, n * 4) == 0);
             }
             break;

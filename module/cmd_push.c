@@ -78,7 +78,7 @@ static void roundTimerFired(RedisModuleCtx *ctx, void *data) {
         RedisModule_ModuleTypeGetType(key) == PSTensorType) {
         PSTensor *t = RedisModule_ModuleTypeGetValue(key);
         if (t->sync_n && t->version == rt->version && t->round_count > 0 &&
-            PSTensor_CloseRound(t) == PS_OK) {
+            PSTensor_CloseRound(t) == PST_OK) {
             t->stats.rounds_timed_out++;
             PSStats.rounds_timed_out++;
             PSStats.rounds_closed++;
@@ -124,7 +124,7 @@ static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **ar
     int closed = 0;
     if (t->version == v && t->round_count > 0) {
         int st = PSTensor_CloseRound(t);
-        if (st != PS_OK) {
+        if (st != PST_OK) {
             RedisModule_CloseKey(key);
             return ps_reply_status(ctx, st);
         }
@@ -268,11 +268,11 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     PSPushResult r;
     int st = PSTensor_Push(t, &p, &r);
     switch (st) {
-    case PS_OK:
-    case PS_PENDING:
+    case PST_OK:
+    case PST_PENDING:
         RedisModule_ReplicateVerbatim(ctx);
         ps_notify(ctx, "ps.pushgrad", argv[1]);
-        if (st == PS_OK) {
+        if (st == PST_OK) {
             ps_signal_ready(ctx, argv[1]);
             if (t->sync_n) PSStats.rounds_closed++;
         } else {
@@ -282,26 +282,26 @@ static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         PSStats.bytes_in += values_start ? m * sizeof(float) : glen;
         RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
         break;
-    case PS_DUPLICATE:
+    case PST_DUPLICATE:
         PSStats.dedup_hits++;
         RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
         break;
-    case PS_ERR_STALE:
+    case PST_ERR_STALE:
         PSStats.stale_rejects++;
         ps_reply_errorf(ctx, PSERR_STALE_F, (unsigned long long)p.version,
                         (unsigned long long)r.staleness, (unsigned long long)t->version,
                         (long long)t->maxstale);
         break;
-    case PS_ERR_ROUND:
+    case PST_ERR_ROUND:
         PSStats.stale_rejects++;
         ps_reply_errorf(ctx, PSERR_ROUND_F, (unsigned long long)p.version,
                         (unsigned long long)t->version);
         break;
-    case PS_ERR_FUTURE:
+    case PST_ERR_FUTURE:
         ps_reply_errorf(ctx, PSERR_FUTURE_F, (unsigned long long)p.version,
                         (unsigned long long)t->version);
         break;
-    case PS_ERR_NONFINITE:
+    case PST_ERR_NONFINITE:
         PSStats.nonfinite_rejects++;
         /* fall through */
     default:

@@ -50,7 +50,7 @@ static int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
         ps_reply_errorf(ctx, PSERR_SNAP_LIMIT_F, t->nsnap, t->max_snapshots);
         goto done;
     }
-    if (PSTensor_SnapshotTake(t, name, len, ms) != PS_OK) {
+    if (PSTensor_SnapshotTake(t, name, len, ms) != PST_OK) {
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }

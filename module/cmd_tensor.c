@@ -381,7 +381,7 @@ static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
         RedisModule_ReplyWithError(ctx, PSERR_NONFINITE_DATA);
         goto done;
     }
-    if (PSTensor_SetValues(t, vals) != PS_OK) {
+    if (PSTensor_SetValues(t, vals) != PST_OK) {
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
@@ -603,7 +603,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
             goto done;
         const char *id = RedisModule_StringPtrLen(argv[3], &len);
         if (t->dedup_len >= t->dedup_max ||
-            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)win, (uint64_t)a2) != PS_OK) {
+            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)win, (uint64_t)a2) != PST_OK) {
             RedisModule_ReplyWithError(ctx, PSERR_RESTORE_DEDUP);
             goto done;
         }
@@ -624,7 +624,7 @@ static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv,
         memcpy(&b1, &sh[1], 8);
         memcpy(&b2, &sh[2], 8);
         if (sh[3] > 7 || !(b1 >= 0 && b1 <= 1) || !(b2 >= 0 && b2 <= 1) ||
-            PSTensor_SnapshotTake(t, name, len, a2) != PS_OK) {
+            PSTensor_SnapshotTake(t, name, len, a2) != PST_OK) {
             RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
             goto done;
         }

@@ -222,12 +222,12 @@ int PSTensor_MakeWritable(PSTensor *t) {
             t->opt.s[i] = ns[i];
         }
     }
-    return PS_OK;
+    return PST_OK;
 oom:
     PSBuf_Release(nd);
     PSBuf_Release(ns[0]);
     PSBuf_Release(ns[1]);
-    return PS_ERR_OOM;
+    return PST_ERR_OOM;
 }
 
 /* ------------------------------------------------------------------------
@@ -355,18 +355,18 @@ static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, ui
 
 int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
                          uint64_t window, uint64_t version) {
-    if (t->dedup_max == 0) return PS_OK;
+    if (t->dedup_max == 0) return PST_OK;
     PSDedupEntry *e = PSTensor_DedupFind(t, id, idlen);
     if (e) {
         e->seq = seq;
         e->window = window;
         e->version = version;
-        return PS_OK;
+        return PST_OK;
     }
     char *copy = dedup_prepare(t, id, idlen);
-    if (!copy) return PS_ERR_OOM;
+    if (!copy) return PST_ERR_OOM;
     dedup_commit(t, copy, idlen, seq, window, version);
-    return PS_OK;
+    return PST_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -431,7 +431,7 @@ static int merge_rows(const PSTensor *t, const unsigned char *g, const unsigned 
                       void **mem) {
     const uint64_t rl = row_len(t);
     uint64_t *order = PSTensor_Alloc(nrows * sizeof(uint64_t));
-    if (!order) return PS_ERR_OOM;
+    if (!order) return PST_ERR_OOM;
     /* (row << 32 | position): sorting keeps equal rows in push order. */
     for (size_t i = 0; i < nrows; i++) order[i] = ((uint64_t)ld_u32(rows, i) << 32) | i;
     qsort(order, nrows, sizeof(uint64_t), cmp_pair);
@@ -441,7 +441,7 @@ static int merge_rows(const PSTensor *t, const unsigned char *g, const unsigned 
     unsigned char *buf = PSTensor_Alloc(uniq * 4 + uniq * rl * sizeof(float));
     if (!buf) {
         PSTensor_Dealloc(order);
-        return PS_ERR_OOM;
+        return PST_ERR_OOM;
     }
     unsigned char *nr = buf;
     float *ng = (float *)(buf + uniq * 4);
@@ -469,7 +469,7 @@ static int merge_rows(const PSTensor *t, const unsigned char *g, const unsigned 
     *orows = nr;
     *on = uniq;
     *mem = buf;
-    return PS_OK;
+    return PST_OK;
 }
 
 /* Sync mode: applies the mean of the open round and closes it. */
@@ -486,10 +486,10 @@ static void close_round(PSTensor *t) {
 }
 
 int PSTensor_CloseRound(PSTensor *t) {
-    if (!t->round_acc || t->round_count == 0) return PS_PENDING;
-    if (PSTensor_MakeWritable(t) != PS_OK) return PS_ERR_OOM;
+    if (!t->round_acc || t->round_count == 0) return PST_PENDING;
+    if (PSTensor_MakeWritable(t) != PST_OK) return PST_ERR_OOM;
     close_round(t);
-    return PS_OK;
+    return PST_OK;
 }
 
 /* Records a push that was applied: updates the existing entry or inserts
@@ -512,13 +512,13 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         if (e && PSTensor_DedupSeen(e, p->seq)) {
             t->stats.dedup_hits++;
             r->version = e->version;
-            return PS_DUPLICATE;
+            return PST_DUPLICATE;
         }
     }
     /* 2. Staleness. */
     uint64_t stale = 0;
     if (p->has_version) {
-        if (p->version > t->version) return PS_ERR_FUTURE;
+        if (p->version > t->version) return PST_ERR_FUTURE;
         stale = t->version - p->version;
     }
     r->staleness = stale;
@@ -526,12 +526,12 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     if (t->sync_n) {
         if (stale > 0) {
             t->stats.stale_rejects++;
-            return PS_ERR_ROUND;
+            return PST_ERR_ROUND;
         }
     } else if (t->maxstale >= 0 && stale > (uint64_t)t->maxstale) {
         if (t->policy == PS_POLICY_REJECT) {
             t->stats.stale_rejects++;
-            return PS_ERR_STALE;
+            return PST_ERR_STALE;
         }
         lr_eff = lr_eff / (double)(1 + stale);
         t->stats.scaled_pushes++;
@@ -543,14 +543,14 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     void *mem = NULL;
     char *idcopy = NULL;
     PSDedupEntry *de = NULL;
-    int st = PS_OK;
+    int st = PST_OK;
     if (rows) {
         int sorted = 1;
         for (size_t i = 1; i < nrows && sorted; i++)
             sorted = ld_u32(rows, i) > ld_u32(rows, i - 1);
         if (!sorted) {
             unsigned char *ng, *nr;
-            if (merge_rows(t, g, rows, nrows, &ng, &nr, &nrows, &mem) != PS_OK) return PS_ERR_OOM;
+            if (merge_rows(t, g, rows, nrows, &ng, &nr, &nrows, &mem) != PST_OK) return PST_ERR_OOM;
             g = ng;
             rows = nr;
         }
@@ -569,13 +569,13 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     /* 5. The per-push coefficients must be finite in float32 (a huge SCALE
      * or LR would otherwise write Inf/NaN into the tensor). */
     if (!isfinite((float)lr_eff) || !isfinite((float)(p->scale * gscale))) {
-        st = PS_ERR_RANGE;
+        st = PST_ERR_RANGE;
         goto fail;
     }
     if (t->optim == PS_OPT_ADAM || t->optim == PS_OPT_ADAMW) {
         const double b1 = t->opt.b1pow * t->h.beta1;
         if (!isfinite((float)(lr_eff / (1.0 - b1)))) {
-            st = PS_ERR_RANGE;
+            st = PST_ERR_RANGE;
             goto fail;
         }
     }
@@ -583,12 +583,12 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     if (p->id && t->dedup_max) {
         de = PSTensor_DedupFind(t, p->id, p->idlen);
         if (!de && !(idcopy = dedup_prepare(t, p->id, p->idlen))) {
-            st = PS_ERR_OOM;
+            st = PST_ERR_OOM;
             goto fail;
         }
     }
-    if (PSTensor_MakeWritable(t) != PS_OK) {
-        st = PS_ERR_OOM;
+    if (PSTensor_MakeWritable(t) != PST_OK) {
+        st = PST_ERR_OOM;
         goto fail;
     }
 
@@ -596,7 +596,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         if (!t->round_acc) {
             t->round_acc = PSBuf_New(t->n, 1);
             if (!t->round_acc) {
-                st = PS_ERR_OOM;
+                st = PST_ERR_OOM;
                 goto fail;
             }
         }
@@ -614,10 +614,10 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         }
         t->round_count++;
         r->version = t->version + 1;
-        st = PS_PENDING;
+        st = PST_PENDING;
         if (t->round_count >= t->sync_n) {
             close_round(t);
-            st = PS_OK;
+            st = PST_OK;
         }
         PSTensor_Dealloc(mem);
         dedup_done(t, de, idcopy, p, r->version);
@@ -633,11 +633,11 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     dedup_done(t, de, idcopy, p, t->version);
     t->stats.pushes++;
     t->stats.stale_hist[PSTensor_StaleBucket(stale)]++;
-    return PS_OK;
+    return PST_OK;
 
 nonfinite:
     t->stats.nonfinite_rejects++;
-    st = PS_ERR_NONFINITE;
+    st = PST_ERR_NONFINITE;
 fail:
     PSTensor_Dealloc(mem);
     PSTensor_Dealloc(idcopy);
@@ -647,14 +647,14 @@ fail:
 int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes) {
     if (t->data->refs > 1) {
         PSBuf *nd = PSBuf_New(t->n, 0);
-        if (!nd) return PS_ERR_OOM;
+        if (!nd) return PST_ERR_OOM;
         PSBuf_Release(t->data);
         t->data = nd;
     }
     memcpy(t->data->v, bytes, (size_t)t->n * sizeof(float));
     t->version++;
     t->stats.sets++;
-    return PS_OK;
+    return PST_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -670,11 +670,11 @@ PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t le
 
 int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms) {
     char *nm = dupbytes(name, len);
-    if (!nm) return PS_ERR_OOM;
+    if (!nm) return PST_ERR_OOM;
     PSSnapshot *ns = PSTensor_Alloc((t->nsnap + 1) * sizeof(PSSnapshot));
     if (!ns) {
         PSTensor_Dealloc(nm);
-        return PS_ERR_OOM;
+        return PST_ERR_OOM;
     }
     if (t->nsnap) memcpy(ns, t->snaps, t->nsnap * sizeof(PSSnapshot));
     PSTensor_Dealloc(t->snaps);
@@ -686,7 +686,7 @@ int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t uni
     s->unix_ms = unix_ms;
     s->data = buf_retain(t->data);
     optstate_share(&s->opt, &t->opt);
-    return PS_OK;
+    return PST_OK;
 }
 
 int PSTensor_SnapshotDrop(PSTensor *t, const char *name, size_t len) {
@@ -710,5 +710,5 @@ int PSTensor_Rollback(PSTensor *t, const PSSnapshot *s) {
     t->round_acc = NULL;
     t->round_count = 0;
     t->version++;
-    return PS_OK;
+    return PST_OK;
 }

@@ -18,15 +18,15 @@
 
 /* Status codes of tensor operations. */
 enum {
-    PS_OK = 0,
-    PS_ERR_OOM,       /* allocation failed */
-    PS_ERR_STALE,     /* staleness beyond MAXSTALENESS with POLICY REJECT */
-    PS_ERR_NONFINITE, /* NaN or Inf in the gradient */
-    PS_ERR_FUTURE,    /* VERSION newer than the tensor */
-    PS_ERR_ROUND,     /* sync mode: push for an older round */
-    PS_ERR_RANGE,     /* effective step size not representable in float32 */
-    PS_DUPLICATE,     /* ID seq already applied: nothing done */
-    PS_PENDING        /* sync mode: gradient added to the open round */
+    PST_OK = 0,
+    PST_ERR_OOM,       /* allocation failed */
+    PST_ERR_STALE,     /* staleness beyond MAXSTALENESS with POLICY REJECT */
+    PST_ERR_NONFINITE, /* NaN or Inf in the gradient */
+    PST_ERR_FUTURE,    /* VERSION newer than the tensor */
+    PST_ERR_ROUND,     /* sync mode: push for an older round */
+    PST_ERR_RANGE,     /* effective step size not representable in float32 */
+    PST_DUPLICATE,     /* ID seq already applied: nothing done */
+    PST_PENDING        /* sync mode: gradient added to the open round */
 };
 
 enum { PS_POLICY_REJECT = 0, PS_POLICY_SCALE = 1 };
@@ -178,7 +178,7 @@ PSTensor *PSTensor_Copy(const PSTensor *t);
 size_t PSTensor_MemUsage(const PSTensor *t);
 
 /* Makes the values and optimizer state exclusively owned before a write.
- * Returns PS_OK or PS_ERR_OOM (nothing changed). */
+ * Returns PST_OK or PST_ERR_OOM (nothing changed). */
 int PSTensor_MakeWritable(PSTensor *t);
 
 /* One gradient push. 'g' holds t->n little-endian floats (any alignment) or,
@@ -201,13 +201,13 @@ typedef struct PSPushResult {
     uint64_t staleness; /* observed staleness */
 } PSPushResult;
 
-/* Validates and applies a push atomically. Returns PS_OK (applied),
- * PS_PENDING (sync round accumulating), PS_DUPLICATE (nothing done; version
+/* Validates and applies a push atomically. Returns PST_OK (applied),
+ * PST_PENDING (sync round accumulating), PST_DUPLICATE (nothing done; version
  * = the original's), or an error status with nothing changed. */
 int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r);
 
 /* Sync mode: closes the open round with what it has (timer decision).
- * Returns PS_OK when a round was applied, PS_PENDING when none was open. */
+ * Returns PST_OK when a round was applied, PST_PENDING when none was open. */
 int PSTensor_CloseRound(PSTensor *t);
 
 /* Overwrites the values with n floats from 'bytes'; version + 1. */
@@ -221,7 +221,7 @@ PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen
 
 /* Records (id, seq, window, version) as is (restoring a saved table),
  * evicting the entry with the oldest version when the table is full.
- * Returns PS_OK or PS_ERR_OOM. */
+ * Returns PST_OK or PST_ERR_OOM. */
 int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
                          uint64_t window, uint64_t version);
 

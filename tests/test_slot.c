@@ -1,4 +1,4 @@
-/* test_slot.c -- cmocka tests of common/slot.[ch]: CRC16 (XMODEM) and the
+/* test_slot.c -- cmocka tests of libps/slot.[ch]: CRC16 (XMODEM) and the
  * Redis Cluster hash-slot rules, including hash tags. Expected slots are the
  * ones Redis's CLUSTER KEYSLOT answers. */
 

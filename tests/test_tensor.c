@@ -1,4 +1,4 @@
-/* test_tensor.c -- cmocka tests of module/tensor.[ch] and module/rng.[ch]:
+/* test_tensor.c -- cmocka tests of module/tensor.[ch] and common/rng.[ch]:
  * the ps-tensor value without Redis. Pushes (staleness, future versions,
  * non-finite rejection, exactly-once table, sync rounds, row-sparse
  * pushes), snapshots with copy on write, rollback, copies, allocation
@@ -117,7 +117,7 @@ static void push_random(PSTensor *t, int k) {
         fill(g, t->n, -1, 1);
         PSPush p = dense(g);
         PSPushResult r;
-        assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     }
     free(g);
 }
@@ -136,7 +136,7 @@ static void test_push_applies_sgd_and_bumps_the_version(void **st) {
         PSPush p = dense(g);
         p.scale = k == 3 ? 0.25 : 1.0;
         PSPushResult r;
-        assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
         assert_int_equal(r.version, k);
         assert_int_equal(t->version, k);
         assert_int_equal(r.staleness, 0);
@@ -165,20 +165,20 @@ static void test_push_beyond_maxstaleness_with_reject_changes_nothing(void **st)
     p.version = 2; /* staleness 3 > 2 */
     State s = save_state(t);
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_ERR_STALE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_STALE);
     assert_int_equal(r.staleness, 3);
     assert_state_unchanged(t, &s);
     assert_int_equal(t->stats.stale_rejects, 1);
     /* At the limit it is applied and lands in the histogram's bucket 2. */
     p.version = 3;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.staleness, 2);
     assert_int_equal(r.version, 6);
     assert_int_equal(t->stats.stale_hist[2], 1);
     /* No limit (-1): any staleness is applied at full rate. */
     t->maxstale = -1;
     p.version = 0;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.staleness, 6);
     assert_int_equal(t->stats.stale_hist[PSTensor_StaleBucket(6)], 1);
     PSTensor_Free(t);
@@ -198,7 +198,7 @@ static void test_push_beyond_maxstaleness_with_scale_divides_the_step(void **st)
     p.version = 1; /* staleness 3 */
     p.scale = 0.5;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.staleness, 3);
     sgd_ref(ref, g, 50, 0.3 * 0.5 / 4.0);
     assert_bits_equal(t->data->v, ref, 50, "scaled step");
@@ -206,7 +206,7 @@ static void test_push_beyond_maxstaleness_with_scale_divides_the_step(void **st)
     /* Within the limit: no scaling. */
     p.version = t->version - 1;
     p.scale = 1.0;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     sgd_ref(ref, g, 50, 0.3);
     assert_bits_equal(t->data->v, ref, 50, "unscaled step");
     assert_int_equal(t->stats.scaled_pushes, 1);
@@ -224,10 +224,10 @@ static void test_push_from_a_future_version_is_refused(void **st) {
     p.version = 3;
     State s = save_state(t);
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_ERR_FUTURE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_FUTURE);
     assert_state_unchanged(t, &s);
     p.version = 2;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     PSTensor_Free(t);
 }
 
@@ -261,7 +261,7 @@ static void test_push_rejects_nan_and_inf_and_leaves_tensor_unchanged(void **st)
                     PSPush p = dense(g);
                     State s = save_state(t);
                     PSPushResult r;
-                    assert_int_equal(PSTensor_Push(t, &p, &r), PS_ERR_NONFINITE);
+                    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_NONFINITE);
                     assert_state_unchanged(t, &s);
                 }
             }
@@ -283,10 +283,10 @@ static void test_rejected_push_with_id_is_not_recorded(void **st) {
     p.idlen = 2;
     p.seq = 1;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_ERR_NONFINITE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_NONFINITE);
     assert_null(PSTensor_DedupFind(t, "w1", 2));
     g[7] = 8;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK); /* the retry is applied */
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK); /* the retry is applied */
     assert_int_equal(r.version, 1);
     PSTensor_Free(t);
 }
@@ -305,27 +305,27 @@ static void test_duplicate_id_answers_the_original_version_and_applies_nothing(v
     p.idlen = 8;
     p.seq = 1;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.version, 1);
     push_random(t, 2); /* other pushes: version 3 */
     State s = save_state(t);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(r.version, 1); /* what the original produced */
     assert_state_unchanged(t, &s);
     assert_int_equal(t->stats.dedup_hits, 1);
     p.seq = 2;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.version, 4);
     /* An older seq is a duplicate too: not applied, answers the client's
      * last recorded version. */
     p.seq = 1;
     s = save_state(t);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(r.version, 4);
     assert_state_unchanged(t, &s);
     /* The id is compared by length and bytes, not as a C string. */
     p.idlen = 7; /* "worker-" */
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(t->dedup_len, 2);
     /* A duplicate is checked before staleness: a retry of an old push whose
      * VERSION is now beyond the limit still answers its version. */
@@ -334,7 +334,7 @@ static void test_duplicate_id_answers_the_original_version_and_applies_nothing(v
     p.seq = 2;
     p.has_version = 1;
     p.version = 0;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(r.version, 4);
     PSTensor_Free(t);
 }
@@ -350,32 +350,32 @@ static void test_a_late_seq_inside_the_window_is_applied_once(void **st) {
     PSPushResult r;
     /* seq 3 overtakes seq 2 (a resend after a redirect): 2 still applies. */
     p.seq = 3;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     p.seq = 2;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(t->version, 2);
     /* ... and only once; 3 stays applied; a duplicate is answered with the
      * newest version the client's pushes produced (2, from the late seq). */
     State s = save_state(t);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(r.version, 2);
     p.seq = 3;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(r.version, 2);
     assert_state_unchanged(t, &s);
     /* Window edges: after seq 100, seq 36 (64 below) is still tracked and
      * applies; seq 35 (65 below) is too old to tell and counts as applied. */
     p.seq = 100;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     p.seq = 36;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     p.seq = 35;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     assert_int_equal(t->version, 4);
     /* Seq 3 is 97 below now: still a duplicate (it was applied). */
     p.seq = 3;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE);
     PSTensor_Free(t);
 }
 
@@ -391,13 +391,13 @@ static void test_dedup_table_is_bounded_and_evicts_the_oldest_version(void **st)
         p.id = ids[i];
         p.idlen = 1;
         p.seq = 1;
-        assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     }
     /* 'a' pushes again: now 'b' holds the oldest version. */
     p.id = "a", p.seq = 2;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     p.id = "d", p.seq = 1;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(t->dedup_len, 3);
     assert_true(t->dedup_cap <= 3);
     assert_null(PSTensor_DedupFind(t, "b", 1));
@@ -408,15 +408,15 @@ static void test_dedup_table_is_bounded_and_evicts_the_oldest_version(void **st)
      * a bounded table). */
     p.id = "b", p.seq = 1;
     uint64_t v = t->version;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(r.version, v + 1);
     assert_int_equal(t->dedup_len, 3);
     assert_null(PSTensor_DedupFind(t, "c", 1)); /* c was now the oldest */
     /* A table bound of 0 records nothing. */
     t->dedup_max = 0;
     p.id = "zz", p.idlen = 2;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_null(PSTensor_DedupFind(t, "zz", 2));
     PSTensor_Free(t);
 }
@@ -425,15 +425,15 @@ static void test_dedup_record_updates_and_evicts_deterministically(void **st) {
     (void)st;
     PSTensor *t = mk1(2, PS_OPT_SGD, 0.1);
     t->dedup_max = 2;
-    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 5, 0, 10), PS_OK);
-    assert_int_equal(PSTensor_DedupRecord(t, "y", 1, 1, 0, 7), PS_OK);
-    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 6, 0, 11), PS_OK); /* update */
+    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 5, 0, 10), PST_OK);
+    assert_int_equal(PSTensor_DedupRecord(t, "y", 1, 1, 0, 7), PST_OK);
+    assert_int_equal(PSTensor_DedupRecord(t, "x", 1, 6, 0, 11), PST_OK); /* update */
     assert_int_equal(t->dedup_len, 2);
     PSDedupEntry *e = PSTensor_DedupFind(t, "x", 1);
     assert_non_null(e);
     assert_int_equal(e->seq, 6);
     assert_int_equal(e->version, 11);
-    assert_int_equal(PSTensor_DedupRecord(t, "z", 1, 1, 0, 12), PS_OK); /* evicts y (7) */
+    assert_int_equal(PSTensor_DedupRecord(t, "z", 1, 1, 0, 12), PST_OK); /* evicts y (7) */
     assert_null(PSTensor_DedupFind(t, "y", 1));
     assert_non_null(PSTensor_DedupFind(t, "z", 1));
     PSTensor_Free(t);
@@ -477,12 +477,12 @@ static void test_sync_round_applies_the_mean_once_after_n_pushes(void **st) {
         int stt = PSTensor_Push(t, &p, &r);
         assert_int_equal(r.version, 1); /* the version this round produces */
         if (j < 2) {
-            assert_int_equal(stt, PS_PENDING);
+            assert_int_equal(stt, PST_PENDING);
             assert_int_equal(t->version, 0);
             assert_int_equal(t->round_count, j + 1);
             assert_bits_equal(t->data->v, ref, n, "values untouched while the round is open");
         } else {
-            assert_int_equal(stt, PS_OK);
+            assert_int_equal(stt, PST_OK);
         }
     }
     assert_int_equal(t->version, 1);
@@ -498,7 +498,7 @@ static void test_sync_round_applies_the_mean_once_after_n_pushes(void **st) {
     p.has_version = 1;
     p.version = 0;
     State s = save_state(t);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_ERR_ROUND);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_ROUND);
     assert_state_unchanged(t, &s);
     assert_int_equal(t->stats.stale_rejects, 1);
     PSTensor_Free(t);
@@ -509,7 +509,7 @@ static void test_close_round_applies_the_mean_of_fewer_pushes(void **st) {
     const size_t n = 17;
     PSTensor *t = mk1(n, PS_OPT_MOMENTUM, 0.1);
     t->sync_n = 4;
-    assert_int_equal(PSTensor_CloseRound(t), PS_PENDING); /* nothing open */
+    assert_int_equal(PSTensor_CloseRound(t), PST_PENDING); /* nothing open */
     assert_int_equal(t->version, 0);
     float g[2][17], acc[17];
     const float *gs[2] = {g[0], g[1]};
@@ -518,11 +518,11 @@ static void test_close_round_applies_the_mean_of_fewer_pushes(void **st) {
     for (int j = 0; j < 2; j++) {
         fill(g[j], n, -1, 1);
         PSPush p = dense(g[j]);
-        assert_int_equal(PSTensor_Push(t, &p, &r), PS_PENDING);
+        assert_int_equal(PSTensor_Push(t, &p, &r), PST_PENDING);
     }
     PSTensor *ref = PSTensor_Copy(t); /* same state, shared buffers */
     assert_non_null(ref);
-    assert_int_equal(PSTensor_CloseRound(t), PS_OK);
+    assert_int_equal(PSTensor_CloseRound(t), PST_OK);
     assert_int_equal(t->version, 1);
     assert_int_equal(t->round_count, 0);
     /* The same as one async push of the mean on the copy. */
@@ -532,10 +532,10 @@ static void test_close_round_applies_the_mean_of_fewer_pushes(void **st) {
     PSBuf_Release(ref->round_acc);
     ref->round_acc = NULL;
     PSPush p = dense(acc);
-    assert_int_equal(PSTensor_Push(ref, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(ref, &p, &r), PST_OK);
     assert_bits_equal(t->data->v, ref->data->v, n, "closed round values");
     assert_bits_equal(t->opt.s[0]->v, ref->opt.s[0]->v, n, "closed round momentum");
-    assert_int_equal(PSTensor_CloseRound(t), PS_PENDING);
+    assert_int_equal(PSTensor_CloseRound(t), PST_PENDING);
     PSTensor_Free(ref);
     PSTensor_Free(t);
 }
@@ -548,8 +548,8 @@ static void test_sync_push_with_id_is_deduplicated_within_the_round(void **st) {
     PSPush p = dense(g);
     p.id = "w", p.idlen = 1, p.seq = 1;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_PENDING);
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_DUPLICATE); /* a retry of the same push */
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_PENDING);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_DUPLICATE); /* a retry of the same push */
     assert_int_equal(r.version, 1);
     assert_int_equal(t->round_count, 1);
     PSTensor_Free(t);
@@ -593,11 +593,11 @@ static void test_row_push_with_repeated_unsorted_rows_equals_dense_equivalent(vo
         p.rows = (const unsigned char *)rows;
         p.nrows = nrows;
         PSPushResult r;
-        assert_int_equal(PSTensor_Push(a, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(a, &p, &r), PST_OK);
         assert_int_equal(r.version, 1);
         dense_equivalent(dg, g, rows, nrows, rl, n);
         PSPush q = dense(dg);
-        assert_int_equal(PSTensor_Push(b, &q, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(b, &q, &r), PST_OK);
         char what[64];
         snprintf(what, sizeof(what), "%s rows vs dense", ps_optim_name(kind));
         assert_bits_equal(a->data->v, b->data->v, n, what);
@@ -624,11 +624,11 @@ static void test_row_pushes_over_many_steps_match_dense_sgd(void **st) {
         p.nrows = 4;
         p.scale = 0.5;
         PSPushResult r;
-        assert_int_equal(PSTensor_Push(a, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(a, &p, &r), PST_OK);
         dense_equivalent(dg, g, sets[s], 4, rl, n);
         PSPush q = dense(dg);
         q.scale = 0.5;
-        assert_int_equal(PSTensor_Push(b, &q, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(b, &q, &r), PST_OK);
         assert_bits_equal(a->data->v, b->data->v, n, "sgd rows");
     }
     assert_int_equal(a->version, 4);
@@ -651,10 +651,10 @@ static void test_row_push_clipping_uses_the_norm_of_the_summed_rows(void **st) {
     p.rows = (const unsigned char *)rows;
     p.nrows = 2;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(a, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(a, &p, &r), PST_OK);
     float dg[8] = {0, 0, 6, 0, 0, 0, 0, 0};
     PSPush q = dense(dg);
-    assert_int_equal(PSTensor_Push(b, &q, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(b, &q, &r), PST_OK);
     size_t bad = 8;
     double x = 0, y = 0;
     for (size_t i = 0; i < 8 && bad == 8; i++) {
@@ -678,7 +678,7 @@ static void test_snapshot_shares_buffers_until_the_next_write(void **st) {
     push_random(t, 3);
     size_t before = PSTensor_MemUsage(t);
     PSBuf *d = t->data, *s0 = t->opt.s[0], *s1 = t->opt.s[1];
-    assert_int_equal(PSTensor_SnapshotTake(t, "s1", 2, 1234), PS_OK);
+    assert_int_equal(PSTensor_SnapshotTake(t, "s1", 2, 1234), PST_OK);
     PSSnapshot *s = PSTensor_SnapshotFind(t, "s1", 2);
     assert_non_null(s);
     assert_ptr_equal(s->data, d);
@@ -724,8 +724,8 @@ static void test_set_values_copies_on_write_and_bumps_the_version(void **st) {
     PSTensor *t = mk1(8, PS_OPT_SGD, 0.1);
     float old[8], nv[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     memcpy(old, t->data->v, sizeof(old));
-    assert_int_equal(PSTensor_SnapshotTake(t, "a", 1, 0), PS_OK);
-    assert_int_equal(PSTensor_SetValues(t, (const unsigned char *)nv), PS_OK);
+    assert_int_equal(PSTensor_SnapshotTake(t, "a", 1, 0), PST_OK);
+    assert_int_equal(PSTensor_SetValues(t, (const unsigned char *)nv), PST_OK);
     assert_int_equal(t->version, 1);
     assert_bits_equal(t->data->v, nv, 8, "set");
     assert_bits_equal(t->snaps[0].data->v, old, 8, "snapshot after set");
@@ -740,11 +740,11 @@ static void test_rollback_restores_values_and_optimizer_state_as_a_new_version(v
         push_random(t, 4);
         State at = save_state(t);
         PSTensor *twin = PSTensor_Copy(t); /* what training would do from here */
-        assert_int_equal(PSTensor_SnapshotTake(t, "good", 4, 99), PS_OK);
+        assert_int_equal(PSTensor_SnapshotTake(t, "good", 4, 99), PST_OK);
         push_random(t, 5);
         assert_int_equal(t->version, 9);
         PSSnapshot *s = PSTensor_SnapshotFind(t, "good", 4);
-        assert_int_equal(PSTensor_Rollback(t, s), PS_OK);
+        assert_int_equal(PSTensor_Rollback(t, s), PST_OK);
         assert_int_equal(t->version, 10); /* rollback is a new version */
         assert_int_equal(t->opt.step, at.step);
         assert_true(t->opt.b1pow == at.b1pow && t->opt.b2pow == at.b2pow);
@@ -758,14 +758,14 @@ static void test_rollback_restores_values_and_optimizer_state_as_a_new_version(v
         fill(g, n, -1, 1);
         PSPush p = dense(g);
         PSPushResult r;
-        assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
-        assert_int_equal(PSTensor_Push(twin, &p, &r), PS_OK);
+        assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+        assert_int_equal(PSTensor_Push(twin, &p, &r), PST_OK);
         assert_bits_equal(t->data->v, twin->data->v, n, "push after rollback");
         for (int j = 0; j < ps_optim_nstate(kind); j++)
             assert_bits_equal(t->opt.s[j]->v, twin->opt.s[j]->v, n, "state after rollback");
         s = PSTensor_SnapshotFind(t, "good", 4);
         assert_bits_equal(s->data->v, at.data, n, "snapshot after push");
-        assert_int_equal(PSTensor_Rollback(t, s), PS_OK);
+        assert_int_equal(PSTensor_Rollback(t, s), PST_OK);
         assert_int_equal(t->version, 12);
         assert_bits_equal(t->data->v, at.data, n, "second rollback");
         free(at.data), free(at.s0), free(at.s1);
@@ -778,12 +778,12 @@ static void test_rollback_discards_an_open_sync_round(void **st) {
     (void)st;
     PSTensor *t = mk1(4, PS_OPT_SGD, 0.1);
     t->sync_n = 3;
-    assert_int_equal(PSTensor_SnapshotTake(t, "z", 1, 0), PS_OK);
+    assert_int_equal(PSTensor_SnapshotTake(t, "z", 1, 0), PST_OK);
     float g[4] = {1, 2, 3, 4};
     PSPush p = dense(g);
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_PENDING);
-    assert_int_equal(PSTensor_Rollback(t, &t->snaps[0]), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_PENDING);
+    assert_int_equal(PSTensor_Rollback(t, &t->snaps[0]), PST_OK);
     assert_int_equal(t->round_count, 0);
     assert_null(t->round_acc);
     assert_int_equal(t->version, 1);
@@ -804,8 +804,8 @@ static void test_copy_is_independent_of_the_original(void **st) {
     PSPush p = dense(g);
     p.id = "c1", p.idlen = 2, p.seq = 1;
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_OK);
-    assert_int_equal(PSTensor_SnapshotTake(t, "s", 1, 5), PS_OK);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+    assert_int_equal(PSTensor_SnapshotTake(t, "s", 1, 5), PST_OK);
     t->stats.pulls = 7;
     PSTensor *c = PSTensor_Copy(t);
     assert_non_null(c);
@@ -820,9 +820,9 @@ static void test_copy_is_independent_of_the_original(void **st) {
     /* Writes to the copy do not reach the original ... */
     push_random(c, 2);
     p.seq = 2;
-    assert_int_equal(PSTensor_Push(c, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(c, &p, &r), PST_OK);
     assert_int_equal(PSTensor_SnapshotDrop(c, "s", 1), 1);
-    assert_int_equal(PSTensor_SnapshotTake(c, "other", 5, 6), PS_OK);
+    assert_int_equal(PSTensor_SnapshotTake(c, "other", 5, 6), PST_OK);
     assert_state_unchanged(t, &ts);
     assert_int_equal(PSTensor_DedupFind(t, "c1", 2)->seq, 1);
     assert_non_null(PSTensor_SnapshotFind(t, "s", 1));
@@ -844,10 +844,10 @@ static void test_copy_clones_an_open_round(void **st) {
     float g[3] = {1, 2, 3};
     PSPush p = dense(g);
     PSPushResult r;
-    assert_int_equal(PSTensor_Push(t, &p, &r), PS_PENDING);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_PENDING);
     PSTensor *c = PSTensor_Copy(t);
     assert_ptr_not_equal(c->round_acc, t->round_acc);
-    assert_int_equal(PSTensor_Push(c, &p, &r), PS_OK);
+    assert_int_equal(PSTensor_Push(c, &p, &r), PST_OK);
     assert_int_equal(t->round_count, 1);
     assert_bits_equal(t->round_acc->v, g, 3, "original round");
     PSTensor_Free(c);
@@ -871,7 +871,7 @@ static void test_push_that_cannot_copy_on_write_fails_cleanly(void **st) {
     PSTensor_SetAllocator(failing_alloc, free);
     PSTensor *t = mk1(100, PS_OPT_ADAM, 0.01);
     push_random(t, 1);
-    assert_int_equal(PSTensor_SnapshotTake(t, "s", 1, 0), PS_OK);
+    assert_int_equal(PSTensor_SnapshotTake(t, "s", 1, 0), PST_OK);
     float g[100];
     fill(g, 100, -1, 1);
     PSPush p = dense(g);
@@ -883,11 +883,11 @@ static void test_push_that_cannot_copy_on_write_fails_cleanly(void **st) {
         AllocBudget = budget;
         int rc = PSTensor_Push(t, &p, &r);
         AllocBudget = -1;
-        if (rc == PS_OK) {
+        if (rc == PST_OK) {
             free(s.data), free(s.s0), free(s.s1);
             break;
         }
-        assert_int_equal(rc, PS_ERR_OOM);
+        assert_int_equal(rc, PST_ERR_OOM);
         failures++;
         assert_state_unchanged(t, &s);
         assert_null(PSTensor_DedupFind(t, "new-client", 10));

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ps.h"
+#include "redis-ps/ps.h"
 
 int main(int argc, char **argv) {
     const char *prefix = "kv";

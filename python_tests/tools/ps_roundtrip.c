@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ps.h"
+#include "redis-ps/ps.h"
 
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

@@ -3,7 +3,7 @@
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
-#include "ps.h"
+#include "redis-ps/ps.h"
 #include "codec.h"
 #include "slot.h"
 #include "shape.h"

@@ -23,7 +23,7 @@
 
 #include "data.h"
 #include "nn.h"
-#include "ps.h"
+#include "redis-ps/ps.h"
 
 /* Exit codes of ps-train. */
 #define TR_EXIT_OK 0

@@ -146,9 +146,9 @@ PSTensor *ps_open_tensor_or_reply(RedisModuleCtx *ctx, RedisModuleString *keynam
 
 int ps_reply_status(RedisModuleCtx *ctx, int status) {
     switch (status) {
-    case PS_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
-    case PS_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
-    case PS_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
+    case PST_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    case PST_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
+    case PST_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
     default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
     }
 }
