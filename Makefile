@@ -69,7 +69,7 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
-.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install clean \
+.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
@@ -256,14 +256,39 @@ deps:
 check-deps:
 	@for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || { $(MAKE) --no-print-directory deps; break; }; done
 
+# `make install PREFIX=/usr/local DESTDIR=` installs the module, the worker and
+# libps with a pkg-config file; DESTDIR stages the tree elsewhere (packaging),
+# the paths written into libps.pc stay those of PREFIX. libps is a static
+# archive, so its own dependencies (hiredis, libm) reach the link line through
+# `pkg-config --static --libs libps` (README "Use libps from your program").
 PREFIX ?= /usr/local
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include
+LIBPS_VERSION = 0.1.0
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train lib/libps.a include/redis-ps/ps.h \
+                lib/pkgconfig/libps.pc
+
+$(B)/libps.pc: Makefile
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: libps' 'Description: C client of the redis-ps parameter server (Redis module ps.so)' \
+	  'Version: $(LIBPS_VERSION)' 'Requires.private: hiredis' \
+	  'Libs: -L$${libdir} -lps' 'Libs.private: -lm' 'Cflags: -I$${includedir}' > $@
+
+# Rebuilt every time: the file records PREFIX, which may differ between calls.
+.PHONY: $(B)/libps.pc
+install: all $(B)/libps.pc
+	install -d $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/redis-ps \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
-	install -d $(DESTDIR)$(PREFIX)/include/redis-ps
 	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
+	install -m 0644 $(B)/libps.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libps.pc
+
+# Removes what install put there (same PREFIX and DESTDIR), and the redis-ps
+# folders if they are left empty.
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALL_FILES))
+	-rmdir $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/include/redis-ps 2>/dev/null
 
 clean:
 	rm -rf $(B)
