@@ -29,9 +29,8 @@ import time
 import pytest
 
 import psserver
-
-PS_TRAIN = os.environ.get("PS_TRAIN") or os.path.join(psserver.REPO_ROOT, "build", "ps-train")
-FASHION = "/usr/share/datasets/fashion-mnist"
+from pshelpers import PS_TRAIN, ps_train  # noqa: F401 (test_fault_*.py use them from here)
+from pshelpers import run_ps_train as run
 
 JOB_ARGS = ["--layers", "784,64,10", "--optim", "sgd", "--lr", "0.05", "--seed", "3",
             "--shard-size", "1000", "--partition-bytes", "32768"]
@@ -42,26 +41,6 @@ KEYS = ["W0:%d" % i for i in range(7)] + ["b0:0", "W1:0", "b1:0"]
 # of 1.5 points (the spread of single runs around that mean is about +-0.5).
 ACC_TOLERANCE = 0.015
 REFERENCE_RUNS = 3
-
-
-@pytest.fixture(scope="module")
-def ps_train():
-    if not os.path.exists(PS_TRAIN):
-        pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
-    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
-        pytest.fail("Fashion-MNIST missing: apt-get install dataset-fashion-mnist", pytrace=False)
-    return PS_TRAIN
-
-
-def run(args, timeout=120, check=True):
-    """Runs ps-train with 'args'; returns the CompletedProcess with .out (stdout+stderr)."""
-    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
-    p.out = p.stdout.decode(errors="replace")
-    if check and p.returncode != 0:
-        raise AssertionError("ps-train %s exited %d:\n%s" % (" ".join(map(str, args)),
-                                                             p.returncode, p.out))
-    return p
 
 
 def init(addr, job, epochs, *extra):

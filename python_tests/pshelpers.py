@@ -1,8 +1,16 @@
-"""Small helpers shared by the redis-ps test files: float32 blobs, pull/info parsing."""
+"""Small helpers shared by the redis-ps test files: float32 blobs, pull/info parsing, Redis's
+CRC64 for DUMP payloads, running build/ps-train and the C drivers of build/ptools/."""
 
+import contextlib
+import json
+import os
 import re
+import struct
+import subprocess
+import time
 
 import numpy as np
+import pytest
 
 import psserver
 
@@ -69,3 +77,146 @@ def is_error_with_code(rep):
 
 
 digest = psserver.digest
+
+
+def subscribe(r, *channels, timeout=5.0):
+    """A PubSub of redis-py client 'r' subscribed to 'channels', returned once the server has
+    confirmed every subscription, so no event published afterwards is missed."""
+    ps = r.pubsub()
+    ps.subscribe(*channels)
+    subs, deadline = 0, time.monotonic() + timeout
+    while subs < len(channels) and time.monotonic() < deadline:
+        m = ps.get_message(timeout=0.5)
+        if m and m["type"] == "subscribe":
+            subs += 1
+    assert subs == len(channels), "subscriptions to %r not confirmed" % (channels,)
+    return ps
+
+
+def messages(ps, n, timeout=5.0):
+    """The first 'n' messages 'ps' receives within 'timeout' seconds (fewer if they do not come),
+    as (channel, data) pairs; closes 'ps'."""
+    got, deadline = [], time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        m = ps.get_message(timeout=0.5)
+        if m and m["type"] == "message":
+            got.append((m["channel"], m["data"]))
+    ps.close()
+    return got
+
+
+# ---------------------------------------------------------------------------
+# DUMP payload checksums (test_badinput.py, test_restore_crafted.py)
+# ---------------------------------------------------------------------------
+
+def _crc64_table():
+    poly = 0x95AC9329AC4BC9B5  # Jones polynomial 0xad93d23594c935a9, reflected
+    t = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+        t.append(crc)
+    return t
+
+
+_CRC64 = _crc64_table()
+
+
+def crc64(data, crc=0):
+    """Redis's CRC64 (Jones, reflected, init 0), as in DUMP payload footers."""
+    for b in data:
+        crc = _CRC64[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+def reseal(body):
+    """A DUMP payload from 'body' (type byte + value + 2-byte RDB version) with a valid CRC."""
+    return bytes(body) + struct.pack("<Q", crc64(body))
+
+
+# ---------------------------------------------------------------------------
+# The ps-train worker (test_train_*.py, test_acl_worker.py, faultlib.py)
+# ---------------------------------------------------------------------------
+
+PS_TRAIN = os.environ.get("PS_TRAIN") or os.path.join(psserver.REPO_ROOT, "build", "ps-train")
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def require_ps_train():
+    """Fails (never skips) the test when ps-train or the Fashion-MNIST files are missing;
+    returns the path of ps-train."""
+    if not os.path.exists(PS_TRAIN):
+        pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
+    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
+        pytest.fail("Fashion-MNIST missing: apt-get install dataset-fashion-mnist", pytrace=False)
+    return PS_TRAIN
+
+
+@pytest.fixture(scope="module")
+def ps_train():
+    """The path of ps-train, checked once per test module (see require_ps_train)."""
+    return require_ps_train()
+
+
+def run_ps_train(args, timeout=120, check=True, env=None):
+    """Runs ps-train with 'args' (and environment 'env', default ours); returns the
+    CompletedProcess with .out (stdout+stderr as text). With 'check', a non-zero exit fails
+    with the output."""
+    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
+                       env=env)
+    p.out = p.stdout.decode(errors="replace")
+    if check and p.returncode != 0:
+        raise AssertionError("ps-train %s exited %d:\n%s" % (" ".join(map(str, args)),
+                                                             p.returncode, p.out))
+    return p
+
+
+# ---------------------------------------------------------------------------
+# The C drivers of python_tests/tools/*.c, built by `make pytest` into build/ptools/.
+# Each prints one JSON document as its last stdout line.
+# ---------------------------------------------------------------------------
+
+TOOLS = os.path.join(psserver.REPO_ROOT, "build", "ptools")
+
+
+def tool(name):
+    """The path of driver 'name'; fails the test when it was not built."""
+    path = os.path.join(TOOLS, name)
+    if not os.path.exists(path):
+        pytest.fail("%s not built: run make pytest (it builds build/ptools/*)" % path, pytrace=False)
+    return path
+
+
+def _last_json(stdout):
+    out = stdout.decode(errors="replace").strip().splitlines()
+    return json.loads(out[-1]) if out else None
+
+
+def run_tool(name, *args, timeout=120):
+    """Run a driver; returns (exit code, parsed JSON of its last stdout line or None, stderr)."""
+    p = subprocess.run([tool(name)] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=timeout)
+    return p.returncode, _last_json(p.stdout), p.stderr.decode(errors="replace")
+
+
+@contextlib.contextmanager
+def tool_in_background(name, *args):
+    """Starts driver 'name' with 'args' and yields its Popen, for a test that disturbs the
+    servers while the driver runs; the driver is killed if it still runs when the block is
+    left (the block normally ends with tool_result)."""
+    p = subprocess.Popen([tool(name)] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def tool_result(p, timeout=120):
+    """Waits for a driver of tool_in_background; returns what run_tool returns."""
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, _last_json(out), err.decode(errors="replace")

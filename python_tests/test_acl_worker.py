@@ -4,16 +4,13 @@ or PS_USER/PS_PASSWORD), and cannot create, delete, snapshot, roll back, overwri
 reconfigure tensors, touch another job, or administer the server."""
 
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
 import psserver
-from pshelpers import f32
+from pshelpers import f32, require_ps_train, run_ps_train
 
-PS_TRAIN = os.path.join(psserver.REPO_ROOT, "build", "ps-train")
-FASHION = "/usr/share/datasets/fashion-mnist"
 JOB = "aclj"
 
 
@@ -28,25 +25,17 @@ def worker_role(job):
 
 
 def run(args, env_extra=None, timeout=180):
-    env = dict(os.environ)
-    env.pop("PS_USER", None)
-    env.pop("PS_PASSWORD", None)
+    """ps-train with 'args', without the credentials of our environment, plus 'env_extra'."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PS_USER", "PS_PASSWORD")}
     env.update(env_extra or {})
-    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
-                       env=env)
-    p.out = p.stdout.decode(errors="replace")
-    return p
+    return run_ps_train(args, timeout=timeout, check=False, env=env)
 
 
 @pytest.fixture
 def job_server(server):
     """A server with job JOB initialized by the default (admin) user and the worker user
     'w' (password 'pw') holding the worker role for JOB."""
-    if not os.path.exists(PS_TRAIN):
-        pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
-    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
-        pytest.fail("Fashion-MNIST missing: apt-get install dataset-fashion-mnist", pytrace=False)
+    require_ps_train()
     for job in (JOB, "other"):
         p = run(["init", "--addr", server.addr, "--job", job, "--limit", 1000, "--shard-size",
                  500, "--layers", "784,16,10"])

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import psserver
-from pshelpers import ERROR_CODE_RE, create_data, digest, f32, info, is_error_with_code
+from pshelpers import (ERROR_CODE_RE, crc64, create_data, digest, f32, info, is_error_with_code,
+                       reseal)
 
 SHAPE = (4, 3)
 N = 12
@@ -303,32 +304,6 @@ def test_server_still_answers_after_all_bad_input(bad_env):
 # ---------------------------------------------------------------------------
 # Corrupt RESTORE payloads (attacker-controlled): refused or sane, never a crash
 # ---------------------------------------------------------------------------
-
-def _crc64_table():
-    poly = 0x95AC9329AC4BC9B5  # Jones polynomial 0xad93d23594c935a9, reflected
-    t = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        t.append(crc)
-    return t
-
-
-_CRC64 = _crc64_table()
-
-
-def crc64(data, crc=0):
-    """Redis's CRC64 (Jones, reflected, init 0), as in DUMP payload footers."""
-    for b in data:
-        crc = _CRC64[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
-
-
-def reseal(body):
-    """A DUMP payload from 'body' (type byte + value + 2-byte RDB version) with a valid CRC."""
-    return body + struct.pack("<Q", crc64(body))
-
 
 def test_crc64_matches_redis(bad_env):
     s, c = bad_env

@@ -2,15 +2,14 @@
 followed while a slot migrates under a running pull/push loop, clear errors when no seed
 answers. The C drivers are built by `make pytest` into build/ptools/."""
 
-import json
-import subprocess
 import time
 
 import pytest
 
 import psserver
 from psserver import key_slot
-from test_client_standalone import check_layout, run_tool, tool
+from pshelpers import run_tool, tool_in_background, tool_result
+from test_client_standalone import check_layout
 
 
 @pytest.fixture(scope="module")
@@ -68,11 +67,9 @@ def test_partitioned_tensor_round_trips_across_masters(cluster):
 
 def test_pull_push_loop_follows_moved_and_ask_during_slot_migration(cluster):
     job = "mig"
-    p = subprocess.Popen([str(a) for a in [tool("ps_roundtrip"), seeds(cluster, 1), "--job", job, "--rows", 300,
-                          "--cols", 100, "--partition-bytes", 16384, "--iters", 120,
-                          "--sleep-ms", 10]],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with tool_in_background("ps_roundtrip", seeds(cluster, 1), "--job", job, "--rows", 300,
+                            "--cols", 100, "--partition-bytes", 16384, "--iters", 120,
+                            "--sleep-ms", 10) as p:
         key = "%s:w:2" % job
         slot = key_slot(key)
         src = cluster.node_for_key(key)
@@ -82,13 +79,8 @@ def test_pull_push_loop_follows_moved_and_ask_during_slot_migration(cluster):
         time.sleep(0.2)
         assert p.poll() is None, "driver finished before the migration started"
         assert migrate_slot(cluster, slot, src, dst) >= 1
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    doc = json.loads(out.decode().strip().splitlines()[-1])
-    assert p.returncode == 0, (doc, err.decode()[-2000:])
+        rc, doc, err = tool_result(p)
+    assert rc == 0, (doc, err[-2000:])
     assert doc["ok"] and doc["mismatch"] == 0 and doc["pull_errors"] == 0
     assert doc["push_errors"] == 0
     assert doc["stats"]["ask"] > 0 and doc["stats"]["moved"] > 0
@@ -97,22 +89,15 @@ def test_pull_push_loop_follows_moved_and_ask_during_slot_migration(cluster):
 
 
 def test_generic_commands_follow_a_migrating_slot(cluster):
-    p = subprocess.Popen([str(a) for a in [tool("ps_kvloop"), seeds(cluster), "--keys", 30, "--iters", 60,
-                          "--sleep-ms", 20, "--prefix", "gkv"]],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with tool_in_background("ps_kvloop", seeds(cluster), "--keys", 30, "--iters", 60,
+                            "--sleep-ms", 20, "--prefix", "gkv") as p:
         key = "gkv:3"
         src = cluster.node_for_key(key)
         dst = [m for m in cluster.masters() if m.port != src.port][-1]
         psserver.wait_until(lambda: src.client().exists(key) == 1, timeout=20, what="kv loop")
         migrate_slot(cluster, key_slot(key), src, dst)
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    doc = json.loads(out.decode().strip().splitlines()[-1])
-    assert p.returncode == 0 and doc["ok"], (doc, err.decode()[-2000:])
+        rc, doc, err = tool_result(p)
+    assert rc == 0 and doc["ok"], (doc, err[-2000:])
     assert doc["cluster"] == 1 and doc["stats"]["ask"] + doc["stats"]["moved"] > 0
 
 

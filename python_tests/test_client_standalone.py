@@ -3,34 +3,13 @@ exactly-once pushes across dropped connections, WAIT, lossy push formats, clear 
 
 The C drivers (python_tests/tools/*.c) are built by `make pytest` into build/ptools/."""
 
-import json
-import os
-import subprocess
-import threading
 import time
 
 import numpy as np
 import pytest
 
 import psserver
-
-TOOLS = os.path.join(psserver.REPO_ROOT, "build", "ptools")
-
-
-def tool(name):
-    path = os.path.join(TOOLS, name)
-    if not os.path.exists(path):
-        pytest.fail("%s not built: run make pytest (it builds build/ptools/*)" % path, pytrace=False)
-    return path
-
-
-def run_tool(name, *args, timeout=120):
-    """Run a driver; returns (exit code, parsed JSON of its last stdout line or None, stderr)."""
-    p = subprocess.run([tool(name)] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.PIPE, timeout=timeout)
-    out = p.stdout.decode(errors="replace").strip().splitlines()
-    doc = json.loads(out[-1]) if out else None
-    return p.returncode, doc, p.stderr.decode(errors="replace")
+from pshelpers import run_tool, tool_in_background, tool_result
 
 
 def check_layout(doc, rows, cols, part_bytes):
@@ -98,12 +77,10 @@ def test_pushes_are_applied_exactly_once_when_connections_drop(server):
     """Kill the driver's connections again and again during a push/pull loop: the library
     reconnects and resends pending pushes with their original ID seq, and the driver's
     exact float32 check shows no push lost or applied twice."""
-    p = subprocess.Popen([tool("ps_roundtrip"), server.addr, "--job", "kill", "--iters", "150",
-                          "--sleep-ms", "5", "--window", "4"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     admin = server.client()
     kills = 0
-    try:
+    with tool_in_background("ps_roundtrip", server.addr, "--job", "kill", "--iters", 150,
+                            "--sleep-ms", 5, "--window", 4) as p:
         deadline = time.monotonic() + 60
         while p.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -114,13 +91,8 @@ def test_pushes_are_applied_exactly_once_when_connections_drop(server):
                         kills += admin.client_kill_filter(_id=int(c["id"]))
                     except Exception:
                         pass
-        out, err = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    doc = json.loads(out.decode().strip().splitlines()[-1])
-    assert p.returncode == 0, (doc, err.decode()[-2000:])
+        rc, doc, err = tool_result(p, timeout=60)
+    assert rc == 0, (doc, err[-2000:])
     assert doc["ok"] and doc["mismatch"] == 0
     assert kills > 0 and doc["stats"]["reconnects"] > 0
     assert doc["versions"] == [150, 150]

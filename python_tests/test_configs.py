@@ -2,15 +2,15 @@
 the command line (bad values refused, defaults copied into new tensors), PS.CONFIG on a
 training tensor (validated all-or-nothing, replicated), INFO ps counters."""
 
-import time
 
 import numpy as np
 import pytest
 import redis
 
 import psserver
-from psserver import RespError, wait_until
-from pshelpers import create, create_data, digest, f32, info, num, pull, pull_np, push
+from psserver import RespError
+from pshelpers import (create, create_data, digest, f32, info, messages, num, pull, pull_np, push,
+                       subscribe)
 
 F = np.float32
 
@@ -222,16 +222,6 @@ def test_info_ps_counters_move(server, r):
 def test_keyspace_notification_for_config(r):
     r.config_set("notify-keyspace-events", "KEd")
     create(r, "m", (4,))
-    ps = r.pubsub()
-    ps.subscribe("__keyevent@0__:ps.config")
-    wait_until(lambda: (ps.get_message(timeout=0.2) or {}).get("type") == "subscribe",
-               what="subscribe")
+    ps = subscribe(r, "__keyevent@0__:ps.config")
     r.execute_command("PS.CONFIG", "m", "LR", "0.3")
-    got = None
-    deadline = time.monotonic() + 5
-    while got is None and time.monotonic() < deadline:
-        m = ps.get_message(timeout=0.5)
-        if m and m["type"] == "message":
-            got = m["data"]
-    ps.close()
-    assert got == b"m"
+    assert [data for _, data in messages(ps, 1)] == [b"m"]

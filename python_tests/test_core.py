@@ -3,14 +3,13 @@ initializers, NX/BUSYKEY, versions, INFO, native-type integration (COPY, RENAME,
 TYPE, MEMORY USAGE, MULTI), keyspace notifications."""
 
 import math
-import time
 
 import numpy as np
 import pytest
 
 import psserver
 from pshelpers import (create, create_data, digest, f32, from_f32, info, is_error_with_code,
-                       num, pull, pull_np, push)
+                       messages, num, pull, pull_np, push, subscribe)
 
 RNG = np.random.default_rng(20240229)
 
@@ -422,22 +421,9 @@ def test_multi_exec_pushes_two_tensors_atomically(r):
 def test_keyspace_notification_on_push(r):
     r.config_set("notify-keyspace-events", "KEd")
     create(r, "model:x", (4,))
-    ps = r.pubsub()
-    ps.subscribe("__keyspace@0__:model:x", "__keyevent@0__:ps.pushgrad")
-    deadline = time.monotonic() + 5
-    subs = 0
-    while subs < 2 and time.monotonic() < deadline:
-        m = ps.get_message(timeout=1)
-        if m and m["type"] == "subscribe":
-            subs += 1
+    ps = subscribe(r, "__keyspace@0__:model:x", "__keyevent@0__:ps.pushgrad")
     push(r, "model:x", np.ones(4, np.float32))
-    got = []
-    deadline = time.monotonic() + 5
-    while len(got) < 2 and time.monotonic() < deadline:
-        m = ps.get_message(timeout=1)
-        if m and m["type"] == "message":
-            got.append((m["channel"], m["data"]))
-    ps.close()
+    got = messages(ps, 2)
     assert (b"__keyspace@0__:model:x", b"ps.pushgrad") in got, got
     assert (b"__keyevent@0__:ps.pushgrad", b"model:x") in got, got
 

@@ -28,61 +28,35 @@ SKIP_MARK = "<!-- docs-examples: skip -->"
 PROMPT = "redis> "
 
 
+_TOKEN = re.compile(r"""\s*(?:"((?:\\.|[^"\\])*)"|'((?:\\'|[^'])*)'|([^\s"']+))(?=\s|$)""")
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|.)")
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "a": "\a"}
+
+
+def _unescape(m):
+    e = m.group(1)
+    return chr(int(e[1:], 16)) if len(e) == 3 else _SIMPLE_ESCAPES.get(e, e)
+
+
 def split_args(line):
     """Split a command line the way redis-cli does (sdssplitargs): words separated by blanks,
-    "double quotes" with \\xHH \\n \\r \\t \\b \\a and \\<c> escapes, 'single quotes' with \\'.
-    Returns a list of bytes; raises ValueError on unbalanced quotes."""
-    args, i, n = [], 0, len(line)
-    simple = {"n": b"\n", "r": b"\r", "t": b"\t", "b": b"\b", "a": b"\a"}
-    while True:
-        while i < n and line[i].isspace():
-            i += 1
-        if i >= n:
-            return args
-        cur, inq, insq = bytearray(), False, False
-        while True:
-            c = line[i] if i < n else None
-            if inq:
-                if c is None:
-                    raise ValueError("unbalanced quotes in %r" % line)
-                if c == "\\" and line[i + 1:i + 2] == "x" and \
-                        re.fullmatch(r"[0-9a-fA-F]{2}", line[i + 2:i + 4]):
-                    cur.append(int(line[i + 2:i + 4], 16))
-                    i += 3
-                elif c == "\\" and i + 1 < n:
-                    i += 1
-                    cur += simple.get(line[i], line[i].encode())
-                elif c == '"':
-                    if i + 1 < n and not line[i + 1].isspace():
-                        raise ValueError("closing quote must be followed by a space in %r" % line)
-                    i += 1
-                    break
-                else:
-                    cur += c.encode()
-            elif insq:
-                if c is None:
-                    raise ValueError("unbalanced quotes in %r" % line)
-                if c == "\\" and line[i + 1:i + 2] == "'":
-                    i += 1
-                    cur += b"'"
-                elif c == "'":
-                    if i + 1 < n and not line[i + 1].isspace():
-                        raise ValueError("closing quote must be followed by a space in %r" % line)
-                    i += 1
-                    break
-                else:
-                    cur += c.encode()
-            else:
-                if c is None or c.isspace():
-                    break
-                if c == '"':
-                    inq = True
-                elif c == "'":
-                    insq = True
-                else:
-                    cur += c.encode()
-            i += 1
-        args.append(bytes(cur))
+    "double quotes" with \\xHH \\n \\r \\t \\b \\a and \\<c> escapes, 'single quotes' with
+    \\'. Returns a list of bytes; raises ValueError on unbalanced quotes."""
+    args, pos, line = [], 0, line.rstrip()
+    while pos < len(line):
+        m = _TOKEN.match(line, pos)
+        if not m:
+            raise ValueError("unbalanced quotes in %r" % line)
+        dq, sq, word = m.groups()
+        if dq is not None:
+            arg = _ESCAPE.sub(_unescape, dq)
+        elif sq is not None:
+            arg = sq.replace("\\'", "'")
+        else:
+            arg = word
+        args.append(arg.encode("latin-1"))
+        pos = m.end()
+    return args
 
 
 def repr_bulk(b):

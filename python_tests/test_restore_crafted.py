@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import psserver
-from pshelpers import ERROR_CODE_RE, create_data, digest, f32, info
+from pshelpers import ERROR_CODE_RE, crc64, create_data, digest, f32, info, reseal
 
 # ---------------------------------------------------------------------------
 # DUMP payload format (Redis 7.0):
@@ -37,26 +37,6 @@ def module_id(name="ps-tensor", encver=1):
     for ch in name:
         mid = (mid << 6) | MODULE_CHARSET.index(ch)
     return (mid << 10) | (encver & 1023)
-
-
-def _crc64_table():
-    poly = 0x95AC9329AC4BC9B5  # Jones, reflected
-    t = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        t.append(crc)
-    return t
-
-
-_CRC64 = _crc64_table()
-
-
-def crc64(data, crc=0):
-    for b in data:
-        crc = _CRC64[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc
 
 
 def enc_len(n):
@@ -99,7 +79,7 @@ def build(items, encver=1, eof=True, rdbver=RDB_VERSION, type_byte=RDB_TYPE_MODU
     if eof:
         out += bytes([OP_EOF])
     out += struct.pack("<H", rdbver)
-    return bytes(out) + struct.pack("<Q", crc64(out))
+    return reseal(out)
 
 
 def _read_len(p, i):

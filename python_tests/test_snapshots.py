@@ -10,7 +10,7 @@ import numpy as np
 
 import psserver
 from psserver import RespError, wait_until
-from pshelpers import create, digest, info, pull, push
+from pshelpers import create, digest, info, messages, pull, push, subscribe
 
 RNG = np.random.default_rng(77)
 
@@ -187,19 +187,10 @@ def test_snapshots_and_rollbacks_replicate_with_the_masters_clock(server, make_r
 def test_keyspace_notifications_for_snapshot_and_rollback(r):
     r.config_set("notify-keyspace-events", "KEd")
     create(r, "m", (4,))
-    ps = r.pubsub()
-    ps.subscribe("__keyspace@0__:m")
-    wait_until(lambda: (ps.get_message(timeout=0.2) or {}).get("type") == "subscribe",
-               what="subscribe")
+    ps = subscribe(r, "__keyspace@0__:m")
     r.execute_command("PS.SNAPSHOT", "m", "s")
     push(r, "m", np.ones(4, np.float32))
     r.execute_command("PS.ROLLBACK", "m", "s")
     r.execute_command("PS.DROPSNAPSHOT", "m", "s")
-    got = []
-    deadline = time.monotonic() + 5
-    while len(got) < 4 and time.monotonic() < deadline:
-        m = ps.get_message(timeout=0.5)
-        if m and m["type"] == "message":
-            got.append(m["data"])
-    ps.close()
+    got = [data for _, data in messages(ps, 4)]
     assert got[:3] == [b"ps.snapshot", b"ps.pushgrad", b"ps.rollback"], got

@@ -13,29 +13,8 @@ import time
 import pytest
 
 import psserver
-
-PS_TRAIN = os.path.join(psserver.REPO_ROOT, "build", "ps-train")
-FASHION = "/usr/share/datasets/fashion-mnist"
-
-
-@pytest.fixture(scope="module")
-def ps_train():
-    if not os.path.exists(PS_TRAIN):
-        pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
-    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
-        pytest.fail("Fashion-MNIST missing: apt-get install dataset-fashion-mnist", pytrace=False)
-    return PS_TRAIN
-
-
-def run(args, timeout=120, check=True):
-    """Runs ps-train with 'args'; returns the CompletedProcess (stdout+stderr as text)."""
-    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
-    p.out = p.stdout.decode(errors="replace")
-    if check and p.returncode != 0:
-        raise AssertionError("ps-train %s exited %d:\n%s" % (" ".join(map(str, args)),
-                                                             p.returncode, p.out))
-    return p
+from pshelpers import PS_TRAIN, ps_train  # noqa: F401 (a fixture; test_train_cluster.py imports it from here)
+from pshelpers import run_ps_train as run
 
 
 def result_line(out):
