@@ -64,8 +64,11 @@ TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
 # Small C programs the integration tests drive (linked with libps).
 PTOOL_SRC  = $(wildcard python_tests/tools/*.c)
 PTOOL_BINS = $(patsubst python_tests/tools/%.c,$(B)/ptools/%,$(PTOOL_SRC))
+# A bench program is one file bench/NAME.c, or a folder bench/NAME/ of .c files
+# (built as one program; see the ps_bench rule below).
 BENCH_SRC = $(wildcard bench/*.c)
-BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC))
+BENCH_DIRS = $(patsubst bench/%/,%,$(sort $(dir $(wildcard bench/*/*.c))))
+BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC)) $(addprefix $(B)/bench/,$(BENCH_DIRS))
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
@@ -120,6 +123,13 @@ $(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
+
+# Multi-file bench programs: every .c of bench/NAME/ linked into build/bench/NAME.
+.SECONDEXPANSION:
+$(addprefix $(B)/bench/,$(BENCH_DIRS)): $(B)/bench/%: $$(wildcard bench/%/*.c) $$(wildcard bench/%/*.h) \
+                                                     $(APP_PURE_OBJS) $(B)/libps.a
+	@mkdir -p $(dir $@)
+	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $(filter %.c,$^) $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
 $(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 	@mkdir -p $(dir $@)
