@@ -31,40 +31,18 @@ for f in "$MODULE" "$B/ps-train" "$B/bench/ps_bench" "$B/bench/apply_bench" "$B/
     [ -f "$f" ] || { echo "bench: $f is missing: run make first" >&2; exit 1; }
 done
 command -v "$REDIS_SERVER" >/dev/null || { echo "bench: $REDIS_SERVER not found" >&2; exit 1; }
+export REDIS_SERVER
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-bench.XXXXXX")
-PID=
-cleanup() {
-    if [ -n "$PID" ] && kill -0 "$PID" 2>/dev/null; then
-        kill "$PID" 2>/dev/null || true
-        wait "$PID" 2>/dev/null || true
-    fi
-    rm -rf "$DIR"
+# The private servers: scripts/private-server.sh (one at a time; its EXIT trap
+# stops the one running).
+. "$REPO/scripts/private-server.sh"
+start_server() { # tag; sets PORT and PID
+    private_server_start "bench-$1" "$MODULE"
+    PORT=$PS_PORT
+    PID=$PS_PID
 }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-# Starts a private server in $DIR/$1; sets PORT and PID.
-start_server() {
-    local d="$DIR/$1"
-    mkdir -p "$d"
-    PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "$REDIS_SERVER" --port "$PORT" --bind 127.0.0.1 --dir "$d" --save "" --appendonly no \
-        --daemonize no --logfile "$d/redis.log" --loadmodule "$MODULE" &
-    PID=$!
-    for _ in $(seq 100); do
-        redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.05
-    done
-    echo "bench: redis-server did not start:" >&2
-    tail "$d/redis.log" >&2
-    exit 1
-}
-
 stop_server() {
-    kill "$PID" 2>/dev/null || true
-    wait "$PID" 2>/dev/null || true
+    private_server_stop
     PID=
 }
 
@@ -144,7 +122,8 @@ for W in 1 2; do
         line=$(grep '^RESULT' <<<"$out" | tail -1)
         echo "[$name] epochs=$E ${line#RESULT }"
         # span_*: first worker's first step to the last one's end, start-up and
-        # data loading excluded as in bench/baseline; older ps-train lacks it.
+        # data loading excluded as in build/bench/baseline; the wall-clock
+        # fields stand in when a RESULT line carries no span.
         sps=$(field "$line" span_samples_per_s); secs=$(field "$line" span_seconds)
         if [ -z "$sps" ] || [ "${sps%.*}" = 0 ]; then
             sps=$(field "$line" samples_per_s); secs=$(field "$line" train_seconds)
