@@ -1,9 +1,11 @@
-"""Every `redis>` example in docs/commands.md, run against a real server and compared exactly.
+"""Every `redis>` example in docs/commands.md (and README.md's redis-cli walkthrough), run
+against a real server and compared exactly.
 
 How the document is read:
-- A session is one `## ` section (with its `### ` sub-sections). Each session gets a fresh
-  redis-server with the module and one connection, and runs the section's examples in
-  document order, so a later block of the same section sees the keys an earlier one made.
+- A session is one `## ` section of one file (with its `### ` sub-sections). Each session
+  gets a fresh redis-server with the module and one connection, and runs the section's
+  examples in document order, so a later block of the same section sees the keys an earlier
+  one made.
 - In a fenced code block, a line `redis> COMMAND ...` is a command; the lines after it, up to
   the next `redis>` line or the end of the block, are its expected reply as interactive
   redis-cli prints it: `OK` / `QUEUED` (status), `(integer) n`, `(nil)`, `(error) MSG`, a
@@ -13,7 +15,7 @@ How the document is read:
 - A block preceded by the line `<!-- docs-examples: skip -->` is not run (keep these few, and
   say in the text why its output cannot be reproduced). No block is skipped today.
 
-A new section or example in docs/commands.md is picked up without touching this file.
+A new section or example in these files is picked up without touching this file.
 """
 
 import os
@@ -23,7 +25,8 @@ import pytest
 
 import psserver
 
-DOC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "commands.md")
+DOCS = [os.path.join(psserver.REPO_ROOT, "docs", "commands.md"),
+        os.path.join(psserver.REPO_ROOT, "README.md")]
 SKIP_MARK = "<!-- docs-examples: skip -->"
 PROMPT = "redis> "
 
@@ -109,8 +112,9 @@ def format_command_reply(args, rep):
     return format_reply(rep)
 
 
-def parse_doc(path=DOC):
-    """-> list of (section title, [(doc line number, command line, [expected lines])])."""
+def parse_doc(path):
+    """-> list of (section title, [(doc line number, command line, [expected lines])]) of
+    the sections of 'path' that have examples."""
     sections, cur, block = [], None, None
     skip_next = False
     cmd = None
@@ -140,13 +144,23 @@ def parse_doc(path=DOC):
     return [s for s in sections if s[1]]
 
 
-SECTIONS = parse_doc()
+SECTIONS = [(os.path.basename(path), title, examples)
+            for path in DOCS for title, examples in parse_doc(path)]
 
 
-def test_the_doc_has_examples_and_the_parser_finds_them():
-    titles = [t for t, _ in SECTIONS]
-    assert "PS.CREATE" in titles and "PS.PUSHGRAD" in titles, titles
-    assert sum(len(ex) for _, ex in SECTIONS) >= 50
+def test_the_docs_have_examples_and_the_parser_finds_them():
+    titles = [(doc, t) for doc, t, _ in SECTIONS]
+    assert ("commands.md", "PS.CREATE") in titles and ("README.md", "Quick start") in titles, titles
+    assert sum(len(ex) for _, _, ex in SECTIONS) >= 50
+
+
+def test_parse_doc_splits_sessions_by_section_and_honours_the_skip_mark(tmp_path):
+    md = tmp_path / "doc.md"
+    md.write_text("## A\n```\nredis> PING\nPONG\n```\n### A.1\n```\nredis> ECHO x\n\"x\"\n"
+                  "redis> ECHO y\n\"y\"\n```\n## B\n" + SKIP_MARK + "\n\n```\nredis> PING\nnot run\n"
+                  "```\n## C\n```\nPS.PULL key  (a syntax block)\n```\n")
+    assert parse_doc(str(md)) == [("A", [(3, "PING", ["PONG"]), (8, "ECHO x", ['"x"']),
+                                         (10, "ECHO y", ['"y"'])])]
 
 
 def test_split_args_follows_redis_cli_quoting():
@@ -166,8 +180,9 @@ def test_format_reply_matches_redis_cli_layout():
     assert format_reply(b"\x80?\"\n") == ['"\\x80?\\"\\n"']
 
 
-@pytest.mark.parametrize("title,examples", SECTIONS, ids=[t for t, _ in SECTIONS])
-def test_docs_examples_give_the_documented_replies(make_server, title, examples):
+@pytest.mark.parametrize("doc,title,examples", SECTIONS,
+                         ids=["%s:%s" % (doc, t) for doc, t, _ in SECTIONS])
+def test_docs_examples_give_the_documented_replies(make_server, doc, title, examples):
     """The replies of a section's examples, run in order on a fresh server, are those the
     document shows, line for line."""
     srv = make_server()
@@ -179,6 +194,6 @@ def test_docs_examples_give_the_documented_replies(make_server, title, examples)
             while expected and not expected[-1].strip():
                 expected = expected[:-1]
             if got != expected:
-                mismatches.append("commands.md:%d redis> %s\n  documented:\n    %s\n  server:\n    %s"
-                                  % (no, line, "\n    ".join(expected), "\n    ".join(got)))
+                mismatches.append("%s:%d redis> %s\n  documented:\n    %s\n  server:\n    %s"
+                                  % (doc, no, line, "\n    ".join(expected), "\n    ".join(got)))
     assert not mismatches, "section %r:\n%s" % (title, "\n".join(mismatches))
