@@ -32,7 +32,9 @@ typedef struct worker {
     jobConfig cfg;
     ps_dataset ds;
     ps_mlp mlp;
-    float **params, **grads;
+    float **params, **grads; /* params: the front buffer, mlp.W/mlp.b */
+    float **back;           /* per tensor: the buffer an overlapped pull fills */
+    FILE *trace;            /* PS_TRAIN_TRACE: one line per pull and per push */
     float *xb;
     int32_t *yb;
     int *perm;
@@ -55,7 +57,7 @@ typedef struct worker {
     /* pulls */
     uint64_t *vers;         /* per tensor: versions of the model in params */
     int have_params;        /* params hold a pulled model */
-    int pull_inflight;      /* a psModelPullAsync into params is pending */
+    int pull_inflight;      /* a psModelPullAsync into back is pending */
     int since_pull;         /* steps computed on the current params */
     int pushes_since_pull;
     /* where the time of the steps goes (seconds) */
@@ -197,9 +199,47 @@ static void print_progress(worker *w, int final) {
  * Training
  * ====================================================================== */
 
+/* FNV-1a over the bytes of the front buffer: the trace's fingerprint of
+ * the model a gradient is computed from. */
+static uint64_t params_digest(const worker *w) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int t = 0; t < psModelNumTensors(w->m); t++) {
+        const unsigned char *b = (const unsigned char *)w->params[t];
+        size_t n = psModelTensorElements(w->m, t) * sizeof(float);
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* Writes one trace line "<what> <digest> <version per tensor...>" (when
+ * PS_TRAIN_TRACE names a file). */
+static void trace_line(worker *w, const char *what, const uint64_t *vers) {
+    if (w->trace == NULL) return;
+    fprintf(w->trace, "%s %016llx", what, (unsigned long long)params_digest(w));
+    for (int t = 0; t < psModelNumTensors(w->m); t++)
+        fprintf(w->trace, " %llu", (unsigned long long)vers[t]);
+    fputc('\n', w->trace);
+}
+
+/* Makes the back buffer the front one: the model that an overlapped pull
+ * decoded becomes what the gradients read, and the old front is free for
+ * the next pull. The MLP computes from mlp.W/mlp.b, so those swap too. */
+static void swap_buffers(worker *w) {
+    for (int t = 0; t < psModelNumTensors(w->m); t++) {
+        float *x = w->params[t];
+        w->params[t] = w->back[t];
+        w->back[t] = x;
+    }
+    for (int l = 0; l < w->mlp.nlayers; l++) {
+        w->mlp.W[l] = w->params[2 * l];
+        w->mlp.b[l] = w->params[2 * l + 1];
+    }
+}
+
 /* Makes w->params hold the model for the next gradient: waits for the pull
- * in flight, or pulls now when the last pull is --pull-every batches old
- * (or there was none). w->vers gets the versions of what was pulled.
+ * in flight (into the back buffer, then swaps), or pulls now when the last
+ * pull is --pull-every batches old (or there was none). w->vers gets the
+ * versions of what was pulled: always those of the data in w->params.
  * Returns 0 or -1. */
 static int fresh_params(worker *w) {
     double t0 = tr_now();
@@ -207,6 +247,7 @@ static int fresh_params(worker *w) {
     if (w->pull_inflight) {
         w->pull_inflight = 0;
         rc = psModelPullWait(w->c, w->m, w->vers);
+        if (rc == PS_OK) swap_buffers(w);
     } else if (!w->have_params || w->since_pull >= w->o->pull_every) {
         rc = psModelPull(w->c, w->m, w->params, w->vers);
     } else {
@@ -219,6 +260,7 @@ static int fresh_params(worker *w) {
         tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
         return -1;
     }
+    trace_line(w, "pull", w->vers);
     uint64_t v = w->vers[0];
     if (w->last_version > 0 || w->samples > 0) {
         /* Pushes by others between two pulls (ours are among them). */
@@ -232,12 +274,11 @@ static int fresh_params(worker *w) {
 }
 
 /* One step on rows rows[0..nb): the model up to date (fresh_params); with
- * --overlap the pull for the next step is sent now, so the server answers
- * it while this gradient is computed (libps reads the replies into
- * w->params only in calls made after the gradient: the next gradient
- * misses this step's own push, one step more staleness); then the gradient
- * and its push (asynchronous, with the versions it was computed from).
- * Returns 0 or -1. */
+ * --overlap the pull for the next step is sent now into the back buffer,
+ * so the server answers it while this gradient is computed from the front
+ * one (the next gradient misses this step's own push: one step more
+ * staleness); then the gradient and its push (asynchronous, with the
+ * versions of the front buffer it was computed from). Returns 0 or -1. */
 static int step(worker *w, const int *rows, int nb) {
     size_t dim = (size_t)w->ds.dim;
     for (int i = 0; i < nb; i++) {
@@ -247,7 +288,7 @@ static int step(worker *w, const int *rows, int nb) {
     if (fresh_params(w) != 0) return -1;
     w->since_pull++;
     if (w->o->overlap && w->since_pull >= w->o->pull_every) {
-        if (psModelPullAsync(w->c, w->m, w->params) != PS_OK) {
+        if (psModelPullAsync(w->c, w->m, w->back) != PS_OK) {
             tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
             return -1;
         }
@@ -265,6 +306,9 @@ static int step(worker *w, const int *rows, int nb) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
+    /* After the push returned (libps may have decoded pull replies meanwhile):
+     * the front buffer must still be the model of the versions just sent. */
+    trace_line(w, "push", w->vers);
     w->t_push += tr_now() - t2;
     w->pushes++;
     w->pushes_since_pull++;
@@ -410,11 +454,12 @@ static int setup(worker *w) {
     w->vers = calloc((size_t)nt, sizeof(uint64_t));
     w->params = calloc((size_t)nt, sizeof(float *));
     w->grads = calloc((size_t)nt, sizeof(float *));
+    w->back = calloc((size_t)nt, sizeof(float *));
     w->xb = malloc((size_t)w->batch * (size_t)w->ds.dim * sizeof(float));
     w->yb = malloc((size_t)w->batch * sizeof(int32_t));
     w->perm = malloc((size_t)(w->cfg.shard_size > w->ds.n ? w->ds.n : w->cfg.shard_size) *
                      sizeof(int) + sizeof(int));
-    if (!w->vers || !w->params || !w->grads || !w->xb || !w->yb || !w->perm) {
+    if (!w->vers || !w->params || !w->grads || !w->back || !w->xb || !w->yb || !w->perm) {
         tr_err(o, "out of memory");
         return -1;
     }
@@ -423,6 +468,18 @@ static int setup(worker *w) {
         w->params[2 * l + 1] = w->mlp.b[l];
         w->grads[2 * l] = w->mlp.gW[l];
         w->grads[2 * l + 1] = w->mlp.gb[l];
+    }
+    for (int t = 0; t < nt && o->overlap; t++) {
+        w->back[t] = calloc(psModelTensorElements(w->m, t), sizeof(float));
+        if (w->back[t] == NULL) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
+    }
+    const char *tp = getenv("PS_TRAIN_TRACE");
+    if (tp && *tp && (w->trace = fopen(tp, "w")) == NULL) {
+        tr_err(o, "PS_TRAIN_TRACE %s: cannot open", tp);
+        return -1;
     }
     return 0;
 }
@@ -534,6 +591,11 @@ int tr_cmd_work(const trainOpts *o) {
 out:
     if (w.pull_inflight) psModelPullWait(w.c, w.m, NULL);
     fflush(stdout);
+    /* mlp.W/mlp.b may point at what setup() allocated as the back buffer:
+     * free whatever is the back buffer now, ps_mlp_free the front. */
+    for (int t = 0; w.back && w.m && t < psModelNumTensors(w.m); t++) free(w.back[t]);
+    free(w.back);
+    if (w.trace) fclose(w.trace);
     free(w.vers);
     free(w.params);
     free(w.grads);
