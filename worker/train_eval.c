@@ -135,10 +135,12 @@ int tr_cmd_eval(const trainOpts *o) {
 
 static pid_t *Children;
 static int NChildren;
+static volatile sig_atomic_t Interrupted; /* the signal run got, 0: none */
 
 /* SIGINT/SIGTERM in run: pass it on to the workers (by pid) and let the
  * wait loop collect them. */
 static void forward_signal(int sig) {
+    Interrupted = sig;
     for (int i = 0; i < NChildren; i++)
         if (Children[i] > 0) kill(Children[i], sig);
 }
@@ -247,6 +249,16 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     double t0 = tr_now();
     int rc = tr_cmd_init(o);
     if (rc != TR_EXIT_OK) return rc;
+    {
+        /* The final eval's data must fit before anything trains. */
+        jobConfig cfg;
+        psClient *c = tr_connect(o, 0, 0);
+        if (c == NULL) return TR_EXIT_FAIL;
+        rc = tr_load_config(c, o->job, &cfg);
+        psClientFree(c);
+        if (rc != 0) return TR_EXIT_FAIL;
+        if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
+    }
     long long samples0 = progress_field(o, "samples");
 
     Children = calloc((size_t)o->workers, sizeof(pid_t));
@@ -265,6 +277,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         if (Children[i] < 0) {
             tr_err(o, "fork: %s", strerror(errno));
             forward_signal(SIGTERM);
+            Interrupted = 0;
             break;
         }
     }
@@ -276,6 +289,11 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         }
         int st;
         while (waitpid(Children[i], &st, 0) < 0 && errno == EINTR) {}
+        if (Interrupted && ((WIFEXITED(st) && WEXITSTATUS(st) == TR_EXIT_INTERRUPTED) ||
+                            (WIFSIGNALED(st) && WTERMSIG(st) == Interrupted))) {
+            Children[i] = 0;
+            continue;
+        }
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             failed++;
             if (WIFSIGNALED(st))
@@ -291,6 +309,13 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     free(Children);
     Children = NULL;
     NChildren = 0;
+    if (Interrupted) {
+        tr_err(o, "interrupted (signal %d); job %s is resumable: rerun the same command "
+                  "(ps-train run --addr %s --job %s ...) to continue where it stopped, its "
+                  "workers take back their unfinished tasks at once; 'ps-train status' shows "
+                  "the progress", (int)Interrupted, o->job, o->addr, o->job);
+        return TR_EXIT_INTERRUPTED;
+    }
     if (failed == o->workers) {
         tr_err(o, "every worker failed");
         return TR_EXIT_FAIL;

@@ -28,7 +28,9 @@
 /* Exit codes of ps-train. */
 #define TR_EXIT_OK 0
 #define TR_EXIT_FAIL 1  /* runtime failure: server, data, training */
-#define TR_EXIT_USAGE 2 /* bad command line */
+#define TR_EXIT_USAGE 2 /* bad command line, or settings that differ from the job's */
+#define TR_EXIT_FINISHED 3 /* init/run: every task of the job was trained already */
+#define TR_EXIT_INTERRUPTED 130 /* SIGINT/SIGTERM: the job is resumable */
 
 #define TR_MAX_LAYERS 16
 #define TR_GROUP "workers"
@@ -77,6 +79,7 @@ typedef struct trainOpts {
     int workers;
     /* misc */
     int threads;                /* OpenBLAS threads, 0: default (1 for workers) */
+    uint64_t given;             /* bit i: Flags[i] of ps-train.c was on the command line */
 } trainOpts;
 
 /* The job configuration as stored in psjob:{J}:config. */
@@ -97,8 +100,16 @@ typedef struct jobConfig {
     int train_n;                /* samples the tasks cover */
     long long tasks;            /* stream entries written */
     uint64_t seed;
+    double momentum;            /* < 0: server default */
+    int limit;                  /* --limit as given, 0: none */
+    int has_momentum, has_limit; /* fields present (jobs made before they were stored lack them) */
     char state[16];             /* "init" while being created, then "ready" */
 } jobConfig;
+
+/* ---- ps-train.c ---- */
+
+/* 1 when flag 'name' (e.g. "--epochs") was given on the command line. */
+int tr_given(const trainOpts *o, const char *name);
 
 /* ---- train_job.c ---- */
 
@@ -125,6 +136,9 @@ double tr_now(void);
 double tr_wall(void);
 void tr_sleep_ms(long ms);
 
+/* Loads the test split eval will use and checks it fits the job's model.
+ * Returns 0 or -1 (printed). */
+int tr_check_test(const trainOpts *o, const jobConfig *cfg);
 int tr_cmd_init(const trainOpts *o);
 int tr_cmd_status(const trainOpts *o);
 int tr_cmd_snapshot(const trainOpts *o);

@@ -12,12 +12,22 @@
  * pending in the group. */
 
 #include <cblas.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "train_job.h"
+
+/* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
+ * its pushes and exits TR_EXIT_INTERRUPTED, leaving its task pending (a
+ * second signal kills it at once: SA_RESETHAND). */
+static volatile sig_atomic_t Stop;
+
+static void on_stop(int sig) {
+    Stop = sig;
+}
 
 typedef struct task {
     char id[64];
@@ -54,6 +64,9 @@ typedef struct worker {
     long long win_stale_n;
     uint64_t last_version;
     int cur_epoch;
+    int own_done;           /* own pending entries (XREADGROUP ... 0) all taken back */
+    int waiting;            /* "waiting for" was printed for the current wait */
+    char cur_task[64];      /* id of the task being trained, "" between tasks */
     /* pulls */
     uint64_t *vers;         /* per tensor: versions of the model in params */
     int have_params;        /* params hold a pulled model */
@@ -90,7 +103,31 @@ static int parse_entry(const redisReply *e, task *t) {
 /* Takes the next task. Returns 1 with 't' filled, 0 when the job is done,
  * -1 on error. Waits (polling) while tasks are pending on live workers. */
 static int next_task(worker *w, task *t) {
+    while (!w->own_done && !Stop) {
+        /* A worker restarted under its name first takes back the tasks it
+         * held (its pending entries: id 0), instead of waiting --lease-ms
+         * for XAUTOCLAIM to hand them out. */
+        redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s 0",
+                                  TR_GROUP, w->name, w->tkey);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
+        int ok = -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+            const redisReply *entries = r->element[0]->element[1];
+            if (entries->elements >= 1) ok = parse_entry(entries->element[0], t);
+        }
+        freeReplyObject(r);
+        /* None left (or one deleted from the stream: XAUTOCLAIM clears those). */
+        if (ok != 0) {
+            w->own_done = 1;
+            break;
+        }
+        /* Said even under --progress none: it explains a resume's first task. */
+        printf("[%s] taking back my pending task %s (epoch %d, samples %lld..%lld)\n", w->name,
+               t->id, t->epoch, t->start, t->start + t->count - 1);
+        return 1;
+    }
     for (;;) {
+        if (Stop) return 0;
         redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >",
                                   TR_GROUP, w->name, w->tkey);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
@@ -98,7 +135,10 @@ static int next_task(worker *w, task *t) {
             const redisReply *entries = r->element[0]->element[1];
             int ok = entries->elements == 1 ? parse_entry(entries->element[0], t) : -1;
             freeReplyObject(r);
-            if (ok == 0) return 1;
+            if (ok == 0) {
+                w->waiting = 0;
+                return 1;
+            }
             continue;
         }
         freeReplyObject(r);
@@ -112,6 +152,7 @@ static int next_task(worker *w, task *t) {
             freeReplyObject(r);
             if (ok == 0) {
                 w->claimed++;
+                w->waiting = 0;
                 if (!w->quiet)
                     printf("[%s] claimed task %s (epoch %d, samples %lld..%lld) idle > %d ms\n",
                            w->name, t->id, t->epoch, t->start, t->start + t->count - 1,
@@ -125,6 +166,23 @@ static int next_task(worker *w, task *t) {
         r = psCommand(w->c, w->tkey, "XPENDING %s %s", w->tkey, TR_GROUP);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) goto fail;
         long long pending = r->element[0]->integer;
+        if (pending > 0 && !w->waiting) {
+            /* Say once what this worker waits for, even under --progress none:
+             * a silent wait of --lease-ms looks like a hang. */
+            char who[256] = "";
+            const redisReply *cs = r->elements >= 4 ? r->element[3] : NULL;
+            for (size_t i = 0; cs && cs->type == REDIS_REPLY_ARRAY && i < cs->elements; i++) {
+                const redisReply *e = cs->element[i];
+                size_t n = strlen(who);
+                if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 && n + 80 < sizeof(who))
+                    snprintf(who + n, sizeof(who) - n, "%s%s (%s)", n ? ", " : "",
+                             e->element[0]->str, e->element[1]->str);
+            }
+            fprintf(stderr, "[%s] no new task: waiting for %lld pending on %s to be acked, or "
+                            "to be claimed here once idle for --lease-ms %d\n",
+                    w->name, pending, who, w->o->lease_ms);
+            w->waiting = 1;
+        }
         freeReplyObject(r);
         if (pending == 0) return 0;
         /* Others hold tasks within their lease: wait for them to finish or die. */
@@ -319,7 +377,8 @@ static int step(worker *w, const int *rows, int nb) {
     return 0;
 }
 
-/* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error. */
+/* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error,
+ * -2 interrupted (Stop). */
 static int run_task(worker *w, const task *t) {
     if (t->start < 0 || t->count < 0 || t->start + t->count > w->ds.n) {
         tr_err(w->o, "[%s] task %s covers samples %lld..%lld but the data has %d", w->name, t->id,
@@ -339,6 +398,7 @@ static int run_task(worker *w, const task *t) {
     double renew_at = tr_now() + w->o->lease_ms / 3000.0;
     for (int s = 0; s < n; s += w->batch) {
         int nb = n - s < w->batch ? n - s : w->batch;
+        if (Stop) return -2;
         if (step(w, w->perm + s, nb) != 0) return -1;
         print_progress(w, 0);
         if (tr_now() >= renew_at) {
@@ -513,15 +573,24 @@ int tr_cmd_work(const trainOpts *o) {
                w.cfg.layers, w.batch, w.ds.n, o->window);
         fflush(stdout);
     }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESETHAND | SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     for (;;) {
         if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
+        if (Stop) break;
         task t;
         double tt0 = tr_now();
         int rc = next_task(&w, &t);
         w.t_tasks += tr_now() - tt0;
         if (rc < 0) goto out;
         if (rc == 0) break;
+        snprintf(w.cur_task, sizeof(w.cur_task), "%s", t.id);
         rc = run_task(&w, &t);
+        if (rc == -2) break;
         if (rc < 0) goto out;
         if (rc == 0) {
             w.lost++;
@@ -531,6 +600,7 @@ int tr_cmd_work(const trainOpts *o) {
         }
         tt0 = tr_now();
         if (ack_task(&w, &t) != 0) goto out;
+        w.cur_task[0] = '\0';
         w.t_tasks += tr_now() - tt0;
     }
     if (w.pull_inflight) {
@@ -588,6 +658,15 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->refreshes, (unsigned long long)st->moved,
            (unsigned long long)st->ask);
     status = TR_EXIT_OK;
+    if (Stop) {
+        fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
+                        "'ps-train work --job %s --name %s' to take %s back at once (another "
+                        "worker claims it after --lease-ms %d)\n",
+                w.name, (int)Stop, w.cur_task[0] ? ": task " : "", w.cur_task,
+                w.cur_task[0] ? " stays pending" : "", o->job, w.name,
+                w.cur_task[0] ? "it" : "its tasks", o->lease_ms);
+        status = TR_EXIT_INTERRUPTED;
+    }
 out:
     if (w.pull_inflight) psModelPullWait(w.c, w.m, NULL);
     fflush(stdout);
