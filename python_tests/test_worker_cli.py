@@ -77,10 +77,9 @@ def test_overlapped_pull_never_changes_the_model_a_gradient_uses(ps_train, serve
     for p in procs:
         out = p.communicate(timeout=120)[0].decode(errors="replace")
         assert p.returncode == 0, out
-    pushes = 0
+    pushes = moved = 0
     for tr in traces:
         last_pull = None
-        moved = 0
         for kind, digest, vers in read_trace(tr):
             if kind == "pull":
                 if last_pull and vers != last_pull[1]:
@@ -92,7 +91,7 @@ def test_overlapped_pull_never_changes_the_model_a_gradient_uses(ps_train, serve
             # the VERSION sent with it is that pull's.
             assert (digest, vers) == last_pull, (tr, pushes)
             pushes += 1
-        assert moved > 10        # the versions did move between pulls: the check had work
+    assert moved > 10            # the versions did move between pulls: the check had work
     assert pushes == 8 * 16, pushes          # 8 shards of 500 in batches of 32
 
 
@@ -256,3 +255,34 @@ def test_restarted_worker_takes_back_its_own_task_and_says_what_it_waits_for(ps_
             b.kill()
             b.wait()
     assert acked(r, "own") == 4
+
+
+# ---------------------------------------------------------------------------
+# Task bookkeeping survives resent commands
+# ---------------------------------------------------------------------------
+
+def test_task_bookkeeping_resent_after_a_lost_reply_counts_each_task_once(ps_train, server):
+    r = server.client()
+    run(["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--shard-size", 500,
+         "--layers", "784,16,10"])
+    # PS_TRAIN_RESEND_ACKS sends the record and the XACK of every task twice, as libps does
+    # when a reply is lost: the second XACK answers 0 and the counters are written again.
+    p = run(["work", "--addr", server.addr, "--job", "twice", "--name", "A", "--progress",
+             "line"], env_extra={"PS_TRAIN_RESEND_ACKS": "1"})
+    assert "another worker" not in p.out, p.out
+    assert "done: 6 tasks" in p.out, p.out
+    done = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice}:done").items()}
+    assert len(done) == 6 and set(done.values()) == {"1"}, done
+    prog = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice}:progress").items()}
+    assert prog["w:A:tasks"] == "6" and prog["w:A:samples"] == "3000", prog
+    assert r.xpending("psjob:{twice}:tasks", "workers")["pending"] == 0
+    st = run(["status", "--addr", server.addr, "--job", "twice"])
+    assert "6 total, 6 acked, 0 pending" in st.out and "samples trained: 3000" in st.out, st.out
+    # A worker restarted under the same name continues its counters (absolute values).
+    run(["init", "--addr", server.addr, "--job", "twice2", "--limit", 2000, "--shard-size", 500,
+         "--layers", "784,16,10"])
+    run(["work", "--addr", server.addr, "--job", "twice2", "--name", "A", "--max-tasks", 1,
+         "--progress", "none"])
+    run(["work", "--addr", server.addr, "--job", "twice2", "--name", "A", "--progress", "none"])
+    prog = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice2}:progress").items()}
+    assert prog["w:A:tasks"] == "4" and prog["w:A:samples"] == "2000", prog

@@ -229,18 +229,14 @@ static double progress_double(const trainOpts *o, const char *f) {
     return v;
 }
 
-/* Reads progress field 'f' of the job (0 when missing). */
-static long long progress_field(const trainOpts *o, const char *f) {
-    char key[128];
-    long long v = 0;
+/* Samples the job's workers trained so far (0 when it cannot tell). */
+static long long samples_trained(const trainOpts *o) {
+    long long tasks = 0, samples = 0;
     psClient *c = tr_connect(o, 0, 0);
     if (c == NULL) return 0;
-    tr_key(key, sizeof(key), o->job, "progress");
-    redisReply *r = psCommand(c, key, "HGET %s %s", key, f);
-    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
-    if (r) freeReplyObject(r);
+    if (tr_progress(o, c, &tasks, &samples) != 0) samples = 0;
     psClientFree(c);
-    return v;
+    return samples;
 }
 
 int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
@@ -259,7 +255,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         if (rc != 0) return TR_EXIT_FAIL;
         if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
     }
-    long long samples0 = progress_field(o, "samples");
+    long long samples0 = samples_trained(o);
 
     Children = calloc((size_t)o->workers, sizeof(pid_t));
     if (Children == NULL) return TR_EXIT_FAIL;
@@ -320,7 +316,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         tr_err(o, "every worker failed");
         return TR_EXIT_FAIL;
     }
-    long long samples = progress_field(o, "samples") - samples0;
+    long long samples = samples_trained(o) - samples0;
     /* Training span: first worker's first step to the last one's end
      * (process start-up and data loading excluded, as in bench/baseline). */
     double span0 = 0, span1 = 0;

@@ -421,16 +421,24 @@ static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size
     return n;
 }
 
-/* Number of tasks of the job acked so far (fields of psjob:{J}:done), or -1
- * (printed). */
-static long long tasks_done(const trainOpts *o, psClient *c) {
-    char dkey[128];
+int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples) {
+    char dkey[128], pkey[128];
     tr_key(dkey, sizeof(dkey), o->job, "done");
+    tr_key(pkey, sizeof(pkey), o->job, "progress");
     redisReply *r = cmd_ok(o, c, dkey, "HLEN %s", dkey);
     if (r == NULL) return -1;
-    long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+    *tasks = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
-    return n;
+    *samples = 0;
+    if ((r = cmd_ok(o, c, pkey, "HGETALL %s", pkey)) == NULL) return -1;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const char *f = r->element[i]->str;
+        size_t n = strlen(f);
+        if (!strncmp(f, "w:", 2) && n > 10 && !strcmp(f + n - 8, ":samples"))
+            *samples += atoll(r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
+    return 0;
 }
 
 /* init/run on a job that exists: an error when a setting given differs
@@ -443,8 +451,8 @@ static int existing_job(const trainOpts *o, psClient *c, const jobConfig *cfg) {
                   "over, or another --job name", o->job, diff);
         return TR_EXIT_USAGE;
     }
-    long long done = tasks_done(o, c);
-    if (done < 0) return TR_EXIT_FAIL;
+    long long done, samples;
+    if (tr_progress(o, c, &done, &samples) != 0) return TR_EXIT_FAIL;
     if (cfg->tasks > 0 && done >= cfg->tasks) {
         tr_err(o, "job %s is finished: all %lld tasks were trained. See its accuracy with "
                   "'ps-train eval --addr %s --job %s'; train again with --reset or another "
@@ -664,13 +672,8 @@ int tr_cmd_status(const trainOpts *o) {
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 
     long long acked = 0, samples = 0, pending = 0;
+    if (tr_progress(o, c, &acked, &samples) != 0) goto out;
     redisReply *r = psCommand(c, pkey, "HGETALL %s", pkey);
-    if (r && r->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i + 1 < r->elements; i += 2) {
-            if (!strcmp(r->element[i]->str, "acked")) acked = atoll(r->element[i + 1]->str);
-            if (!strcmp(r->element[i]->str, "samples")) samples = atoll(r->element[i + 1]->str);
-        }
-    }
     redisReply *pend = psCommand(c, tkey, "XPENDING %s %s", tkey, TR_GROUP);
     if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 1)
         pending = pend->element[0]->integer;

@@ -13,8 +13,14 @@
  *   psjob:{J}:config    hash: layers, optim, lr, batch, epochs, data, ...
  *   psjob:{J}:tasks     stream: one entry per data shard per epoch
  *                       (epoch, start, count), consumer group "workers"
- *   psjob:{J}:progress  hash: acked, samples, w:<name>:tasks, ...
- *   psjob:{J}:done      hash: task id -> times it was acked (always 1) */
+ *   psjob:{J}:progress  hash: w:<name>:tasks, w:<name>:samples (absolute,
+ *                       written by that worker only), w:<name>:loss, ...
+ *   psjob:{J}:done      hash: task id -> 1, one field per task trained (its
+ *                       field count is the number of tasks done)
+ * Every write of a worker's bookkeeping is idempotent (HSET of fixed or
+ * absolute values), so a command resent after a lost reply counts nothing
+ * twice; totals are derived: tasks done = HLEN done, samples = the sum of
+ * w:*:samples (tr_progress). */
 #ifndef PS_TRAIN_JOB_H
 #define PS_TRAIN_JOB_H
 
@@ -139,6 +145,9 @@ void tr_sleep_ms(long ms);
 /* Loads the test split eval will use and checks it fits the job's model.
  * Returns 0 or -1 (printed). */
 int tr_check_test(const trainOpts *o, const jobConfig *cfg);
+/* Derived totals of the job: tasks done (fields of psjob:{J}:done) and
+ * samples trained (sum of w:*:samples). Returns 0 or -1 (printed). */
+int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples);
 int tr_cmd_init(const trainOpts *o);
 int tr_cmd_status(const trainOpts *o);
 int tr_cmd_snapshot(const trainOpts *o);

@@ -1,15 +1,20 @@
 /* train_work.c -- ps-train work: one worker process.
  *
- * Loop: take a task (XREADGROUP ">" as consumer --name; when no task is new,
- * XAUTOCLAIM one idle past --lease-ms: its worker died), train on its shard
- * (per mini-batch: pull the model, compute the mean gradient, push it with
- * the versions of the pull), then XACK it. Only the worker whose XACK
- * answers 1 counts the task in the progress hash, so every task is counted
- * once even when a slow worker and a claimer both finish it. While a task
- * runs its lease is renewed (XCLAIM ... JUSTID by its owner) every third of
- * the lease; a worker that finds its task owned by another abandons it.
- * The worker exits when nothing is new, nothing is claimable and nothing is
- * pending in the group. */
+ * Loop: take a task (first its own pending ones, XREADGROUP id 0, left by a
+ * run under the same --name that was stopped; then new ones, ">"; when no
+ * task is new, XAUTOCLAIM one idle past --lease-ms: its worker died), train
+ * on its shard (per mini-batch: pull the model, compute the mean gradient,
+ * push it with the versions of the pull), then record it and XACK it. Only
+ * a worker that still owns the task records it, with idempotent writes (see
+ * ack_task), so every task is counted once even when a slow worker and a
+ * claimer both finish it, or a reply is lost and the command resent. While
+ * a task runs its lease is renewed (XCLAIM ... JUSTID by its owner) every
+ * third of the lease; a worker that finds its task owned by another
+ * abandons it. The worker exits when nothing is new, nothing is claimable
+ * and nothing is pending in the group, or after SIGINT/SIGTERM (exit 130).
+ *
+ * PS_TRAIN_TRACE=FILE (tests) writes a line per pull and per push with a
+ * digest of the parameters the gradient read and the versions sent. */
 
 #include <cblas.h>
 #include <signal.h>
@@ -56,6 +61,7 @@ typedef struct worker {
     /* counters */
     long long tasks_done, samples, claimed, lost;
     long long pushes;       /* model pushes: one PS.PUSHGRAD per partition each */
+    long long my_tasks, my_samples; /* w:<name>:tasks/samples, over restarts */
     double t0, last_print;
     long long win_samples;  /* since last print */
     double win_loss;
@@ -414,67 +420,92 @@ static int run_task(worker *w, const task *t) {
     return 1;
 }
 
-/* XACKs 't' and, when this worker's ack was the one, counts it. Returns 0
- * or -1. */
+/* Records task 't' as done by this worker, then XACKs it. Every command is
+ * idempotent, so a resend after a lost reply (libps retries on timeouts
+ * and reconnects) changes nothing: the done hash field is set to 1 (one
+ * field per task: the number of fields is the number of tasks done), this
+ * worker's counters are written as absolute values, and an XACK answering
+ * 0 because the first one was applied is fine since the task is recorded
+ * already. Only a worker that still owns the task (its pending entry)
+ * records it; one whose task was claimed by another counts it as lost.
+ * PS_TRAIN_RESEND_ACKS=1 sends the commands twice, as a resend after a
+ * lost reply does (tests). Returns 0 or -1. */
 static int ack_task(worker *w, const task *t) {
     if (psDrain(w->c) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
-    redisReply *r = psCommand(w->c, w->tkey, "XACK %s %s %s", w->tkey, TR_GROUP, t->id);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        tr_err(w->o, "[%s] XACK %s: %s", w->name, t->id, r ? r->str : w->c->errstr);
-        if (r) freeReplyObject(r);
+    int own = renew_lease(w, t);
+    if (own < 0) {
+        tr_err(w->o, "[%s] XPENDING %s: %s", w->name, t->id, w->c->errstr);
         return -1;
     }
-    long long acked = r->integer;
-    freeReplyObject(r);
-    if (acked != 1) {
+    if (own == 0) {
         w->lost++;
-        if (!w->quiet) printf("[%s] task %s was already acked by another worker\n", w->name, t->id);
+        if (!w->quiet)
+            printf("[%s] task %s was claimed by another worker; not counted here\n", w->name,
+                   t->id);
         return 0;
     }
+    char ft[160], fs[160], nt[32], ns[32];
+    snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
+    snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
+    snprintf(nt, sizeof(nt), "%lld", w->my_tasks + 1);
+    snprintf(ns, sizeof(ns), "%lld", w->my_samples + t->count);
+    /* In one round trip (pipelined; all in slot {job}). */
+    const char *done[] = {"HSET", w->dkey, t->id, "1"};
+    const char *prog[] = {"HSET", w->pkey, ft, nt, fs, ns};
+    const char *ack[] = {"XACK", w->tkey, TR_GROUP, t->id};
+    enum { NC = 3 };
+    const char *const keys[NC] = {w->dkey, w->pkey, w->tkey};
+    const char **argvs[NC] = {done, prog, ack};
+    const int argcs[NC] = {4, 6, 4};
+    size_t argl[NC][6];
+    const size_t *argls[NC];
+    for (int i = 0; i < NC; i++) {
+        for (int k = 0; k < argcs[i]; k++) argl[i][k] = strlen(argvs[i][k]);
+        argls[i] = argl[i];
+    }
+    int times = getenv("PS_TRAIN_RESEND_ACKS") ? 2 : 1;
+    for (int n = 0; n < times; n++) {
+        redisReply *rs[NC] = {NULL, NULL, NULL};
+        int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
+        int bad = got != NC;
+        if (bad) tr_err(w->o, "[%s] recording task %s: %s", w->name, t->id, w->c->errstr);
+        for (int i = 0; i < NC; i++) {
+            if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
+                tr_err(w->o, "[%s] %s %s: %s", w->name, argvs[i][0], keys[i], rs[i]->str);
+                bad = 1;
+            }
+            if (rs[i]) freeReplyObject(rs[i]);
+        }
+        if (bad) return -1;
+    }
+    w->my_tasks++;
+    w->my_samples += t->count;
+    w->tasks_done++;
+    w->t_last = tr_wall();
+    return 0;
+}
+
+/* Reads this worker's counters (w:<name>:tasks, w:<name>:samples) so that a
+ * worker restarted under its name continues them. Returns 0 or -1. */
+static int load_counters(worker *w) {
     char ft[160], fs[160];
     snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
     snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
-    const char *cmds[][4] = {{"HINCRBY", w->dkey, t->id, "1"},
-                             {"HINCRBY", w->pkey, "acked", "1"},
-                             {"HINCRBY", w->pkey, "samples", NULL},
-                             {"HINCRBY", w->pkey, ft, "1"},
-                             {"HINCRBY", w->pkey, fs, NULL}};
-    char cnt[32];
-    snprintf(cnt, sizeof(cnt), "%lld", t->count);
-    /* The counters in one round trip (pipelined; same slot {job}). */
-    enum { NC = sizeof(cmds) / sizeof(cmds[0]) };
-    const char *keys[NC];
-    const char **argvs[NC];
-    int argcs[NC];
-    size_t argl[NC][4];
-    const size_t *argls[NC];
-    redisReply *rs[NC];
-    for (int i = 0; i < NC; i++) {
-        if (cmds[i][3] == NULL) cmds[i][3] = cnt;
-        for (int k = 0; k < 4; k++) argl[i][k] = strlen(cmds[i][k]);
-        keys[i] = cmds[i][1];
-        argvs[i] = cmds[i];
-        argcs[i] = 4;
-        argls[i] = argl[i];
-    }
-    int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
-    int bad = got != NC;
-    for (int i = 0; i < NC && got >= 0; i++) {
-        if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
-            tr_err(w->o, "[%s] HINCRBY %s: %s", w->name, cmds[i][1], rs[i]->str);
-            bad = 2;
-        }
-        if (rs[i]) freeReplyObject(rs[i]);
-    }
-    if (bad) {
-        if (bad == 1) tr_err(w->o, "[%s] HINCRBY: %s", w->name, w->c->errstr);
+    redisReply *r = psCommand(w->c, w->pkey, "HGETALL %s", w->pkey);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        tr_err(w->o, "[%s] HGETALL %s: %s", w->name, w->pkey,
+               r ? (r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply") : w->c->errstr);
+        if (r) freeReplyObject(r);
         return -1;
     }
-    w->tasks_done++;
-    w->t_last = tr_wall();
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (!strcmp(r->element[i]->str, ft)) w->my_tasks = atoll(r->element[i + 1]->str);
+        if (!strcmp(r->element[i]->str, fs)) w->my_samples = atoll(r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
     return 0;
 }
 
@@ -565,7 +596,7 @@ int tr_cmd_work(const trainOpts *o) {
     int status = TR_EXIT_FAIL;
     w.c = tr_connect(o, o->window, o->wait);
     if (w.c == NULL) return TR_EXIT_FAIL;
-    if (setup(&w) != 0) goto out;
+    if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
     if (!w.quiet) {
