@@ -334,13 +334,13 @@ static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cf
     int nshards = (cfg->train_n + cfg->shard_size - 1) / cfg->shard_size;
     int *order = malloc((size_t)nshards * sizeof(int));
     if (order == NULL) return -1;
-    ps_nn_rng rng;
-    ps_nn_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
+    PSRng rng;
+    ps_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
     long long n = 0;
     for (int e = 1; e <= cfg->epochs; e++) {
         for (int i = 0; i < nshards; i++) order[i] = i;
         for (int i = nshards - 1; i > 0; i--) {
-            int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+            int j = (int)ps_rng_below(&rng, (uint64_t)i + 1), t = order[i];
             order[i] = order[j];
             order[j] = t;
         }

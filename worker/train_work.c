@@ -394,10 +394,10 @@ static int run_task(worker *w, const task *t) {
     w->cur_epoch = t->epoch;
     int n = (int)t->count;
     for (int i = 0; i < n; i++) w->perm[i] = (int)t->start + i;
-    ps_nn_rng rng;
-    ps_nn_rng_seed(&rng, w->cfg.seed ^ ((uint64_t)t->epoch << 40) ^ (uint64_t)t->start);
+    PSRng rng;
+    ps_rng_seed(&rng, w->cfg.seed ^ ((uint64_t)t->epoch << 40) ^ (uint64_t)t->start);
     for (int i = n - 1; i > 0; i--) {
-        int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), x = w->perm[i];
+        int j = (int)ps_rng_below(&rng, (uint64_t)i + 1), x = w->perm[i];
         w->perm[i] = w->perm[j];
         w->perm[j] = x;
     }
