@@ -5,7 +5,6 @@ restarted under its name takes back its own tasks at once, a server without the 
 named at connect, and Ctrl-C says how to resume and exits 130."""
 
 import os
-import re
 import signal
 import subprocess
 import time
@@ -13,18 +12,7 @@ import time
 import pytest
 
 import psserver
-
-PS_TRAIN = os.path.join(psserver.REPO_ROOT, "build", "ps-train")
-FASHION = "/usr/share/datasets/fashion-mnist"
-
-
-@pytest.fixture(scope="module")
-def ps_train():
-    if not os.path.exists(PS_TRAIN):
-        pytest.fail("%s not found: run make first" % PS_TRAIN, pytrace=False)
-    if not os.path.exists(os.path.join(FASHION, "train-images-idx3-ubyte.gz")):
-        pytest.fail("Fashion-MNIST missing: apt-get install dataset-fashion-mnist", pytrace=False)
-    return PS_TRAIN
+from faultlib import PS_TRAIN, ps_train  # noqa: F401 (ps_train is a fixture)
 
 
 def run(args, timeout=120, check=True, env_extra=None):

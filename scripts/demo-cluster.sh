@@ -98,7 +98,9 @@ echo "demo-cluster: where the partitions live:"
 
 set +e
 # --overlap 0 as in make demo (scripts/demo.sh): the overlapped pull adds a
-# step of staleness, and with it the accuracy spread reaches below 0.87.
+# step of staleness, and with it the accuracy spread reaches below 0.87 (one
+# run gave 0.8699); without it 5 runs on the 2-core machine, master killed
+# mid-run, gave 0.8814 0.8820 0.8829 0.8777 0.8831.
 "$PS_TRAIN" run "${ARGS[@]}" --workers "${DEMO_WORKERS:-2}" --interval-ms 2000 \
     --overlap "${DEMO_OVERLAP:-0}" \
     --min-acc "${DEMO_MIN_ACC:-0.87}" > >(tee "$DIR/run.log") 2>&1 &
