@@ -21,17 +21,29 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train_job.h"
 
 /* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
- * its pushes and exits TR_EXIT_INTERRUPTED, leaving its task pending (a
- * second signal kills it at once: SA_RESETHAND). */
+ * its pushes and exits TR_EXIT_INTERRUPTED, leaving its task pending. A
+ * second signal a second or more after the first kills it at once (one
+ * Ctrl-C under run arrives twice: from the terminal and forwarded by run). */
 static volatile sig_atomic_t Stop;
+static volatile sig_atomic_t StopAt; /* CLOCK_MONOTONIC seconds of the first */
 
 static void on_stop(int sig) {
-    Stop = sig;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (Stop && ts.tv_sec > StopAt + 1) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    if (!Stop) {
+        StopAt = (sig_atomic_t)ts.tv_sec;
+        Stop = sig;
+    }
 }
 
 typedef struct task {
@@ -594,6 +606,12 @@ int tr_cmd_work(const trainOpts *o) {
     tr_key(w.dkey, sizeof(w.dkey), o->job, "done");
 
     int status = TR_EXIT_FAIL;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     w.c = tr_connect(o, o->window, o->wait);
     if (w.c == NULL) return TR_EXIT_FAIL;
     if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
@@ -604,12 +622,6 @@ int tr_cmd_work(const trainOpts *o) {
                w.cfg.layers, w.batch, w.ds.n, o->window);
         fflush(stdout);
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop;
-    sa.sa_flags = SA_RESETHAND | SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     for (;;) {
         if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
         if (Stop) break;
