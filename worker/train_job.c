@@ -6,7 +6,11 @@
  *   2. load the data to learn its size, check the layers fit it
  *   3. HSET the config fields, create the tensors with NX
  *   4. XGROUP CREATE ... MKSTREAM, XADD one task per shard per epoch
- *   5. HSET config state ready      (workers refuse a job not ready) */
+ *   5. HSET config state ready      (workers refuse a job not ready)
+ * An init that fails after step 1 deletes what it wrote (config, tensors,
+ * stream); a server without the module is refused at connect, before 1.
+ * On an existing job, settings given that differ from its config are an
+ * error, and a job with every task done is reported finished. */
 
 #include <stdarg.h>
 #include <stdio.h>
