@@ -181,8 +181,8 @@ int main(int argc, char **argv)
            test.n, tload, openblas_get_num_threads());
     fflush(stdout);
 
-    ps_nn_rng rng;
-    ps_nn_rng_seed(&rng, o.seed ^ 0x5DEECE66DULL);
+    PSRng rng;
+    ps_rng_seed(&rng, o.seed ^ 0x5DEECE66DULL);
     size_t dim = (size_t)train.dim;
     double train_seconds = 0.0;
     long long samples = 0;
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
         double te = now_s();
         /* Fisher-Yates shuffle of the sample order. */
         for (int i = train.n - 1; i > 0; i--) {
-            int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1);
+            int j = (int)ps_rng_below(&rng, (uint64_t)i + 1);
             int t = perm[i];
             perm[i] = perm[j];
             perm[j] = t;

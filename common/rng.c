@@ -32,6 +32,15 @@ uint64_t ps_rng_next(PSRng *r) {
     return result;
 }
 
+uint64_t ps_rng_below(PSRng *r, uint64_t n) {
+    if (n == 0) return 0;
+    const uint64_t threshold = (0 - n) % n; /* 2^64 mod n */
+    for (;;) {
+        uint64_t v = ps_rng_next(r);
+        if (v >= threshold) return v % n;
+    }
+}
+
 double ps_rng_uniform(PSRng *r) {
     return (double)(ps_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
 }

@@ -22,6 +22,10 @@ void ps_rng_seed(PSRng *r, uint64_t seed);
 /* Next 64 random bits. */
 uint64_t ps_rng_next(PSRng *r);
 
+/* Uniform integer in [0, n) without modulo bias (draws in the incomplete
+ * last block of 2^64 mod n are retried); 0 when n == 0. */
+uint64_t ps_rng_below(PSRng *r, uint64_t n);
+
 /* Uniform double in [0, 1). */
 double ps_rng_uniform(PSRng *r);
 

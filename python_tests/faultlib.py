@@ -142,7 +142,8 @@ def tensor_version(client, key):
 
 
 def progress_acked(client, job):
-    return int(client.hget("psjob:{%s}:progress" % job, "acked") or 0)
+    """Tasks done: ps-train records each in psjob:{J}:done, one field per task."""
+    return client.hlen("psjob:{%s}:done" % job)
 
 
 def job_done(client, job):

@@ -65,7 +65,7 @@ def test_run_with_two_workers_reaches_080_and_acks_every_task_once(ps_train, ser
     assert cfg["state"] == "ready" and int(cfg["tasks"]) == 60
     assert pending == 0
     assert len(done) == 60 and set(done.values()) == {"1"}
-    assert int(progress["acked"]) == 60 and int(progress["samples"]) == 120000
+    assert sum(int(v) for k, v in progress.items() if k.endswith(":samples")) == 120000
     # Every push of every task applied once: each tensor's version is the number of batches.
     versions = tensor_versions(r, "sa")
     assert set(versions) == {"sa:W0:0", "sa:b0:0", "sa:W1:0", "sa:b1:0"}
@@ -101,7 +101,6 @@ def test_killed_worker_shards_are_claimed_and_acked_exactly_once(ps_train, serve
     assert pending == 0
     assert len(done) == 60 and set(done.values()) == {"1"}, done
     assert dead_task in done
-    assert int(progress["acked"]) == 60
     assert int(progress["w:A:tasks"]) + int(progress["w:B:tasks"]) == 60
     st = run(["status", "--addr", server.addr, "--job", "kill"])
     assert "60 total, 60 acked, 0 pending" in st.out, st.out
@@ -133,7 +132,8 @@ def test_init_twice_keeps_the_job_and_reset_recreates_it(ps_train, server):
     run(args)
     run(args)
     assert r.xlen("psjob:{twice}:tasks") == 3
-    assert "already initialized" in run(args + ["--epochs", 5]).out
+    again = run(args + ["--epochs", 5], check=False)     # other settings: refused
+    assert again.returncode == 2 and "--epochs 5 (job: 1)" in again.out, again.out
     assert r.xlen("psjob:{twice}:tasks") == 3
     run(args + ["--reset", "--epochs", 2])
     assert r.xlen("psjob:{twice}:tasks") == 6

@@ -106,14 +106,14 @@ static double ref_loss(const ref_params *r, const float *x, const int32_t *y, in
 
 /* ============================== utilities ================================= */
 
-static void fill_normal(float *v, size_t n, ps_nn_rng *r, double sd)
+static void fill_normal(float *v, size_t n, PSRng *r, double sd)
 {
-    for (size_t i = 0; i < n; i++) v[i] = (float)(sd * ps_nn_rng_normal(r));
+    for (size_t i = 0; i < n; i++) v[i] = (float)(sd * ps_rng_normal(r));
 }
 
-static void fill_labels(int32_t *y, int n, int k, ps_nn_rng *r)
+static void fill_labels(int32_t *y, int n, int k, PSRng *r)
 {
-    for (int i = 0; i < n; i++) y[i] = (int32_t)ps_nn_rng_below(r, (uint64_t)k);
+    for (int i = 0; i < n; i++) y[i] = (int32_t)ps_rng_below(r, (uint64_t)k);
 }
 
 /* Compares the analytic gradient of ps_mlp_grad() with central differences
@@ -126,8 +126,8 @@ static void gradient_check(const int *sizes, int nsizes, int batch, int maxcheck
     ps_mlp m;
     assert_int_equal(ps_mlp_init(&m, sizes, nsizes, batch, err, sizeof(err)), 0);
     ps_mlp_init_he(&m, seed);
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, seed + 1000);
+    PSRng r;
+    ps_rng_seed(&r, seed + 1000);
     for (int l = 0; l < m.nlayers; l++) fill_normal(m.b[l], (size_t)sizes[l + 1], &r, 0.1);
 
     float *x = malloc((size_t)batch * sizes[0] * sizeof(float));
@@ -150,7 +150,7 @@ static void gradient_check(const int *sizes, int nsizes, int batch, int maxcheck
     double worst = 0.0;
     size_t skipped = 0;
     for (size_t c = 0; c < ncheck; c++) {
-        size_t idx = total <= (size_t)maxcheck ? c : ps_nn_rng_below(&r, total);
+        size_t idx = total <= (size_t)maxcheck ? c : ps_rng_below(&r, total);
         /* Map the flat index to (layer, W or b, offset). */
         int l = 0;
         for (;; l++) {
@@ -235,8 +235,8 @@ static void test_uniform_output_loss_is_log_nclasses(void **state)
     /* All parameters zero: every logit is 0, so p = 1/7 for every class. */
     float x[8 * 6];
     int32_t y[8];
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 5);
+    PSRng r;
+    ps_rng_seed(&r, 5);
     fill_normal(x, 8 * 6, &r, 1.0);
     fill_labels(y, 8, 7, &r);
     float loss = ps_mlp_grad(&m, x, y, 8);
@@ -292,8 +292,8 @@ static void test_predict_rows_are_probabilities(void **state)
     assert_int_equal(ps_mlp_init(&m, sizes, 3, 10, err, sizeof(err)), 0);
     ps_mlp_init_he(&m, 9);
     float x[10 * 4];
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 10);
+    PSRng r;
+    ps_rng_seed(&r, 10);
     fill_normal(x, 40, &r, 3.0);
     const float *p = ps_mlp_predict(&m, x, 10);
     assert_non_null(p);
@@ -320,8 +320,8 @@ static void test_sgd_decreases_loss_on_fixed_batch(void **state)
     ps_mlp_init_he(&m, 3);
     float x[16 * 6];
     int32_t y[16];
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 4);
+    PSRng r;
+    ps_rng_seed(&r, 4);
     fill_normal(x, 16 * 6, &r, 1.0);
     fill_labels(y, 16, 3, &r);
     float first = ps_mlp_grad(&m, x, y, 16);
@@ -411,16 +411,32 @@ static void test_he_init_is_reproducible_from_seed(void **state)
 static void test_rng_below_stays_in_range_and_covers_it(void **state)
 {
     (void)state;
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 0);
+    PSRng r;
+    ps_rng_seed(&r, 0);
     int seen[7] = {0};
     for (int i = 0; i < 7000; i++) {
-        uint64_t v = ps_nn_rng_below(&r, 7);
+        uint64_t v = ps_rng_below(&r, 7);
         assert_true(v < 7);
         seen[v]++;
     }
     for (int i = 0; i < 7; i++) assert_true(seen[i] > 800 && seen[i] < 1200);
-    assert_int_equal(ps_nn_rng_below(&r, 0), 0);
+    assert_int_equal(ps_rng_below(&r, 0), 0);
+}
+
+/* The worker's shuffles (task order in init, sample order in a task) moved
+ * from its own xoshiro256** copy to common/rng: the values below are what
+ * the old ps_nn_rng gave, so a job's training order is unchanged. */
+static void test_rng_gives_the_sequences_the_worker_shuffled_with_before(void **state)
+{
+    (void)state;
+    static const uint64_t next0[] = {0x99ec5f36cb75f2b4ULL, 0xbf6e1f784956452aULL,
+                                     0x1a5f849d4933e6e0ULL};
+    static const uint64_t below[] = {2, 48, 34, 41, 46, 41, 41, 7};
+    PSRng r;
+    ps_rng_seed(&r, 0);
+    for (int i = 0; i < 3; i++) assert_true(ps_rng_next(&r) == next0[i]);
+    ps_rng_seed(&r, 1 * 0x9E3779B97F4A7C15ULL + 17); /* init's task shuffle, --seed 1 */
+    for (int i = 0; i < 8; i++) assert_true(ps_rng_below(&r, (uint64_t)(60 - i)) == below[i]);
 }
 
 static void test_parse_layers_accepts_valid_lists(void **state)
@@ -509,8 +525,8 @@ static void test_evaluate_in_chunks_matches_reference_over_all_rows(void **state
     ps_mlp_init_he(&m, 8);
     float x[N * 5];
     int32_t y[N];
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 6);
+    PSRng r;
+    ps_rng_seed(&r, 6);
     fill_normal(x, N * 5, &r, 1.0);
     fill_labels(y, N, 4, &r);
     ref_params ref;
@@ -537,8 +553,8 @@ static void test_linearly_separable_problem_reaches_full_accuracy(void **state)
     (void)state;
     enum { N = 256, D = 8, K = 4, B = 32 };
     char err[256];
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, 2024);
+    PSRng r;
+    ps_rng_seed(&r, 2024);
     /* Labels are the argmax of K fixed linear scores; points with a margin
      * under 0.5 between the two best scores are redrawn. */
     float proto[K * D];
@@ -593,6 +609,7 @@ int main(void)
         cmocka_unit_test(test_he_init_has_zero_mean_and_variance_two_over_fan_in),
         cmocka_unit_test(test_he_init_is_reproducible_from_seed),
         cmocka_unit_test(test_rng_below_stays_in_range_and_covers_it),
+        cmocka_unit_test(test_rng_gives_the_sequences_the_worker_shuffled_with_before),
         cmocka_unit_test(test_parse_layers_accepts_valid_lists),
         cmocka_unit_test(test_parse_layers_rejects_bad_lists_with_message),
         cmocka_unit_test(test_init_rejects_bad_shapes_and_batch),

@@ -45,68 +45,6 @@ static float *nn_floats(size_t n)
     return calloc(n, sizeof(float));
 }
 
-/* ================================ PRNG ==================================== */
-
-/* splitmix64 step: used only to expand a 64-bit seed into xoshiro state. */
-static uint64_t nn_splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t nn_rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-void ps_nn_rng_seed(ps_nn_rng *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = nn_splitmix64(&x);
-}
-
-/* xoshiro256** (Blackman and Vigna). */
-uint64_t ps_nn_rng_next(ps_nn_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = nn_rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = nn_rotl(s[3], 45);
-    return result;
-}
-
-/* Rejection sampling: draws are retried while they fall in the incomplete
- * last block of size 2^64 mod n, so every residue is equally likely. */
-uint64_t ps_nn_rng_below(ps_nn_rng *r, uint64_t n)
-{
-    if (n == 0) return 0;
-    uint64_t threshold = (0 - n) % n; /* 2^64 mod n */
-    for (;;) {
-        uint64_t v = ps_nn_rng_next(r);
-        if (v >= threshold) return v % n;
-    }
-}
-
-double ps_nn_rng_uniform(ps_nn_rng *r)
-{
-    return (double)(ps_nn_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
-double ps_nn_rng_normal(ps_nn_rng *r)
-{
-    /* u1 in (0, 1] so log(u1) is finite. */
-    double u1 = 1.0 - ps_nn_rng_uniform(r);
-    double u2 = ps_nn_rng_uniform(r);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2);
-}
-
 /* ============================ object lifetime ============================= */
 
 void ps_mlp_free(ps_mlp *m)
@@ -189,12 +127,12 @@ oom:
 
 void ps_mlp_init_he(ps_mlp *m, uint64_t seed)
 {
-    ps_nn_rng r;
-    ps_nn_rng_seed(&r, seed);
+    PSRng r;
+    ps_rng_seed(&r, seed);
     for (int l = 0; l < m->nlayers; l++) {
         double sd = sqrt(2.0 / (double)m->sizes[l]);
         size_t nw = ps_mlp_layer_params(m, l);
-        for (size_t i = 0; i < nw; i++) m->W[l][i] = (float)(sd * ps_nn_rng_normal(&r));
+        for (size_t i = 0; i < nw; i++) m->W[l][i] = (float)(sd * ps_rng_normal(&r));
         memset(m->b[l], 0, sizeof(float) * (size_t)m->sizes[l + 1]);
     }
 }

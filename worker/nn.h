@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h" /* PSRng: common/, shared with the module's INIT */
+
 #define PS_MLP_MAX_SIZE (1 << 20)   /* largest layer width ps_parse_layers accepts */
 #define PS_MLP_MAX_BATCH (1 << 20)  /* largest max_batch ps_mlp_init accepts */
 
@@ -32,24 +34,6 @@ typedef struct ps_mlp {
                        * layer l-1) for the rows of the batch */
 } ps_mlp;
 
-/* A small seeded PRNG (xoshiro256** seeded through splitmix64), shared by He
- * init, the baseline trainer and the worker for shuffling. */
-typedef struct ps_nn_rng {
-    uint64_t s[4];
-} ps_nn_rng;
-
-/* Seeds 'r' from 'seed'; every seed (including 0) gives a usable state. */
-void ps_nn_rng_seed(ps_nn_rng *r, uint64_t seed);
-/* Returns the next 64 uniformly distributed bits of 'r'. */
-uint64_t ps_nn_rng_next(ps_nn_rng *r);
-/* Returns a uniform integer in [0, n) without modulo bias; 0 when n == 0. */
-uint64_t ps_nn_rng_below(ps_nn_rng *r, uint64_t n);
-/* Returns a uniform double in [0, 1) with 53 random bits. */
-double ps_nn_rng_uniform(ps_nn_rng *r);
-/* Returns a standard normal deviate (Box-Muller; one of the pair is dropped
- * so the stream depends only on the number of calls). */
-double ps_nn_rng_normal(ps_nn_rng *r);
-
 /* Sets up 'm' for the layer widths sizes[0..nsizes-1] (input, hidden...,
  * classes) and batches of at most 'max_batch' rows: allocates parameters,
  * gradients and scratch, all zeroed.  Returns 0, or -1 with a message in
@@ -64,8 +48,8 @@ int ps_mlp_init(ps_mlp *m, const int *sizes, int nsizes, int max_batch, char *er
 void ps_mlp_free(ps_mlp *m);
 
 /* He initialisation: W[l] ~ N(0, 2 / sizes[l]) drawn, layer after layer in
- * row-major order, from a ps_nn_rng seeded with 'seed' (same seed, same
- * values), b[l] = 0. */
+ * row-major order, from a PSRng seeded with 'seed' (ps_rng_normal, as the
+ * module's INIT HE; same seed, same values), b[l] = 0. */
 void ps_mlp_init_he(ps_mlp *m, uint64_t seed);
 
 /* Forward and backward pass on the 'batch' rows of 'x' (batch x sizes[0],

@@ -101,6 +101,7 @@ static const flagDef Flags[] = {
      "OpenBLAS threads (workers: 1)"},
 };
 #define NFLAGS (sizeof(Flags) / sizeof(Flags[0]))
+_Static_assert(NFLAGS <= 64, "trainOpts.given has one bit per flag");
 
 typedef struct cmdDef {
     const char *name;
@@ -123,7 +124,9 @@ static void usage_main(FILE *out) {
                  "Trains an MLP with the redis-ps parameter server.\n\ncommands:\n");
     for (size_t i = 0; i < NCMDS; i++) fprintf(out, "  %-9s %s\n", Cmds[i].name, Cmds[i].summary);
     fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
-                 "exit codes: 0 ok, 1 runtime failure, 2 usage error\n");
+                 "exit codes: 0 ok, 1 runtime failure, 2 usage error (or settings that differ\n"
+                 "from the existing job's), 3 the job has finished already (init, run),\n"
+                 "130 interrupted (the job is resumable)\n");
 }
 
 static void usage_cmd(FILE *out, const cmdDef *cd) {
@@ -264,6 +267,11 @@ static int validate(trainOpts *o, int bit) {
             fprintf(stderr, "ps-train %s: --test-csv needs --csv\n", c);
             return -1;
         }
+        if (bit == C_RUN && o->csv && !o->test_csv) {
+            fprintf(stderr, "ps-train run: --csv needs --test-csv FILE (run evaluates the "
+                            "model on it at the end)\n");
+            return -1;
+        }
     }
     if (bit == C_SNAP && !o->at) {
         fprintf(stderr, "ps-train snapshot: --at NAME is required\n");
@@ -333,6 +341,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "ps-train %s: %s does not apply to %s\n", cd->name, a, cd->name);
             return TR_EXIT_USAGE;
         }
+        o.given |= 1ULL << (f - Flags);
         if (f->type == F_FLAG) {
             *(int *)((char *)&o + f->off) = 1;
             continue;
@@ -354,4 +363,10 @@ int main(int argc, char **argv) {
     case C_SNAP: return tr_cmd_snapshot(&o);
     }
     return TR_EXIT_USAGE;
+}
+
+int tr_given(const trainOpts *o, const char *name) {
+    for (size_t i = 0; i < NFLAGS; i++)
+        if (!strcmp(Flags[i].name, name)) return (o->given >> i) & 1;
+    return 0;
 }

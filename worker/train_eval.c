@@ -135,10 +135,12 @@ int tr_cmd_eval(const trainOpts *o) {
 
 static pid_t *Children;
 static int NChildren;
+static volatile sig_atomic_t Interrupted; /* the signal run got, 0: none */
 
 /* SIGINT/SIGTERM in run: pass it on to the workers (by pid) and let the
  * wait loop collect them. */
 static void forward_signal(int sig) {
+    Interrupted = sig;
     for (int i = 0; i < NChildren; i++)
         if (Children[i] > 0) kill(Children[i], sig);
 }
@@ -227,18 +229,14 @@ static double progress_double(const trainOpts *o, const char *f) {
     return v;
 }
 
-/* Reads progress field 'f' of the job (0 when missing). */
-static long long progress_field(const trainOpts *o, const char *f) {
-    char key[128];
-    long long v = 0;
+/* Samples the job's workers trained so far (0 when it cannot tell). */
+static long long samples_trained(const trainOpts *o) {
+    long long tasks = 0, samples = 0;
     psClient *c = tr_connect(o, 0, 0);
     if (c == NULL) return 0;
-    tr_key(key, sizeof(key), o->job, "progress");
-    redisReply *r = psCommand(c, key, "HGET %s %s", key, f);
-    if (r && r->type == REDIS_REPLY_STRING) v = atoll(r->str);
-    if (r) freeReplyObject(r);
+    if (tr_progress(o, c, &tasks, &samples) != 0) samples = 0;
     psClientFree(c);
-    return v;
+    return samples;
 }
 
 int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
@@ -247,7 +245,17 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     double t0 = tr_now();
     int rc = tr_cmd_init(o);
     if (rc != TR_EXIT_OK) return rc;
-    long long samples0 = progress_field(o, "samples");
+    {
+        /* The final eval's data must fit before anything trains. */
+        jobConfig cfg;
+        psClient *c = tr_connect(o, 0, 0);
+        if (c == NULL) return TR_EXIT_FAIL;
+        rc = tr_load_config(c, o->job, &cfg);
+        psClientFree(c);
+        if (rc != 0) return TR_EXIT_FAIL;
+        if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
+    }
+    long long samples0 = samples_trained(o);
 
     Children = calloc((size_t)o->workers, sizeof(pid_t));
     if (Children == NULL) return TR_EXIT_FAIL;
@@ -265,6 +273,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         if (Children[i] < 0) {
             tr_err(o, "fork: %s", strerror(errno));
             forward_signal(SIGTERM);
+            Interrupted = 0;
             break;
         }
     }
@@ -276,6 +285,11 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         }
         int st;
         while (waitpid(Children[i], &st, 0) < 0 && errno == EINTR) {}
+        if (Interrupted && ((WIFEXITED(st) && WEXITSTATUS(st) == TR_EXIT_INTERRUPTED) ||
+                            (WIFSIGNALED(st) && WTERMSIG(st) == Interrupted))) {
+            Children[i] = 0;
+            continue;
+        }
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
             failed++;
             if (WIFSIGNALED(st))
@@ -291,11 +305,18 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     free(Children);
     Children = NULL;
     NChildren = 0;
+    if (Interrupted) {
+        tr_err(o, "interrupted (signal %d); job %s is resumable: rerun the same command "
+                  "(ps-train run --addr %s --job %s ...) to continue where it stopped, its "
+                  "workers take back their unfinished tasks at once; 'ps-train status' shows "
+                  "the progress", (int)Interrupted, o->job, o->addr, o->job);
+        return TR_EXIT_INTERRUPTED;
+    }
     if (failed == o->workers) {
         tr_err(o, "every worker failed");
         return TR_EXIT_FAIL;
     }
-    long long samples = progress_field(o, "samples") - samples0;
+    long long samples = samples_trained(o) - samples0;
     /* Training span: first worker's first step to the last one's end
      * (process start-up and data loading excluded, as in bench/baseline). */
     double span0 = 0, span1 = 0;

@@ -6,7 +6,11 @@
  *   2. load the data to learn its size, check the layers fit it
  *   3. HSET the config fields, create the tensors with NX
  *   4. XGROUP CREATE ... MKSTREAM, XADD one task per shard per epoch
- *   5. HSET config state ready      (workers refuse a job not ready) */
+ *   5. HSET config state ready      (workers refuse a job not ready)
+ * An init that fails after step 1 deletes what it wrote (config, tensors,
+ * stream); a server without the module is refused at connect, before 1.
+ * On an existing job, settings given that differ from its config are an
+ * error, and a job with every task done is reported finished. */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,6 +65,28 @@ void tr_sleep_ms(long ms) {
     nanosleep(&ts, NULL);
 }
 
+/* 1 when the server knows PS.PULL, 0 after printing how to load the
+ * module. It sends PS.PULL without arguments: Redis answers "unknown
+ * command" before anything else when the module is missing, and an arity
+ * error otherwise, before any ACL check (so the worker role needs no
+ * +command and the ACL log stays clean) and without running it. Checked at
+ * connect, before anything is written, so a server without the module is
+ * left untouched. */
+static int module_loaded(const trainOpts *o, psClient *c) {
+    redisReply *r = psCommand(c, NULL, "PS.PULL");
+    if (r == NULL) {
+        tr_err(o, "--addr %s: %s", o->addr, c->errstr);
+        return 0;
+    }
+    int missing = r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown command") != NULL;
+    freeReplyObject(r);
+    if (missing)
+        tr_err(o, "--addr %s: the server does not have the ps module loaded: load build/ps.so "
+                  "(redis-server --loadmodule /path/to/build/ps.so, or MODULE LOAD "
+                  "/path/to/build/ps.so)", o->addr);
+    return !missing;
+}
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
@@ -74,6 +100,10 @@ psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     }
     if (c->err) {
         tr_err(o, "--addr %s: %s", o->addr, c->errstr);
+        psClientFree(c);
+        return NULL;
+    }
+    if (!module_loaded(o, c)) {
         psClientFree(c);
         return NULL;
     }
@@ -122,6 +152,7 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
     tr_key(key, sizeof(key), job, "config");
     memset(cfg, 0, sizeof(*cfg));
     cfg->label_col = -1;
+    cfg->momentum = -1;
     redisReply *r = psCommand(c, key, "HGETALL %s", key);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         fprintf(stderr, "ps-train: HGETALL %s: %s\n", key,
@@ -153,6 +184,13 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         else if (!strcmp(f, "tasks")) cfg->tasks = atoll(num);
         else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
         else if (!strcmp(f, "state")) copy_str(cfg->state, sizeof(cfg->state), v);
+        else if (!strcmp(f, "momentum")) {
+            cfg->momentum = strtod(num, NULL);
+            cfg->has_momentum = 1;
+        } else if (!strcmp(f, "limit")) {
+            cfg->limit = atoi(num);
+            cfg->has_limit = 1;
+        }
     }
     freeReplyObject(r);
     if (strcmp(cfg->state, "ready") == 0) {
@@ -209,6 +247,27 @@ int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train,
     }
     if (train && cfg->train_n > 0 && cfg->train_n < ds->n) ds->n = cfg->train_n;
     return 0;
+}
+
+/* Loads the test split that eval will use (the config's, or --test-csv)
+ * and checks it fits the model: as many features as the input width,
+ * labels below the output width. Returns 0, or -1 (printed). Run calls it
+ * before the first step, so a bad test file fails before training. */
+int tr_check_test(const trainOpts *o, const jobConfig *cfg) {
+    ps_dataset ds = {0};
+    int rc = -1;
+    if (tr_load_data(cfg, o->test_csv, 0, &ds) != 0) return -1;
+    if (ds.dim != cfg->sizes[0])
+        tr_err(o, "the test data%s%s has %d features but the model's input width is %d",
+               cfg->csv[0] ? " " : "", cfg->csv[0] ? (o->test_csv ? o->test_csv : cfg->test_csv)
+                                                    : "", ds.dim, cfg->sizes[0]);
+    else if (ds.nclasses > cfg->sizes[cfg->nsizes - 1])
+        tr_err(o, "the test data has labels up to %d but the model's output width is %d",
+               ds.nclasses - 1, cfg->sizes[cfg->nsizes - 1]);
+    else
+        rc = 0;
+    ps_dataset_free(&ds);
+    return rc;
 }
 
 /* ========================================================================
@@ -279,13 +338,13 @@ static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cf
     int nshards = (cfg->train_n + cfg->shard_size - 1) / cfg->shard_size;
     int *order = malloc((size_t)nshards * sizeof(int));
     if (order == NULL) return -1;
-    ps_nn_rng rng;
-    ps_nn_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
+    PSRng rng;
+    ps_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
     long long n = 0;
     for (int e = 1; e <= cfg->epochs; e++) {
         for (int i = 0; i < nshards; i++) order[i] = i;
         for (int i = nshards - 1; i > 0; i--) {
-            int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+            int j = (int)ps_rng_below(&rng, (uint64_t)i + 1), t = order[i];
             order[i] = order[j];
             order[j] = t;
         }
@@ -306,6 +365,107 @@ static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cf
     }
     free(order);
     return n;
+}
+
+/* Appends "<what>" to 'out' (comma separated). */
+static void add_diff(char *out, size_t len, const char *fmt, ...) {
+    size_t n = strlen(out);
+    va_list ap;
+    if (n + 3 >= len) return;
+    if (n) {
+        strcpy(out + n, ", ");
+        n += 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(out + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* Lists in 'out' every job setting given on the command line that differs
+ * from the existing job's config, as "--flag given (job: stored)". Returns
+ * how many differ. Flags not given are not compared: a rerun may leave them
+ * out. */
+static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
+    int n = 0;
+    out[0] = '\0';
+#define DIFF(cond, ...) do { if (cond) { add_diff(out, len, __VA_ARGS__); n++; } } while (0)
+    if (tr_given(o, "--layers")) {
+        int sizes[TR_MAX_LAYERS], k = ps_parse_layers(o->layers, sizes, TR_MAX_LAYERS, NULL, 0);
+        int same = k == cfg->nsizes && !memcmp(sizes, cfg->sizes, (size_t)k * sizeof(int));
+        DIFF(!same, "--layers %s (job: %s)", o->layers, cfg->layers);
+    }
+    DIFF(tr_given(o, "--optim") && strcasecmp(o->optim, cfg->optim), "--optim %s (job: %s)",
+         o->optim, cfg->optim);
+    DIFF(tr_given(o, "--lr") && o->lr != cfg->lr, "--lr %g (job: %g)", o->lr, cfg->lr);
+    char mom[32] = "server default";
+    if (cfg->momentum >= 0) snprintf(mom, sizeof(mom), "%g", cfg->momentum);
+    DIFF(tr_given(o, "--momentum") && cfg->has_momentum && o->momentum != cfg->momentum,
+         "--momentum %g (job: %s)", o->momentum, mom);
+    DIFF(tr_given(o, "--seed") && o->seed != cfg->seed, "--seed %llu (job: %llu)",
+         (unsigned long long)o->seed, (unsigned long long)cfg->seed);
+    DIFF(tr_given(o, "--epochs") && o->epochs != cfg->epochs, "--epochs %d (job: %d)", o->epochs,
+         cfg->epochs);
+    DIFF(tr_given(o, "--batch") && o->batch != cfg->batch, "--batch %d (job: %d)", o->batch,
+         cfg->batch);
+    DIFF(tr_given(o, "--shard-size") && o->shard_size != cfg->shard_size,
+         "--shard-size %d (job: %d)", o->shard_size, cfg->shard_size);
+    DIFF(tr_given(o, "--partition-bytes") && o->partition_bytes != cfg->partition_bytes,
+         "--partition-bytes %lld (job: %lld)", o->partition_bytes, cfg->partition_bytes);
+    DIFF(tr_given(o, "--data") && strcmp(o->data, cfg->data), "--data %s (job: %s)", o->data,
+         cfg->data[0] ? cfg->data : "default");
+    DIFF(tr_given(o, "--csv") && strcmp(o->csv, cfg->csv), "--csv %s (job: %s)", o->csv,
+         cfg->csv[0] ? cfg->csv : "none, Fashion-MNIST");
+    DIFF(tr_given(o, "--test-csv") && strcmp(o->test_csv, cfg->test_csv),
+         "--test-csv %s (job: %s)", o->test_csv, cfg->test_csv[0] ? cfg->test_csv : "none");
+    DIFF(tr_given(o, "--label-col") && o->label_col != cfg->label_col,
+         "--label-col %d (job: %d)", o->label_col, cfg->label_col);
+    DIFF(tr_given(o, "--limit") && cfg->has_limit && o->limit != cfg->limit,
+         "--limit %d (job: %d)", o->limit, cfg->limit);
+#undef DIFF
+    return n;
+}
+
+int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples) {
+    char dkey[128], pkey[128];
+    tr_key(dkey, sizeof(dkey), o->job, "done");
+    tr_key(pkey, sizeof(pkey), o->job, "progress");
+    redisReply *r = cmd_ok(o, c, dkey, "HLEN %s", dkey);
+    if (r == NULL) return -1;
+    *tasks = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    *samples = 0;
+    if ((r = cmd_ok(o, c, pkey, "HGETALL %s", pkey)) == NULL) return -1;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const char *f = r->element[i]->str;
+        size_t n = strlen(f);
+        if (!strncmp(f, "w:", 2) && n > 10 && !strcmp(f + n - 8, ":samples"))
+            *samples += atoll(r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* init/run on a job that exists: an error when a setting given differs
+ * (TR_EXIT_USAGE), TR_EXIT_FINISHED when every task is trained, else
+ * TR_EXIT_OK to continue it. */
+static int existing_job(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    char diff[1024];
+    if (config_diff(o, cfg, diff, sizeof(diff)) > 0) {
+        tr_err(o, "job %s exists with other settings: %s. Use --reset to delete it and start "
+                  "over, or another --job name", o->job, diff);
+        return TR_EXIT_USAGE;
+    }
+    long long done, samples;
+    if (tr_progress(o, c, &done, &samples) != 0) return TR_EXIT_FAIL;
+    if (cfg->tasks > 0 && done >= cfg->tasks) {
+        tr_err(o, "job %s is finished: all %lld tasks were trained. See its accuracy with "
+                  "'ps-train eval --addr %s --job %s'; train again with --reset or another "
+                  "--job name", o->job, cfg->tasks, o->addr, o->job);
+        return TR_EXIT_FINISHED;
+    }
+    printf("ps-train %s: job %s exists (layers %s, %lld of %lld tasks trained); continuing it\n",
+           o->cmd, o->job, cfg->layers, done, cfg->tasks);
+    return TR_EXIT_OK;
 }
 
 int tr_cmd_init(const trainOpts *o) {
@@ -330,9 +490,7 @@ int tr_cmd_init(const trainOpts *o) {
                    o->job, cfg.state);
             goto out;
         }
-        printf("ps-train %s: job %s is already initialized (layers %s, %lld tasks); using it as is\n", o->cmd, o->job,
-               cfg.layers, cfg.tasks);
-        status = TR_EXIT_OK;
+        status = existing_job(o, c, &cfg);
         goto out;
     }
 
@@ -368,8 +526,12 @@ int tr_cmd_init(const trainOpts *o) {
         goto undo;
     }
     cfg.train_n = o->limit > 0 && o->limit < ds.n ? o->limit : ds.n;
+    if (cfg.test_csv[0] && tr_check_test(o, &cfg) != 0) {
+        status = TR_EXIT_USAGE;
+        goto undo;
+    }
 
-    char nums[8][32];
+    char nums[10][32];
     snprintf(nums[0], 32, "%.17g", cfg.lr);
     snprintf(nums[1], 32, "%d", cfg.batch);
     snprintf(nums[2], 32, "%d", cfg.epochs);
@@ -378,12 +540,15 @@ int tr_cmd_init(const trainOpts *o) {
     snprintf(nums[5], 32, "%d", cfg.label_col);
     snprintf(nums[6], 32, "%d", cfg.train_n);
     snprintf(nums[7], 32, "%llu", (unsigned long long)cfg.seed);
+    snprintf(nums[8], 32, "%.17g", o->momentum < 0 ? -1.0 : o->momentum);
+    snprintf(nums[9], 32, "%d", o->limit);
     {
         const char *argv[] = {"HSET", ckey, "layers", cfg.layers, "optim", cfg.optim,
                               "lr", nums[0], "batch", nums[1], "epochs", nums[2],
                               "shard_size", nums[3], "partition_bytes", nums[4],
                               "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
-                              "label_col", nums[5], "train_n", nums[6], "seed", nums[7]};
+                              "label_col", nums[5], "train_n", nums[6], "seed", nums[7],
+                              "momentum", nums[8], "limit", nums[9]};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
         size_t argl[sizeof(argv) / sizeof(argv[0])];
         for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
@@ -391,14 +556,14 @@ int tr_cmd_init(const trainOpts *o) {
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
             tr_err(o, "HSET %s: %s", ckey, r ? r->str : c->errstr);
             if (r) freeReplyObject(r);
-            goto out;
+            goto undo;
         }
         freeReplyObject(r);
     }
-    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
-    if (create_tensors(o, c, m, &cfg) != 0) goto out;
+    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto undo;
+    if (create_tensors(o, c, m, &cfg) != 0) goto undo;
     cfg.tasks = fill_tasks(o, c, &cfg);
-    if (cfg.tasks < 0) goto out;
+    if (cfg.tasks < 0) goto undo;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
     r = cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
@@ -410,9 +575,15 @@ int tr_cmd_init(const trainOpts *o) {
     goto out;
 
 undo:
-    /* Nothing but the config marker was written: remove it so init can be rerun. */
-    r = psCommand(c, ckey, "DEL %s", ckey);
-    if (r) freeReplyObject(r);
+    /* This init made the job (HSETNX answered 1): remove what it wrote, so
+     * no half-made job stays behind and init can be rerun. */
+    if (m) psModelDelete(c, m);
+    {
+        char tkey[128];
+        tr_key(tkey, sizeof(tkey), o->job, "tasks");
+        r = psCommand(c, ckey, "DEL %s %s", ckey, tkey);
+        if (r) freeReplyObject(r);
+    }
 out:
     ps_dataset_free(&ds);
     psModelFree(m);
@@ -493,6 +664,11 @@ int tr_cmd_status(const trainOpts *o) {
         if (rc == 1) tr_err(o, "--job %s: no such job (run ps-train init first)", o->job);
         goto out;
     }
+    if (strcmp(cfg.state, "ready") != 0) {
+        tr_err(o, "job %s: init did not finish (state %s); rerun init with --reset", o->job,
+               cfg.state);
+        goto out;
+    }
     printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
            "shards of %d, %lld tasks\n", o->job, cfg.state, cfg.layers, cfg.optim, cfg.lr,
            cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks);
@@ -500,13 +676,8 @@ int tr_cmd_status(const trainOpts *o) {
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 
     long long acked = 0, samples = 0, pending = 0;
+    if (tr_progress(o, c, &acked, &samples) != 0) goto out;
     redisReply *r = psCommand(c, pkey, "HGETALL %s", pkey);
-    if (r && r->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i + 1 < r->elements; i += 2) {
-            if (!strcmp(r->element[i]->str, "acked")) acked = atoll(r->element[i + 1]->str);
-            if (!strcmp(r->element[i]->str, "samples")) samples = atoll(r->element[i + 1]->str);
-        }
-    }
     redisReply *pend = psCommand(c, tkey, "XPENDING %s %s", tkey, TR_GROUP);
     if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 1)
         pending = pend->element[0]->integer;

@@ -13,8 +13,14 @@
  *   psjob:{J}:config    hash: layers, optim, lr, batch, epochs, data, ...
  *   psjob:{J}:tasks     stream: one entry per data shard per epoch
  *                       (epoch, start, count), consumer group "workers"
- *   psjob:{J}:progress  hash: acked, samples, w:<name>:tasks, ...
- *   psjob:{J}:done      hash: task id -> times it was acked (always 1) */
+ *   psjob:{J}:progress  hash: w:<name>:tasks, w:<name>:samples (absolute,
+ *                       written by that worker only), w:<name>:loss, ...
+ *   psjob:{J}:done      hash: task id -> 1, one field per task trained (its
+ *                       field count is the number of tasks done)
+ * Every write of a worker's bookkeeping is idempotent (HSET of fixed or
+ * absolute values), so a command resent after a lost reply counts nothing
+ * twice; totals are derived: tasks done = HLEN done, samples = the sum of
+ * w:*:samples (tr_progress). */
 #ifndef PS_TRAIN_JOB_H
 #define PS_TRAIN_JOB_H
 
@@ -28,7 +34,9 @@
 /* Exit codes of ps-train. */
 #define TR_EXIT_OK 0
 #define TR_EXIT_FAIL 1  /* runtime failure: server, data, training */
-#define TR_EXIT_USAGE 2 /* bad command line */
+#define TR_EXIT_USAGE 2 /* bad command line, or settings that differ from the job's */
+#define TR_EXIT_FINISHED 3 /* init/run: every task of the job was trained already */
+#define TR_EXIT_INTERRUPTED 130 /* SIGINT/SIGTERM: the job is resumable */
 
 #define TR_MAX_LAYERS 16
 #define TR_GROUP "workers"
@@ -77,6 +85,7 @@ typedef struct trainOpts {
     int workers;
     /* misc */
     int threads;                /* OpenBLAS threads, 0: default (1 for workers) */
+    uint64_t given;             /* bit i: Flags[i] of ps-train.c was on the command line */
 } trainOpts;
 
 /* The job configuration as stored in psjob:{J}:config. */
@@ -97,8 +106,16 @@ typedef struct jobConfig {
     int train_n;                /* samples the tasks cover */
     long long tasks;            /* stream entries written */
     uint64_t seed;
+    double momentum;            /* < 0: server default */
+    int limit;                  /* --limit as given, 0: none */
+    int has_momentum, has_limit; /* fields present (jobs made before they were stored lack them) */
     char state[16];             /* "init" while being created, then "ready" */
 } jobConfig;
+
+/* ---- ps-train.c ---- */
+
+/* 1 when flag 'name' (e.g. "--epochs") was given on the command line. */
+int tr_given(const trainOpts *o, const char *name);
 
 /* ---- train_job.c ---- */
 
@@ -125,6 +142,12 @@ double tr_now(void);
 double tr_wall(void);
 void tr_sleep_ms(long ms);
 
+/* Loads the test split eval will use and checks it fits the job's model.
+ * Returns 0 or -1 (printed). */
+int tr_check_test(const trainOpts *o, const jobConfig *cfg);
+/* Derived totals of the job: tasks done (fields of psjob:{J}:done) and
+ * samples trained (sum of w:*:samples). Returns 0 or -1 (printed). */
+int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples);
 int tr_cmd_init(const trainOpts *o);
 int tr_cmd_status(const trainOpts *o);
 int tr_cmd_snapshot(const trainOpts *o);

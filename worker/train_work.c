@@ -1,23 +1,50 @@
 /* train_work.c -- ps-train work: one worker process.
  *
- * Loop: take a task (XREADGROUP ">" as consumer --name; when no task is new,
- * XAUTOCLAIM one idle past --lease-ms: its worker died), train on its shard
- * (per mini-batch: pull the model, compute the mean gradient, push it with
- * the versions of the pull), then XACK it. Only the worker whose XACK
- * answers 1 counts the task in the progress hash, so every task is counted
- * once even when a slow worker and a claimer both finish it. While a task
- * runs its lease is renewed (XCLAIM ... JUSTID by its owner) every third of
- * the lease; a worker that finds its task owned by another abandons it.
- * The worker exits when nothing is new, nothing is claimable and nothing is
- * pending in the group. */
+ * Loop: take a task (first its own pending ones, XREADGROUP id 0, left by a
+ * run under the same --name that was stopped; then new ones, ">"; when no
+ * task is new, XAUTOCLAIM one idle past --lease-ms: its worker died), train
+ * on its shard (per mini-batch: pull the model, compute the mean gradient,
+ * push it with the versions of the pull), then record it and XACK it. Only
+ * a worker that still owns the task records it, with idempotent writes (see
+ * ack_task), so every task is counted once even when a slow worker and a
+ * claimer both finish it, or a reply is lost and the command resent. While
+ * a task runs its lease is renewed (XCLAIM ... JUSTID by its owner) every
+ * third of the lease; a worker that finds its task owned by another
+ * abandons it. The worker exits when nothing is new, nothing is claimable
+ * and nothing is pending in the group, or after SIGINT/SIGTERM (exit 130).
+ *
+ * PS_TRAIN_TRACE=FILE (tests) writes a line per pull and per push with a
+ * digest of the parameters the gradient read and the versions sent. */
 
 #include <cblas.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "train_job.h"
+
+/* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
+ * its pushes and exits TR_EXIT_INTERRUPTED, leaving its task pending. A
+ * second signal a second or more after the first kills it at once (one
+ * Ctrl-C under run arrives twice: from the terminal and forwarded by run). */
+static volatile sig_atomic_t Stop;
+static volatile sig_atomic_t StopAt; /* CLOCK_MONOTONIC seconds of the first */
+
+static void on_stop(int sig) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (Stop && ts.tv_sec > StopAt + 1) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+    if (!Stop) {
+        StopAt = (sig_atomic_t)ts.tv_sec;
+        Stop = sig;
+    }
+}
 
 typedef struct task {
     char id[64];
@@ -32,7 +59,9 @@ typedef struct worker {
     jobConfig cfg;
     ps_dataset ds;
     ps_mlp mlp;
-    float **params, **grads;
+    float **params, **grads; /* params: the front buffer, mlp.W/mlp.b */
+    float **back;           /* per tensor: the buffer an overlapped pull fills */
+    FILE *trace;            /* PS_TRAIN_TRACE: one line per pull and per push */
     float *xb;
     int32_t *yb;
     int *perm;
@@ -44,6 +73,7 @@ typedef struct worker {
     /* counters */
     long long tasks_done, samples, claimed, lost;
     long long pushes;       /* model pushes: one PS.PUSHGRAD per partition each */
+    long long my_tasks, my_samples; /* w:<name>:tasks/samples, over restarts */
     double t0, last_print;
     long long win_samples;  /* since last print */
     double win_loss;
@@ -52,10 +82,13 @@ typedef struct worker {
     long long win_stale_n;
     uint64_t last_version;
     int cur_epoch;
+    int own_done;           /* own pending entries (XREADGROUP ... 0) all taken back */
+    int waiting;            /* "waiting for" was printed for the current wait */
+    char cur_task[64];      /* id of the task being trained, "" between tasks */
     /* pulls */
     uint64_t *vers;         /* per tensor: versions of the model in params */
     int have_params;        /* params hold a pulled model */
-    int pull_inflight;      /* a psModelPullAsync into params is pending */
+    int pull_inflight;      /* a psModelPullAsync into back is pending */
     int since_pull;         /* steps computed on the current params */
     int pushes_since_pull;
     /* where the time of the steps goes (seconds) */
@@ -88,7 +121,31 @@ static int parse_entry(const redisReply *e, task *t) {
 /* Takes the next task. Returns 1 with 't' filled, 0 when the job is done,
  * -1 on error. Waits (polling) while tasks are pending on live workers. */
 static int next_task(worker *w, task *t) {
+    while (!w->own_done && !Stop) {
+        /* A worker restarted under its name first takes back the tasks it
+         * held (its pending entries: id 0), instead of waiting --lease-ms
+         * for XAUTOCLAIM to hand them out. */
+        redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s 0",
+                                  TR_GROUP, w->name, w->tkey);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
+        int ok = -1;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
+            const redisReply *entries = r->element[0]->element[1];
+            if (entries->elements >= 1) ok = parse_entry(entries->element[0], t);
+        }
+        freeReplyObject(r);
+        /* None left (or one deleted from the stream: XAUTOCLAIM clears those). */
+        if (ok != 0) {
+            w->own_done = 1;
+            break;
+        }
+        /* Said even under --progress none: it explains a resume's first task. */
+        printf("[%s] taking back my pending task %s (epoch %d, samples %lld..%lld)\n", w->name,
+               t->id, t->epoch, t->start, t->start + t->count - 1);
+        return 1;
+    }
     for (;;) {
+        if (Stop) return 0;
         redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >",
                                   TR_GROUP, w->name, w->tkey);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
@@ -96,7 +153,10 @@ static int next_task(worker *w, task *t) {
             const redisReply *entries = r->element[0]->element[1];
             int ok = entries->elements == 1 ? parse_entry(entries->element[0], t) : -1;
             freeReplyObject(r);
-            if (ok == 0) return 1;
+            if (ok == 0) {
+                w->waiting = 0;
+                return 1;
+            }
             continue;
         }
         freeReplyObject(r);
@@ -110,6 +170,7 @@ static int next_task(worker *w, task *t) {
             freeReplyObject(r);
             if (ok == 0) {
                 w->claimed++;
+                w->waiting = 0;
                 if (!w->quiet)
                     printf("[%s] claimed task %s (epoch %d, samples %lld..%lld) idle > %d ms\n",
                            w->name, t->id, t->epoch, t->start, t->start + t->count - 1,
@@ -123,6 +184,23 @@ static int next_task(worker *w, task *t) {
         r = psCommand(w->c, w->tkey, "XPENDING %s %s", w->tkey, TR_GROUP);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) goto fail;
         long long pending = r->element[0]->integer;
+        if (pending > 0 && !w->waiting) {
+            /* Say once what this worker waits for, even under --progress none:
+             * a silent wait of --lease-ms looks like a hang. */
+            char who[256] = "";
+            const redisReply *cs = r->elements >= 4 ? r->element[3] : NULL;
+            for (size_t i = 0; cs && cs->type == REDIS_REPLY_ARRAY && i < cs->elements; i++) {
+                const redisReply *e = cs->element[i];
+                size_t n = strlen(who);
+                if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 && n + 80 < sizeof(who))
+                    snprintf(who + n, sizeof(who) - n, "%s%s (%s)", n ? ", " : "",
+                             e->element[0]->str, e->element[1]->str);
+            }
+            fprintf(stderr, "[%s] no new task: waiting for %lld pending on %s to be acked, or "
+                            "to be claimed here once idle for --lease-ms %d\n",
+                    w->name, pending, who, w->o->lease_ms);
+            w->waiting = 1;
+        }
         freeReplyObject(r);
         if (pending == 0) return 0;
         /* Others hold tasks within their lease: wait for them to finish or die. */
@@ -197,9 +275,47 @@ static void print_progress(worker *w, int final) {
  * Training
  * ====================================================================== */
 
+/* FNV-1a over the bytes of the front buffer: the trace's fingerprint of
+ * the model a gradient is computed from. */
+static uint64_t params_digest(const worker *w) {
+    uint64_t h = 1469598103934665603ULL;
+    for (int t = 0; t < psModelNumTensors(w->m); t++) {
+        const unsigned char *b = (const unsigned char *)w->params[t];
+        size_t n = psModelTensorElements(w->m, t) * sizeof(float);
+        for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ULL;
+    }
+    return h;
+}
+
+/* Writes one trace line "<what> <digest> <version per tensor...>" (when
+ * PS_TRAIN_TRACE names a file). */
+static void trace_line(worker *w, const char *what, const uint64_t *vers) {
+    if (w->trace == NULL) return;
+    fprintf(w->trace, "%s %016llx", what, (unsigned long long)params_digest(w));
+    for (int t = 0; t < psModelNumTensors(w->m); t++)
+        fprintf(w->trace, " %llu", (unsigned long long)vers[t]);
+    fputc('\n', w->trace);
+}
+
+/* Makes the back buffer the front one: the model that an overlapped pull
+ * decoded becomes what the gradients read, and the old front is free for
+ * the next pull. The MLP computes from mlp.W/mlp.b, so those swap too. */
+static void swap_buffers(worker *w) {
+    for (int t = 0; t < psModelNumTensors(w->m); t++) {
+        float *x = w->params[t];
+        w->params[t] = w->back[t];
+        w->back[t] = x;
+    }
+    for (int l = 0; l < w->mlp.nlayers; l++) {
+        w->mlp.W[l] = w->params[2 * l];
+        w->mlp.b[l] = w->params[2 * l + 1];
+    }
+}
+
 /* Makes w->params hold the model for the next gradient: waits for the pull
- * in flight, or pulls now when the last pull is --pull-every batches old
- * (or there was none). w->vers gets the versions of what was pulled.
+ * in flight (into the back buffer, then swaps), or pulls now when the last
+ * pull is --pull-every batches old (or there was none). w->vers gets the
+ * versions of what was pulled: always those of the data in w->params.
  * Returns 0 or -1. */
 static int fresh_params(worker *w) {
     double t0 = tr_now();
@@ -207,6 +323,7 @@ static int fresh_params(worker *w) {
     if (w->pull_inflight) {
         w->pull_inflight = 0;
         rc = psModelPullWait(w->c, w->m, w->vers);
+        if (rc == PS_OK) swap_buffers(w);
     } else if (!w->have_params || w->since_pull >= w->o->pull_every) {
         rc = psModelPull(w->c, w->m, w->params, w->vers);
     } else {
@@ -219,6 +336,7 @@ static int fresh_params(worker *w) {
         tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
         return -1;
     }
+    trace_line(w, "pull", w->vers);
     uint64_t v = w->vers[0];
     if (w->last_version > 0 || w->samples > 0) {
         /* Pushes by others between two pulls (ours are among them). */
@@ -232,12 +350,11 @@ static int fresh_params(worker *w) {
 }
 
 /* One step on rows rows[0..nb): the model up to date (fresh_params); with
- * --overlap the pull for the next step is sent now, so the server answers
- * it while this gradient is computed (libps reads the replies into
- * w->params only in calls made after the gradient: the next gradient
- * misses this step's own push, one step more staleness); then the gradient
- * and its push (asynchronous, with the versions it was computed from).
- * Returns 0 or -1. */
+ * --overlap the pull for the next step is sent now into the back buffer,
+ * so the server answers it while this gradient is computed from the front
+ * one (the next gradient misses this step's own push: one step more
+ * staleness); then the gradient and its push (asynchronous, with the
+ * versions of the front buffer it was computed from). Returns 0 or -1. */
 static int step(worker *w, const int *rows, int nb) {
     size_t dim = (size_t)w->ds.dim;
     for (int i = 0; i < nb; i++) {
@@ -247,7 +364,7 @@ static int step(worker *w, const int *rows, int nb) {
     if (fresh_params(w) != 0) return -1;
     w->since_pull++;
     if (w->o->overlap && w->since_pull >= w->o->pull_every) {
-        if (psModelPullAsync(w->c, w->m, w->params) != PS_OK) {
+        if (psModelPullAsync(w->c, w->m, w->back) != PS_OK) {
             tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
             return -1;
         }
@@ -265,6 +382,9 @@ static int step(worker *w, const int *rows, int nb) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
+    /* After the push returned (libps may have decoded pull replies meanwhile):
+     * the front buffer must still be the model of the versions just sent. */
+    trace_line(w, "push", w->vers);
     w->t_push += tr_now() - t2;
     w->pushes++;
     w->pushes_since_pull++;
@@ -275,7 +395,8 @@ static int step(worker *w, const int *rows, int nb) {
     return 0;
 }
 
-/* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error. */
+/* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error,
+ * -2 interrupted (Stop). */
 static int run_task(worker *w, const task *t) {
     if (t->start < 0 || t->count < 0 || t->start + t->count > w->ds.n) {
         tr_err(w->o, "[%s] task %s covers samples %lld..%lld but the data has %d", w->name, t->id,
@@ -285,16 +406,17 @@ static int run_task(worker *w, const task *t) {
     w->cur_epoch = t->epoch;
     int n = (int)t->count;
     for (int i = 0; i < n; i++) w->perm[i] = (int)t->start + i;
-    ps_nn_rng rng;
-    ps_nn_rng_seed(&rng, w->cfg.seed ^ ((uint64_t)t->epoch << 40) ^ (uint64_t)t->start);
+    PSRng rng;
+    ps_rng_seed(&rng, w->cfg.seed ^ ((uint64_t)t->epoch << 40) ^ (uint64_t)t->start);
     for (int i = n - 1; i > 0; i--) {
-        int j = (int)ps_nn_rng_below(&rng, (uint64_t)i + 1), x = w->perm[i];
+        int j = (int)ps_rng_below(&rng, (uint64_t)i + 1), x = w->perm[i];
         w->perm[i] = w->perm[j];
         w->perm[j] = x;
     }
     double renew_at = tr_now() + w->o->lease_ms / 3000.0;
     for (int s = 0; s < n; s += w->batch) {
         int nb = n - s < w->batch ? n - s : w->batch;
+        if (Stop) return -2;
         if (step(w, w->perm + s, nb) != 0) return -1;
         print_progress(w, 0);
         if (tr_now() >= renew_at) {
@@ -310,67 +432,92 @@ static int run_task(worker *w, const task *t) {
     return 1;
 }
 
-/* XACKs 't' and, when this worker's ack was the one, counts it. Returns 0
- * or -1. */
+/* Records task 't' as done by this worker, then XACKs it. Every command is
+ * idempotent, so a resend after a lost reply (libps retries on timeouts
+ * and reconnects) changes nothing: the done hash field is set to 1 (one
+ * field per task: the number of fields is the number of tasks done), this
+ * worker's counters are written as absolute values, and an XACK answering
+ * 0 because the first one was applied is fine since the task is recorded
+ * already. Only a worker that still owns the task (its pending entry)
+ * records it; one whose task was claimed by another counts it as lost.
+ * PS_TRAIN_RESEND_ACKS=1 sends the commands twice, as a resend after a
+ * lost reply does (tests). Returns 0 or -1. */
 static int ack_task(worker *w, const task *t) {
     if (psDrain(w->c) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
-    redisReply *r = psCommand(w->c, w->tkey, "XACK %s %s %s", w->tkey, TR_GROUP, t->id);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        tr_err(w->o, "[%s] XACK %s: %s", w->name, t->id, r ? r->str : w->c->errstr);
-        if (r) freeReplyObject(r);
+    int own = renew_lease(w, t);
+    if (own < 0) {
+        tr_err(w->o, "[%s] XPENDING %s: %s", w->name, t->id, w->c->errstr);
         return -1;
     }
-    long long acked = r->integer;
-    freeReplyObject(r);
-    if (acked != 1) {
+    if (own == 0) {
         w->lost++;
-        if (!w->quiet) printf("[%s] task %s was already acked by another worker\n", w->name, t->id);
+        if (!w->quiet)
+            printf("[%s] task %s was claimed by another worker; not counted here\n", w->name,
+                   t->id);
         return 0;
     }
+    char ft[160], fs[160], nt[32], ns[32];
+    snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
+    snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
+    snprintf(nt, sizeof(nt), "%lld", w->my_tasks + 1);
+    snprintf(ns, sizeof(ns), "%lld", w->my_samples + t->count);
+    /* In one round trip (pipelined; all in slot {job}). */
+    const char *done[] = {"HSET", w->dkey, t->id, "1"};
+    const char *prog[] = {"HSET", w->pkey, ft, nt, fs, ns};
+    const char *ack[] = {"XACK", w->tkey, TR_GROUP, t->id};
+    enum { NC = 3 };
+    const char *const keys[NC] = {w->dkey, w->pkey, w->tkey};
+    const char **argvs[NC] = {done, prog, ack};
+    const int argcs[NC] = {4, 6, 4};
+    size_t argl[NC][6];
+    const size_t *argls[NC];
+    for (int i = 0; i < NC; i++) {
+        for (int k = 0; k < argcs[i]; k++) argl[i][k] = strlen(argvs[i][k]);
+        argls[i] = argl[i];
+    }
+    int times = getenv("PS_TRAIN_RESEND_ACKS") ? 2 : 1;
+    for (int n = 0; n < times; n++) {
+        redisReply *rs[NC] = {NULL, NULL, NULL};
+        int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
+        int bad = got != NC;
+        if (bad) tr_err(w->o, "[%s] recording task %s: %s", w->name, t->id, w->c->errstr);
+        for (int i = 0; i < NC; i++) {
+            if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
+                tr_err(w->o, "[%s] %s %s: %s", w->name, argvs[i][0], keys[i], rs[i]->str);
+                bad = 1;
+            }
+            if (rs[i]) freeReplyObject(rs[i]);
+        }
+        if (bad) return -1;
+    }
+    w->my_tasks++;
+    w->my_samples += t->count;
+    w->tasks_done++;
+    w->t_last = tr_wall();
+    return 0;
+}
+
+/* Reads this worker's counters (w:<name>:tasks, w:<name>:samples) so that a
+ * worker restarted under its name continues them. Returns 0 or -1. */
+static int load_counters(worker *w) {
     char ft[160], fs[160];
     snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
     snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
-    const char *cmds[][4] = {{"HINCRBY", w->dkey, t->id, "1"},
-                             {"HINCRBY", w->pkey, "acked", "1"},
-                             {"HINCRBY", w->pkey, "samples", NULL},
-                             {"HINCRBY", w->pkey, ft, "1"},
-                             {"HINCRBY", w->pkey, fs, NULL}};
-    char cnt[32];
-    snprintf(cnt, sizeof(cnt), "%lld", t->count);
-    /* The counters in one round trip (pipelined; same slot {job}). */
-    enum { NC = sizeof(cmds) / sizeof(cmds[0]) };
-    const char *keys[NC];
-    const char **argvs[NC];
-    int argcs[NC];
-    size_t argl[NC][4];
-    const size_t *argls[NC];
-    redisReply *rs[NC];
-    for (int i = 0; i < NC; i++) {
-        if (cmds[i][3] == NULL) cmds[i][3] = cnt;
-        for (int k = 0; k < 4; k++) argl[i][k] = strlen(cmds[i][k]);
-        keys[i] = cmds[i][1];
-        argvs[i] = cmds[i];
-        argcs[i] = 4;
-        argls[i] = argl[i];
-    }
-    int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
-    int bad = got != NC;
-    for (int i = 0; i < NC && got >= 0; i++) {
-        if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
-            tr_err(w->o, "[%s] HINCRBY %s: %s", w->name, cmds[i][1], rs[i]->str);
-            bad = 2;
-        }
-        if (rs[i]) freeReplyObject(rs[i]);
-    }
-    if (bad) {
-        if (bad == 1) tr_err(w->o, "[%s] HINCRBY: %s", w->name, w->c->errstr);
+    redisReply *r = psCommand(w->c, w->pkey, "HGETALL %s", w->pkey);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        tr_err(w->o, "[%s] HGETALL %s: %s", w->name, w->pkey,
+               r ? (r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply") : w->c->errstr);
+        if (r) freeReplyObject(r);
         return -1;
     }
-    w->tasks_done++;
-    w->t_last = tr_wall();
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        if (!strcmp(r->element[i]->str, ft)) w->my_tasks = atoll(r->element[i + 1]->str);
+        if (!strcmp(r->element[i]->str, fs)) w->my_samples = atoll(r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
     return 0;
 }
 
@@ -410,11 +557,12 @@ static int setup(worker *w) {
     w->vers = calloc((size_t)nt, sizeof(uint64_t));
     w->params = calloc((size_t)nt, sizeof(float *));
     w->grads = calloc((size_t)nt, sizeof(float *));
+    w->back = calloc((size_t)nt, sizeof(float *));
     w->xb = malloc((size_t)w->batch * (size_t)w->ds.dim * sizeof(float));
     w->yb = malloc((size_t)w->batch * sizeof(int32_t));
     w->perm = malloc((size_t)(w->cfg.shard_size > w->ds.n ? w->ds.n : w->cfg.shard_size) *
                      sizeof(int) + sizeof(int));
-    if (!w->vers || !w->params || !w->grads || !w->xb || !w->yb || !w->perm) {
+    if (!w->vers || !w->params || !w->grads || !w->back || !w->xb || !w->yb || !w->perm) {
         tr_err(o, "out of memory");
         return -1;
     }
@@ -423,6 +571,18 @@ static int setup(worker *w) {
         w->params[2 * l + 1] = w->mlp.b[l];
         w->grads[2 * l] = w->mlp.gW[l];
         w->grads[2 * l + 1] = w->mlp.gb[l];
+    }
+    for (int t = 0; t < nt && o->overlap; t++) {
+        w->back[t] = calloc(psModelTensorElements(w->m, t), sizeof(float));
+        if (w->back[t] == NULL) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
+    }
+    const char *tp = getenv("PS_TRAIN_TRACE");
+    if (tp && *tp && (w->trace = fopen(tp, "w")) == NULL) {
+        tr_err(o, "PS_TRAIN_TRACE %s: cannot open", tp);
+        return -1;
     }
     return 0;
 }
@@ -446,9 +606,15 @@ int tr_cmd_work(const trainOpts *o) {
     tr_key(w.dkey, sizeof(w.dkey), o->job, "done");
 
     int status = TR_EXIT_FAIL;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop;
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     w.c = tr_connect(o, o->window, o->wait);
     if (w.c == NULL) return TR_EXIT_FAIL;
-    if (setup(&w) != 0) goto out;
+    if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
     if (!w.quiet) {
@@ -458,13 +624,16 @@ int tr_cmd_work(const trainOpts *o) {
     }
     for (;;) {
         if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
+        if (Stop) break;
         task t;
         double tt0 = tr_now();
         int rc = next_task(&w, &t);
         w.t_tasks += tr_now() - tt0;
         if (rc < 0) goto out;
         if (rc == 0) break;
+        snprintf(w.cur_task, sizeof(w.cur_task), "%s", t.id);
         rc = run_task(&w, &t);
+        if (rc == -2) break;
         if (rc < 0) goto out;
         if (rc == 0) {
             w.lost++;
@@ -474,6 +643,7 @@ int tr_cmd_work(const trainOpts *o) {
         }
         tt0 = tr_now();
         if (ack_task(&w, &t) != 0) goto out;
+        w.cur_task[0] = '\0';
         w.t_tasks += tr_now() - tt0;
     }
     if (w.pull_inflight) {
@@ -531,9 +701,23 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->refreshes, (unsigned long long)st->moved,
            (unsigned long long)st->ask);
     status = TR_EXIT_OK;
+    if (Stop) {
+        fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
+                        "'ps-train work --job %s --name %s' to take %s back at once (another "
+                        "worker claims it after --lease-ms %d)\n",
+                w.name, (int)Stop, w.cur_task[0] ? ": task " : "", w.cur_task,
+                w.cur_task[0] ? " stays pending" : "", o->job, w.name,
+                w.cur_task[0] ? "it" : "its tasks", o->lease_ms);
+        status = TR_EXIT_INTERRUPTED;
+    }
 out:
     if (w.pull_inflight) psModelPullWait(w.c, w.m, NULL);
     fflush(stdout);
+    /* mlp.W/mlp.b may point at what setup() allocated as the back buffer:
+     * free whatever is the back buffer now, ps_mlp_free the front. */
+    for (int t = 0; w.back && w.m && t < psModelNumTensors(w.m); t++) free(w.back[t]);
+    free(w.back);
+    if (w.trace) fclose(w.trace);
     free(w.vers);
     free(w.params);
     free(w.grads);

@@ -1,0 +1,285 @@
+"""ps-train worker behaviour a user meets directly: an overlapped pull never changes the model
+a gradient is computed from (and VERSION names that model), a job name reused with other
+settings is refused, a finished job says so, CSV inputs are checked before training, a worker
+restarted under its name takes back its own tasks at once, a server without the module is
+named at connect, and Ctrl-C says how to resume and exits 130."""
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+import psserver
+from faultlib import PS_TRAIN, ps_train  # noqa: F401 (ps_train is a fixture)
+
+
+def run(args, timeout=120, check=True, env_extra=None):
+    """Runs ps-train with 'args'; returns the CompletedProcess with .out (stdout+stderr)."""
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
+                       env=env)
+    p.out = p.stdout.decode(errors="replace")
+    if check and p.returncode != 0:
+        raise AssertionError("ps-train %s exited %d:\n%s" % (" ".join(map(str, args)),
+                                                             p.returncode, p.out))
+    return p
+
+
+def popen(args, env_extra=None, new_session=False):
+    env = dict(os.environ)
+    env.update(env_extra or {})
+    return subprocess.Popen([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=new_session)
+
+
+def read_trace(path):
+    """[(kind, digest, versions tuple)] of a PS_TRAIN_TRACE file."""
+    out = []
+    with open(path) as f:
+        for line in f:
+            kind, digest, *vers = line.split()
+            out.append((kind, digest, tuple(int(v) for v in vers)))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Overlap: double-buffered parameters
+# ---------------------------------------------------------------------------
+
+def test_overlapped_pull_never_changes_the_model_a_gradient_uses(ps_train, server, tmp_path):
+    run(["init", "--addr", server.addr, "--job", "ov", "--layers", "784,32,10", "--limit", 4000,
+         "--shard-size", 500, "--batch", 32])
+    procs, traces = [], []
+    for name in ("A", "B"):
+        tr = str(tmp_path / ("trace-%s" % name))
+        traces.append(tr)
+        # --window 1: every push waits for the previous push's reply, so libps reads (and
+        # decodes the overlapped pull) while the gradient's model must stay put.
+        procs.append(popen(["work", "--addr", server.addr, "--job", "ov", "--name", name,
+                            "--overlap", 1, "--window", 1, "--progress", "none"],
+                           env_extra={"PS_TRAIN_TRACE": tr}))
+    for p in procs:
+        out = p.communicate(timeout=120)[0].decode(errors="replace")
+        assert p.returncode == 0, out
+    pushes = moved = 0
+    for tr in traces:
+        last_pull = None
+        for kind, digest, vers in read_trace(tr):
+            if kind == "pull":
+                if last_pull and vers != last_pull[1]:
+                    moved += 1
+                last_pull = (digest, vers)
+                continue
+            assert kind == "push" and last_pull is not None
+            # The model the gradient was computed from is byte for byte the last pull, and
+            # the VERSION sent with it is that pull's.
+            assert (digest, vers) == last_pull, (tr, pushes)
+            pushes += 1
+    assert moved > 10            # the versions did move between pulls: the check had work
+    assert pushes == 8 * 16, pushes          # 8 shards of 500 in batches of 32
+
+
+# ---------------------------------------------------------------------------
+# Reusing a job name
+# ---------------------------------------------------------------------------
+
+def test_reused_job_name_with_other_settings_is_an_error_naming_them(ps_train, server):
+    r = server.client()
+    base = ["init", "--addr", server.addr, "--job", "re", "--limit", 2000, "--shard-size", 1000,
+            "--layers", "784,16,10"]
+    run(base)
+    p = run(base + ["--layers", "784,32,10", "--epochs", 3, "--optim", "adam"], check=False)
+    assert p.returncode == 2, p.out
+    for needle in ("--layers 784,32,10 (job: 784,16,10)", "--epochs 3 (job: 1)",
+                   "--optim adam (job: SGD)", "--reset", "another --job"):
+        assert needle in p.out, p.out
+    assert r.xlen("psjob:{re}:tasks") == 2                    # the job is unchanged
+    # The same settings (and flags left out) continue the job.
+    p = run(["init", "--addr", server.addr, "--job", "re", "--layers", "784,16,10"])
+    assert "continuing it" in p.out, p.out
+    # run checks the same way before starting any worker.
+    p = run(["run", "--addr", server.addr, "--job", "re", "--layers", "784,64,10"], check=False)
+    assert p.returncode == 2 and "--layers 784,64,10 (job: 784,16,10)" in p.out, p.out
+    assert "starting" not in p.out
+
+
+def test_rerun_of_a_finished_job_says_it_is_finished_and_exits_3(ps_train, server):
+    args = ["run", "--addr", server.addr, "--job", "fin", "--limit", 1000, "--shard-size", 500,
+            "--layers", "784,16,10", "--workers", 1, "--progress", "none"]
+    run(args)
+    p = run(args, check=False)
+    assert p.returncode == 3, p.out
+    assert "job fin is finished: all 2 tasks were trained" in p.out, p.out
+    assert "ps-train eval" in p.out and "--reset" in p.out, p.out
+    assert "starting" not in p.out
+
+
+# ---------------------------------------------------------------------------
+# CSV inputs checked before the first step
+# ---------------------------------------------------------------------------
+
+def write_csv(path, rows, width, classes):
+    with open(path, "w") as f:
+        for i in range(rows):
+            f.write(",".join(["%.2f" % ((i * 7 + j) % 10 / 10.0) for j in range(width)] +
+                             [str(i % classes)]) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["no-test-csv", "test-missing", "test-narrow", "test-labels"])
+def test_run_csv_checks_every_input_before_training(ps_train, server, tmp_path, case):
+    r = server.client()
+    train = write_csv(tmp_path / "train.csv", 200, 8, 3)
+    tests = {"no-test-csv": None, "test-missing": str(tmp_path / "nope.csv"),
+             "test-narrow": write_csv(tmp_path / "narrow.csv", 20, 6, 3),
+             "test-labels": write_csv(tmp_path / "labels.csv", 20, 8, 5)}
+    args = ["run", "--addr", server.addr, "--job", "csv", "--csv", train, "--layers", "8,4,3",
+            "--shard-size", 50, "--workers", 1, "--progress", "line"]
+    if tests[case]:
+        args += ["--test-csv", tests[case]]
+    p = run(args, check=False)
+    assert p.returncode in (1, 2), p.out
+    needle = {"no-test-csv": "--csv needs --test-csv",
+              "test-missing": "nope.csv",
+              "test-narrow": "has 6 features but the model's input width is 8",
+              "test-labels": "labels up to 4 but the model's output width is 3"}[case]
+    assert needle in p.out, p.out
+    # Nothing trained, nothing left behind: no worker started, no job keys.
+    assert "starting" not in p.out and "samples/s" not in p.out, p.out
+    assert r.keys("*csv*") == []
+
+
+# ---------------------------------------------------------------------------
+# A server without the module
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cmd", ["init", "run", "work", "status"])
+def test_server_without_the_module_is_named_at_connect_and_left_untouched(ps_train, make_server,
+                                                                          cmd):
+    bare = make_server(module=None)
+    p = run([cmd, "--addr", bare.addr, "--job", "nm", "--limit", 1000], check=False) \
+        if cmd in ("init", "run") else run([cmd, "--addr", bare.addr, "--job", "nm"], check=False)
+    assert p.returncode == 1, p.out
+    assert "does not have the ps module loaded" in p.out, p.out
+    assert "--loadmodule" in p.out and "build/ps.so" in p.out, p.out
+    assert "unknown command" not in p.out and "has no tensors" not in p.out, p.out
+    assert bare.client().keys("*") == []                      # no half-made job
+
+
+# ---------------------------------------------------------------------------
+# Ctrl-C and resume
+# ---------------------------------------------------------------------------
+
+def acked(r, job):
+    return len(r.hkeys("psjob:{%s}:done" % job))
+
+
+# "group": Ctrl-C in a terminal signals run and its workers at once (and run forwards it:
+# each worker gets it twice); "run": only run's pid is signalled and it forwards it.
+@pytest.mark.parametrize("target", ["run", "group"])
+def test_ctrl_c_says_interrupted_and_resumable_exits_130_and_resume_is_prompt(ps_train, server,
+                                                                              target):
+    r = server.client()
+    # 12 tasks of 1000 samples; the default --lease-ms 30000 is what a resume used to wait.
+    args = ["run", "--addr", server.addr, "--job", "cc", "--limit", 12000, "--shard-size", 1000,
+            "--layers", "784,64,10", "--workers", 2, "--progress", "none", "--batch", 16]
+    t0 = time.monotonic()
+    p = popen(args, new_session=True)
+    psserver.wait_until(lambda: acked(r, "cc") >= 3, timeout=60, interval=0.01,
+                        what="3 tasks acked")
+    t_first = time.monotonic() - t0
+    n_first = acked(r, "cc")
+    if target == "group":
+        os.killpg(p.pid, signal.SIGINT)
+    else:
+        p.send_signal(signal.SIGINT)
+    out = p.communicate(timeout=60)[0].decode(errors="replace")
+    assert p.returncode == 130, out
+    assert out.count("stays pending") + out.count("its tasks back") == 2, out
+    assert "interrupted" in out and "resumable" in out, out
+    assert "rerun the same command" in out and "every worker failed" not in out, out
+    pend = r.xpending("psjob:{cc}:tasks", "workers")["pending"]
+    assert pend >= 1, out                       # the workers left their tasks pending
+    remaining = 12 - acked(r, "cc")
+    # Resume: the same command finishes the rest; the workers take their own pending
+    # tasks back at once instead of waiting 30 s for the lease.
+    t1 = time.monotonic()
+    p2 = run(args, timeout=120)
+    resume = time.monotonic() - t1
+    assert "taking back my pending task" in p2.out, p2.out
+    assert acked(r, "cc") == 12 and r.xpending("psjob:{cc}:tasks", "workers")["pending"] == 0
+    per_task = t_first / max(n_first, 1)        # includes start-up: an overestimate
+    assert resume <= remaining * per_task + 2.0, (resume, remaining, per_task)
+    assert resume < 20, resume
+
+
+def test_restarted_worker_takes_back_its_own_task_and_says_what_it_waits_for(ps_train, server):
+    r = server.client()
+    run(["init", "--addr", server.addr, "--job", "own", "--limit", 4000, "--shard-size", 1000,
+         "--layers", "784,16,10"])
+    common = ["work", "--addr", server.addr, "--job", "own", "--progress", "none",
+              "--batch", 8]
+    a = popen(common + ["--name", "A"])
+    psserver.wait_until(lambda: acked(r, "own") >= 1, timeout=60, interval=0.01,
+                        what="a task acked")
+    a.send_signal(signal.SIGINT)
+    out = a.communicate(timeout=60)[0].decode(errors="replace")
+    assert a.returncode == 130, out
+    assert "stays pending" in out and "--name A" in out, out
+    pend = r.xpending_range("psjob:{own}:tasks", "workers", "-", "+", 10)
+    assert [e["consumer"] for e in pend] == [b"A"], pend
+    held = pend[0]["message_id"].decode()
+    # Another worker B arrives first: it trains the new tasks, then says it waits for A's.
+    b = popen(common + ["--name", "B", "--lease-ms", 60000])
+    try:
+        psserver.wait_until(lambda: acked(r, "own") == 3, timeout=60, interval=0.05,
+                            what="B training the free tasks")
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        a2 = run(common + ["--name", "A"], timeout=60)
+        assert time.monotonic() - t0 < 10
+        assert "taking back my pending task %s" % held in a2.out, a2.out
+        bout = b.communicate(timeout=30)[0].decode(errors="replace")
+        assert b.returncode == 0, bout
+        assert "waiting for 1 pending on A (1)" in bout and "--lease-ms 60000" in bout, bout
+    finally:
+        if b.poll() is None:
+            b.kill()
+            b.wait()
+    assert acked(r, "own") == 4
+
+
+# ---------------------------------------------------------------------------
+# Task bookkeeping survives resent commands
+# ---------------------------------------------------------------------------
+
+def test_task_bookkeeping_resent_after_a_lost_reply_counts_each_task_once(ps_train, server):
+    r = server.client()
+    run(["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--shard-size", 500,
+         "--layers", "784,16,10"])
+    # PS_TRAIN_RESEND_ACKS sends the record and the XACK of every task twice, as libps does
+    # when a reply is lost: the second XACK answers 0 and the counters are written again.
+    p = run(["work", "--addr", server.addr, "--job", "twice", "--name", "A", "--progress",
+             "line"], env_extra={"PS_TRAIN_RESEND_ACKS": "1"})
+    assert "another worker" not in p.out, p.out
+    assert "done: 6 tasks" in p.out, p.out
+    done = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice}:done").items()}
+    assert len(done) == 6 and set(done.values()) == {"1"}, done
+    prog = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice}:progress").items()}
+    assert prog["w:A:tasks"] == "6" and prog["w:A:samples"] == "3000", prog
+    assert r.xpending("psjob:{twice}:tasks", "workers")["pending"] == 0
+    st = run(["status", "--addr", server.addr, "--job", "twice"])
+    assert "6 total, 6 acked, 0 pending" in st.out and "samples trained: 3000" in st.out, st.out
+    # A worker restarted under the same name continues its counters (absolute values).
+    run(["init", "--addr", server.addr, "--job", "twice2", "--limit", 2000, "--shard-size", 500,
+         "--layers", "784,16,10"])
+    run(["work", "--addr", server.addr, "--job", "twice2", "--name", "A", "--max-tasks", 1,
+         "--progress", "none"])
+    run(["work", "--addr", server.addr, "--job", "twice2", "--name", "A", "--progress", "none"])
+    prog = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{twice2}:progress").items()}
+    assert prog["w:A:tasks"] == "4" and prog["w:A:samples"] == "2000", prog
