@@ -78,3 +78,66 @@ def test_golden_rdb_survives_resave_and_reload(golden):
     before = {k: psserver.digest(c, k) for k in exp["keys"]}
     c.execute_command("DEBUG", "RELOAD")
     assert {k: psserver.digest(c, k) for k in exp["keys"]} == before
+
+
+# Golden AOFs: an AOF rewritten without the RDB preamble (PS._RESTORE commands) by each
+# released PS._RESTORE format (golden/<format>/appendonlydir, made once by
+# golden/make_golden_aof.py) still replays to the same values, digests, optimizer state and
+# exactly-once entries. aof-v0 is the format without a version token.
+AOF_FORMATS = sorted(d for d in os.listdir(GOLDEN)
+                     if os.path.isdir(os.path.join(GOLDEN, d, "appendonlydir")))
+
+
+def test_there_is_a_golden_aof_without_a_version_token():
+    assert "aof-v0" in AOF_FORMATS
+
+
+@pytest.fixture(params=AOF_FORMATS)
+def golden_aof(request, make_server, tmp_path):
+    """A server that replayed a copy of golden/<format>/appendonlydir; (server, client, expected)."""
+    fmt = request.param
+    d = tmp_path / fmt
+    d.mkdir()
+    shutil.copytree(os.path.join(GOLDEN, fmt, "appendonlydir"), d / "appendonlydir")
+    with open(os.path.join(GOLDEN, fmt, "expected.json")) as f:
+        expected = json.load(f)
+    s = make_server(dir=str(d), args=["--appendonly", "yes", "--aof-use-rdb-preamble", "no",
+                                      "--auto-aof-rewrite-percentage", "0"])
+    return s, s.client(), expected
+
+
+def test_golden_aof_replays_every_tensor_bit_identically(golden_aof):
+    s, c, exp = golden_aof
+    assert sorted(k.decode() for k in c.keys("*")) == sorted(exp["keys"])
+    for key, e in exp["keys"].items():
+        assert psserver.digest(c, key).decode() == e["digest"], key
+        v, data = c.execute_command("PS.PULL", key)
+        assert (v, data.hex()) == (e["version"], e["data"]), key
+        snaps = c.execute_command("PS.SNAPSHOTS", key)
+        assert [(n.decode(), sv, ms) for n, sv, ms in snaps] == \
+            [(x["name"], x["version"], x["unix_ms"]) for x in e["snapshots"]], key
+        for x in e["snapshots"]:
+            assert c.execute_command("PS.PULL", key, "AT", x["name"])[1].hex() == x["data"], \
+                (key, x["name"])
+
+
+def test_golden_aof_optimizer_state_and_dedup_table_are_replayed(golden_aof):
+    s, c, exp = golden_aof
+    g = np.asarray(exp["gradient"], dtype="<f4").tobytes()
+    for key, e in exp["keys"].items():
+        c.execute_command("PS.PUSHGRAD", key, g)
+        assert c.execute_command("PS.PULL", key)[1].hex() == e["after_push"], key
+    for key, cid, seq, version in exp["replays"]:
+        assert c.execute_command("PS.PUSHGRAD", key, g, "ID", cid, seq) == version, (key, cid)
+
+
+def test_golden_aof_survives_a_rewrite_in_the_current_format(golden_aof):
+    s, c, exp = golden_aof
+    before = {k: psserver.digest(c, k) for k in exp["keys"]}
+    c.bgrewriteaof()
+    psserver.wait_until(lambda: not c.info("persistence")["aof_rewrite_in_progress"] and
+                        not c.info("persistence")["aof_rewrite_scheduled"], timeout=60,
+                        what="AOF rewrite")
+    s.restart(timeout=30)
+    c = s.client()
+    assert {k: psserver.digest(c, k) for k in exp["keys"]} == before
