@@ -31,24 +31,24 @@ static RedisModuleCommandKeySpec OverwriteKey[] = PS_KEY_AT_1(REDISMODULE_CMD_KE
 static RedisModuleCommandArg CreateArgs[] = {
     PS_ARG_KEY,
     PS_ARG("dims", "SHAPE", INTEGER, REDISMODULE_CMD_ARG_MULTIPLE),
-    PS_ARG("init", "INIT", STRING, PS_OPT),
-    PS_ARG("data", "DATA", STRING, PS_OPT),
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("seed", "SEED", INTEGER, PS_OPT),
-    PS_ARG("optim", "OPTIM", STRING, PS_OPT),
-#define PS_HP_ARG(K, f, d, r, s) PS_ARG(#f, #K, DOUBLE, PS_OPT),
+    PS_ARG("init", "INIT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("data", "DATA", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("seed", "SEED", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("optim", "OPTIM", STRING, PS_ARG_OPTIONAL),
+#define PS_HP_ARG(K, f, d, r, s) PS_ARG(#f, #K, DOUBLE, PS_ARG_OPTIONAL),
     PS_HYPERPARAMS(PS_HP_ARG)
 #undef PS_HP_ARG
-    PS_ARG("maxstaleness", "MAXSTALENESS", INTEGER, PS_OPT),
-    PS_ARG("policy", "POLICY", STRING, PS_OPT),
-    PS_ARG("sync", "SYNC", INTEGER, PS_OPT),
-    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
-    PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_OPT),
-    PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_OPT),
+    PS_ARG("maxstaleness", "MAXSTALENESS", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("policy", "POLICY", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("sync", "SYNC", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG_FLAG("nx", "NX"),
     {0}};
 static RedisModuleCommandArg SetArgs[] = {
-    PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_OPT), {0}};
+    PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg KeyArgs[] = {PS_ARG_KEY, {0}};
 static RedisModuleCommandArg ConfigArgs[] = {
     PS_ARG_KEY, PS_ARG("param", NULL, STRING, 0),
@@ -59,25 +59,25 @@ static RedisModuleCommandArg RestoreArgs[] = {
 static RedisModuleCommandArg PushArgs[] = {
     PS_ARG_KEY,
     PS_ARG("gradient", NULL, STRING, 0),
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("rows", "ROWS", STRING, PS_OPT),
-    PS_ARG("version", "VERSION", INTEGER, PS_OPT),
-    PS_ARG("id", "ID", STRING, PS_OPT),
-    PS_ARG("scale", "SCALE", DOUBLE, PS_OPT),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("rows", "ROWS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("version", "VERSION", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("id", "ID", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("scale", "SCALE", DOUBLE, PS_ARG_OPTIONAL),
     {0}};
 static RedisModuleCommandArg PullArgs[] = {
     PS_ARG_KEY,
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("rows", "ROWS", STRING, PS_OPT),
-    PS_ARG("snapshot", "AT", STRING, PS_OPT),
-    PS_ARG("minversion", "MINVERSION", INTEGER, PS_OPT),
-    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("rows", "ROWS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("snapshot", "AT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("minversion", "MINVERSION", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
     {0}};
 static RedisModuleCommandArg CloseRoundArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
 static RedisModuleCommandArg SnapArgs[] = {
-    PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_OPT), {0}};
+    PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
 
 /* ========================================================================
  * The table

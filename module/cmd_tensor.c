@@ -25,15 +25,25 @@
 /* The options besides the hyper-parameters: name, bounds of their value
  * (POLICY takes a word). Their order after the hyper-parameters gives each
  * option its bit in 'seen'. */
-enum { OPT_MAXSTALENESS = PS_HP_COUNT, OPT_POLICY, OPT_SYNC, OPT_TIMEOUT, OPT_DEDUPMAX, OPT_MAXSNAPSHOTS, OPT_COUNT };
+enum {
+    SET_MAXSTALENESS = PS_HP_COUNT,
+    SET_POLICY,
+    SET_SYNC,
+    SET_TIMEOUT,
+    SET_DEDUPMAX,
+    SET_MAXSNAPSHOTS,
+    OPTION_COUNT /* hyper-parameters + settings */
+};
 static const struct {
     const char *name;
     long long min, max;
-} Settings[OPT_COUNT - PS_HP_COUNT] = {
+} Settings[] = {
     {"MAXSTALENESS", -1, 1LL << 40}, {"POLICY", 0, 0},       {"SYNC", 0, 1 << 20},
     {"TIMEOUT", 0, 1LL << 40},       {"DEDUPMAX", 0, 1 << 20}, {"MAXSNAPSHOTS", 0, 4096},
 };
-_Static_assert(OPT_COUNT <= 32, "option bits of 'seen' overflow an unsigned");
+_Static_assert(sizeof(Settings) / sizeof(Settings[0]) == OPTION_COUNT - PS_HP_COUNT,
+               "a setting without its name and bounds");
+_Static_assert(OPTION_COUNT <= 32, "option bits of 'seen' overflow an unsigned");
 
 /* Hyper-parameter keywords and their PSHyper members, from hparams.h. */
 static const struct {
@@ -54,8 +64,8 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
                                PSTensorOpts *o, int *sync_seen, unsigned *seen) {
     RedisModuleString *opt = argv[*i];
     int k = 0;
-    while (k < OPT_COUNT && !ps_arg_is(opt, option_name(k))) k++;
-    if (k == OPT_COUNT) return 0;
+    while (k < OPTION_COUNT && !ps_arg_is(opt, option_name(k))) k++;
+    if (k == OPTION_COUNT) return 0;
     if (*seen & (1u << k)) {
         ps_reply_errorf(ctx, PSERR_DUP_OPT_F, option_name(k));
         return -1;
@@ -73,7 +83,7 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
         *(double *)((char *)&o->h + Hypers[k].off) = v;
         return 1;
     }
-    if (k == OPT_POLICY) {
+    if (k == SET_POLICY) {
         if (ps_arg_is(val, "REJECT")) {
             o->policy = PS_POLICY_REJECT;
         } else if (ps_arg_is(val, "SCALE")) {
@@ -89,13 +99,13 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
     if (ps_arg_ll(ctx, val, Settings[si].name, Settings[si].min, Settings[si].max, &ll) != REDISMODULE_OK)
         return -1;
     switch (k) {
-    case OPT_MAXSTALENESS: o->maxstale = ll; break;
-    case OPT_SYNC:
+    case SET_MAXSTALENESS: o->maxstale = ll; break;
+    case SET_SYNC:
         o->sync_n = (uint32_t)ll;
         *sync_seen = 1;
         break;
-    case OPT_TIMEOUT: o->sync_timeout_ms = ll; break;
-    case OPT_DEDUPMAX: o->dedup_max = (uint32_t)ll; break;
+    case SET_TIMEOUT: o->sync_timeout_ms = ll; break;
+    case SET_DEDUPMAX: o->dedup_max = (uint32_t)ll; break;
     default: o->max_snapshots = (uint32_t)ll; break;
     }
     return 1;
@@ -113,7 +123,7 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString **argv, uint
                              ps_format fmt, const PSTensorOpts *o) {
     /* key, SHAPE dims, the longest INIT/DATA part (6), OPTIM name, every
      * hyper-parameter and setting with its value. */
-    enum { MAXV = 2 + PS_MAX_DIMS + 6 + 2 + 2 * OPT_COUNT };
+    enum { MAXV = 2 + PS_MAX_DIMS + 6 + 2 + 2 * OPTION_COUNT };
     RedisModuleString *v[MAXV];
     int owned[MAXV];
     int n = 0;

@@ -129,12 +129,14 @@ void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
 #define PS_ARG_FLAG(nm, tok) \
     {.name = nm, .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = tok, \
      .flags = REDISMODULE_CMD_ARG_OPTIONAL}
-#define PS_OPT REDISMODULE_CMD_ARG_OPTIONAL /* an optional argument (not an optimizer) */
+#define PS_ARG_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
 
 /* PS._RESTORE SNAPSHOT's blob: step, b1pow, b2pow, flags (the short form,
  * all that was written before PS_ENCVER_SNAP_SHARING), then in the long form
  * the earlier snapshot's index of each array shared with one. */
 #define PS_RESTORE_SNAP_WORDS_SHORT 4
 #define PS_RESTORE_SNAP_WORDS_LONG 7
+_Static_assert(PS_RESTORE_SNAP_WORDS_LONG == PS_RESTORE_SNAP_WORDS_SHORT + 3,
+               "the long form adds one earlier-snapshot index per array");
 
 #endif /* PS_MODULE_H */

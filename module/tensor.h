@@ -266,6 +266,9 @@ long PSTensor_SnapshotArrayOwner(const PSTensor *t, uint32_t i, int j);
 #define PS_SNAP_SHARES_EARLIER 8u
 #define PS_SNAP_FLAGS_LIVE_ONLY 7u
 #define PS_SNAP_FLAGS_ALL 63u
+_Static_assert(PS_SNAP_FLAGS_LIVE_ONLY == PS_SNAP_SHARES_EARLIER - 1 &&
+                   PS_SNAP_FLAGS_ALL == (PS_SNAP_SHARES_EARLIER << 3) - 1,
+               "one sharing bit of each kind per array (values, state 0, state 1)");
 typedef struct PSSnapshotSaved {
     uint64_t version;
     int64_t unix_ms;

@@ -141,3 +141,33 @@ def test_golden_aof_survives_a_rewrite_in_the_current_format(golden_aof):
     s.restart(timeout=30)
     c = s.client()
     assert {k: psserver.digest(c, k) for k in exp["keys"]} == before
+
+
+def _header_blob(dims=(2, 3), version=5):
+    """A PS._RESTORE HEADER blob (module/header.h, 19 scalars): SGD, default
+    hyper-parameters, no limit, async."""
+    import struct
+    u = lambda v: struct.pack("<Q", v & (2 ** 64 - 1))
+    d = lambda v: struct.pack("<d", v)
+    out = u(len(dims)) + b"".join(u(x) for x in dims)
+    out += u(version) + u(0) + b"".join(d(x) for x in (0.5, 0.9, 0.9, 0.999, 1e-8, 0.0, 0.0))
+    out += u(0) + d(1.0) + d(1.0) + u(-1) + u(0) + u(0) + u(0) + u(1024) + u(16) + u(0)
+    return out
+
+
+def test_restore_header_encver_token_names_the_layout(server):
+    """HEADER without a token is the layout of AOFs written before the token (aof-v0);
+    ENCVER n reads the layout of encoding version n; a version this module does not know
+    is refused and creates nothing."""
+    raw = server.raw()
+    blob = _header_blob()
+    assert raw.call("PS._RESTORE", "old", "HEADER", blob) == "OK"
+    assert raw.call("PS._RESTORE", "new", "HEADER", blob, "ENCVER", 3) == "OK"
+    assert raw.call("PS._RESTORE", "v1", "HEADER", blob, "ENCVER", 1) == "OK"
+    for k in ("old", "new", "v1"):
+        assert raw.call("PS.PULL", k)[0] == 5
+    for bad in ([blob, "ENCVER", 4], [blob, "ENCVER", 0], [blob, "ENCVER", "x"],
+                [blob, "VERSION", 3], [blob[:-8], "ENCVER", 3]):
+        rep = raw.call("PS._RESTORE", "bad", "HEADER", *bad)
+        assert isinstance(rep, psserver.RespError), bad
+    assert raw.call("EXISTS", "bad") == 0
