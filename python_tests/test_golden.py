@@ -21,21 +21,28 @@ def test_there_is_a_golden_file_for_every_encoding_version():
     assert "v1" in VERSIONS
 
 
-@pytest.fixture(params=VERSIONS)
-def golden(request, make_server, tmp_path):
-    """A server started over a copy of golden/<version>/dump.rdb; (server, client, expected)."""
-    ver = request.param
-    d = tmp_path / ver
+def start_golden(make_server, tmp_path, name, copy, args):
+    """A server over a copy of golden/<name>/ made by copy(src_dir, dst_dir), started with
+    'args'; returns (server, client, expected.json)."""
+    d = tmp_path / name
     d.mkdir()
-    shutil.copy(os.path.join(GOLDEN, ver, "dump.rdb"), d / "dump.rdb")
-    with open(os.path.join(GOLDEN, ver, "expected.json")) as f:
+    copy(os.path.join(GOLDEN, name), d)
+    with open(os.path.join(GOLDEN, name, "expected.json")) as f:
         expected = json.load(f)
-    s = make_server(dir=str(d), args=["--dbfilename", "dump.rdb"])
+    s = make_server(dir=str(d), args=args)
     return s, s.client(), expected
 
 
-def test_golden_rdb_loads_every_tensor_bit_identically(golden):
-    s, c, exp = golden
+@pytest.fixture(params=VERSIONS)
+def golden(request, make_server, tmp_path):
+    """A server started over a copy of golden/<version>/dump.rdb; (server, client, expected)."""
+    return start_golden(make_server, tmp_path, request.param,
+                        lambda src, dst: shutil.copy(os.path.join(src, "dump.rdb"), dst),
+                        ["--dbfilename", "dump.rdb"])
+
+
+def check_tensors_and_snapshots(c, exp):
+    """Every recorded tensor is there with its version, values and snapshots."""
     assert sorted(k.decode() for k in c.keys("*")) == sorted(exp["keys"])
     for key, e in exp["keys"].items():
         assert c.type(key) == b"ps-tensor", key
@@ -55,22 +62,37 @@ def test_golden_rdb_loads_every_tensor_bit_identically(golden):
             assert fields.get(k) == want, (key, k, fields.get(k), want)
 
 
-def test_golden_rdb_digests_match_the_recorded_ones(golden):
+def check_digests(c, exp):
     """DEBUG DIGEST-VALUE covers every byte of state. If the digest function itself was
     changed on purpose, update the digests in expected.json (never the dump.rdb)."""
-    s, c, exp = golden
     for key, e in exp["keys"].items():
         assert psserver.digest(c, key).decode() == e["digest"], key
 
 
-def test_golden_rdb_optimizer_state_and_dedup_table_are_loaded(golden):
+def test_golden_rdb_loads_every_tensor_bit_identically(golden):
     s, c, exp = golden
+    check_tensors_and_snapshots(c, exp)
+
+
+def test_golden_rdb_digests_match_the_recorded_ones(golden):
+    s, c, exp = golden
+    check_digests(c, exp)
+
+
+def check_optimizer_state_and_dedup_table(c, exp):
+    """The next push lands on the recorded bits (optimizer state loaded exactly) and each
+    recorded (id, seq) is answered as a duplicate with its original version."""
     g = np.asarray(exp["gradient"], dtype="<f4").tobytes()
     for key, e in exp["keys"].items():
         c.execute_command("PS.PUSHGRAD", key, g)
         assert c.execute_command("PS.PULL", key)[1].hex() == e["after_push"], key
     for key, cid, seq, version in exp["replays"]:
         assert c.execute_command("PS.PUSHGRAD", key, g, "ID", cid, seq) == version, (key, cid)
+
+
+def test_golden_rdb_optimizer_state_and_dedup_table_are_loaded(golden):
+    s, c, exp = golden
+    check_optimizer_state_and_dedup_table(c, exp)
 
 
 def test_golden_rdb_survives_resave_and_reload(golden):
@@ -95,40 +117,22 @@ def test_there_is_a_golden_aof_without_a_version_token():
 @pytest.fixture(params=AOF_FORMATS)
 def golden_aof(request, make_server, tmp_path):
     """A server that replayed a copy of golden/<format>/appendonlydir; (server, client, expected)."""
-    fmt = request.param
-    d = tmp_path / fmt
-    d.mkdir()
-    shutil.copytree(os.path.join(GOLDEN, fmt, "appendonlydir"), d / "appendonlydir")
-    with open(os.path.join(GOLDEN, fmt, "expected.json")) as f:
-        expected = json.load(f)
-    s = make_server(dir=str(d), args=["--appendonly", "yes", "--aof-use-rdb-preamble", "no",
-                                      "--auto-aof-rewrite-percentage", "0"])
-    return s, s.client(), expected
+    return start_golden(make_server, tmp_path, request.param,
+                        lambda src, dst: shutil.copytree(os.path.join(src, "appendonlydir"),
+                                                         dst / "appendonlydir"),
+                        ["--appendonly", "yes", "--aof-use-rdb-preamble", "no",
+                         "--auto-aof-rewrite-percentage", "0"])
 
 
 def test_golden_aof_replays_every_tensor_bit_identically(golden_aof):
     s, c, exp = golden_aof
-    assert sorted(k.decode() for k in c.keys("*")) == sorted(exp["keys"])
-    for key, e in exp["keys"].items():
-        assert psserver.digest(c, key).decode() == e["digest"], key
-        v, data = c.execute_command("PS.PULL", key)
-        assert (v, data.hex()) == (e["version"], e["data"]), key
-        snaps = c.execute_command("PS.SNAPSHOTS", key)
-        assert [(n.decode(), sv, ms) for n, sv, ms in snaps] == \
-            [(x["name"], x["version"], x["unix_ms"]) for x in e["snapshots"]], key
-        for x in e["snapshots"]:
-            assert c.execute_command("PS.PULL", key, "AT", x["name"])[1].hex() == x["data"], \
-                (key, x["name"])
+    check_tensors_and_snapshots(c, exp)
+    check_digests(c, exp)
 
 
 def test_golden_aof_optimizer_state_and_dedup_table_are_replayed(golden_aof):
     s, c, exp = golden_aof
-    g = np.asarray(exp["gradient"], dtype="<f4").tobytes()
-    for key, e in exp["keys"].items():
-        c.execute_command("PS.PUSHGRAD", key, g)
-        assert c.execute_command("PS.PULL", key)[1].hex() == e["after_push"], key
-    for key, cid, seq, version in exp["replays"]:
-        assert c.execute_command("PS.PUSHGRAD", key, g, "ID", cid, seq) == version, (key, cid)
+    check_optimizer_state_and_dedup_table(c, exp)
 
 
 def test_golden_aof_survives_a_rewrite_in_the_current_format(golden_aof):
