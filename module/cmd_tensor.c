@@ -1,12 +1,12 @@
-/* cmd_tensor.c -- PS.CREATE, PS.SET, PS.INFO, PS.CONFIG and the internal
- * PS._RESTORE that AOF rewrites emit.
+/* cmd_tensor.c -- PS.CREATE, PS.SET, PS.INFO, PS.CONFIG. The options of
+ * PS.CREATE and PS.CONFIG, INFO's fields and the replicated PS.CREATE are
+ * generated from the hyper-parameter list (hparams.h).
  *
  * Replication, decided here per handler:
  *   PS.CREATE   verbatim, except a random INIT without SEED: replicated with
  *               the server-chosen SEED appended (the effect, not the choice).
  *   PS.SET      verbatim (a deterministic overwrite).
  *   PS.CONFIG   verbatim.
- *   PS._RESTORE verbatim (only ever replayed from an AOF).
  *   PS.INFO     read-only, never replicated. */
 
 #include <limits.h>
@@ -494,16 +494,8 @@ int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!t) return REDISMODULE_OK;
-    PSTensorOpts o = {
-        .optim = t->optim,
-        .h = t->h,
-        .maxstale = t->maxstale,
-        .policy = t->policy,
-        .sync_n = t->sync_n,
-        .sync_timeout_ms = t->sync_timeout_ms,
-        .dedup_max = t->dedup_max,
-        .max_snapshots = t->max_snapshots,
-    };
+    PSTensorOpts o;
+    PSTensor_GetOpts(t, &o);
     int sync_seen = 0;
     unsigned seen = 0;
     for (int i = 2; i < argc;) {
@@ -524,13 +516,7 @@ int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
         RedisModule_ReplyWithError(ctx, PSERR_SYNC_CHANGE);
         goto done;
     }
-    t->h = o.h;
-    t->maxstale = o.maxstale;
-    t->policy = o.policy;
-    t->sync_n = o.sync_n;
-    t->sync_timeout_ms = o.sync_timeout_ms;
-    t->dedup_max = o.dedup_max;
-    t->max_snapshots = o.max_snapshots;
+    PSTensor_Configure(t, &o);
     /* A smaller table bound takes effect now (oldest entries go first). */
     while (t->dedup_len > t->dedup_max) {
         uint32_t victim = 0;

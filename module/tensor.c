@@ -91,13 +91,7 @@ PSTensor *PSTensor_Create(uint32_t ndim, const uint64_t *dims, uint64_t n, const
     memcpy(t->dims, dims, ndim * sizeof(uint64_t));
     t->n = n;
     t->optim = o->optim;
-    t->h = o->h;
-    t->maxstale = o->maxstale;
-    t->policy = o->policy;
-    t->sync_n = o->sync_n;
-    t->sync_timeout_ms = o->sync_timeout_ms;
-    t->dedup_max = o->dedup_max;
-    t->max_snapshots = o->max_snapshots;
+    PSTensor_Configure(t, o);
     t->opt.b1pow = 1.0;
     t->opt.b2pow = 1.0;
     if (!zero_arrays) return t;
@@ -111,6 +105,28 @@ PSTensor *PSTensor_Create(uint32_t ndim, const uint64_t *dims, uint64_t n, const
 oom:
     PSTensor_Free(t);
     return NULL;
+}
+
+void PSTensor_GetOpts(const PSTensor *t, PSTensorOpts *o) {
+    memset(o, 0, sizeof(*o));
+    o->optim = t->optim;
+    o->h = t->h;
+    o->maxstale = t->maxstale;
+    o->policy = t->policy;
+    o->sync_n = t->sync_n;
+    o->sync_timeout_ms = t->sync_timeout_ms;
+    o->dedup_max = t->dedup_max;
+    o->max_snapshots = t->max_snapshots;
+}
+
+void PSTensor_Configure(PSTensor *t, const PSTensorOpts *o) {
+    t->h = o->h;
+    t->maxstale = o->maxstale;
+    t->policy = o->policy;
+    t->sync_n = o->sync_n;
+    t->sync_timeout_ms = o->sync_timeout_ms;
+    t->dedup_max = o->dedup_max;
+    t->max_snapshots = o->max_snapshots;
 }
 
 PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o) {

@@ -179,6 +179,14 @@ void PSTensor_DefaultOpts(PSTensorOpts *o, double lr);
 PSTensor *PSTensor_Create(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o,
                           int zero_arrays);
 
+/* The settings of a tensor as options (PS.CONFIG starts from them). */
+void PSTensor_GetOpts(const PSTensor *t, PSTensorOpts *o);
+
+/* Applies every option but the optimizer kind, which is fixed at creation
+ * (PS.CONFIG, after checking them all). A lower dedup_max does not evict:
+ * the caller trims the exactly-once table. */
+void PSTensor_Configure(PSTensor *t, const PSTensorOpts *o);
+
 /* PSTensor_Create with zeroed arrays (PS.CREATE). */
 PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o);
 
