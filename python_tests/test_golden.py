@@ -16,9 +16,23 @@ GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 VERSIONS = sorted(d for d in os.listdir(GOLDEN) if os.path.isfile(os.path.join(GOLDEN, d, "dump.rdb")))
 
 
+def latest_encver():
+    """PS_ENCVER_LATEST as module/encver.h defines it (through its feature name)."""
+    import re
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "module", "encver.h")
+    defs = dict(re.findall(r"#define (PS_ENCVER_\w+) (\w+)", open(path).read()))
+    v = defs["PS_ENCVER_LATEST"]
+    while not v.isdigit():
+        v = defs[v]
+    return int(v)
+
+
 def test_there_is_a_golden_file_for_every_encoding_version():
+    """A new encoding version comes with its golden file (golden/make_golden.py vN)."""
     assert VERSIONS, "no golden RDB files under %s" % GOLDEN
-    assert "v1" in VERSIONS
+    for v in range(1, latest_encver() + 1):
+        assert "v%d" % v in VERSIONS, "no golden RDB file of encoding version %d" % v
 
 
 def start_golden(make_server, tmp_path, name, copy, args):

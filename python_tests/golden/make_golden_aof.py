@@ -27,15 +27,6 @@ AOF_ARGS = ["--appendonly", "yes", "--aof-use-rdb-preamble", "no",
             "--auto-aof-rewrite-percentage", "0"]
 
 
-def build_twins(c):
-    x = c.execute_command
-    x("PS.CREATE", "g:twins", "SHAPE", 12, "INIT", "CONST", 0.5, "OPTIM", "ADAM", "LR", 0.01)
-    x("PS.PUSHGRAD", "g:twins", make_golden.f32(make_golden.G), "ID", "t", 1)
-    x("PS.SNAPSHOT", "g:twins", "one", "TIME", 1700000000000)
-    x("PS.SNAPSHOT", "g:twins", "two", "TIME", 1700000000001)
-    x("PS.PUSHGRAD", "g:twins", make_golden.f32(make_golden.G), "ID", "t", 2)
-
-
 def rewrite(c):
     def done():
         p = c.info("persistence")
@@ -55,7 +46,7 @@ def main():
     with psserver.RedisServer(name="golden-aof", args=AOF_ARGS) as s:
         c = s.client()
         make_golden.build(c)
-        build_twins(c)
+        make_golden.build_twins(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
         expected = {"format": ver, "gradient": make_golden.G.tolist(), "keys": {}}
         for k in keys:
