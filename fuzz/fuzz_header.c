@@ -1,11 +1,14 @@
 /* fuzz_header.c -- libFuzzer harness for the RDB/RESTORE decoder: the real
- * module/type.c (PSType_RdbLoad, PSHeader_Check, PSHeader_Decode) linked
+ * module/type.c (PSType_RdbLoad) and the header core (module/header.c:
+ * PSHeader_Check, PSHeader_Decode, PSTensor_SnapshotCheck) linked
  * against a fake RedisModuleIO that serves the fuzz input, so the fuzzer
  * feeds exactly the validator the loader uses.
  *
  * Input: one mode byte, then
- *   mode % 4 == 3   a PS._RESTORE HEADER blob: PSHeader_Decode + PSHeader_Check
- *   otherwise       an RDB value in the fake encoding below, for encver 1 or 2
+ *   mode % 4 == 3   a PS._RESTORE HEADER blob of an ENCVER chosen by mode >> 2:
+ *                   PSHeader_Decode + PSHeader_Check
+ *   otherwise       an RDB value in the fake encoding below, for an encoding
+ *                   version from PS_ENCVER_FIRST to PS_ENCVER_LATEST (mode >> 2)
  * Fake encoding: unsigned/signed/double = 8 bytes little-endian; a string
  * buffer = 4-byte little-endian length + bytes. Reading past the end sets the
  * I/O error flag, as Redis does with REDISMODULE_OPTIONS_HANDLE_IO_ERRORS.
@@ -125,7 +128,7 @@ static void f_EmitAOF(RedisModuleIO *io, const char *cmd, const char *fmt, ...) 
             if (first && strcmp(first, "HEADER") == 0 && f == fmt + 2) {
                 PSHeader hd;
                 uint64_t n2;
-                FZ_CHECK(PSHeader_Decode((const unsigned char *)b, n, &hd) == 0);
+                FZ_CHECK(PSHeader_Decode((const unsigned char *)b, n, PS_ENCVER_LATEST, &hd) == 0);
                 FZ_CHECK(PSHeader_Check(&hd, &n2) == NULL);
             }
         } else {
@@ -236,13 +239,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (mode % 4 == 3) {
         PSHeader hd;
         uint64_t n;
-        if (PSHeader_Decode(in.p, in.len, &hd) != 0) return 0;
+        /* Any encoding version the HEADER token may name. */
+        const int hv = PS_ENCVER_FIRST + (mode >> 2) % (PS_ENCVER_LATEST - PS_ENCVER_FIRST + 1);
+        if (PSHeader_Decode(in.p, in.len, hv, &hd) != 0) return 0;
         if (PSHeader_Check(&hd, &n) != NULL) return 0;
         uint64_t enc[PS_HEADER_MAX_WORDS];
         size_t w = PSHeader_Encode(&hd, enc);
-        FZ_CHECK(w * 8 == in.len && memcmp(enc, in.p, in.len) == 0);
+        /* Every version so far has the newest layout: re-encoding gives the input. */
+        if (PSHeader_Scalars(hv) == PS_HEADER_SCALARS)
+            FZ_CHECK(w * 8 == in.len && memcmp(enc, in.p, in.len) == 0);
         if (n * 4 <= FUZZ_MAX_ALLOC) {
-            PSTensor *t = PSHeader_Build(&hd, n, 1);
+            PSTensor *t = PSHeader_ToTensor(&hd, n, 1);
             if (t) {
                 check_tensor(t);
                 TM.free(t);
@@ -250,20 +257,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         return 0;
     }
-    /* The input as either encoding version the loader knows; what is saved
-     * again is always the newest, PS_ENCVER_2. */
-    PSTensor *t = load_from(in.p, in.len, (mode & 4) ? 2 : 1);
+    /* The input as any encoding version the loader knows; what is saved
+     * again is always the newest, PS_ENCVER_LATEST. */
+    PSTensor *t = load_from(in.p, in.len, PS_ENCVER_FIRST + (mode >> 2) % PS_ENCVER_LATEST);
     if (!t) return 0;
     check_tensor(t);
     RedisModuleIO s1, s2;
     save_to(&s1, t);
-    PSTensor *t2 = load_from(s1.out, s1.olen, 2);
+    PSTensor *t2 = load_from(s1.out, s1.olen, PS_ENCVER_LATEST);
     FZ_CHECK(t2 != NULL);
     save_to(&s2, t2);
     FZ_CHECK(s1.olen == s2.olen && memcmp(s1.out, s2.out, s1.olen) == 0);
     FZ_CHECK(digest_of(t) == digest_of(t2));
     /* A newer encoding version is refused, whatever the bytes. */
-    FZ_CHECK(load_from(s1.out, s1.olen, 3) == NULL);
+    FZ_CHECK(load_from(s1.out, s1.olen, PS_ENCVER_LATEST + 1) == NULL);
     free(s1.out);
     free(s2.out);
     exercise(t);
@@ -290,7 +297,10 @@ static void write_seeds(const char *dir) {
         int optim, sync_n, nsnap, ndedup, ndim;
     } S[] = {{"sgd-1d", PS_OPT_SGD, 0, 0, 0, 1},      {"momentum-snap", PS_OPT_MOMENTUM, 0, 2, 1, 2},
              {"adam-dedup", PS_OPT_ADAM, 0, 1, 3, 2}, {"adamw-3d", PS_OPT_ADAMW, 0, 0, 0, 3},
-             {"rmsprop", PS_OPT_RMSPROP, 0, 1, 0, 1}, {"sync-round", PS_OPT_ADAGRAD, 3, 0, 1, 2}};
+             {"rmsprop", PS_OPT_RMSPROP, 0, 1, 0, 1}, {"sync-round", PS_OPT_ADAGRAD, 3, 0, 1, 2},
+             {"adam-twins", PS_OPT_ADAM, 0, 3, 0, 1}};
+    /* Seeds are saved in the newest layout: their mode byte selects it. */
+    const uint8_t latest = (uint8_t)((PS_ENCVER_LATEST - PS_ENCVER_FIRST) << 2);
     for (size_t k = 0; k < sizeof(S) / sizeof(S[0]); k++) {
         uint64_t dims[3] = {3, 2, 2};
         uint64_t n = 1;
@@ -323,16 +333,21 @@ static void write_seeds(const char *dir) {
             snprintf(nm, sizeof(nm), "s%d", i);
             PSTensor_SnapshotTake(t, nm, strlen(nm), 1700000000000 + i);
         }
+        if (S[k].nsnap >= 3) { /* snapshots taken back to back, then overtaken */
+            PSPush p = {.g = (const unsigned char *)g, .scale = 1.0};
+            PSPushResult r;
+            PSTensor_Push(t, &p, &r);
+        }
         RedisModuleIO io;
         save_to(&io, t);
-        write_seed(dir, S[k].name, 0, io.out, io.olen);
+        write_seed(dir, S[k].name, latest, io.out, io.olen);
         PSHeader hd;
         PSHeader_FromTensor(t, &hd);
         uint64_t enc[PS_HEADER_MAX_WORDS];
         size_t w = PSHeader_Encode(&hd, enc);
         char hn[64];
         snprintf(hn, sizeof(hn), "hdr-%s", S[k].name);
-        write_seed(dir, hn, 3, enc, w * 8);
+        write_seed(dir, hn, (uint8_t)(latest | 3), enc, w * 8);
         free(io.out);
         PSTensor_Free(t);
     }

@@ -18,9 +18,6 @@
 
 #include "ps_module.h"
 
-extern RedisModuleCommandKeySpec PSReadKeySpec[];
-extern RedisModuleCommandKeySpec *PSWriteKeySpec;
-
 /* ========================================================================
  * Sync round timers (master only)
  * ====================================================================== */
@@ -114,7 +111,7 @@ static void arm_round_timer(RedisModuleCtx *ctx, RedisModuleString *keyname, con
 
 /* PS._CLOSEROUND key version: closes the open round if the tensor is still
  * at 'version' (the effect of a master's timer). */
-static int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     uint64_t v;
     if (ps_arg_u64(ctx, argv[2], "version", &v) != REDISMODULE_OK) return REDISMODULE_OK;
@@ -154,7 +151,7 @@ static int values_number(RedisModuleString *arg, double *d) {
 
 /* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) [ROWS idx] [VERSION v]
  *             [ID client seq] [SCALE s] -> new version */
-static int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     PSPush p = {.scale = 1.0};
     RedisModuleString *grad = NULL, *rowsarg = NULL;
@@ -427,7 +424,7 @@ static void *copybytes(const char *p, size_t len) {
 
 /* PS.PULL key [FORMAT F32|F16|BF16|I8|VALUES] [ROWS idx] [AT snapshot]
  *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout) */
-static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2) return RedisModule_WrongArity(ctx);
     PullReq q = {.fmt = PS_FMT_F32};
     RedisModuleString *rows = NULL, *at = NULL;
@@ -493,67 +490,5 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
                                   &argv[1], 1, bq);
     PSBlockedNow++;
     PSStats.blocked_pulls++;
-    return REDISMODULE_OK;
-}
-
-/* ========================================================================
- * Command table
- * ====================================================================== */
-
-static RedisModuleCommandArg PushArgs[] = {
-    PS_ARG_KEY,
-    PS_ARG("gradient", NULL, STRING, 0),
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("rows", "ROWS", STRING, PS_OPT),
-    PS_ARG("version", "VERSION", INTEGER, PS_OPT),
-    PS_ARG("id", "ID", STRING, PS_OPT),
-    PS_ARG("scale", "SCALE", DOUBLE, PS_OPT),
-    {0}};
-static RedisModuleCommandArg PullArgs[] = {
-    PS_ARG_KEY,
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("rows", "ROWS", STRING, PS_OPT),
-    PS_ARG("snapshot", "AT", STRING, PS_OPT),
-    PS_ARG("minversion", "MINVERSION", INTEGER, PS_OPT),
-    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
-    {0}};
-static RedisModuleCommandArg CloseRoundArgs[] = {
-    PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
-
-int PSPushCommands_Register(RedisModuleCtx *ctx) {
-    static const RedisModuleCommandInfo push = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Applies a gradient with the tensor's optimizer; returns the new version",
-        .complexity = "O(N) where N is the number of elements (or of the given rows)",
-        .since = "0.1.0",
-        .arity = -3,
-        .key_specs = NULL, /* set below */
-        .args = PushArgs,
-    };
-    static const RedisModuleCommandInfo pull = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Returns [version, values] of a tensor, optionally waiting for a version",
-        .complexity = "O(N) where N is the number of elements (or of the given rows)",
-        .since = "0.1.0",
-        .arity = -2,
-        .key_specs = PSReadKeySpec,
-        .args = PullArgs,
-    };
-    static const RedisModuleCommandInfo closeround = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Internal: closes a sync round (replicated effect of a master's timer)",
-        .complexity = "O(N) where N is the number of elements",
-        .since = "0.1.0",
-        .arity = 3,
-        .key_specs = NULL,
-        .args = CloseRoundArgs,
-    };
-    RedisModuleCommandInfo pushi = push, closei = closeround;
-    pushi.key_specs = PSWriteKeySpec;
-    closei.key_specs = PSWriteKeySpec;
-    if (ps_register_command(ctx, "ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", &pushi) ||
-        ps_register_command(ctx, "ps.pull", PSPull_RedisCommand, "readonly blocking", &pull) ||
-        ps_register_command(ctx, "ps._closeround", PSCloseRound_RedisCommand, "write", &closei))
-        return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

@@ -15,9 +15,6 @@
 
 #include "ps_module.h"
 
-extern RedisModuleCommandKeySpec PSReadKeySpec[];
-extern RedisModuleCommandKeySpec *PSWriteKeySpec;
-
 /* Opens the tensor for writing or replies the error; NULL when replied. */
 static PSTensor *open_write(RedisModuleCtx *ctx, RedisModuleString *kn, RedisModuleKey **key) {
     int empty;
@@ -28,7 +25,7 @@ static PSTensor *open_write(RedisModuleCtx *ctx, RedisModuleString *kn, RedisMod
 
 /* PS.SNAPSHOT key name [TIME unix-ms] -> OK. TIME is what replication adds so
  * replicas record the master's clock. */
-static int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3 && argc != 5) return RedisModule_WrongArity(ctx);
     long long ms = RedisModule_Milliseconds();
     if (argc == 5) {
@@ -38,7 +35,7 @@ static int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv
     }
     size_t len;
     const char *name = RedisModule_StringPtrLen(argv[2], &len);
-    if (len == 0 || len > 1024) return RedisModule_ReplyWithError(ctx, PSERR_SNAP_NAME);
+    if (len == 0 || len > PS_SNAP_NAME_MAX) return RedisModule_ReplyWithError(ctx, PSERR_SNAP_NAME);
     RedisModuleKey *key;
     PSTensor *t = open_write(ctx, argv[1], &key);
     if (!t) goto done;
@@ -64,7 +61,7 @@ done:
 }
 
 /* PS.SNAPSHOTS key -> [[name, version, unix-ms], ...] */
-static int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
@@ -81,7 +78,7 @@ static int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **arg
 }
 
 /* PS.ROLLBACK key name -> new version */
-static int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = open_write(ctx, argv[1], &key);
@@ -109,7 +106,7 @@ done:
 }
 
 /* PS.DROPSNAPSHOT key name -> 1 if dropped, 0 if there was none */
-static int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = open_write(ctx, argv[1], &key);
@@ -124,55 +121,5 @@ static int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **
     RedisModule_ReplyWithLongLong(ctx, dropped);
 done:
     RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
-static RedisModuleCommandArg SnapArgs[] = {
-    PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_OPT), {0}};
-static RedisModuleCommandArg KeyArgs[] = {PS_ARG_KEY, {0}};
-
-int PSSnapshotCommands_Register(RedisModuleCtx *ctx) {
-    RedisModuleCommandInfo snap = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Takes an immutable named snapshot of values and optimizer state",
-        .complexity = "O(1) (copy on the next write)",
-        .since = "0.1.0",
-        .arity = -3,
-        .key_specs = PSWriteKeySpec,
-        .args = SnapArgs,
-    };
-    RedisModuleCommandInfo list = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Lists the snapshots of a tensor: name, version, unix-ms",
-        .complexity = "O(S) where S is the number of snapshots",
-        .since = "0.1.0",
-        .arity = 2,
-        .key_specs = PSReadKeySpec,
-        .args = KeyArgs,
-    };
-    RedisModuleCommandInfo rollback = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Restores values and optimizer state from a snapshot as a new version",
-        .complexity = "O(1)",
-        .since = "0.1.0",
-        .arity = 3,
-        .key_specs = PSWriteKeySpec,
-        .args = NameArgs,
-    };
-    RedisModuleCommandInfo drop = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Drops a snapshot",
-        .complexity = "O(S) where S is the number of snapshots",
-        .since = "0.1.0",
-        .arity = 3,
-        .key_specs = PSWriteKeySpec,
-        .args = NameArgs,
-    };
-    if (ps_register_command(ctx, "ps.snapshot", PSSnapshot_RedisCommand, "write deny-oom", &snap) ||
-        ps_register_command(ctx, "ps.snapshots", PSSnapshots_RedisCommand, "readonly", &list) ||
-        ps_register_command(ctx, "ps.rollback", PSRollback_RedisCommand, "write deny-oom", &rollback) ||
-        ps_register_command(ctx, "ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", &drop))
-        return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

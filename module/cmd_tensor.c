@@ -1,12 +1,12 @@
-/* cmd_tensor.c -- PS.CREATE, PS.SET, PS.INFO, PS.CONFIG and the internal
- * PS._RESTORE that AOF rewrites emit.
+/* cmd_tensor.c -- PS.CREATE, PS.SET, PS.INFO, PS.CONFIG. The options of
+ * PS.CREATE and PS.CONFIG, INFO's fields and the replicated PS.CREATE are
+ * generated from the hyper-parameter list (hparams.h).
  *
  * Replication, decided here per handler:
  *   PS.CREATE   verbatim, except a random INIT without SEED: replicated with
  *               the server-chosen SEED appended (the effect, not the choice).
  *   PS.SET      verbatim (a deterministic overwrite).
  *   PS.CONFIG   verbatim.
- *   PS._RESTORE verbatim (only ever replayed from an AOF).
  *   PS.INFO     read-only, never replicated. */
 
 #include <limits.h>
@@ -22,55 +22,68 @@
 /* Parses one hyper-parameter / policy option at argv[*i] into 'o'. Returns
  * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
  * 0 when it is not one, -1 after replying an error. */
+/* The options besides the hyper-parameters: name, bounds of their value
+ * (POLICY takes a word). Their order after the hyper-parameters gives each
+ * option its bit in 'seen'. */
+enum {
+    SET_MAXSTALENESS = PS_HP_COUNT,
+    SET_POLICY,
+    SET_SYNC,
+    SET_TIMEOUT,
+    SET_DEDUPMAX,
+    SET_MAXSNAPSHOTS,
+    OPTION_COUNT /* hyper-parameters + settings */
+};
+static const struct {
+    const char *name;
+    long long min, max;
+} Settings[] = {
+    {"MAXSTALENESS", -1, 1LL << 40}, {"POLICY", 0, 0},       {"SYNC", 0, 1 << 20},
+    {"TIMEOUT", 0, 1LL << 40},       {"DEDUPMAX", 0, 1 << 20}, {"MAXSNAPSHOTS", 0, 4096},
+};
+_Static_assert(sizeof(Settings) / sizeof(Settings[0]) == OPTION_COUNT - PS_HP_COUNT,
+               "a setting without its name and bounds");
+_Static_assert(OPTION_COUNT <= 32, "option bits of 'seen' overflow an unsigned");
+
+/* Hyper-parameter keywords and their PSHyper members, from hparams.h. */
+static const struct {
+    const char *name;
+    size_t off;
+} Hypers[PS_HP_COUNT] = {
+#define PS_HP_ENTRY(K, f, d, r, s) {#K, offsetof(PSHyper, f)},
+    PS_HYPERPARAMS(PS_HP_ENTRY)
+#undef PS_HP_ENTRY
+};
+
+static const char *option_name(int k) { return k < PS_HP_COUNT ? Hypers[k].name : Settings[k - PS_HP_COUNT].name; }
+
+/* Parses one hyper-parameter / policy option at argv[*i] into 'o'. Returns
+ * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
+ * 0 when it is not one, -1 after replying an error. */
 static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
                                PSTensorOpts *o, int *sync_seen, unsigned *seen) {
-    static const struct {
-        const char *name;
-        size_t off;
-    } doubles[] = {
-        {"LR", offsetof(PSHyper, lr)},         {"MOMENTUM", offsetof(PSHyper, momentum)},
-        {"BETA1", offsetof(PSHyper, beta1)},   {"BETA2", offsetof(PSHyper, beta2)},
-        {"EPS", offsetof(PSHyper, eps)},       {"WD", offsetof(PSHyper, wd)},
-        {"CLIPNORM", offsetof(PSHyper, clipnorm)},
-    };
     RedisModuleString *opt = argv[*i];
-    const char *optname = RedisModule_StringPtrLen(opt, NULL);
-    int is_known = 0;
-    for (size_t k = 0; k < sizeof(doubles) / sizeof(doubles[0]); k++)
-        if (ps_arg_is(opt, doubles[k].name)) is_known = 1;
-    if (!is_known && !ps_arg_is(opt, "MAXSTALENESS") && !ps_arg_is(opt, "POLICY") &&
-        !ps_arg_is(opt, "SYNC") && !ps_arg_is(opt, "TIMEOUT") && !ps_arg_is(opt, "DEDUPMAX") &&
-        !ps_arg_is(opt, "MAXSNAPSHOTS"))
-        return 0;
-    static const char *const all[] = {"LR", "MOMENTUM", "BETA1", "BETA2", "EPS", "WD", "CLIPNORM",
-                                      "MAXSTALENESS", "POLICY", "SYNC", "TIMEOUT", "DEDUPMAX",
-                                      "MAXSNAPSHOTS"};
-    for (unsigned b = 0; b < sizeof(all) / sizeof(all[0]); b++) {
-        if (!ps_arg_is(opt, all[b])) continue;
-        if (*seen & (1u << b)) {
-            ps_reply_errorf(ctx, PSERR_DUP_OPT_F, all[b]);
-            return -1;
-        }
-        *seen |= 1u << b;
+    int k = 0;
+    while (k < OPTION_COUNT && !ps_arg_is(opt, option_name(k))) k++;
+    if (k == OPTION_COUNT) return 0;
+    if (*seen & (1u << k)) {
+        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, option_name(k));
+        return -1;
     }
+    *seen |= 1u << k;
     if (*i + 1 >= argc) {
-        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, optname);
+        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, RedisModule_StringPtrLen(opt, NULL));
         return -1;
     }
     RedisModuleString *val = argv[*i + 1];
     *i += 2;
-    for (size_t k = 0; k < sizeof(doubles) / sizeof(doubles[0]); k++) {
-        if (!ps_arg_is(opt, doubles[k].name)) continue;
+    if (k < PS_HP_COUNT) {
         double v;
-        if (ps_arg_double(ctx, val, doubles[k].name, &v) != REDISMODULE_OK) return -1;
-        *(double *)((char *)&o->h + doubles[k].off) = v;
+        if (ps_arg_double(ctx, val, Hypers[k].name, &v) != REDISMODULE_OK) return -1;
+        *(double *)((char *)&o->h + Hypers[k].off) = v;
         return 1;
     }
-    long long ll;
-    if (ps_arg_is(opt, "MAXSTALENESS")) {
-        if (ps_arg_ll(ctx, val, "MAXSTALENESS", -1, 1LL << 40, &ll) != REDISMODULE_OK) return -1;
-        o->maxstale = ll;
-    } else if (ps_arg_is(opt, "POLICY")) {
+    if (k == SET_POLICY) {
         if (ps_arg_is(val, "REJECT")) {
             o->policy = PS_POLICY_REJECT;
         } else if (ps_arg_is(val, "SCALE")) {
@@ -79,19 +92,21 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
             ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(val, NULL));
             return -1;
         }
-    } else if (ps_arg_is(opt, "DEDUPMAX")) {
-        if (ps_arg_ll(ctx, val, "DEDUPMAX", 0, 1 << 20, &ll) != REDISMODULE_OK) return -1;
-        o->dedup_max = (uint32_t)ll;
-    } else if (ps_arg_is(opt, "MAXSNAPSHOTS")) {
-        if (ps_arg_ll(ctx, val, "MAXSNAPSHOTS", 0, 4096, &ll) != REDISMODULE_OK) return -1;
-        o->max_snapshots = (uint32_t)ll;
-    } else if (ps_arg_is(opt, "SYNC")) {
-        if (ps_arg_ll(ctx, val, "SYNC", 0, 1 << 20, &ll) != REDISMODULE_OK) return -1;
+        return 1;
+    }
+    long long ll;
+    const int si = k - PS_HP_COUNT;
+    if (ps_arg_ll(ctx, val, Settings[si].name, Settings[si].min, Settings[si].max, &ll) != REDISMODULE_OK)
+        return -1;
+    switch (k) {
+    case SET_MAXSTALENESS: o->maxstale = ll; break;
+    case SET_SYNC:
         o->sync_n = (uint32_t)ll;
         *sync_seen = 1;
-    } else { /* TIMEOUT */
-        if (ps_arg_ll(ctx, val, "TIMEOUT", 0, 1LL << 40, &ll) != REDISMODULE_OK) return -1;
-        o->sync_timeout_ms = ll;
+        break;
+    case SET_TIMEOUT: o->sync_timeout_ms = ll; break;
+    case SET_DEDUPMAX: o->dedup_max = (uint32_t)ll; break;
+    default: o->max_snapshots = (uint32_t)ll; break;
     }
     return 1;
 }
@@ -106,8 +121,11 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
 static void replicate_create(RedisModuleCtx *ctx, RedisModuleString **argv, uint32_t ndim,
                              const uint64_t *dims, const PSInit *init, RedisModuleString *data,
                              ps_format fmt, const PSTensorOpts *o) {
-    RedisModuleString *v[PS_MAX_DIMS + 48];
-    int owned[PS_MAX_DIMS + 48];
+    /* key, SHAPE dims, the longest INIT/DATA part (6), OPTIM name, every
+     * hyper-parameter and setting with its value. */
+    enum { MAXV = 2 + PS_MAX_DIMS + 6 + 2 + 2 * OPTION_COUNT };
+    RedisModuleString *v[MAXV];
+    int owned[MAXV];
     int n = 0;
 #define ARG(str) (owned[n] = 0, v[n++] = (str))
 #define LIT(cstr) (owned[n] = 1, v[n++] = RedisModule_CreateString(ctx, cstr, strlen(cstr)))
@@ -134,13 +152,9 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString **argv, uint
     }
     LIT("OPTIM");
     LIT(ps_optim_name(o->optim));
-    const char *hn[] = {"LR", "MOMENTUM", "BETA1", "BETA2", "EPS", "WD", "CLIPNORM"};
-    const double hv[] = {o->h.lr, o->h.momentum, o->h.beta1, o->h.beta2,
-                         o->h.eps, o->h.wd, o->h.clipnorm};
-    for (int i = 0; i < 7; i++) {
-        LIT(hn[i]);
-        FMT("%.17g", hv[i]);
-    }
+#define PS_HP_REPL(K, f, d, r, s) LIT(#K), FMT("%.17g", o->h.f);
+    PS_HYPERPARAMS(PS_HP_REPL)
+#undef PS_HP_REPL
     LIT("MAXSTALENESS");
     FMT("%lld", (long long)o->maxstale);
     LIT("POLICY");
@@ -175,7 +189,7 @@ static int create_fits(RedisModuleCtx *ctx, uint64_t bytes) {
 
 /* PS.CREATE key SHAPE d1 [d2 ...] [INIT ...] [DATA blob [FORMAT f]] [SEED s]
  *           [OPTIM name] [LR x] ... [NX] */
-static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4) return RedisModule_WrongArity(ctx);
     uint64_t dims[PS_MAX_DIMS];
     uint32_t ndim = 0;
@@ -357,7 +371,7 @@ static int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
  * ====================================================================== */
 
 /* PS.SET key blob [FORMAT f] -> new version */
-static int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3 && argc != 5) return RedisModule_WrongArity(ctx);
     ps_format fmt = PS_FMT_F32;
     if (argc == 5) {
@@ -419,7 +433,7 @@ static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, l
 }
 
 /* PS.INFO key -> flat array of field/value pairs */
-static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
@@ -435,13 +449,9 @@ static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     reply_pair_ll(ctx, "bytes", (long long)(t->n * sizeof(float)), &n);
     reply_pair_ll(ctx, "version", (long long)t->version, &n);
     reply_pair_s(ctx, "optimizer", ps_optim_name(t->optim), &n);
-    reply_pair_d(ctx, "lr", t->h.lr, &n);
-    reply_pair_d(ctx, "momentum", t->h.momentum, &n);
-    reply_pair_d(ctx, "beta1", t->h.beta1, &n);
-    reply_pair_d(ctx, "beta2", t->h.beta2, &n);
-    reply_pair_d(ctx, "eps", t->h.eps, &n);
-    reply_pair_d(ctx, "wd", t->h.wd, &n);
-    reply_pair_d(ctx, "clipnorm", t->h.clipnorm, &n);
+#define PS_HP_INFO(K, f, d, r, s) reply_pair_d(ctx, #f, t->h.f, &n);
+    PS_HYPERPARAMS(PS_HP_INFO)
+#undef PS_HP_INFO
     reply_pair_ll(ctx, "step", (long long)t->opt.step, &n);
     reply_pair_ll(ctx, "maxstaleness", t->maxstale, &n);
     reply_pair_s(ctx, "policy", t->policy == PS_POLICY_SCALE ? "scale" : "reject", &n);
@@ -479,21 +489,13 @@ static int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
 
 /* PS.CONFIG key param value [param value ...] -> OK. All pairs are checked
  * before any is applied. */
-static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!t) return REDISMODULE_OK;
-    PSTensorOpts o = {
-        .optim = t->optim,
-        .h = t->h,
-        .maxstale = t->maxstale,
-        .policy = t->policy,
-        .sync_n = t->sync_n,
-        .sync_timeout_ms = t->sync_timeout_ms,
-        .dedup_max = t->dedup_max,
-        .max_snapshots = t->max_snapshots,
-    };
+    PSTensorOpts o;
+    PSTensor_GetOpts(t, &o);
     int sync_seen = 0;
     unsigned seen = 0;
     for (int i = 2; i < argc;) {
@@ -514,13 +516,7 @@ static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
         RedisModule_ReplyWithError(ctx, PSERR_SYNC_CHANGE);
         goto done;
     }
-    t->h = o.h;
-    t->maxstale = o.maxstale;
-    t->policy = o.policy;
-    t->sync_n = o.sync_n;
-    t->sync_timeout_ms = o.sync_timeout_ms;
-    t->dedup_max = o.dedup_max;
-    t->max_snapshots = o.max_snapshots;
+    PSTensor_Configure(t, &o);
     /* A smaller table bound takes effect now (oldest entries go first). */
     while (t->dedup_len > t->dedup_max) {
         uint32_t victim = 0;
@@ -534,253 +530,5 @@ static int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, 
     RedisModule_ReplyWithSimpleString(ctx, "OK");
 done:
     RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-/* ========================================================================
- * PS._RESTORE (internal: emitted by AOF rewrite, replayed on load)
- * ====================================================================== */
-
-/* Target array of a CHUNK: the live arrays or a snapshot's. */
-static PSBuf *chunk_target(PSTensor *t, RedisModuleString *name, long long idx) {
-    if (ps_arg_is(name, "DATA")) return t->data;
-    if (ps_arg_is(name, "S0")) return t->opt.s[0];
-    if (ps_arg_is(name, "S1")) return t->opt.s[1];
-    if (ps_arg_is(name, "ROUND")) return t->round_acc;
-    if (idx < 0 || (uint64_t)idx >= t->nsnap) return NULL;
-    PSSnapshot *s = &t->snaps[idx];
-    if (ps_arg_is(name, "SNAPDATA")) return s->data;
-    if (ps_arg_is(name, "SNAPS0")) return s->opt.s[0];
-    if (ps_arg_is(name, "SNAPS1")) return s->opt.s[1];
-    return NULL;
-}
-
-/* PS._RESTORE key HEADER blob
- * PS._RESTORE key CHUNK target index offset blob
- * PS._RESTORE key DEDUP id seq version [window]
- * PS._RESTORE key SNAPSHOT name version unix_ms blob */
-static int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4) return RedisModule_WrongArity(ctx);
-    RedisModuleString *sub = argv[2];
-    if (ps_arg_is(sub, "HEADER")) {
-        if (argc != 4) return RedisModule_WrongArity(ctx);
-        size_t len;
-        const unsigned char *p = (const unsigned char *)RedisModule_StringPtrLen(argv[3], &len);
-        PSHeader hd;
-        uint64_t n;
-        const char *why;
-        if (PSHeader_Decode(p, len, &hd) != 0) return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
-        if ((why = PSHeader_Check(&hd, &n)) != NULL) return ps_reply_errorf(ctx, PSERR_RESTORE_HEADER_F, why);
-        PSTensor *t = PSHeader_Build(&hd, n, 1);
-        if (!t) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-        RedisModule_ModuleTypeSetValue(key, PSTensorType, t);
-        RedisModule_CloseKey(key);
-        RedisModule_ReplicateVerbatim(ctx);
-        return RedisModule_ReplyWithSimpleString(ctx, "OK");
-    }
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!t) return REDISMODULE_OK;
-    long long a1, a2;
-    size_t len;
-    if (ps_arg_is(sub, "CHUNK") && argc == 7) {
-        if (ps_arg_ll(ctx, argv[4], "index", 0, 1LL << 32, &a1) != REDISMODULE_OK ||
-            ps_arg_ll(ctx, argv[5], "offset", 0, 1LL << 62, &a2) != REDISMODULE_OK)
-            goto done;
-        PSBuf *b = chunk_target(t, argv[3], a1);
-        const char *p = RedisModule_StringPtrLen(argv[6], &len);
-        if (!b || len % 4 || (uint64_t)a2 > b->n || len / 4 > b->n - (uint64_t)a2 || b->refs > 1) {
-            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_CHUNK);
-            goto done;
-        }
-        memcpy(b->v + a2, p, len);
-    } else if (ps_arg_is(sub, "DEDUP") && (argc == 6 || argc == 7)) {
-        long long win = 0;
-        if (ps_arg_ll(ctx, argv[4], "seq", LLONG_MIN, LLONG_MAX, &a1) != REDISMODULE_OK ||
-            ps_arg_ll(ctx, argv[5], "version", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK ||
-            (argc == 7 && ps_arg_ll(ctx, argv[6], "window", LLONG_MIN, LLONG_MAX, &win) != REDISMODULE_OK))
-            goto done;
-        const char *id = RedisModule_StringPtrLen(argv[3], &len);
-        if (t->dedup_len >= t->dedup_max ||
-            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)win, (uint64_t)a2) != PST_OK) {
-            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_DEDUP);
-            goto done;
-        }
-    } else if (ps_arg_is(sub, "SNAPSHOT") && argc == 7) {
-        if (ps_arg_ll(ctx, argv[4], "version", 0, LLONG_MAX, &a1) != REDISMODULE_OK ||
-            ps_arg_ll(ctx, argv[5], "unix_ms", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK)
-            goto done;
-        const char *name = RedisModule_StringPtrLen(argv[3], &len);
-        size_t hl;
-        const char *hp = RedisModule_StringPtrLen(argv[6], &hl);
-        uint64_t sh[4];
-        if (hl != sizeof(sh) || PSTensor_SnapshotFind(t, name, len)) {
-            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
-            goto done;
-        }
-        memcpy(sh, hp, sizeof(sh));
-        double b1, b2;
-        memcpy(&b1, &sh[1], 8);
-        memcpy(&b2, &sh[2], 8);
-        if (sh[3] > 7 || !(b1 >= 0 && b1 <= 1) || !(b2 >= 0 && b2 <= 1) ||
-            PSTensor_SnapshotTake(t, name, len, a2) != PST_OK) {
-            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
-            goto done;
-        }
-        /* The snapshot now shares the live arrays; give it its own where the
-         * saved one did not share (their contents follow as CHUNKs). */
-        PSSnapshot *s = &t->snaps[t->nsnap - 1];
-        s->version = (uint64_t)a1;
-        s->opt.step = sh[0];
-        s->opt.b1pow = b1;
-        s->opt.b2pow = b2;
-        int oom = 0;
-        if (!(sh[3] & 1)) {
-            PSBuf_Release(s->data);
-            if (!(s->data = PSBuf_New(t->n, 1))) oom = 1;
-        }
-        for (int j = 0; j < 2; j++) {
-            if (s->opt.s[j] && !(sh[3] & (2u << j))) {
-                PSBuf_Release(s->opt.s[j]);
-                if (!(s->opt.s[j] = PSBuf_New(t->n, 1))) oom = 1;
-            }
-        }
-        if (oom || !s->data) {
-            if (s->data) PSTensor_SnapshotDrop(t, name, len);
-            RedisModule_ReplyWithError(ctx, PSERR_OOM);
-            goto done;
-        }
-    } else {
-        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
-        goto done;
-    }
-    RedisModule_ReplicateVerbatim(ctx);
-    RedisModule_ReplyWithSimpleString(ctx, "OK");
-done:
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-/* ========================================================================
- * Command table
- * ====================================================================== */
-
-static RedisModuleCommandKeySpec WriteKeySpec[] = {
-    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-static RedisModuleCommandKeySpec InsertKeySpec[] = {
-    {.flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-static RedisModuleCommandKeySpec OverwriteKeySpec[] = {
-    {.flags = REDISMODULE_CMD_KEY_OW | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-RedisModuleCommandKeySpec PSReadKeySpec[] = {
-    {.flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
-RedisModuleCommandKeySpec *PSWriteKeySpec = WriteKeySpec;
-
-static RedisModuleCommandArg CreateArgs[] = {
-    PS_ARG_KEY,
-    PS_ARG("dims", "SHAPE", INTEGER, REDISMODULE_CMD_ARG_MULTIPLE),
-    PS_ARG("init", "INIT", STRING, PS_OPT),
-    PS_ARG("data", "DATA", STRING, PS_OPT),
-    PS_ARG("format", "FORMAT", STRING, PS_OPT),
-    PS_ARG("seed", "SEED", INTEGER, PS_OPT),
-    PS_ARG("optim", "OPTIM", STRING, PS_OPT),
-    PS_ARG("lr", "LR", DOUBLE, PS_OPT),
-    PS_ARG("momentum", "MOMENTUM", DOUBLE, PS_OPT),
-    PS_ARG("beta1", "BETA1", DOUBLE, PS_OPT),
-    PS_ARG("beta2", "BETA2", DOUBLE, PS_OPT),
-    PS_ARG("eps", "EPS", DOUBLE, PS_OPT),
-    PS_ARG("wd", "WD", DOUBLE, PS_OPT),
-    PS_ARG("clipnorm", "CLIPNORM", DOUBLE, PS_OPT),
-    PS_ARG("maxstaleness", "MAXSTALENESS", INTEGER, PS_OPT),
-    PS_ARG("policy", "POLICY", STRING, PS_OPT),
-    PS_ARG("sync", "SYNC", INTEGER, PS_OPT),
-    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_OPT),
-    PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_OPT),
-    PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_OPT),
-    PS_ARG_FLAG("nx", "NX"),
-    {0}};
-static RedisModuleCommandArg SetArgs[] = {
-    PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_OPT), {0}};
-static RedisModuleCommandArg InfoArgs[] = {PS_ARG_KEY, {0}};
-static RedisModuleCommandArg ConfigArgs[] = {
-    PS_ARG_KEY, PS_ARG("param", NULL, STRING, 0),
-    PS_ARG("value", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
-static RedisModuleCommandArg RestoreArgs[] = {
-    PS_ARG_KEY, PS_ARG("part", NULL, STRING, 0),
-    PS_ARG("arg", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
-
-int PSTensorCommands_Register(RedisModuleCtx *ctx) {
-    static const RedisModuleCommandInfo create = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Creates a tensor with a shape, initial values and an optimizer",
-        .complexity = "O(N) where N is the number of elements",
-        .since = "0.1.0",
-        .arity = -4,
-        .key_specs = InsertKeySpec,
-        .args = CreateArgs,
-    };
-    static const RedisModuleCommandInfo set = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Overwrites the values of a tensor; returns the new version",
-        .complexity = "O(N) where N is the number of elements",
-        .since = "0.1.0",
-        .arity = -3,
-        .key_specs = WriteKeySpec,
-        .args = SetArgs,
-    };
-    static const RedisModuleCommandInfo info = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Returns shape, version, optimizer settings and counters of a tensor",
-        .complexity = "O(1)",
-        .since = "0.1.0",
-        .arity = 2,
-        .key_specs = PSReadKeySpec,
-        .args = InfoArgs,
-    };
-    static const RedisModuleCommandInfo config = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Changes hyper-parameters and policies of a tensor while it trains",
-        .complexity = "O(1)",
-        .since = "0.1.0",
-        .arity = -4,
-        .key_specs = WriteKeySpec,
-        .args = ConfigArgs,
-    };
-    static const RedisModuleCommandInfo restore = {
-        .version = &PSCommandInfoVersion,
-        .summary = "Internal: rebuilds a tensor from an AOF rewrite",
-        .complexity = "O(N) where N is the size of the argument",
-        .since = "0.1.0",
-        .arity = -4,
-        .key_specs = OverwriteKeySpec,
-        .args = RestoreArgs,
-    };
-    if (ps_register_command(ctx, "ps.create", PSCreate_RedisCommand, "write deny-oom", &create) ||
-        ps_register_command(ctx, "ps.set", PSSet_RedisCommand, "write deny-oom", &set) ||
-        ps_register_command(ctx, "ps.info", PSInfo_RedisCommand, "readonly fast", &info) ||
-        ps_register_command(ctx, "ps.config", PSConfig_RedisCommand, "write", &config) ||
-        ps_register_command(ctx, "ps._restore", PSRestore_RedisCommand, "write deny-oom",
-                            &restore))
-        return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

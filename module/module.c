@@ -1,9 +1,10 @@
-/* ps.c -- the redis-ps module: OnLoad, configs, INFO section, and the
+/* module.c -- the redis-ps module: OnLoad, configs, INFO section, and the
  * helpers the command files share.
  *
  * Layout follows the house style: shared helpers, configs, INFO, OnLoad last.
- * Command families live in cmd_*.c, the data type in type.c, the value in
- * tensor.c and the kernels in optim.c. */
+ * The command table is cmd_table.c, command families live in cmd_*.c, the
+ * data type in type.c, the value in tensor.c (snapshots in snapshot.c, the
+ * saved header in header.c) and the kernels in optim.c. */
 
 #define PS_REDISMODULE_DEFINE
 #include "ps_module.h"
@@ -26,13 +27,6 @@ PSConfig PSConf = {
     .default_lr = 0.01,
 };
 PSModuleStats PSStats;
-
-const RedisModuleCommandInfoVersion PSCommandInfoVersion = {
-    .version = REDISMODULE_COMMAND_INFO_VERSION,
-    .sizeof_historyentry = sizeof(RedisModuleCommandHistoryEntry),
-    .sizeof_keyspec = sizeof(RedisModuleCommandKeySpec),
-    .sizeof_arg = sizeof(RedisModuleCommandArg),
-};
 
 /* ========================================================================
  * Shared helpers
@@ -187,20 +181,6 @@ const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
     return (const unsigned char *)dst;
 }
 
-int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
-                        const char *flags, const RedisModuleCommandInfo *info) {
-    if (RedisModule_CreateCommand(ctx, name, fn, flags, 1, 1, 1) == REDISMODULE_ERR) {
-        RedisModule_Log(ctx, "warning", "could not register command %s", name);
-        return REDISMODULE_ERR;
-    }
-    RedisModuleCommand *cmd = RedisModule_GetCommand(ctx, name);
-    if (!cmd || RedisModule_SetCommandInfo(cmd, info) == REDISMODULE_ERR) {
-        RedisModule_Log(ctx, "warning", "could not set command info of %s", name);
-        return REDISMODULE_ERR;
-    }
-    return REDISMODULE_OK;
-}
-
 unsigned long long PSBlockedNow = 0;
 
 void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key) {
@@ -353,9 +333,7 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS);
 
     if (PSType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
-    if (PSTensorCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
-    if (PSPushCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
-    if (PSSnapshotCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
+    if (PSCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (registerConfigs(ctx) == REDISMODULE_ERR) {
         RedisModule_Log(ctx, "warning", "could not register ps.* configs");
         return REDISMODULE_ERR;

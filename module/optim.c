@@ -50,18 +50,22 @@ int ps_optim_nstate(int kind) {
     return OptimTable[kind].nstate;
 }
 
+/* Whether 'v' is in validity class 'cls' (PS_HP_*). */
+static int hp_valid(int cls, double v) {
+    if (!isfinite(v)) return 0;
+    switch (cls) {
+    case PS_HP_UNIT: return v >= 0 && v < 1;
+    case PS_HP_POSITIVE: return v > 0 && v <= FLT_MAX && (float)v != 0.0f;
+    default: return v >= 0 && v <= FLT_MAX;
+    }
+}
+
 const char *ps_optim_check(const PSHyper *h) {
-    /* Every value must stay finite (and EPS non-zero) once rounded to
-     * float32, the precision the kernels compute in. */
-    if (!isfinite(h->lr) || h->lr < 0 || h->lr > FLT_MAX) return "LR must be a finite number >= 0";
-    if (!isfinite(h->momentum) || h->momentum < 0 || h->momentum >= 1)
-        return "MOMENTUM must be in [0, 1)";
-    if (!isfinite(h->beta1) || h->beta1 < 0 || h->beta1 >= 1) return "BETA1 must be in [0, 1)";
-    if (!isfinite(h->beta2) || h->beta2 < 0 || h->beta2 >= 1) return "BETA2 must be in [0, 1)";
-    if (!isfinite(h->eps) || h->eps <= 0 || h->eps > FLT_MAX || (float)h->eps == 0.0f)
-        return "EPS must be a finite number > 0 (and >= 1.4e-45, the smallest float32)";
-    if (!isfinite(h->wd) || h->wd < 0 || h->wd > FLT_MAX) return "WD must be a finite number >= 0";
-    if (!isfinite(h->clipnorm) || h->clipnorm < 0 || h->clipnorm > FLT_MAX) return "CLIPNORM must be a finite number >= 0";
+    /* Each hyper-parameter is checked against its class in hparams.h. */
+#define PS_HP_CHECK(K, f, d, r, s)                                                     \
+    if (!hp_valid(PS_HP_##r, h->f)) return #K PS_HP_MSG_##r;
+    PS_HYPERPARAMS(PS_HP_CHECK)
+#undef PS_HP_CHECK
     return NULL;
 }
 

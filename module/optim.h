@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hparams.h"
+
 typedef enum {
     PS_OPT_SGD = 0,
     PS_OPT_MOMENTUM,
@@ -24,15 +26,12 @@ typedef enum {
     PS_OPT_COUNT
 } PSOptimKind;
 
-/* Hyper-parameters as the user set them (doubles, persisted as such). */
+/* Hyper-parameters as the user set them (doubles, persisted as such): one
+ * member per line of PS_HYPERPARAMS (hparams.h). */
 typedef struct PSHyper {
-    double lr;       /* learning rate */
-    double momentum; /* MOMENTUM / NESTEROV coefficient */
-    double beta1;    /* ADAM(W) first moment decay */
-    double beta2;    /* ADAM(W) second moment decay; RMSPROP's decay rho */
-    double eps;      /* ADAGRAD / RMSPROP / ADAM(W) denominator term */
-    double wd;       /* weight decay: L2 added to the gradient, decoupled for ADAMW */
-    double clipnorm; /* clip the gradient to this L2 norm; 0 = off */
+#define PS_HP_MEMBER(K, f, d, r, s) double f;
+    PS_HYPERPARAMS(PS_HP_MEMBER)
+#undef PS_HP_MEMBER
 } PSHyper;
 
 /* Per-push coefficients, computed once by ps_optim_coef() and then used for

@@ -1,4 +1,4 @@
-/* ps_module.h -- what the glue files (ps.c, type.c, cmd_*.c) share: the
+/* ps_module.h -- what the glue files (module.c, type.c, cmd_*.c) share: the
  * registered type, module configs, module-wide counters and the argument
  * parsing helpers. Not included by the pure cores. */
 
@@ -9,6 +9,7 @@
 
 #include "codec.h"
 #include "errors.h"
+#include "header.h"
 #include "redismodule.h"
 #include "tensor.h"
 
@@ -89,46 +90,26 @@ const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
 /* A module-owned float scratch buffer of at least n floats (reused). */
 float *ps_scratch(uint64_t n);
 
-/* Command registration of each family (ps.c calls them from OnLoad). */
-int PSTensorCommands_Register(RedisModuleCtx *ctx);
-int PSPushCommands_Register(RedisModuleCtx *ctx);
-int PSSnapshotCommands_Register(RedisModuleCtx *ctx);
+/* Registers every command of the table in cmd_table.c (OnLoad). */
+int PSCommands_Register(RedisModuleCtx *ctx);
 
-/* The scalar part of a value, shared by the RDB loader and PS._RESTORE
- * HEADER (the AOF rewrite's first command) so both validate the same way. */
-typedef struct PSHeader {
-    uint64_t ndim;
-    uint64_t dims[PS_MAX_DIMS];
-    uint64_t version, optim;
-    PSHyper h;
-    uint64_t step;
-    double b1pow, b2pow;
-    int64_t maxstale;
-    uint64_t policy, sync_n;
-    int64_t sync_timeout_ms;
-    uint64_t dedup_max, max_snapshots, round_count;
-} PSHeader;
-
-/* Returns NULL when the header is valid (and sets *n), or why it is not. */
-const char *PSHeader_Check(const PSHeader *hd, uint64_t *n);
-
-/* A tensor from a checked header; with 'zero_arrays' its arrays are
- * allocated and zeroed, otherwise left NULL for the caller. NULL on OOM. */
-PSTensor *PSHeader_Build(const PSHeader *hd, uint64_t n, int zero_arrays);
-
-/* Header <-> blob of 8-byte little-endian fields (PS._RESTORE HEADER). */
-#define PS_HEADER_SCALARS 19
-#define PS_HEADER_MAX_WORDS (1 + PS_MAX_DIMS + PS_HEADER_SCALARS)
-void PSHeader_FromTensor(const PSTensor *t, PSHeader *hd);
-size_t PSHeader_Encode(const PSHeader *hd, uint64_t *out);
-int PSHeader_Decode(const unsigned char *p, size_t len, PSHeader *hd);
+/* Command handlers, one family per cmd_*.c file; cmd_table.c's table
+ * registers them. */
+int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);
-
-/* Registers a command with its info; the command name is lower case. */
-int ps_register_command(RedisModuleCtx *ctx, const char *name, RedisModuleCmdFunc fn,
-                        const char *flags, const RedisModuleCommandInfo *info);
 
 /* Pulls blocked on MINVERSION right now. */
 extern unsigned long long PSBlockedNow;
@@ -148,9 +129,14 @@ void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
 #define PS_ARG_FLAG(nm, tok) \
     {.name = nm, .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = tok, \
      .flags = REDISMODULE_CMD_ARG_OPTIONAL}
-#define PS_OPT REDISMODULE_CMD_ARG_OPTIONAL
+#define PS_ARG_OPTIONAL REDISMODULE_CMD_ARG_OPTIONAL
 
-/* Shared command-info version block. */
-extern const RedisModuleCommandInfoVersion PSCommandInfoVersion;
+/* PS._RESTORE SNAPSHOT's blob: step, b1pow, b2pow, flags (the short form,
+ * all that was written before PS_ENCVER_SNAP_SHARING), then in the long form
+ * the earlier snapshot's index of each array shared with one. */
+#define PS_RESTORE_SNAP_WORDS_SHORT 4
+#define PS_RESTORE_SNAP_WORDS_LONG 7
+_Static_assert(PS_RESTORE_SNAP_WORDS_LONG == PS_RESTORE_SNAP_WORDS_SHORT + 3,
+               "the long form adds one earlier-snapshot index per array");
 
 #endif /* PS_MODULE_H */

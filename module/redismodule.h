@@ -8,7 +8,7 @@
  * RedisModule_Init() through the lookup function the server places in the
  * first field of the context.
  *
- * Only redis-ps glue files (ps.c, type.c, cmd_*.c) include this header; the
+ * Only redis-ps glue files (module.c, cmd_table.c, type.c, cmd_*.c) include this header; the
  * pure cores never do. */
 
 #ifndef PS_REDISMODULE_H
@@ -295,7 +295,7 @@ typedef struct RedisModuleCommandInfo {
 /* ---------------------------------------------------------------------------
  * API function pointers
  *
- * Declared 'extern' here and defined once in ps.c (PS_REDISMODULE_DEFINE),
+ * Declared 'extern' here and defined once in module.c (PS_REDISMODULE_DEFINE),
  * hidden from the dynamic symbol table like everything but RedisModule_OnLoad.
  * ------------------------------------------------------------------------- */
 

@@ -41,7 +41,7 @@ void PSBuf_Release(PSBuf *b) {
     if (b && --b->refs == 0) PSTensor_Dealloc(b);
 }
 
-static PSBuf *buf_retain(PSBuf *b) {
+PSBuf *PSBuf_Retain(PSBuf *b) {
     if (b) b->refs++;
     return b;
 }
@@ -53,16 +53,16 @@ static PSBuf *buf_clone(const PSBuf *b) {
     return c;
 }
 
-static void optstate_release(PSOptState *o) {
+void PSOptState_Release(PSOptState *o) {
     PSBuf_Release(o->s[0]);
     PSBuf_Release(o->s[1]);
     o->s[0] = o->s[1] = NULL;
 }
 
-static void optstate_share(PSOptState *dst, const PSOptState *src) {
+void PSOptState_Share(PSOptState *dst, const PSOptState *src) {
     *dst = *src;
-    buf_retain(dst->s[0]);
-    buf_retain(dst->s[1]);
+    PSBuf_Retain(dst->s[0]);
+    PSBuf_Retain(dst->s[1]);
 }
 
 /* ------------------------------------------------------------------------
@@ -72,20 +72,18 @@ static void optstate_share(PSOptState *dst, const PSOptState *src) {
 void PSTensor_DefaultOpts(PSTensorOpts *o, double lr) {
     memset(o, 0, sizeof(*o));
     o->optim = PS_OPT_SGD;
+#define PS_HP_DEFAULT(K, f, d, r, s) o->h.f = d;
+    PS_HYPERPARAMS(PS_HP_DEFAULT)
+#undef PS_HP_DEFAULT
     o->h.lr = lr;
-    o->h.momentum = 0.9;
-    o->h.beta1 = 0.9;
-    o->h.beta2 = 0.999;
-    o->h.eps = 1e-8;
-    o->h.wd = 0;
-    o->h.clipnorm = 0;
     o->maxstale = -1;
     o->policy = PS_POLICY_REJECT;
     o->dedup_max = 1024;
     o->max_snapshots = 16;
 }
 
-PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o) {
+PSTensor *PSTensor_Create(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o,
+                          int zero_arrays) {
     PSTensor *t = PSTensor_Alloc(sizeof(*t));
     if (!t) return NULL;
     memset(t, 0, sizeof(*t));
@@ -93,15 +91,10 @@ PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PS
     memcpy(t->dims, dims, ndim * sizeof(uint64_t));
     t->n = n;
     t->optim = o->optim;
-    t->h = o->h;
-    t->maxstale = o->maxstale;
-    t->policy = o->policy;
-    t->sync_n = o->sync_n;
-    t->sync_timeout_ms = o->sync_timeout_ms;
-    t->dedup_max = o->dedup_max;
-    t->max_snapshots = o->max_snapshots;
+    PSTensor_Configure(t, o);
     t->opt.b1pow = 1.0;
     t->opt.b2pow = 1.0;
+    if (!zero_arrays) return t;
     t->data = PSBuf_New(n, 1);
     if (!t->data) goto oom;
     for (int i = 0; i < ps_optim_nstate(t->optim); i++) {
@@ -114,23 +107,49 @@ oom:
     return NULL;
 }
 
+void PSTensor_GetOpts(const PSTensor *t, PSTensorOpts *o) {
+    memset(o, 0, sizeof(*o));
+    o->optim = t->optim;
+    o->h = t->h;
+    o->maxstale = t->maxstale;
+    o->policy = t->policy;
+    o->sync_n = t->sync_n;
+    o->sync_timeout_ms = t->sync_timeout_ms;
+    o->dedup_max = t->dedup_max;
+    o->max_snapshots = t->max_snapshots;
+}
+
+void PSTensor_Configure(PSTensor *t, const PSTensorOpts *o) {
+    t->h = o->h;
+    t->maxstale = o->maxstale;
+    t->policy = o->policy;
+    t->sync_n = o->sync_n;
+    t->sync_timeout_ms = o->sync_timeout_ms;
+    t->dedup_max = o->dedup_max;
+    t->max_snapshots = o->max_snapshots;
+}
+
+PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o) {
+    return PSTensor_Create(ndim, dims, n, o, 1);
+}
+
 void PSTensor_Free(PSTensor *t) {
     if (!t) return;
     PSBuf_Release(t->data);
-    optstate_release(&t->opt);
+    PSOptState_Release(&t->opt);
     PSBuf_Release(t->round_acc);
     for (uint32_t i = 0; i < t->dedup_len; i++) PSTensor_Dealloc(t->dedup[i].id);
     PSTensor_Dealloc(t->dedup);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         PSTensor_Dealloc(t->snaps[i].name);
         PSBuf_Release(t->snaps[i].data);
-        optstate_release(&t->snaps[i].opt);
+        PSOptState_Release(&t->snaps[i].opt);
     }
     PSTensor_Dealloc(t->snaps);
     PSTensor_Dealloc(t);
 }
 
-static char *dupbytes(const char *s, size_t len) {
+char *PSTensor_DupBytes(const char *s, size_t len) {
     char *d = PSTensor_Alloc(len + 1);
     if (!d) return NULL;
     memcpy(d, s, len);
@@ -148,8 +167,8 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
     c->snaps = NULL;
     c->nsnap = 0;
     c->round_acc = NULL;
-    buf_retain(c->data);
-    optstate_share(&c->opt, &t->opt);
+    PSBuf_Retain(c->data);
+    PSOptState_Share(&c->opt, &t->opt);
     if (t->round_acc) {
         c->round_acc = buf_clone(t->round_acc);
         if (!c->round_acc) goto oom;
@@ -160,7 +179,7 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
         c->dedup_cap = t->dedup_len;
         for (uint32_t i = 0; i < t->dedup_len; i++) {
             c->dedup[i] = t->dedup[i];
-            c->dedup[i].id = dupbytes(t->dedup[i].id, t->dedup[i].idlen);
+            c->dedup[i].id = PSTensor_DupBytes(t->dedup[i].id, t->dedup[i].idlen);
             if (!c->dedup[i].id) goto oom;
             c->dedup_len = i + 1;
         }
@@ -172,10 +191,10 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
             PSSnapshot *d = &c->snaps[i];
             const PSSnapshot *s = &t->snaps[i];
             *d = *s;
-            d->name = dupbytes(s->name, s->namelen);
+            d->name = PSTensor_DupBytes(s->name, s->namelen);
             if (!d->name) goto oom;
-            buf_retain(d->data);
-            optstate_share(&d->opt, &s->opt);
+            PSBuf_Retain(d->data);
+            PSOptState_Share(&d->opt, &s->opt);
             c->nsnap = i + 1;
         }
     }
@@ -195,13 +214,14 @@ size_t PSTensor_MemUsage(const PSTensor *t) {
     if (t->round_acc) bytes += fb;
     bytes += t->dedup_cap * sizeof(PSDedupEntry);
     for (uint32_t i = 0; i < t->dedup_len; i++) bytes += t->dedup[i].idlen + 1;
-    /* A snapshot's buffers count only where not shared with the live tensor. */
+    /* A snapshot's arrays count only where not shared with the live tensor
+     * or an earlier snapshot (snapshots taken with no write between them
+     * hold one array). */
     for (uint32_t i = 0; i < t->nsnap; i++) {
         const PSSnapshot *s = &t->snaps[i];
         bytes += sizeof(*s) + s->namelen + 1;
-        if (s->data != t->data) bytes += fb;
-        for (int j = 0; j < 2; j++)
-            if (s->opt.s[j] && s->opt.s[j] != t->opt.s[j]) bytes += fb;
+        for (int j = 0; j < 3; j++)
+            if (PSTensor_SnapshotArrayOwner(t, i, j) == PS_SNAP_OWNS) bytes += fb;
     }
     return bytes;
 }
@@ -329,7 +349,7 @@ static char *dedup_prepare(PSTensor *t, const char *id, size_t idlen) {
         t->dedup = nd;
         t->dedup_cap = cap;
     }
-    return dupbytes(id, idlen);
+    return PSTensor_DupBytes(id, idlen);
 }
 
 /* Inserts a prepared id (taking ownership), evicting the entry whose last
@@ -654,61 +674,5 @@ int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes) {
     memcpy(t->data->v, bytes, (size_t)t->n * sizeof(float));
     t->version++;
     t->stats.sets++;
-    return PST_OK;
-}
-
-/* ------------------------------------------------------------------------
- * Snapshots
- * ---------------------------------------------------------------------- */
-
-PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t len) {
-    for (uint32_t i = 0; i < t->nsnap; i++)
-        if (t->snaps[i].namelen == len && memcmp(t->snaps[i].name, name, len) == 0)
-            return &t->snaps[i];
-    return NULL;
-}
-
-int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms) {
-    char *nm = dupbytes(name, len);
-    if (!nm) return PST_ERR_OOM;
-    PSSnapshot *ns = PSTensor_Alloc((t->nsnap + 1) * sizeof(PSSnapshot));
-    if (!ns) {
-        PSTensor_Dealloc(nm);
-        return PST_ERR_OOM;
-    }
-    if (t->nsnap) memcpy(ns, t->snaps, t->nsnap * sizeof(PSSnapshot));
-    PSTensor_Dealloc(t->snaps);
-    t->snaps = ns;
-    PSSnapshot *s = &t->snaps[t->nsnap++];
-    s->name = nm;
-    s->namelen = (uint32_t)len;
-    s->version = t->version;
-    s->unix_ms = unix_ms;
-    s->data = buf_retain(t->data);
-    optstate_share(&s->opt, &t->opt);
-    return PST_OK;
-}
-
-int PSTensor_SnapshotDrop(PSTensor *t, const char *name, size_t len) {
-    PSSnapshot *s = PSTensor_SnapshotFind(t, name, len);
-    if (!s) return 0;
-    PSTensor_Dealloc(s->name);
-    PSBuf_Release(s->data);
-    optstate_release(&s->opt);
-    size_t idx = (size_t)(s - t->snaps);
-    memmove(&t->snaps[idx], &t->snaps[idx + 1], (t->nsnap - idx - 1) * sizeof(PSSnapshot));
-    t->nsnap--;
-    return 1;
-}
-
-int PSTensor_Rollback(PSTensor *t, const PSSnapshot *s) {
-    PSBuf_Release(t->data);
-    t->data = buf_retain(s->data);
-    optstate_release(&t->opt);
-    optstate_share(&t->opt, &s->opt);
-    PSBuf_Release(t->round_acc);
-    t->round_acc = NULL;
-    t->round_count = 0;
-    t->version++;
     return PST_OK;
 }

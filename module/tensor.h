@@ -157,13 +157,37 @@ void PSTensor_Dealloc(void *p);
 /* A new buffer of n floats (zeroed when 'zero'), refs 1; NULL on OOM. */
 PSBuf *PSBuf_New(uint64_t n, int zero);
 void PSBuf_Release(PSBuf *b);
+/* One more holder of 'b' (may be NULL); returns 'b'. */
+PSBuf *PSBuf_Retain(PSBuf *b);
+
+/* Optimizer state held by one more holder (step and products copied, arrays
+ * retained) / released by one. */
+void PSOptState_Share(PSOptState *dst, const PSOptState *src);
+void PSOptState_Release(PSOptState *o);
+
+/* A NUL-terminated copy of 'len' bytes from the allocator; NULL on OOM. */
+char *PSTensor_DupBytes(const char *s, size_t len);
 
 /* Default options: SGD with 'lr', the other hyper-parameters at their
  * documented defaults, no staleness limit, async. */
 void PSTensor_DefaultOpts(PSTensorOpts *o, double lr);
 
-/* Creates a tensor of a validated shape with zeroed values and optimizer
- * state. Returns NULL on OOM. */
+/* The one constructor: a tensor of a validated shape with the settings of
+ * 'o', version 0, optimizer step 0. With 'zero_arrays' its values and
+ * optimizer state are allocated and zeroed; otherwise they are NULL and the
+ * caller (a loader) supplies them. Returns NULL on OOM. */
+PSTensor *PSTensor_Create(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o,
+                          int zero_arrays);
+
+/* The settings of a tensor as options (PS.CONFIG starts from them). */
+void PSTensor_GetOpts(const PSTensor *t, PSTensorOpts *o);
+
+/* Applies every option but the optimizer kind, which is fixed at creation
+ * (PS.CONFIG, after checking them all). A lower dedup_max does not evict:
+ * the caller trims the exactly-once table. */
+void PSTensor_Configure(PSTensor *t, const PSTensorOpts *o);
+
+/* PSTensor_Create with zeroed arrays (PS.CREATE). */
 PSTensor *PSTensor_New(uint32_t ndim, const uint64_t *dims, uint64_t n, const PSTensorOpts *o);
 
 void PSTensor_Free(PSTensor *t);
@@ -225,11 +249,62 @@ PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen
 int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
                          uint64_t window, uint64_t version);
 
-/* Snapshots. */
+/* Snapshots (snapshot.c). A name is 1..PS_SNAP_NAME_MAX bytes. */
+#define PS_SNAP_NAME_MAX 1024
 PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t len);
 int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms);
+/* Returns 1 when a snapshot of that name was dropped, 0 when none exists. */
 int PSTensor_SnapshotDrop(PSTensor *t, const char *name, size_t len);
 int PSTensor_Rollback(PSTensor *t, const PSSnapshot *s);
+
+/* Where array 'j' (0 values, 1 and 2 optimizer state) of snapshot 'i' is
+ * held: PS_SNAP_ABSENT (the optimizer keeps no such array), PS_SNAP_LIVE
+ * (the live tensor's), PS_SNAP_OWNS (first held by this snapshot), or k >= 0:
+ * the same array as earlier snapshot k (taken with no write between them).
+ * Saving and MEMORY USAGE count an array only where it is PS_SNAP_OWNS. */
+enum { PS_SNAP_OWNS = -1, PS_SNAP_LIVE = -2, PS_SNAP_ABSENT = -3 };
+long PSTensor_SnapshotArrayOwner(const PSTensor *t, uint32_t i, int j);
+
+/* A snapshot as saved (RDB value, PS._RESTORE SNAPSHOT), without its name
+ * and arrays. Bit j of 'flags' (PS_SNAP_SHARES_LIVE << j) says array j is
+ * the live tensor's; bit 3 + j (PS_SNAP_SHARES_EARLIER << j) says it is
+ * snapshot earlier[j]'s. Values up to PS_SNAP_FLAGS_LIVE_ONLY are all that
+ * encodings before PS_ENCVER_SNAP_SHARING carry. */
+#define PS_SNAP_SHARES_LIVE 1u
+#define PS_SNAP_SHARES_EARLIER 8u
+#define PS_SNAP_FLAGS_LIVE_ONLY 7u
+#define PS_SNAP_FLAGS_ALL 63u
+_Static_assert(PS_SNAP_FLAGS_LIVE_ONLY == PS_SNAP_SHARES_EARLIER - 1 &&
+                   PS_SNAP_FLAGS_ALL == (PS_SNAP_SHARES_EARLIER << 3) - 1,
+               "one sharing bit of each kind per array (values, state 0, state 1)");
+typedef struct PSSnapshotSaved {
+    uint64_t version;
+    int64_t unix_ms;
+    uint64_t step;
+    double b1pow, b2pow;
+    uint64_t flags;
+    uint64_t earlier[3];
+} PSSnapshotSaved;
+
+/* The saved form of snapshot 'i' (sharing found with ..._ArrayOwner). */
+void PSTensor_SnapshotDescribe(const PSTensor *t, uint32_t i, PSSnapshotSaved *ss);
+
+/* Whether array 'j' of a saved snapshot is saved with it (not shared). */
+int PSTensor_SnapshotSavesArray(const PSTensor *t, const PSSnapshotSaved *ss, int j);
+
+/* The one validator of a saved snapshot joining 't' as its next one (RDB
+ * loader and PS._RESTORE SNAPSHOT): name length, count, duplicate name,
+ * version not newer than the tensor, products, flags up to 'max_flags',
+ * sharing references. Returns NULL when valid, else why not. */
+const char *PSTensor_SnapshotCheck(const PSTensor *t, const char *name, size_t namelen,
+                                   const PSSnapshotSaved *ss, uint64_t max_flags);
+
+/* Appends a checked saved snapshot. The arrays it shares are retained; the
+ * others are taken from own[j] (ownership passes in every case, own may be
+ * NULL) or, when absent, allocated zeroed for CHUNKs to fill. Returns
+ * PST_OK or PST_ERR_OOM (nothing added). */
+int PSTensor_SnapshotAdd(PSTensor *t, const char *name, size_t namelen, const PSSnapshotSaved *ss,
+                         PSBuf *own[3]);
 
 /* Staleness histogram bucket of a staleness value. */
 int PSTensor_StaleBucket(uint64_t staleness);

@@ -1,44 +1,35 @@
 /* type.c -- the ps-tensor data type: RDB load/save, AOF rewrite, digest,
  * memory usage, copy and free.
  *
- * RDB layout of one value (encoding version PS_ENCVER_1), in order:
- *   ndim, dims[ndim], version, optim, 7 hyper-parameter doubles (lr,
- *   momentum, beta1, beta2, eps, wd, clipnorm), step, b1pow, b2pow,
- *   maxstale (signed), policy, sync_n, sync_timeout_ms (signed),
- *   dedup_max, max_snapshots, round_count,
+ * RDB layout of one value (encoding versions in encver.h), in order:
+ *   ndim, dims[ndim], the header scalars of PS_HEADER_FIELDS (header.h: version,
+ *   optim, the hyper-parameters of hparams.h, step, b1pow, b2pow, maxstale,
+ *   policy, sync_n, sync_timeout_ms, dedup_max, max_snapshots, round_count;
+ *   each from the version that introduced it),
  *   array(values), nstate x array(optimizer state), [array(round) if round_count],
- *   dedup_len, dedup_len x (id, seq, window [from PS_ENCVER_2], version),
- *   nsnap, nsnap x (name, version, unix_ms, step, b1pow, b2pow, shared flags,
- *                   arrays not shared with the live tensor)
+ *   dedup_len, dedup_len x (id, seq, window [from PS_ENCVER_DEDUP_WINDOW], version),
+ *   nsnap, nsnap x (name, version, unix_ms, step, b1pow, b2pow, sharing flags,
+ *                   [from PS_ENCVER_SNAP_SHARING: the earlier snapshot's index
+ *                    of each array shared with one], arrays it does not share)
  * An array is written as ceil(n / PS_CHUNK_FLOATS) string buffers of at most
  * PS_CHUNK_FLOATS little-endian floats each. Everything loaded is validated
- * (through the same shape validator the commands use) before it is
- * allocated: RESTORE payloads are hostile input. */
+ * (the header by PSHeader_Check, snapshots by PSTensor_SnapshotCheck, the
+ * same validators PS._RESTORE uses) before it is allocated: RESTORE payloads
+ * are hostile input.
+ *
+ * The AOF rewrite emits PS._RESTORE commands (cmd_restore.c): HEADER with an
+ * ENCVER token (the layout of its blob), CHUNKs, DEDUP entries, SNAPSHOTs. */
 
 #include <math.h>
 #include <string.h>
 
 #include "ps_module.h"
 
-/* Encoding versions: one per format change, never reused.
- *   1  first format
- *   2  each exactly-once entry carries its 64-seq window after its seq */
-#define PS_ENCVER_1 1
-#define PS_ENCVER_2 2
-#define PS_ENCVER_LATEST PS_ENCVER_2
-
 /* Floats per RDB string / AOF argument: 32 MB, under the 64 MB argument cap. */
 #define PS_CHUNK_FLOATS (8u << 20)
 
-/* Upper bounds checked on load before anything is allocated. */
-#define PS_LOAD_MAX_DEDUP (1u << 20)
-#define PS_LOAD_MAX_SNAPSHOTS 4096u
-#define PS_LOAD_MAX_NAME (1u << 16)
-
-/* Flags of a saved snapshot: which arrays are the live tensor's own. */
-#define SNAP_SHARES_DATA (1u << 0)
-#define SNAP_SHARES_S0 (1u << 1)
-#define SNAP_SHARES_S1 (1u << 2)
+/* Bound of an exactly-once client id loaded from an RDB value. */
+#define PS_LOAD_MAX_ID (1u << 16)
 
 /* ========================================================================
  * RDB save
@@ -51,29 +42,20 @@ static void save_array(RedisModuleIO *io, const PSBuf *b) {
     }
 }
 
-static void save_optstate_hdr(RedisModuleIO *io, const PSOptState *o) {
-    RedisModule_SaveUnsigned(io, o->step);
-    RedisModule_SaveDouble(io, o->b1pow);
-    RedisModule_SaveDouble(io, o->b2pow);
-}
+/* Header fields by kind (PS_HEADER_FIELDS: u unsigned, s signed, d double). */
+static void save_u(RedisModuleIO *io, uint64_t v) { RedisModule_SaveUnsigned(io, v); }
+static void save_s(RedisModuleIO *io, int64_t v) { RedisModule_SaveSigned(io, v); }
+static void save_d(RedisModuleIO *io, double v) { RedisModule_SaveDouble(io, v); }
 
 static void PSType_RdbSave(RedisModuleIO *io, void *value) {
     PSTensor *t = value;
-    RedisModule_SaveUnsigned(io, t->ndim);
-    for (uint32_t i = 0; i < t->ndim; i++) RedisModule_SaveUnsigned(io, t->dims[i]);
-    RedisModule_SaveUnsigned(io, t->version);
-    RedisModule_SaveUnsigned(io, (uint64_t)t->optim);
-    const double hv[7] = {t->h.lr, t->h.momentum, t->h.beta1, t->h.beta2,
-                          t->h.eps, t->h.wd, t->h.clipnorm};
-    for (int i = 0; i < 7; i++) RedisModule_SaveDouble(io, hv[i]);
-    save_optstate_hdr(io, &t->opt);
-    RedisModule_SaveSigned(io, t->maxstale);
-    RedisModule_SaveUnsigned(io, (uint64_t)t->policy);
-    RedisModule_SaveUnsigned(io, t->sync_n);
-    RedisModule_SaveSigned(io, t->sync_timeout_ms);
-    RedisModule_SaveUnsigned(io, t->dedup_max);
-    RedisModule_SaveUnsigned(io, t->max_snapshots);
-    RedisModule_SaveUnsigned(io, t->round_acc ? t->round_count : 0);
+    PSHeader hd;
+    PSHeader_FromTensor(t, &hd);
+    RedisModule_SaveUnsigned(io, hd.ndim);
+    for (uint64_t i = 0; i < hd.ndim; i++) RedisModule_SaveUnsigned(io, hd.dims[i]);
+#define PS_HDR_X(kind, f, since) save_##kind(io, hd.f);
+    PS_HEADER_FIELDS
+#undef PS_HDR_X
     save_array(io, t->data);
     for (int i = 0; i < ps_optim_nstate(t->optim); i++) save_array(io, t->opt.s[i]);
     if (t->round_acc && t->round_count) save_array(io, t->round_acc);
@@ -87,18 +69,19 @@ static void PSType_RdbSave(RedisModuleIO *io, void *value) {
     RedisModule_SaveUnsigned(io, t->nsnap);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         const PSSnapshot *s = &t->snaps[i];
+        PSSnapshotSaved ss;
+        PSTensor_SnapshotDescribe(t, i, &ss);
         RedisModule_SaveStringBuffer(io, s->name, s->namelen);
-        RedisModule_SaveUnsigned(io, s->version);
-        RedisModule_SaveSigned(io, s->unix_ms);
-        save_optstate_hdr(io, &s->opt);
-        uint64_t flags = 0;
-        if (s->data == t->data) flags |= SNAP_SHARES_DATA;
-        if (s->opt.s[0] && s->opt.s[0] == t->opt.s[0]) flags |= SNAP_SHARES_S0;
-        if (s->opt.s[1] && s->opt.s[1] == t->opt.s[1]) flags |= SNAP_SHARES_S1;
-        RedisModule_SaveUnsigned(io, flags);
-        if (!(flags & SNAP_SHARES_DATA)) save_array(io, s->data);
-        for (int j = 0; j < ps_optim_nstate(t->optim); j++)
-            if (!(flags & (SNAP_SHARES_S0 << j))) save_array(io, s->opt.s[j]);
+        RedisModule_SaveUnsigned(io, ss.version);
+        RedisModule_SaveSigned(io, ss.unix_ms);
+        RedisModule_SaveUnsigned(io, ss.step);
+        RedisModule_SaveDouble(io, ss.b1pow);
+        RedisModule_SaveDouble(io, ss.b2pow);
+        RedisModule_SaveUnsigned(io, ss.flags);
+        for (int j = 0; j < 3; j++)
+            if (ss.flags & (PS_SNAP_SHARES_EARLIER << j)) RedisModule_SaveUnsigned(io, ss.earlier[j]);
+        for (int j = 0; j < 3; j++)
+            if (PSTensor_SnapshotSavesArray(t, &ss, j)) save_array(io, j ? s->opt.s[j - 1] : s->data);
     }
 }
 
@@ -152,108 +135,47 @@ static char *load_name(RedisModuleIO *io, size_t max, uint32_t *lenout) {
     return c;
 }
 
-static int valid_pow(double x) { return isfinite(x) && x >= 0 && x <= 1; }
+/* Header fields by kind, as saved by save_u/save_s/save_d. */
+static uint64_t load_u(RedisModuleIO *io) { return RedisModule_LoadUnsigned(io); }
+static int64_t load_s(RedisModuleIO *io) { return RedisModule_LoadSigned(io); }
+static double load_d(RedisModuleIO *io) { return RedisModule_LoadDouble(io); }
 
-const char *PSHeader_Check(const PSHeader *hd, uint64_t *n) {
-    const char *serr;
-    if (hd->ndim < 1 || hd->ndim > PS_MAX_DIMS) return "bad ndim";
-    /* Loading never applies ps.max-tensor-bytes: lowering the limit must
-     * not make existing data unloadable. Overflow is still refused. */
-    if (ps_shape_check((uint32_t)hd->ndim, hd->dims, 0, n, &serr) != 0) return serr;
-    if (hd->optim >= PS_OPT_COUNT || ps_optim_check(&hd->h) || hd->policy > PS_POLICY_SCALE ||
-        hd->maxstale < -1 || hd->sync_n > UINT32_MAX || hd->sync_timeout_ms < 0 ||
-        hd->dedup_max > PS_LOAD_MAX_DEDUP || hd->max_snapshots > PS_LOAD_MAX_SNAPSHOTS ||
-        hd->round_count > UINT32_MAX || (hd->round_count && !hd->sync_n) ||
-        !valid_pow(hd->b1pow) || !valid_pow(hd->b2pow))
-        return "bad optimizer or policy fields";
-    return NULL;
-}
-
-PSTensor *PSHeader_Build(const PSHeader *hd, uint64_t n, int zero_arrays) {
-    PSTensor *t = PSTensor_Alloc(sizeof(*t));
-    if (!t) return NULL;
-    memset(t, 0, sizeof(*t));
-    t->ndim = (uint32_t)hd->ndim;
-    memcpy(t->dims, hd->dims, hd->ndim * sizeof(uint64_t));
-    t->n = n;
-    t->version = hd->version;
-    t->optim = (int)hd->optim;
-    t->h = hd->h;
-    t->maxstale = hd->maxstale;
-    t->policy = (int)hd->policy;
-    t->sync_n = (uint32_t)hd->sync_n;
-    t->sync_timeout_ms = hd->sync_timeout_ms;
-    t->dedup_max = (uint32_t)hd->dedup_max;
-    t->max_snapshots = (uint32_t)hd->max_snapshots;
-    t->opt.step = hd->step;
-    t->opt.b1pow = hd->b1pow;
-    t->opt.b2pow = hd->b2pow;
-    if (!zero_arrays) return t;
-    if (!(t->data = PSBuf_New(n, 1))) goto oom;
-    for (int i = 0; i < ps_optim_nstate(t->optim); i++)
-        if (!(t->opt.s[i] = PSBuf_New(n, 1))) goto oom;
-    if (hd->round_count) {
-        if (!(t->round_acc = PSBuf_New(n, 1))) goto oom;
-        t->round_count = (uint32_t)hd->round_count;
+/* Loads the snapshots of 't' saved by PSType_RdbSave. Returns NULL when they
+ * loaded, or why not. */
+static const char *load_snapshots(RedisModuleIO *io, int encver, PSTensor *t) {
+    uint64_t nsnap = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io) || nsnap > PS_LOAD_MAX_SNAPSHOTS) return "bad snapshot count";
+    const uint64_t max_flags =
+        encver >= PS_ENCVER_SNAP_SHARING ? PS_SNAP_FLAGS_ALL : PS_SNAP_FLAGS_LIVE_ONLY;
+    for (uint64_t i = 0; i < nsnap; i++) {
+        size_t len = 0;
+        char *name = RedisModule_LoadStringBuffer(io, &len);
+        if (RedisModule_IsIOError(io) || !name) return "truncated or corrupt value";
+        PSSnapshotSaved ss = {0};
+        ss.version = RedisModule_LoadUnsigned(io);
+        ss.unix_ms = RedisModule_LoadSigned(io);
+        ss.step = RedisModule_LoadUnsigned(io);
+        ss.b1pow = RedisModule_LoadDouble(io);
+        ss.b2pow = RedisModule_LoadDouble(io);
+        ss.flags = RedisModule_LoadUnsigned(io);
+        for (int j = 0; j < 3 && ss.flags <= max_flags; j++)
+            if (ss.flags & (PS_SNAP_SHARES_EARLIER << j)) ss.earlier[j] = RedisModule_LoadUnsigned(io);
+        const char *why = RedisModule_IsIOError(io) ? "truncated or corrupt value"
+                                                    : PSTensor_SnapshotCheck(t, name, len, &ss, max_flags);
+        PSBuf *own[3] = {NULL, NULL, NULL};
+        for (int j = 0; j < 3 && !why; j++)
+            if (PSTensor_SnapshotSavesArray(t, &ss, j) && !(own[j] = load_array(io, t->n)))
+                why = "truncated or corrupt value";
+        if (!why && PSTensor_SnapshotAdd(t, name, len, &ss, own) != PST_OK) why = "out of memory";
+        for (int j = 0; j < 3; j++) PSBuf_Release(own[j]);
+        RedisModule_Free(name);
+        if (why) return why;
     }
-    return t;
-oom:
-    PSTensor_Free(t);
     return NULL;
-}
-
-void PSHeader_FromTensor(const PSTensor *t, PSHeader *hd) {
-    memset(hd, 0, sizeof(*hd));
-    hd->ndim = t->ndim;
-    memcpy(hd->dims, t->dims, t->ndim * sizeof(uint64_t));
-    hd->version = t->version;
-    hd->optim = (uint64_t)t->optim;
-    hd->h = t->h;
-    hd->step = t->opt.step;
-    hd->b1pow = t->opt.b1pow;
-    hd->b2pow = t->opt.b2pow;
-    hd->maxstale = t->maxstale;
-    hd->policy = (uint64_t)t->policy;
-    hd->sync_n = t->sync_n;
-    hd->sync_timeout_ms = t->sync_timeout_ms;
-    hd->dedup_max = t->dedup_max;
-    hd->max_snapshots = t->max_snapshots;
-    hd->round_count = t->round_acc ? t->round_count : 0;
-}
-
-/* Field order of the encoded header (after ndim and the dims). */
-#define HDR_FIELDS(X)                                                                       \
-    X(u, version) X(u, optim) X(d, h.lr) X(d, h.momentum) X(d, h.beta1) X(d, h.beta2)      \
-    X(d, h.eps) X(d, h.wd) X(d, h.clipnorm) X(u, step) X(d, b1pow) X(d, b2pow)             \
-    X(s, maxstale) X(u, policy) X(u, sync_n) X(s, sync_timeout_ms) X(u, dedup_max)          \
-    X(u, max_snapshots) X(u, round_count)
-
-size_t PSHeader_Encode(const PSHeader *hd, uint64_t *out) {
-    size_t k = 0;
-    out[k++] = hd->ndim;
-    for (uint64_t i = 0; i < hd->ndim && i < PS_MAX_DIMS; i++) out[k++] = hd->dims[i];
-#define ENC(kind, f) memcpy(&out[k++], &hd->f, 8);
-    HDR_FIELDS(ENC)
-#undef ENC
-    return k;
-}
-
-int PSHeader_Decode(const unsigned char *p, size_t len, PSHeader *hd) {
-    memset(hd, 0, sizeof(*hd));
-    if (len < 8 || len % 8) return -1;
-    memcpy(&hd->ndim, p, 8);
-    if (hd->ndim < 1 || hd->ndim > PS_MAX_DIMS) return -1;
-    if (len != (1 + hd->ndim + PS_HEADER_SCALARS) * 8) return -1;
-    size_t k = 1;
-    for (uint64_t i = 0; i < hd->ndim; i++) memcpy(&hd->dims[i], p + 8 * k++, 8);
-#define DEC(kind, f) memcpy(&hd->f, p + 8 * k++, 8);
-    HDR_FIELDS(DEC)
-#undef DEC
-    return 0;
 }
 
 static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
-    if (encver < PS_ENCVER_1 || encver > PS_ENCVER_LATEST) {
+    if (encver < PS_ENCVER_FIRST || encver > PS_ENCVER_LATEST) {
         RedisModule_LogIOError(io, "warning",
                                "ps-tensor: encoding version %d is newer than this module "
                                "(supports up to %d)",
@@ -263,38 +185,23 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
     PSTensor *t = NULL;
     const char *why = "truncated or corrupt value";
     PSHeader hd;
-    memset(&hd, 0, sizeof(hd));
+    PSHeader_Init(&hd);
     hd.ndim = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io) || hd.ndim < 1 || hd.ndim > PS_MAX_DIMS) {
         why = "bad ndim";
         goto bad;
     }
     for (uint64_t i = 0; i < hd.ndim; i++) hd.dims[i] = RedisModule_LoadUnsigned(io);
-    hd.version = RedisModule_LoadUnsigned(io);
-    hd.optim = RedisModule_LoadUnsigned(io);
-    hd.h.lr = RedisModule_LoadDouble(io);
-    hd.h.momentum = RedisModule_LoadDouble(io);
-    hd.h.beta1 = RedisModule_LoadDouble(io);
-    hd.h.beta2 = RedisModule_LoadDouble(io);
-    hd.h.eps = RedisModule_LoadDouble(io);
-    hd.h.wd = RedisModule_LoadDouble(io);
-    hd.h.clipnorm = RedisModule_LoadDouble(io);
-    hd.step = RedisModule_LoadUnsigned(io);
-    hd.b1pow = RedisModule_LoadDouble(io);
-    hd.b2pow = RedisModule_LoadDouble(io);
-    hd.maxstale = RedisModule_LoadSigned(io);
-    hd.policy = RedisModule_LoadUnsigned(io);
-    hd.sync_n = RedisModule_LoadUnsigned(io);
-    hd.sync_timeout_ms = RedisModule_LoadSigned(io);
-    hd.dedup_max = RedisModule_LoadUnsigned(io);
-    hd.max_snapshots = RedisModule_LoadUnsigned(io);
-    hd.round_count = RedisModule_LoadUnsigned(io);
+#define PS_HDR_X(kind, f, since) \
+    if ((since) <= encver) hd.f = load_##kind(io);
+    PS_HEADER_FIELDS
+#undef PS_HDR_X
     if (RedisModule_IsIOError(io)) goto bad;
     uint64_t n;
     if ((why = PSHeader_Check(&hd, &n)) != NULL) goto bad;
     why = "truncated or corrupt value";
-    if (!(t = PSHeader_Build(&hd, n, 0))) goto oom;
-    const uint64_t version = hd.version, dedup_max = hd.dedup_max;
+    if (!(t = PSHeader_ToTensor(&hd, n, 0))) goto oom;
+    const uint64_t dedup_max = hd.dedup_max;
     if (!(t->data = load_array(io, n))) goto bad;
     const int nstate = ps_optim_nstate(t->optim);
     for (int i = 0; i < nstate; i++)
@@ -315,56 +222,17 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
         t->dedup_cap = (uint32_t)dlen;
         for (uint64_t i = 0; i < dlen; i++) {
             PSDedupEntry *e = &t->dedup[i];
-            if (!(e->id = load_name(io, PS_LOAD_MAX_NAME, &e->idlen))) goto bad;
+            if (!(e->id = load_name(io, PS_LOAD_MAX_ID, &e->idlen))) goto bad;
             e->hash = PSTensor_DedupHash(e->id, e->idlen);
             t->dedup_len = (uint32_t)(i + 1);
             e->seq = RedisModule_LoadUnsigned(io);
-            e->window = encver >= PS_ENCVER_2 ? RedisModule_LoadUnsigned(io) : 0;
+            e->window = encver >= PS_ENCVER_DEDUP_WINDOW ? RedisModule_LoadUnsigned(io) : 0;
             e->version = RedisModule_LoadUnsigned(io);
             if (RedisModule_IsIOError(io)) goto bad;
         }
     }
 
-    uint64_t nsnap = RedisModule_LoadUnsigned(io);
-    if (RedisModule_IsIOError(io) || nsnap > PS_LOAD_MAX_SNAPSHOTS) {
-        why = "bad snapshot count";
-        goto bad;
-    }
-    if (nsnap) {
-        t->snaps = PSTensor_Alloc(nsnap * sizeof(PSSnapshot));
-        if (!t->snaps) goto oom;
-        for (uint64_t i = 0; i < nsnap; i++) {
-            PSSnapshot *s = &t->snaps[i];
-            memset(s, 0, sizeof(*s));
-            if (!(s->name = load_name(io, PS_LOAD_MAX_NAME, &s->namelen))) goto bad;
-            t->nsnap = (uint32_t)(i + 1);
-            s->version = RedisModule_LoadUnsigned(io);
-            s->unix_ms = RedisModule_LoadSigned(io);
-            s->opt.step = RedisModule_LoadUnsigned(io);
-            s->opt.b1pow = RedisModule_LoadDouble(io);
-            s->opt.b2pow = RedisModule_LoadDouble(io);
-            uint64_t flags = RedisModule_LoadUnsigned(io);
-            if (RedisModule_IsIOError(io) || flags > 7 || !valid_pow(s->opt.b1pow) ||
-                !valid_pow(s->opt.b2pow) || s->version > version) {
-                why = "bad snapshot header";
-                goto bad;
-            }
-            if (flags & SNAP_SHARES_DATA) {
-                s->data = t->data;
-                t->data->refs++;
-            } else if (!(s->data = load_array(io, n))) {
-                goto bad;
-            }
-            for (int j = 0; j < nstate; j++) {
-                if (flags & (SNAP_SHARES_S0 << j)) {
-                    s->opt.s[j] = t->opt.s[j];
-                    t->opt.s[j]->refs++;
-                } else if (!(s->opt.s[j] = load_array(io, n))) {
-                    goto bad;
-                }
-            }
-        }
-    }
+    if ((why = load_snapshots(io, encver, t)) != NULL) goto bad;
     return t;
 
 oom:
@@ -392,14 +260,16 @@ static void emit_array(RedisModuleIO *aof, RedisModuleString *key, const char *t
 
 static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
     PSTensor *t = value;
-    /* Header: everything scalar as a blob of 8-byte fields that
-     * PS._RESTORE HEADER validates exactly like the RDB loader. */
+    /* Header: everything scalar as a blob of 8-byte fields in the layout of
+     * PS_ENCVER_LATEST, which the ENCVER token names, so that a later layout
+     * cannot misread it. PS._RESTORE HEADER validates it as the RDB loader
+     * does. */
     PSHeader hd;
     PSHeader_FromTensor(t, &hd);
     uint64_t enc[PS_HEADER_MAX_WORDS];
     size_t words = PSHeader_Encode(&hd, enc);
-    RedisModule_EmitAOF(aof, "ps._restore", "scb", key, "HEADER", (const char *)enc,
-                        words * sizeof(uint64_t));
+    RedisModule_EmitAOF(aof, "ps._restore", "scbcl", key, "HEADER", (const char *)enc,
+                        words * sizeof(uint64_t), "ENCVER", (long long)PS_ENCVER_LATEST);
     emit_array(aof, key, "DATA", 0, t->data);
     if (t->opt.s[0]) emit_array(aof, key, "S0", 0, t->opt.s[0]);
     if (t->opt.s[1]) emit_array(aof, key, "S1", 0, t->opt.s[1]);
@@ -409,23 +279,28 @@ static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *
         RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "DEDUP", e->id, (size_t)e->idlen,
                             (long long)e->seq, (long long)e->version, (long long)e->window);
     }
+    static const char *const snap_target[3] = {"SNAPDATA", "SNAPS0", "SNAPS1"};
     for (uint32_t i = 0; i < t->nsnap; i++) {
         const PSSnapshot *s = &t->snaps[i];
-        long long flags = 0;
-        if (s->data == t->data) flags |= SNAP_SHARES_DATA;
-        if (s->opt.s[0] && s->opt.s[0] == t->opt.s[0]) flags |= SNAP_SHARES_S0;
-        if (s->opt.s[1] && s->opt.s[1] == t->opt.s[1]) flags |= SNAP_SHARES_S1;
-        uint64_t sh[4];
-        sh[0] = s->opt.step;
-        memcpy(&sh[1], &s->opt.b1pow, 8);
-        memcpy(&sh[2], &s->opt.b2pow, 8);
-        sh[3] = (uint64_t)flags;
+        PSSnapshotSaved ss;
+        PSTensor_SnapshotDescribe(t, i, &ss);
+        /* step, b1pow, b2pow, flags [, earlier index of each array]: the
+         * short form when nothing is shared with an earlier snapshot, so
+         * such AOFs stay what older modules wrote. */
+        uint64_t sh[PS_RESTORE_SNAP_WORDS_LONG];
+        sh[0] = ss.step;
+        memcpy(&sh[1], &ss.b1pow, 8);
+        memcpy(&sh[2], &ss.b2pow, 8);
+        sh[3] = ss.flags;
+        for (int j = 0; j < 3; j++) sh[4 + j] = ss.earlier[j];
+        size_t words = ss.flags > PS_SNAP_FLAGS_LIVE_ONLY ? PS_RESTORE_SNAP_WORDS_LONG
+                                                           : PS_RESTORE_SNAP_WORDS_SHORT;
         RedisModule_EmitAOF(aof, "ps._restore", "scbllb", key, "SNAPSHOT", s->name,
-                            (size_t)s->namelen, (long long)s->version, (long long)s->unix_ms,
-                            (const char *)sh, sizeof(sh));
-        if (!(flags & SNAP_SHARES_DATA)) emit_array(aof, key, "SNAPDATA", i, s->data);
-        if (s->opt.s[0] && !(flags & SNAP_SHARES_S0)) emit_array(aof, key, "SNAPS0", i, s->opt.s[0]);
-        if (s->opt.s[1] && !(flags & SNAP_SHARES_S1)) emit_array(aof, key, "SNAPS1", i, s->opt.s[1]);
+                            (size_t)s->namelen, (long long)ss.version, (long long)ss.unix_ms,
+                            (const char *)sh, words * sizeof(uint64_t));
+        for (int j = 0; j < 3; j++)
+            if (PSTensor_SnapshotSavesArray(t, &ss, j))
+                emit_array(aof, key, snap_target[j], i, j ? s->opt.s[j - 1] : s->data);
     }
 }
 

@@ -220,7 +220,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 2
+        assert encver == 3   # PS_ENCVER_SNAP_SHARING (module/encver.h)
         assert build(items, encver) == real, key
 
 
@@ -309,7 +309,21 @@ def _bad_cases():
     cases["truncated-mid-values"] = build(good[:22] + [("raw", bytes([OP_STRING]) + enc_len(24) + b"\0" * 8)], eof=False)
     cases["no-eof"] = build(good, eof=False)
     cases["trailing-item"] = build(good + [U(1)])
-    cases["encver-3-from-the-future"] = build(good, encver=3)
+    cases["encver-4-from-the-future"] = build(good, encver=4)
+    # Snapshot sharing (encver 3): an index that names no earlier snapshot, both sharing
+    # kinds for one array, unknown flag bits; and (any version) a name over 1024 bytes,
+    # the limit PS.SNAPSHOT and PS._RESTORE SNAPSHOT apply too.
+    cases["snapshot-shares-no-earlier-snapshot"] = build(
+        tensor_items(snaps=[snap_items(flags=8) + [U(0)]]), encver=3)
+    cases["snapshot-shares-itself"] = build(
+        tensor_items(snaps=[snap_items(name=b"a"), snap_items(name=b"b", flags=8) + [U(1)]]),
+        encver=3)
+    cases["snapshot-shares-live-and-earlier"] = build(
+        tensor_items(snaps=[snap_items(name=b"a"), snap_items(name=b"b", flags=9) + [U(0)]]),
+        encver=3)
+    cases["snapshot-flags-64"] = build(tensor_items(snaps=[snap_items(flags=64)]), encver=3)
+    cases["snapshot-name-1025"] = build(tensor_items(snaps=[snap_items(name=b"x" * 1025)]))
+    cases["snapshot-duplicate-name"] = build(tensor_items(snaps=[snap_items(), snap_items()]))
     cases["encver-1023"] = build(good, encver=1023)
     cases["encver-0"] = build(good, encver=0)
     cases["rdb-version-from-the-future"] = build(good, rdbver=RDB_VERSION + 50)
@@ -325,6 +339,12 @@ def test_control_payload_is_accepted(env):
     assert restore(srv, build(tensor_items())) == "OK"
     assert restore(srv, build(tensor_items(optim="ADAM", dedup=[(b"a", 1, 0)],
                                            snaps=[snap_items(flags=7)]))) == "OK"
+    # encver 3: snapshot b holds snapshot a's values (taken with no write between them).
+    assert restore(srv, build(tensor_items(snaps=[
+        snap_items(name=b"a", flags=0, arrays=[f32(np.ones(6))]),
+        snap_items(name=b"b", flags=8) + [U(0)],
+        snap_items(name=b"x" * 1024)]), encver=3)) == "OK"
+    assert c.execute_command("PS.PULL", "dst", "AT", "b")[1] == f32(np.ones(6))
     # An open sync round: SGD has no state, so the one extra array is the round's.
     assert restore(srv, build(tensor_items(sync_n=3, round_count=2,
                                            state=[np.ones(6, np.float32)]))) == "OK"

@@ -105,6 +105,34 @@ def test_memory_usage_does_not_double_after_a_snapshot_until_a_push(r):
     assert r.memory_usage("m") < base * 1.01 + 1024
 
 
+def test_snapshots_taken_back_to_back_are_saved_and_counted_once(r):
+    """Two snapshots with no write between them share their arrays: after the next write
+    they are no longer the live tensor's, and MEMORY USAGE and the RDB value (DUMP) count
+    them once, like one snapshot (docs/design.md "Snapshots")."""
+    n = 64 * 1024  # 256 KB of values, + 512 KB of Adam state
+    for key, names in (("one", ["a"]), ("two", ["a", "b"]), ("three", ["a", "b", "c"])):
+        create(r, key, (n,), "OPTIM", "ADAM")
+        push(r, key, np.ones(n, np.float32))
+        for name in names:
+            r.execute_command("PS.SNAPSHOT", key, name)
+        push(r, key, np.ones(n, np.float32))
+    mem = {k: r.memory_usage(k) for k in ("one", "two", "three")}
+    size = {k: len(r.dump(k)) for k in ("one", "two", "three")}
+    assert mem["one"] >= 2 * 3 * 4 * n, mem
+    assert mem["two"] - mem["one"] < 1024 and mem["three"] - mem["one"] < 2048, mem
+    assert size["two"] - size["one"] < 1024 and size["three"] - size["one"] < 2048, size
+    # The shared arrays survive a reload shared, and each snapshot still has its values.
+    at = {s: pull(r, "three", "AT", s) for s in ("a", "b", "c")}
+    r.execute_command("DEBUG", "RELOAD")
+    assert {k: r.memory_usage(k) for k in mem} == mem
+    assert {s: pull(r, "three", "AT", s) for s in ("a", "b", "c")} == at
+    # Dropping the first holder keeps the array for the others.
+    r.execute_command("PS.DROPSNAPSHOT", "three", "a")
+    r.execute_command("DEBUG", "RELOAD")
+    assert pull(r, "three", "AT", "c") == at["c"]
+    assert r.memory_usage("three") - mem["one"] < 1024
+
+
 def build_state(c):
     """Tensors with snapshots (shared and split), dedup entries and an open sync round.
     Returns {key: (digest, pull, snapshots, pulls AT each snapshot)}."""
@@ -124,12 +152,19 @@ def build_state(c):
     c.execute_command("PS.SNAPSHOT", "m", "s")
     train(c, "m", 64, 1)
     c.execute_command("PS.ROLLBACK", "m", "s")
+    # Two snapshots with no write between them, then a write: they hold one set of arrays
+    # that is no longer the live tensor's.
+    create(c, "t", (500,), "OPTIM", "ADAM")
+    train(c, "t", 500, 1)
+    c.execute_command("PS.SNAPSHOT", "t", "one")
+    c.execute_command("PS.SNAPSHOT", "t", "two")
+    train(c, "t", 500, 1)
     return capture(c)
 
 
 def capture(c):
     out = {}
-    for k in ("a", "b", "m"):
+    for k in ("a", "b", "m", "t"):
         snaps = snapshots(c, k)
         out[k] = (digest(c, k), pull(c, k), snaps,
                   [pull(c, k, "AT", s[0]) for s in snaps], c.memory_usage(k))

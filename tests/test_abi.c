@@ -6,9 +6,10 @@
  * misread (a copy callback taken for defrag, an arity taken for a pointer).
  * The _Static_asserts make such a header fail to compile; the cmocka tests
  * repeat the checks at run time so the test binary reports them by name.
- * Constants are compared with the values of module-api-facts.md; the ones
- * the header does not declare (it only declares what the module uses) are
- * checked when present. */
+ * Constants are compared with the values of Redis 7.0.15's own
+ * src/redismodule.h (the ABI the module is built for); the ones the header
+ * does not declare (it only declares what the module uses) are checked when
+ * present. */
 
 #include <stdarg.h>
 #include <stddef.h>

@@ -5,7 +5,8 @@ python_tests/:
 
     /usr/bin/python3 golden/make_golden.py v2     # -> golden/v2/dump.rdb, expected.json
 
-(v1: PS_ENCVER_1; v2: PS_ENCVER_2, exactly-once entries with their seq window.)
+(v1: PS_ENCVER_FIRST; v2: PS_ENCVER_DEDUP_WINDOW, exactly-once entries with their seq
+window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, tensor g:twins.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -74,6 +75,17 @@ def build(c):
     x("PS.PUSHGRAD", "g:nesterov", f32(G * 2))
 
 
+def build_twins(c):
+    """Two snapshots taken back to back and then overtaken by a write: they share one
+    array that is not the live tensor's (saved once from PS_ENCVER_SNAP_SHARING)."""
+    x = c.execute_command
+    x("PS.CREATE", "g:twins", "SHAPE", 12, "INIT", "CONST", 0.5, "OPTIM", "ADAM", "LR", 0.01)
+    x("PS.PUSHGRAD", "g:twins", f32(G), "ID", "t", 1)
+    x("PS.SNAPSHOT", "g:twins", "one", "TIME", 1700000000000)
+    x("PS.SNAPSHOT", "g:twins", "two", "TIME", 1700000000001)
+    x("PS.PUSHGRAD", "g:twins", f32(G), "ID", "t", 2)
+
+
 def describe(c, key):
     """What a loader must reproduce for 'key' (all hex strings / ints, JSON-able)."""
     x = c.execute_command
@@ -105,6 +117,8 @@ def main():
     with psserver.RedisServer(name="golden") as s:
         c = s.client()
         build(c)
+        if int(ver.lstrip("v")) >= 3:
+            build_twins(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
         expected = {"encver": int(ver.lstrip("v")), "gradient": G.tolist(), "keys": {}}
         for k in keys:
@@ -116,6 +130,8 @@ def main():
         # Exactly-once entries: replaying (id, seq) answers the original version.
         expected["replays"] = [["g:sgd", "w1", 2, 2], ["g:momentum", "b", 7, 2],
                                ["g:adam", "v", 1, 3], ["g:adagrad-sync", "q", 1, 1]]
+        if "g:twins" in keys:
+            expected["replays"].append(["g:twins", "t", 2, 2])
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
     print("wrote %s/dump.rdb (%d bytes, sha256 %s) and expected.json" % (

@@ -1,0 +1,141 @@
+/* cmd_restore.c -- PS._RESTORE, the internal command an AOF rewrite emits
+ * (type.c, PSType_AofRewrite) and an AOF load replays:
+ *
+ *   PS._RESTORE key HEADER blob [ENCVER v]
+ *   PS._RESTORE key CHUNK target index offset blob
+ *   PS._RESTORE key DEDUP id seq version [window]
+ *   PS._RESTORE key SNAPSHOT name version unix_ms blob
+ *
+ * HEADER creates the tensor from the scalar header (header.h) in the layout of
+ * encoding version v (encver.h); an AOF written before the token existed has
+ * none and means PS_ENCVER_AOF_UNTAGGED (golden file python_tests/golden/
+ * aof-v0). The arrays then arrive as CHUNKs. Every part is validated by the
+ * same core validators as the RDB loader and applied through the core; a bad
+ * part answers an error and changes nothing.
+ *
+ * Replication: verbatim (only ever replayed from an AOF). */
+
+#include <limits.h>
+#include <string.h>
+
+#include "ps_module.h"
+
+/* HEADER: a new tensor at 'key', replacing what is there. */
+static int restore_header(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long encver = PS_ENCVER_AOF_UNTAGGED;
+    if (argc != 4 && argc != 6) return RedisModule_WrongArity(ctx);
+    if (argc == 6) {
+        if (!ps_arg_is(argv[4], "ENCVER")) return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
+        if (ps_arg_ll(ctx, argv[5], "ENCVER", PS_ENCVER_FIRST, PS_ENCVER_LATEST, &encver) !=
+            REDISMODULE_OK)
+            return REDISMODULE_OK;
+    }
+    size_t len;
+    const unsigned char *p = (const unsigned char *)RedisModule_StringPtrLen(argv[3], &len);
+    PSHeader hd;
+    uint64_t n;
+    const char *why;
+    if (PSHeader_Decode(p, len, (int)encver, &hd) != 0)
+        return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
+    if ((why = PSHeader_Check(&hd, &n)) != NULL) return ps_reply_errorf(ctx, PSERR_RESTORE_HEADER_F, why);
+    PSTensor *t = PSHeader_ToTensor(&hd, n, 1);
+    if (!t) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModule_ModuleTypeSetValue(key, PSTensorType, t);
+    RedisModule_CloseKey(key);
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* CHUNK target names, in PSRestoreTarget order. */
+static const char *const ChunkTargets[] = {"DATA", "S0", "S1", "ROUND", "SNAPDATA", "SNAPS0", "SNAPS1"};
+_Static_assert(sizeof(ChunkTargets) / sizeof(ChunkTargets[0]) == PS_RESTORE_TARGETS,
+               "a CHUNK target without a name");
+
+/* CHUNK: 'blob' into an array at a float offset. Returns 0 or replies. */
+static int restore_chunk(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t) {
+    long long idx, off;
+    if (ps_arg_ll(ctx, argv[4], "index", 0, 1LL << 32, &idx) != REDISMODULE_OK ||
+        ps_arg_ll(ctx, argv[5], "offset", 0, 1LL << 62, &off) != REDISMODULE_OK)
+        return -1;
+    int target = -1;
+    for (int k = 0; k < PS_RESTORE_TARGETS; k++)
+        if (ps_arg_is(argv[3], ChunkTargets[k])) target = k;
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(argv[6], &len);
+    if (target < 0 ||
+        PSTensor_RestoreChunk(t, target, (uint64_t)idx, (uint64_t)off, p, len) != PST_OK) {
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_CHUNK);
+        return -1;
+    }
+    return 0;
+}
+
+/* SNAPSHOT: appends a snapshot from its saved form. Returns 0 or replies. */
+static int restore_snapshot(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t) {
+    long long version, unix_ms;
+    if (ps_arg_ll(ctx, argv[4], "version", 0, LLONG_MAX, &version) != REDISMODULE_OK ||
+        ps_arg_ll(ctx, argv[5], "unix_ms", LLONG_MIN, LLONG_MAX, &unix_ms) != REDISMODULE_OK)
+        return -1;
+    size_t len, hl;
+    const char *name = RedisModule_StringPtrLen(argv[3], &len);
+    const char *hp = RedisModule_StringPtrLen(argv[6], &hl);
+    uint64_t sh[PS_RESTORE_SNAP_WORDS_LONG] = {0};
+    const int long_form = hl == sizeof(sh);
+    if (hl != PS_RESTORE_SNAP_WORDS_SHORT * sizeof(uint64_t) && !long_form) {
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
+        return -1;
+    }
+    memcpy(sh, hp, hl);
+    PSSnapshotSaved ss = {.version = (uint64_t)version, .unix_ms = unix_ms, .step = sh[0],
+                          .flags = sh[3]};
+    memcpy(&ss.b1pow, &sh[1], 8);
+    memcpy(&ss.b2pow, &sh[2], 8);
+    for (int j = 0; j < 3; j++) ss.earlier[j] = sh[4 + j];
+    if (PSTensor_SnapshotCheck(t, name, len, &ss,
+                               long_form ? PS_SNAP_FLAGS_ALL : PS_SNAP_FLAGS_LIVE_ONLY)) {
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SNAPSHOT);
+        return -1;
+    }
+    /* The arrays it does not share arrive as SNAP* CHUNKs. */
+    if (PSTensor_SnapshotAdd(t, name, len, &ss, NULL) != PST_OK) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        return -1;
+    }
+    return 0;
+}
+
+int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    RedisModuleString *sub = argv[2];
+    if (ps_arg_is(sub, "HEADER")) return restore_header(ctx, argv, argc);
+    RedisModuleKey *key;
+    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
+    if (!t) return REDISMODULE_OK;
+    if (ps_arg_is(sub, "CHUNK") && argc == 7) {
+        if (restore_chunk(ctx, argv, t)) goto done;
+    } else if (ps_arg_is(sub, "DEDUP") && (argc == 6 || argc == 7)) {
+        long long a1, a2, win = 0;
+        size_t len;
+        if (ps_arg_ll(ctx, argv[4], "seq", LLONG_MIN, LLONG_MAX, &a1) != REDISMODULE_OK ||
+            ps_arg_ll(ctx, argv[5], "version", LLONG_MIN, LLONG_MAX, &a2) != REDISMODULE_OK ||
+            (argc == 7 && ps_arg_ll(ctx, argv[6], "window", LLONG_MIN, LLONG_MAX, &win) != REDISMODULE_OK))
+            goto done;
+        const char *id = RedisModule_StringPtrLen(argv[3], &len);
+        if (t->dedup_len >= t->dedup_max ||
+            PSTensor_DedupRecord(t, id, len, (uint64_t)a1, (uint64_t)win, (uint64_t)a2) != PST_OK) {
+            RedisModule_ReplyWithError(ctx, PSERR_RESTORE_DEDUP);
+            goto done;
+        }
+    } else if (ps_arg_is(sub, "SNAPSHOT") && argc == 7) {
+        if (restore_snapshot(ctx, argv, t)) goto done;
+    } else {
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
+        goto done;
+    }
+    RedisModule_ReplicateVerbatim(ctx);
+    RedisModule_ReplyWithSimpleString(ctx, "OK");
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}

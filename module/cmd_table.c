@@ -1,0 +1,165 @@
+/* cmd_table.c -- the command table: every command of the module with its
+ * flags, arity, key specs and COMMAND DOCS, registered from OnLoad by
+ * PSCommands_Register. Adding a command is one row here, its handler in the
+ * cmd_*.c file of its family (declared in ps_module.h) and its docs in
+ * docs/commands.md.
+ *
+ * Every command takes one key, at argv[1] (first, last, step = 1, 1, 1). */
+
+#include <string.h>
+
+#include "ps_module.h"
+
+/* ========================================================================
+ * Key specs: the one key at argv[1], by how the command touches it
+ * ====================================================================== */
+
+#define PS_KEY_AT_1(fl)                                                                  \
+    {{.flags = (fl), .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, \
+      .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}},              \
+     {0}}
+
+static RedisModuleCommandKeySpec ReadKey[] = PS_KEY_AT_1(REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS);
+static RedisModuleCommandKeySpec WriteKey[] = PS_KEY_AT_1(REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_UPDATE);
+static RedisModuleCommandKeySpec InsertKey[] = PS_KEY_AT_1(REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_INSERT);
+static RedisModuleCommandKeySpec OverwriteKey[] = PS_KEY_AT_1(REDISMODULE_CMD_KEY_OW | REDISMODULE_CMD_KEY_UPDATE);
+
+/* ========================================================================
+ * Arguments (COMMAND DOCS)
+ * ====================================================================== */
+
+static RedisModuleCommandArg CreateArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("dims", "SHAPE", INTEGER, REDISMODULE_CMD_ARG_MULTIPLE),
+    PS_ARG("init", "INIT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("data", "DATA", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("seed", "SEED", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("optim", "OPTIM", STRING, PS_ARG_OPTIONAL),
+#define PS_HP_ARG(K, f, d, r, s) PS_ARG(#f, #K, DOUBLE, PS_ARG_OPTIONAL),
+    PS_HYPERPARAMS(PS_HP_ARG)
+#undef PS_HP_ARG
+    PS_ARG("maxstaleness", "MAXSTALENESS", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("policy", "POLICY", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("sync", "SYNC", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG_FLAG("nx", "NX"),
+    {0}};
+static RedisModuleCommandArg SetArgs[] = {
+    PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg KeyArgs[] = {PS_ARG_KEY, {0}};
+static RedisModuleCommandArg ConfigArgs[] = {
+    PS_ARG_KEY, PS_ARG("param", NULL, STRING, 0),
+    PS_ARG("value", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
+static RedisModuleCommandArg RestoreArgs[] = {
+    PS_ARG_KEY, PS_ARG("part", NULL, STRING, 0),
+    PS_ARG("arg", NULL, STRING, REDISMODULE_CMD_ARG_MULTIPLE), {0}};
+static RedisModuleCommandArg PushArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("gradient", NULL, STRING, 0),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("rows", "ROWS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("version", "VERSION", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("id", "ID", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("scale", "SCALE", DOUBLE, PS_ARG_OPTIONAL),
+    {0}};
+static RedisModuleCommandArg PullArgs[] = {
+    PS_ARG_KEY,
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("rows", "ROWS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("snapshot", "AT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("minversion", "MINVERSION", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
+    {0}};
+static RedisModuleCommandArg CloseRoundArgs[] = {
+    PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
+static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg SnapArgs[] = {
+    PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
+
+/* ========================================================================
+ * The table
+ * ====================================================================== */
+
+typedef struct PSCommandDef {
+    const char *name; /* lower case */
+    RedisModuleCmdFunc handler;
+    const char *flags;
+    int arity;
+    RedisModuleCommandKeySpec *key;
+    RedisModuleCommandArg *args;
+    const char *summary;
+    const char *complexity;
+} PSCommandDef;
+
+#define PS_O_N "O(N) where N is the number of elements"
+#define PS_O_ROWS "O(N) where N is the number of elements (or of the given rows)"
+
+static const PSCommandDef PSCommands[] = {
+    /* cmd_tensor.c */
+    {"ps.create", PSCreate_RedisCommand, "write deny-oom", -4, InsertKey, CreateArgs,
+     "Creates a tensor with a shape, initial values and an optimizer", PS_O_N},
+    {"ps.set", PSSet_RedisCommand, "write deny-oom", -3, WriteKey, SetArgs,
+     "Overwrites the values of a tensor; returns the new version", PS_O_N},
+    {"ps.info", PSInfo_RedisCommand, "readonly fast", 2, ReadKey, KeyArgs,
+     "Returns shape, version, optimizer settings and counters of a tensor", "O(1)"},
+    {"ps.config", PSConfig_RedisCommand, "write", -4, WriteKey, ConfigArgs,
+     "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
+    /* cmd_restore.c */
+    {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -4, OverwriteKey, RestoreArgs,
+     "Internal: rebuilds a tensor from an AOF rewrite", "O(N) where N is the size of the argument"},
+    /* cmd_push.c */
+    {"ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", -3, WriteKey, PushArgs,
+     "Applies a gradient with the tensor's optimizer; returns the new version", PS_O_ROWS},
+    {"ps.pull", PSPull_RedisCommand, "readonly blocking", -2, ReadKey, PullArgs,
+     "Returns [version, values] of a tensor, optionally waiting for a version", PS_O_ROWS},
+    {"ps._closeround", PSCloseRound_RedisCommand, "write", 3, WriteKey, CloseRoundArgs,
+     "Internal: closes a sync round (replicated effect of a master's timer)", PS_O_N},
+    /* cmd_snapshot.c */
+    {"ps.snapshot", PSSnapshot_RedisCommand, "write deny-oom", -3, WriteKey, SnapArgs,
+     "Takes an immutable named snapshot of values and optimizer state",
+     "O(1) (copy on the next write)"},
+    {"ps.snapshots", PSSnapshots_RedisCommand, "readonly", 2, ReadKey, KeyArgs,
+     "Lists the snapshots of a tensor: name, version, unix-ms",
+     "O(S) where S is the number of snapshots"},
+    {"ps.rollback", PSRollback_RedisCommand, "write deny-oom", 3, WriteKey, NameArgs,
+     "Restores values and optimizer state from a snapshot as a new version", "O(1)"},
+    {"ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", 3, WriteKey, NameArgs,
+     "Drops a snapshot", "O(S) where S is the number of snapshots"},
+};
+
+
+static const RedisModuleCommandInfoVersion PSCommandInfoVersion = {
+    .version = REDISMODULE_COMMAND_INFO_VERSION,
+    .sizeof_historyentry = sizeof(RedisModuleCommandHistoryEntry),
+    .sizeof_keyspec = sizeof(RedisModuleCommandKeySpec),
+    .sizeof_arg = sizeof(RedisModuleCommandArg),
+};
+
+int PSCommands_Register(RedisModuleCtx *ctx) {
+    for (size_t i = 0; i < sizeof(PSCommands) / sizeof(PSCommands[0]); i++) {
+        const PSCommandDef *d = &PSCommands[i];
+        if (RedisModule_CreateCommand(ctx, d->name, d->handler, d->flags, 1, 1, 1) ==
+            REDISMODULE_ERR) {
+            RedisModule_Log(ctx, "warning", "could not register command %s", d->name);
+            return REDISMODULE_ERR;
+        }
+        const RedisModuleCommandInfo info = {
+            .version = &PSCommandInfoVersion,
+            .summary = d->summary,
+            .complexity = d->complexity,
+            .since = "0.1.0",
+            .arity = d->arity,
+            .key_specs = d->key,
+            .args = d->args,
+        };
+        RedisModuleCommand *cmd = RedisModule_GetCommand(ctx, d->name);
+        if (!cmd || RedisModule_SetCommandInfo(cmd, &info) == REDISMODULE_ERR) {
+            RedisModule_Log(ctx, "warning", "could not set command info of %s", d->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
