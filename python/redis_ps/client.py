@@ -403,10 +403,12 @@ class Model:
 
     # -- create, delete -----------------------------------------------------------
 
-    def create(self, opts: Union[str, Mapping[str, Any]] = "", nx: bool = False) -> int:
+    def create(self, opts: Union[str, Mapping[str, Any]] = "", nx: bool = False,
+               data: Optional[Mapping[str, ArrayLike]] = None) -> int:
         """PS.CREATE every partition with the options 'opts' (a PS.CREATE option string such
         as "INIT HE SEED 7 OPTIM SGD LR 0.1", or a dict). SEED s becomes s + the partition's
-        number in the model, as libps does. Returns the count of keys created."""
+        number in the model, as libps does. 'data' gives initial values by tensor name (sent
+        as DATA, F32; those tensors take no INIT). Returns the count of keys created."""
         if isinstance(opts, str):
             toks = opts.split()
         else:
@@ -419,7 +421,15 @@ class Model:
         cmds = []
         for t, p in self._parts():
             args: List[Any] = ["PS.CREATE", p.key, "SHAPE", p.nrows] + list(t.shape[1:])
+            if data is not None and t.name in data:
+                flat = codec.as_f32(data[t.name])
+                if flat.size != t.elements:
+                    raise ValueError("data of %s has %d elements; the tensor has %d"
+                                     % (t.name, flat.size, t.elements))
+                args += ["DATA", flat[p.offset:p.offset + p.elements].tobytes()]
             for i, tok in enumerate(toks):
+                if data is not None and t.name in data and tok.upper() == "INIT":
+                    raise ValueError("INIT and data are exclusive: use opts without INIT")
                 if i > 0 and toks[i - 1].upper() == "SEED" and tok.isdigit():
                     tok = str(int(tok) + p.global_index)
                 args.append(tok)
