@@ -4,7 +4,10 @@ torch_async_ps.py) and PyTorch RPC over TensorPipe (a parameter-server process o
 model, workers calling it with rpc_sync). Same MLP, data shards, batch, learning rate,
 worker count and epochs; prints samples/s and test accuracy of both, and one RESULT line.
 
-    python3 bench/torch_ps_vs_rpc.py --workers 2 --epochs 1 [--limit 20000]
+    python3 bench/torch_ps_vs_rpc.py --workers 2 --epochs 1 [--limit 20000] [--repeat 3]
+
+Each variant runs --repeat times, alternating (machine load hits both alike), and the run
+with the median samples/s is reported.
 
 Needs python3-torch (with torch.distributed.rpc), python3-redis, python3-numpy, build/ps.so.
 """
@@ -87,7 +90,7 @@ def rpc_proc(rank: int, world: int, port: int, args: argparse.Namespace, q: "mp.
                                               torch.from_numpy(y[sel])).backward()
             rpc.rpc_sync("ps", ps_apply_grads, args=([p.grad for p in net.parameters()],))
             samples += len(sel)
-    q.put(("w", samples, time.time() - start))
+    q.put(("w", samples, start, time.time()))
     rpc.shutdown()
 
 
@@ -111,16 +114,25 @@ def run_rpc(args: argparse.Namespace) -> Dict[str, float]:
     acc, loss = [(m[1], m[2]) for m in msgs if m[0] == "ps"][0]
     return {"test_acc": acc, "test_loss": loss, "samples": samples, "seconds": seconds,
             "samples_per_s": samples / seconds,
-            "train_samples_per_s": samples / max(m[2] for m in msgs if m[0] == "w")}
+            "train_samples_per_s": samples / (max(m[3] for m in msgs if m[0] == "w")
+                                              - min(m[2] for m in msgs if m[0] == "w"))}
 
 
 def main() -> None:
     ap = ex.parser()
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each variant, alternating; the median run is reported")
     args = ap.parse_args()
-    ps_res = ex.run(argparse.Namespace(**vars(args)))
-    rpc_res = run_rpc(args)
-    # samples/s: over the slowest worker's training loop (start-up and data loading, which
-    # differ between the variants, excluded); wall: the whole run.
+    runs_ps, runs_rpc = [], []
+    for _ in range(max(1, args.repeat)):
+        runs_ps.append(ex.run(argparse.Namespace(**vars(args))))
+        runs_rpc.append(run_rpc(args))
+
+    def median(runs: List[Dict[str, float]]) -> Dict[str, float]:
+        return sorted(runs, key=lambda r: r["train_samples_per_s"])[len(runs) // 2]
+    ps_res, rpc_res = median(runs_ps), median(runs_rpc)
+    # samples/s: from the first worker's first batch to the last worker's last update
+    # (start-up and data loading, which differ between the variants, excluded); wall: all.
     print("%-22s %12s %10s %10s" % ("variant", "samples/s", "test_acc", "wall s"))
     for name, r in (("redis-ps", ps_res), ("torch rpc (tensorpipe)", rpc_res)):
         print("%-22s %12.0f %10.4f %10.2f" % (name, r["train_samples_per_s"], r["test_acc"],

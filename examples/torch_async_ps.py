@@ -96,7 +96,7 @@ def log_line(path: Optional[str], obj: Dict) -> None:
 
 
 def worker(rank: int, args: argparse.Namespace, t0: float, q: "mp.Queue") -> None:
-    """Train on shard 'rank' of the training set; put (samples, seconds) on 'q'."""
+    """Train on shard 'rank' of the training set; put (samples, start, end) on 'q'."""
     torch.set_num_threads(1)
     x, y = load_fashion_mnist(True, args.limit)
     x, y = x[rank::args.workers], y[rank::args.workers]
@@ -129,7 +129,7 @@ def worker(rank: int, args: argparse.Namespace, t0: float, q: "mp.Queue") -> Non
                                     "staleness": round(win_stale / win_n, 3)})
                 win_loss, win_stale, win_n = 0.0, 0.0, 0
     ps.model.flush()
-    q.put((samples, time.time() - start))
+    q.put((samples, start, time.time()))
 
 
 def free_port() -> int:
@@ -176,14 +176,16 @@ def run(args: argparse.Namespace) -> Dict[str, float]:
         for p in procs:
             p.join()
         seconds = time.time() - t0
-        samples = sum(s for s, _ in done)
+        samples = sum(s for s, _, _ in done)
         ps.pull()
         xt, yt = load_fashion_mnist(False)
         acc, loss = evaluate(net, xt, yt)
         res = {"test_acc": acc, "test_loss": loss, "samples": samples, "seconds": seconds,
                "samples_per_s": samples / seconds, "workers": args.workers,
-               # Over the slowest worker's training loop only (data loading excluded).
-               "train_samples_per_s": samples / max(t for _, t in done)}
+               # From the first worker's first batch to the last worker's last push (start-up
+               # and data loading excluded), as ps-train's span_samples_per_s.
+               "train_samples_per_s": samples / (max(e for _, _, e in done)
+                                                 - min(b for _, b, _ in done))}
         log_line(args.log, dict(res, event="result", t=round(seconds, 3)))
         print("RESULT test_acc=%.4f test_loss=%.4f train_seconds=%.2f samples=%d "
               "samples_per_s=%.0f workers=%d" % (acc, loss, seconds, samples,
