@@ -181,3 +181,64 @@ def test_model_rows_for_an_embedding_table(server):
     m.push_rows("E", [9, 0, 4, 9], np.array([[1, 1], [2, 2], [3, 3], [1, 1]], np.float32))
     got = m.pull_rows("E", [9, 4, 0, 5])
     assert got.tolist() == [[-1, -1], [-2, -2], [-1, -1], [1, 1]]
+
+
+class LoseFirstReply:
+    """A redis.Redis stand-in whose first pipeline is executed by the server but whose
+    replies are 'lost' (ConnectionError), as when a connection drops after sending."""
+
+    def __init__(self, r):
+        self.r = r
+        self.lost = 0
+
+    def pipeline(self, transaction=False):
+        pipe = self.r.pipeline(transaction=transaction)
+        real = pipe.execute
+        outer = self
+
+        def execute(raise_on_error=True):
+            replies = real(raise_on_error=raise_on_error)
+            if outer.lost == 0:
+                outer.lost += 1
+                raise redis_ps.client.rex.ConnectionError("reply lost")
+            return replies
+        pipe.execute = execute
+        return pipe
+
+
+def test_push_resent_after_a_lost_reply_is_applied_once(server):
+    r = redis_ps.connect(server.addr)
+    m = Model(LoseFirstReply(r), "lost", partition_bytes=64)
+    m.add_tensor("w", (8, 4))
+    m.r = r
+    m.create("INIT ZEROS OPTIM SGD LR 1")
+    m.r = LoseFirstReply(r)
+    assert m.push({"w": np.ones((8, 4), np.float32)}) == [1, 1]   # resent, answered once
+    assert m.stats["retries"] == 1 and m.r.lost == 1
+    assert np.all(m.pull()["w"] == -1)
+    assert Tensor(r, "lost:w:0").info()["dedup_hits"] == 1
+
+
+def test_model_survives_a_server_restart_from_aof(make_server):
+    s = make_server(args=["--appendonly", "yes", "--appendfsync", "always"])
+    r = redis_ps.connect(s.addr)
+    m = Model(r, "aof", retries=20)
+    m.add_tensor("w", (3,))
+    m.create("INIT CONST 1 LR 1")
+    m.pull()
+    m.push({"w": np.ones(3, np.float32)})
+    s.restart()
+    m.push({"w": np.ones(3, np.float32)})          # reconnects, same client id, next seq
+    assert m.pull()["w"].tolist() == [-1, -1, -1] and m.versions == {"w": 2}
+
+
+def test_client_side_errors_are_clear():
+    with pytest.raises(ValueError):
+        Model(None, "x", pull_format="I8")
+    m = Model(None, "x").add_tensor("w", (2, 2))
+    with pytest.raises(ValueError):
+        m.add_tensor("w", (3,))
+    with pytest.raises(ValueError):
+        redis_ps.codec.rows_blob([-1])
+    with pytest.raises(ValueError):
+        m.push({"w": np.ones(3)})
