@@ -10,6 +10,9 @@ gradient, push it (exactly-once, with the version it was computed from), never w
 each other. The server applies every push with SGD. Fault tolerance comes from Redis: a
 killed worker can be started again (its shard restarts), and the private server runs with
 appendonly, so a restarted server has the model of its AOF; workers retry for ~10 s.
+A killed worker is started again alone with --worker-rank R (same --addr, --job, --workers):
+its pushes carry the same client id, and the server's exactly-once table keeps a resent
+push from applying twice.
 
 Data: Debian's dataset-fashion-mnist (/usr/share/datasets/fashion-mnist), as ps-train uses.
 Needs python3-torch, python3-redis, python3-numpy and build/ps.so (make module).
@@ -214,8 +217,25 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--push-format", default="F32", choices=redis_ps.codec.FORMATS)
     ap.add_argument("--log", default="", help="append JSON lines of progress to this file")
     ap.add_argument("--log-every", type=int, default=20, help="mini-batches per log line")
+    ap.add_argument("--worker-rank", type=int, default=-1,
+                    help="run only worker R (0-based) of --workers against --addr, e.g. to "
+                    "restart a killed one; the model must exist")
     return ap
 
 
+def main() -> None:
+    args = parser().parse_args()
+    if args.worker_rank < 0:
+        run(args)
+        return
+    if not args.addr or not 0 <= args.worker_rank < args.workers:
+        raise SystemExit("--worker-rank needs --addr and 0 <= R < --workers")
+    q: "mp.Queue" = mp.get_context("fork").Queue()
+    worker(args.worker_rank, args, time.time(), q)
+    samples, start, end = q.get()
+    print("worker %d: %d samples, %.0f samples/s" % (args.worker_rank, samples,
+                                                     samples / max(end - start, 1e-9)))
+
+
 if __name__ == "__main__":
-    run(parser().parse_args())
+    main()

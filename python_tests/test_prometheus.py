@@ -85,3 +85,22 @@ def test_stock_exporter_exports_ps_series(server, raw, tmp_path):
     assert le == [3, 3, 3, 4, 4, 4, 4, 4]
     assert vals["ps_exporter_tensors"] == 2 and vals["ps_exporter_truncated"] == 0
     assert "redis_up 1" in text
+
+
+def test_script_on_a_cluster_node_reports_the_tensors_it_holds(module_path):
+    """The exporter scrapes one node; on a cluster each node's script sees its own keys
+    (undeclared keys are fine for EVAL without flags as long as they are local)."""
+    cl = psserver.RedisClusterHelper(masters=3, module=module_path)
+    try:
+        a, b = cl.masters()[:2]
+        ka, kb = cl.key_for(a, "t"), cl.key_for(b, "u")
+        a.client().execute_command("PS.CREATE", ka, "SHAPE", "2")
+        b.client().execute_command("PS.CREATE", kb, "SHAPE", "5", "3")
+        with open(SCRIPT) as f:
+            out = b.client().execute_command("EVAL", f.read(), "0")
+        vals = dict(zip(out[::2], out[1::2]))
+        assert vals[b"ps_exporter_tensors"] == b"1"
+        assert vals[("ps_tensor_rows/" + kb).encode()] == b"5"
+        assert ("ps_tensor_version/" + ka).encode() not in vals
+    finally:
+        cl.cleanup()
