@@ -5,7 +5,6 @@ histogram and memory. The exporter listens on a free loopback port and is stoppe
 
 import os
 import re
-import shutil
 import subprocess
 import time
 import urllib.request

@@ -14,7 +14,6 @@ The host must be little-endian, as for the C side; numpy dtypes below spell '<' 
 
 from __future__ import annotations
 
-import math
 from typing import Tuple
 
 import numpy as np
