@@ -245,11 +245,27 @@ demo: check-deps all
 demo-cluster: check-deps all
 	scripts/demo-cluster.sh
 
+# ---- Python package, plots ---------------------------------------------------
+
+.PHONY: pyinstall plots
+# Installs python/ (package redis_ps) for the invoking user, offline (no build isolation:
+# setuptools comes from Debian). PYINSTALL_FLAGS= installs system-wide instead.
+PYINSTALL_FLAGS ?= --user --break-system-packages
+pyinstall:
+	$(PYTHON) -m pip install --no-deps --no-build-isolation $(PYINSTALL_FLAGS) ./python
+
+# A real training run (ps-train; PyTorch example and bench when python3-torch is
+# installed), then its curves and throughput bars as PNG in $(PLOTS_DIR).
+PLOTS_DIR ?= docs/img
+plots: check-deps all
+	PLOTS_DIR=$(PLOTS_DIR) PYTHON=$(PYTHON) scripts/plots.sh
+
 # ---- dependencies ----------------------------------------------------------
 
 DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
            libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-numpy \
-           dataset-fashion-mnist clang libclang-rt-14-dev valgrind
+           dataset-fashion-mnist clang libclang-rt-14-dev valgrind \
+           prometheus-redis-exporter gnuplot-nox
 
 # Installs the Debian packages that are missing (as root), or prints the line to run.
 deps:

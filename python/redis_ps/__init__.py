@@ -1,0 +1,21 @@
+"""redis_ps: Python client of redis-ps, the Redis parameter server.
+
+    import numpy as np, redis_ps
+    r = redis_ps.connect("127.0.0.1:6379")          # redis.Redis, or RedisCluster
+    w = redis_ps.Tensor(r, "w")
+    w.create((4, 3), init="he", seed=7, optim="sgd", lr=0.1)
+    version, values = w.pull()                      # numpy float32, shape (4, 3)
+    w.push(np.ones((4, 3)), fmt="BF16", version=version)
+
+Model partitions a job's tensors over keys exactly as libps does, so Python and C workers
+can train the same job; redis_ps.codec holds the wire formats, byte-identical to the C
+codecs; redis_ps.torch (needs PyTorch) pushes a torch model's gradients.
+"""
+
+from . import codec
+from .client import DEFAULT_PARTITION_BYTES, Model, Partition, Tensor, connect, push_args
+from .errors import PSError, StaleError
+
+__version__ = "0.1.0"
+__all__ = ["codec", "connect", "Tensor", "Model", "Partition", "PSError", "StaleError",
+           "push_args", "DEFAULT_PARTITION_BYTES"]

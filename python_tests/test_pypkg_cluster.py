@@ -1,0 +1,62 @@
+"""The Python package redis_ps on a 3-master Redis Cluster through redis.cluster.RedisCluster:
+connect() detects cluster mode, Model's partitions (libps's keys) spread over the masters,
+and a C worker (libps ps_roundtrip) and a Python worker train the same job."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import psserver
+from test_pypkg import roundtrip, roundtrip_grad
+
+sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import redis_ps  # noqa: E402
+from redis.cluster import RedisCluster  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cluster(module_path):
+    cl = psserver.RedisClusterHelper(masters=3, module=module_path)
+    yield cl
+    cl.cleanup()
+
+
+def test_connect_detects_cluster_and_tensor_commands_route_by_key(cluster):
+    r = redis_ps.connect(cluster.masters()[0].addr)
+    assert isinstance(r, RedisCluster)
+    for k in ("a", "b", "c", "d"):                         # keys on several masters
+        t = redis_ps.Tensor(r, k)
+        t.create((3,), init=("const", 2), lr=1)
+        assert t.push(np.ones(3), fmt="I8") == 1
+        assert t.pull()[1].tolist() == [1, 1, 1]
+    with pytest.raises(redis_ps.PSError) as ei:
+        redis_ps.Tensor(r, "a").create((3,))
+    assert ei.value.code == "BUSYKEY"
+    r.close()
+
+
+def test_python_and_c_workers_share_a_cluster_job(cluster):
+    rows, cols, pb = 200, 60, 4096
+    addr = ",".join(m.addr for m in cluster.masters()[:2])
+    doc = roundtrip(addr, "--job", "cj", "--rows", rows, "--cols", cols,
+                    "--partition-bytes", pb, "--iters", 2)
+    assert doc["cluster"] == 1
+    r = redis_ps.connect(cluster.masters()[1].addr)
+    m = redis_ps.Model(r, "cj", partition_bytes=pb, window=2)
+    m.add_tensor("w", (rows, cols)).add_tensor("b", (cols,))
+    assert [[p.key, p.first_row, p.nrows] for ps in m.layout().values() for p in ps] == \
+        [k[:3] for k in doc["keys"]]
+    owners = {cluster.node_for_key(k).port for k in m.keys()}
+    assert len(owners) == 3                                  # spread over every master
+    g = {"w": roundtrip_grad(rows * cols, 0), "b": roundtrip_grad(cols, 1)}
+    m.pull()
+    m.push(g)
+    m.push(g)                                                # window of 2: one pipeline
+    vals = m.pull()
+    for k in g:
+        want = np.float32(0.5) - g[k] - g[k] - g[k] - g[k]
+        assert vals[k].reshape(-1).tobytes() == want.tobytes()
+    assert m.versions == {"w": 4, "b": 4}
+    r.close()

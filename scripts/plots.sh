@@ -1,0 +1,35 @@
+#!/bin/sh
+# plots.sh -- `make plots`: a real training run of ps-train (and, when PyTorch is installed,
+# of examples/torch_async_ps.py and bench/torch_ps_vs_rpc.py) against a private server,
+# then the curves and the throughput bars as PNG under $PLOTS_DIR (docs/img), drawn by
+# python/redis_ps/plot.py with gnuplot. The raw logs stay next to the pictures.
+set -eu
+cd "$(dirname "$0")/.."
+. scripts/private-server.sh
+PY=${PYTHON:-/usr/bin/python3}
+OUT=${PLOTS_DIR:-docs/img}
+EPOCHS=${PLOTS_EPOCHS:-3}
+mkdir -p "$OUT"
+private_server_start plots "$PWD/build/ps.so"
+ADDR=127.0.0.1:$PS_PORT
+
+echo "plots: ps-train run, $EPOCHS epochs, 2 workers"
+build/ps-train run --addr "$ADDR" --job plots --reset --epochs "$EPOCHS" --workers 2 \
+    --progress line --interval-ms 100 --optim adam --lr 0.001 > "$OUT/ps-train.out"
+tail -1 "$OUT/ps-train.out"
+set -- "$OUT/ps-train.out"
+if "$PY" -c 'import torch' 2>/dev/null; then
+    echo "plots: PyTorch workers on redis-ps, and the same next to PyTorch RPC"
+    rm -f "$OUT/torch-ps.jsonl"
+    "$PY" examples/torch_async_ps.py --addr "$ADDR" --job torchplots --epochs "$EPOCHS" \
+        --workers 2 --log "$OUT/torch-ps.jsonl" | tail -1
+    "$PY" bench/torch_ps_vs_rpc.py --workers 2 --epochs 1 2>/dev/null | tail -4 \
+        > "$OUT/torch-bench.out"
+    cat "$OUT/torch-bench.out"
+    PYTHONPATH=python "$PY" -m redis_ps.plot "$OUT/torch-ps.jsonl" -o "$OUT/train-torch.png"
+    set -- "$@" "$OUT/torch-bench.out"
+else
+    echo "plots: no PyTorch (apt-get install python3-torch): torch curves skipped"
+fi
+PYTHONPATH=python "$PY" -m redis_ps.plot "$OUT/ps-train.out" -o "$OUT/train-ps-train.png"
+PYTHONPATH=python "$PY" -m redis_ps.plot --bench "$@" -o "$OUT/throughput.png"
