@@ -66,7 +66,7 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     *rc = PSE_ERR_CORRUPT;
     if (!e && st->nrows > PSE_MAX_ROWS) e = "too many rows";
     if (!e && c->capacity && st->nrows > c->capacity) e = "more rows than CAPACITY";
-    if (!e && st->nrows > st->version) e = "more rows than pushes";
+    if (!e && st->nrows > 0 && st->version == 0) e = "rows without a push";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
