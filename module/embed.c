@@ -117,7 +117,7 @@ static void index_delete_at(PSEmbed *t, uint64_t i) {
  * resolved, so a row costs about one overlapped DRAM miss. slots[i] is the
  * slot or -1. */
 #define PULL_BLOCK 256
-#define PF_DIST 8
+#define PF_DIST 16
 static void lookup_block(const PSEmbed *t, const uint64_t *ids, size_t n, int64_t *slots) {
     uint64_t hs[PULL_BLOCK];
     int64_t cand[PULL_BLOCK];
