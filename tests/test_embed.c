@@ -318,6 +318,106 @@ static void test_two_tables_fed_the_same_pushes_are_bit_identical(void **state) 
 }
 
 /* ------------------------------------------------------------------------
+ * Against a naive model
+ * ---------------------------------------------------------------------- */
+
+/* The rules of docs/embed-design.md over a plain array of ids 0..NM-1
+ * (SGD, dim 2): TTL (dead rows read as absent, reset by a push) or
+ * CAPACITY (least recently pushed first, ties by id, down to c - c/16). */
+#define NM 120
+typedef struct Model {
+    int present[NM];
+    float w[NM][2];
+    uint64_t last[NM], version;
+} Model;
+
+static void model_push(Model *m, const PSEmbedConfig *c, const uint64_t *ids, size_t k,
+                       const float *g) {
+    float sum[NM][2];
+    int seen[NM] = {0};
+    uint64_t order[64];
+    size_t nu = 0;
+    for (size_t i = 0; i < k; i++) {
+        const uint64_t id = ids[i];
+        if (!seen[id]) {
+            seen[id] = 1;
+            order[nu++] = id;
+            sum[id][0] = g[2 * i];
+            sum[id][1] = g[2 * i + 1];
+        } else {
+            sum[id][0] = sum[id][0] + g[2 * i];
+            sum[id][1] = sum[id][1] + g[2 * i + 1];
+        }
+    }
+    for (size_t u = 0; u < nu; u++) {
+        const uint64_t id = order[u];
+        if (m->present[id] && c->ttl && m->version - m->last[id] >= c->ttl) m->present[id] = 0;
+        if (!m->present[id]) {
+            PSEmbed_InitRow(c, id, m->w[id]);
+            m->present[id] = 1;
+        }
+    }
+    m->version++;
+    for (size_t u = 0; u < nu; u++) {
+        const uint64_t id = order[u];
+        for (int j = 0; j < 2; j++) m->w[id][j] = m->w[id][j] - (float)c->lr * sum[id][j];
+        m->last[id] = m->version;
+    }
+    uint64_t rows = 0;
+    for (int id = 0; id < NM; id++) rows += (uint64_t)m->present[id];
+    if (c->capacity && rows > c->capacity) {
+        for (uint64_t n = rows - (c->capacity - c->capacity / 16); n > 0; n--) {
+            int old = -1;
+            for (int id = 0; id < NM; id++)
+                if (m->present[id] && (old < 0 || m->last[id] < m->last[old])) old = id;
+            m->present[old] = 0;
+        }
+    }
+}
+
+static void test_pulls_match_a_naive_model_of_ttl_and_capacity(void **state) {
+    (void)state;
+    for (int mode = 0; mode < 2; mode++) {
+        PSEmbedConfig c = config(PSE_OPT_SGD, 2);
+        c.lr = 0.5;
+        if (mode == 0) c.ttl = 7;
+        else c.capacity = 40;
+        PSEmbed *t = PSEmbed_New(&c, NULL);
+        Model m;
+        memset(&m, 0, sizeof(m));
+        uint64_t all[NM];
+        for (uint64_t i = 0; i < NM; i++) all[i] = i;
+        for (int p = 0; p < 600; p++) {
+            uint64_t ids[64];
+            float g[128];
+            const size_t k = 1 + rnd() % 24;
+            for (size_t i = 0; i < k; i++) {
+                ids[i] = rnd() % (p % 50 < 25 ? NM : 30); /* phases of few / many ids */
+                g[2 * i] = (float)(int)(rnd() % 9) - 4.0f;
+                g[2 * i + 1] = 0.125f * (float)(int)(rnd() % 17);
+            }
+            assert_int_equal(PSEmbed_Push(t, (const unsigned char *)ids, k, (const unsigned char *)g, NULL),
+                             PSE_OK);
+            model_push(&m, &c, ids, k, g);
+            float got[NM * 2];
+            PSEmbed_Pull(t, (const unsigned char *)all, NM, got);
+            for (int id = 0; id < NM; id++) {
+                float want[2];
+                const int live = m.present[id] && !(c.ttl && m.version - m.last[id] >= c.ttl);
+                if (live) memcpy(want, m.w[id], sizeof(want));
+                else PSEmbed_InitRow(&c, (uint64_t)id, want);
+                if (memcmp(want, got + 2 * id, sizeof(want)))
+                    fail_msg("mode %d push %d id %d: %g %g vs model %g %g", mode, p, id,
+                             (double)got[2 * id], (double)got[2 * id + 1], (double)want[0],
+                             (double)want[1]);
+                assert_int_equal(PSEmbed_Lookup(t, (uint64_t)id, NULL), live);
+            }
+        }
+        PSEmbed_Free(t);
+    }
+}
+
+/* ------------------------------------------------------------------------
  * Export scan
  * ---------------------------------------------------------------------- */
 
@@ -574,6 +674,7 @@ int main(void) {
         cmocka_unit_test(test_capacity_evicts_least_recently_pushed_rows_ties_by_id),
         cmocka_unit_test(test_evict_age_removes_rows_pushed_age_or_more_versions_ago),
         cmocka_unit_test(test_two_tables_fed_the_same_pushes_are_bit_identical),
+        cmocka_unit_test(test_pulls_match_a_naive_model_of_ttl_and_capacity),
         cmocka_unit_test(test_export_scan_reports_rows_present_throughout_exactly_once),
         cmocka_unit_test(test_rebuild_round_trips_and_rejects_inconsistent_rows),
         cmocka_unit_test_setup_teardown(test_memory_per_row_is_within_the_budget, use_counting,
