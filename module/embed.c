@@ -471,6 +471,24 @@ uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age) {
     return n;
 }
 
+int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
+    const PSEmbedConfig *o = &t->cfg;
+    const char *e = PSEmbed_CheckConfig(c);
+    if (!e && (c->dim != o->dim || c->optim != o->optim || c->init != o->init ||
+               c->init_a != o->init_a || c->init_b != o->init_b || c->seed != o->seed ||
+               c->admit != o->admit || (o->admit > 1 && c->filter_log2 != o->filter_log2)))
+        e = "DIM, optimizer, INIT, SEED, ADMIT and FILTER are fixed at creation";
+    if (e) {
+        *err = e;
+        return PSE_ERR_ARG;
+    }
+    t->cfg = *c;
+    t->cfg.filter_log2 = o->filter_log2;
+    PSEmbed_MakeCoef(c, &t->coef);
+    if (evict_capacity(t)) after_evictions(t);
+    return PSE_OK;
+}
+
 /* ------------------------------------------------------------------------
  * Push
  * ---------------------------------------------------------------------- */

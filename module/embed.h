@@ -160,6 +160,13 @@ int PSEmbed_Lookup(const PSEmbed *t, uint64_t id, PSEmbedRow *row);
 int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsigned char *grad,
                  PSEmbedPushResult *res);
 
+/* Changes what may change after creation (PS.CONFIG): the
+ * hyper-parameters, unknown_zeros, capacity and ttl. dim, optim, init,
+ * seed, admit and filter_log2 must equal the table's. A capacity below the
+ * row count evicts at once (as after a push). Returns PSE_OK or
+ * PSE_ERR_ARG with *err set (table unchanged). */
+int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err);
+
 /* Removes every row whose last push is 'age' or more versions old
  * (version - last_version >= age, age >= 1). Returns the rows removed. */
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age);

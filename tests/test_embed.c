@@ -253,6 +253,41 @@ static void test_evict_age_removes_rows_pushed_age_or_more_versions_ago(void **s
     PSEmbed_Free(t);
 }
 
+static void test_reconfigure_changes_rates_and_limits_but_not_the_layout(void **state) {
+    (void)state;
+    PSEmbedConfig c = config(PSE_OPT_SGD, 2);
+    PSEmbed *t = PSEmbed_New(&c, NULL);
+    for (uint64_t id = 1; id <= 40; id++) assert_int_equal(push1(t, id), PSE_OK);
+    const uint64_t d = PSEmbed_Digest64(t);
+    const char *err = NULL;
+    PSEmbedConfig bad = c;
+    bad.dim = 3;
+    assert_int_equal(PSEmbed_Reconfigure(t, &bad, &err), PSE_ERR_ARG);
+    bad = c;
+    bad.seed++;
+    assert_int_equal(PSEmbed_Reconfigure(t, &bad, &err), PSE_ERR_ARG);
+    bad = c;
+    bad.lr = -1;
+    assert_int_equal(PSEmbed_Reconfigure(t, &bad, &err), PSE_ERR_ARG);
+    assert_int_equal(PSEmbed_Digest64(t), d);
+    /* A lower capacity evicts at once: 40 rows > 32, down to 30. */
+    PSEmbedConfig c2 = c;
+    c2.capacity = 32;
+    c2.lr = 2.0;
+    assert_int_equal(PSEmbed_Reconfigure(t, &c2, &err), PSE_OK);
+    assert_int_equal(PSEmbed_Rows(t), 30);
+    assert_false(PSEmbed_Lookup(t, 10, NULL));
+    assert_true(PSEmbed_Lookup(t, 11, NULL));
+    /* The new rate applies to the next push. */
+    PSEmbedRow before, after;
+    assert_true(PSEmbed_Lookup(t, 40, &before));
+    const float w0 = before.data[0];
+    assert_int_equal(push1(t, 40), PSE_OK);
+    assert_true(PSEmbed_Lookup(t, 40, &after));
+    assert_true(after.data[0] == w0 - 2.0f * 0.5f);
+    PSEmbed_Free(t);
+}
+
 /* A random workload with admission, TTL and CAPACITY all active. */
 static void feed(PSEmbed *t, uint64_t seed, int pushes) {
     uint64_t s = seed;
@@ -673,6 +708,7 @@ int main(void) {
         cmocka_unit_test(test_ttl_rows_die_after_ttl_versions_and_are_reclaimed),
         cmocka_unit_test(test_capacity_evicts_least_recently_pushed_rows_ties_by_id),
         cmocka_unit_test(test_evict_age_removes_rows_pushed_age_or_more_versions_ago),
+        cmocka_unit_test(test_reconfigure_changes_rates_and_limits_but_not_the_layout),
         cmocka_unit_test(test_two_tables_fed_the_same_pushes_are_bit_identical),
         cmocka_unit_test(test_pulls_match_a_naive_model_of_ttl_and_capacity),
         cmocka_unit_test(test_export_scan_reports_rows_present_throughout_exactly_once),
