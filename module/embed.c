@@ -1,0 +1,605 @@
+/* embed.c -- embedding tables: storage, index, pull, push, admission and
+ * eviction (see embed.h; layout in embed_int.h; rules in
+ * docs/embed-design.md). */
+
+#include "embed_int.h"
+
+#include <stdlib.h>
+
+#include "optim.h"
+
+/* ------------------------------------------------------------------------
+ * Allocation
+ * ---------------------------------------------------------------------- */
+
+static void *(*TryAllocFn)(size_t) = malloc;
+static void (*FreeFn)(void *) = free;
+
+void PSEmbed_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *)) {
+    TryAllocFn = tryalloc;
+    FreeFn = freefn;
+}
+
+void *pse_alloc(PSEmbed *t, size_t n) {
+    void *p = TryAllocFn(n ? n : 1);
+    if (p && t) t->bytes += n;
+    return p;
+}
+
+void pse_free(PSEmbed *t, void *p, size_t n) {
+    if (!p) return;
+    if (t) t->bytes -= n;
+    FreeFn(p);
+}
+
+/* ------------------------------------------------------------------------
+ * Index
+ * ---------------------------------------------------------------------- */
+
+static inline uint64_t entry_slot(uint32_t e) { return (uint64_t)(e >> PSE_FP_BITS) - 1; }
+static inline uint32_t make_entry(uint64_t slot, uint64_t h) {
+    return (uint32_t)((slot + 1) << PSE_FP_BITS) | (uint32_t)(h & PSE_FP_MASK);
+}
+static inline uint64_t next_pos(const PSEmbed *t, uint64_t p) { return p + 1 == t->isize ? 0 : p + 1; }
+
+static void index_put(uint32_t *idx, uint64_t size, uint64_t h, uint64_t slot) {
+    uint64_t p = pse_home(h, size);
+    while (idx[p]) p = p + 1 == size ? 0 : p + 1;
+    idx[p] = make_entry(slot, h);
+}
+
+/* Rebuilds the index at 'size' buckets; PSE_ERR_OOM leaves it as it was. */
+static int index_rebuild(PSEmbed *t, uint64_t size) {
+    uint32_t *idx = pse_alloc(t, size * sizeof(uint32_t));
+    if (!idx) return PSE_ERR_OOM;
+    memset(idx, 0, size * sizeof(uint32_t));
+    for (uint64_t s = 0; s < t->nrows; s++)
+        index_put(idx, size, PSEmbed_Mix64(pse_rec_id(pse_rec(t, s))), s);
+    pse_free(t, t->index, t->isize * sizeof(uint32_t));
+    t->index = idx;
+    t->isize = size;
+    return PSE_OK;
+}
+
+/* First position at or after 'p' in the probe run whose fingerprint
+ * matches, or -1 at an empty bucket. */
+static inline int64_t probe_fp(const PSEmbed *t, uint64_t p, uint32_t fp) {
+    for (;;) {
+        const uint32_t e = t->index[p];
+        if (!e) return -1;
+        if ((e & PSE_FP_MASK) == fp) return (int64_t)p;
+        p = next_pos(t, p);
+    }
+}
+
+/* Resolves a fingerprint candidate at 'p' to the position of 'id' or -1. */
+static inline int64_t resolve(const PSEmbed *t, int64_t p, uint64_t id, uint32_t fp) {
+    while (p >= 0) {
+        if (pse_rec_id(pse_rec(t, entry_slot(t->index[p]))) == id) return p;
+        p = probe_fp(t, next_pos(t, (uint64_t)p), fp);
+    }
+    return -1;
+}
+
+int64_t pse_find(const PSEmbed *t, uint64_t id) {
+    const uint64_t h = PSEmbed_Mix64(id);
+    const uint32_t fp = (uint32_t)(h & PSE_FP_MASK);
+    return resolve(t, probe_fp(t, pse_home(h, t->isize), fp), id, fp);
+}
+
+/* Position of the entry of 'slot' (whose id hashes to 'h'); it exists. */
+static uint64_t find_slot_pos(const PSEmbed *t, uint64_t h, uint64_t slot) {
+    uint64_t p = pse_home(h, t->isize);
+    while (entry_slot(t->index[p]) != slot) p = next_pos(t, p);
+    return p;
+}
+
+/* Empties bucket 'i' and shifts back the entries of its probe run that may
+ * move (those whose home is not cyclically in (i, j]). */
+static void index_delete_at(PSEmbed *t, uint64_t i) {
+    uint64_t j = i;
+    for (;;) {
+        j = next_pos(t, j);
+        const uint32_t e = t->index[j];
+        if (!e) break;
+        const uint64_t k = pse_home(PSEmbed_Mix64(pse_rec_id(pse_rec(t, entry_slot(e)))), t->isize);
+        const int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            t->index[i] = e;
+            i = j;
+        }
+    }
+    t->index[i] = 0;
+}
+
+/* Lookup of up to PULL_BLOCK ids with the next ones prefetched: the index
+ * bucket of id i+2D and the record of id i+D are in flight while id i is
+ * resolved, so a row costs about one overlapped DRAM miss. slots[i] is the
+ * slot or -1. */
+#define PULL_BLOCK 256
+#define PF_DIST 16
+static void lookup_block(const PSEmbed *t, const uint64_t *ids, size_t n, int64_t *slots) {
+    uint64_t hs[PULL_BLOCK];
+    int64_t cand[PULL_BLOCK];
+    for (size_t i = 0; i < n + 2 * PF_DIST; i++) {
+        if (i < n) {
+            hs[i] = PSEmbed_Mix64(ids[i]);
+            __builtin_prefetch(&t->index[pse_home(hs[i], t->isize)]);
+        }
+        if (i >= PF_DIST && i - PF_DIST < n) {
+            const size_t b = i - PF_DIST;
+            cand[b] = probe_fp(t, pse_home(hs[b], t->isize), (uint32_t)(hs[b] & PSE_FP_MASK));
+            if (cand[b] >= 0) __builtin_prefetch(pse_rec(t, entry_slot(t->index[cand[b]])));
+        }
+        if (i >= 2 * PF_DIST) {
+            const size_t c = i - 2 * PF_DIST;
+            const int64_t p = resolve(t, cand[c], ids[c], (uint32_t)(hs[c] & PSE_FP_MASK));
+            slots[c] = p < 0 ? -1 : (int64_t)entry_slot(t->index[p]);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Slab
+ * ---------------------------------------------------------------------- */
+
+static uint64_t slab_cap(const PSEmbed *t) {
+    return t->nchunks ? t->chunk0_rows + (t->nchunks - 1) * PSE_CHUNK_ROWS : 0;
+}
+
+/* Grows chunk 0 (doubling up to PSE_CHUNK_ROWS) or appends full chunks
+ * until 'rows' fit. Chunks allocated before a failure stay (spare room). */
+static int slab_reserve(PSEmbed *t, uint64_t rows) {
+    if (rows <= slab_cap(t)) return PSE_OK;
+    if (t->dir_cap == 0) {
+        unsigned char **d = pse_alloc(t, 4 * sizeof(*d));
+        if (!d) return PSE_ERR_OOM;
+        t->chunks = d;
+        t->dir_cap = 4;
+    }
+    if (t->nchunks <= 1 && t->chunk0_rows < PSE_CHUNK_ROWS) {
+        uint64_t c = t->chunk0_rows ? t->chunk0_rows : PSE_FIRST_CHUNK_ROWS;
+        while (c < rows && c < PSE_CHUNK_ROWS) c *= 2;
+        if (c > t->chunk0_rows) {
+            unsigned char *p = pse_alloc(t, c * t->rec_bytes);
+            if (!p) return PSE_ERR_OOM;
+            if (t->nchunks) {
+                memcpy(p, t->chunks[0], t->nrows * t->rec_bytes);
+                pse_free(t, t->chunks[0], t->chunk0_rows * t->rec_bytes);
+            }
+            t->chunks[0] = p;
+            t->nchunks = 1;
+            t->chunk0_rows = c;
+        }
+    }
+    while (rows > slab_cap(t)) {
+        if (t->nchunks == t->dir_cap) {
+            unsigned char **d = pse_alloc(t, 2 * t->dir_cap * sizeof(*d));
+            if (!d) return PSE_ERR_OOM;
+            memcpy(d, t->chunks, t->nchunks * sizeof(*d));
+            pse_free(t, t->chunks, t->dir_cap * sizeof(*d));
+            t->chunks = d;
+            t->dir_cap *= 2;
+        }
+        unsigned char *p = pse_alloc(t, (size_t)PSE_CHUNK_ROWS * t->rec_bytes);
+        if (!p) return PSE_ERR_OOM;
+        t->chunks[t->nchunks++] = p;
+    }
+    return PSE_OK;
+}
+
+/* Frees chunks beyond the one after the last used (keeps one spare). */
+static void slab_trim(PSEmbed *t) {
+    const uint64_t used = t->nrows <= t->chunk0_rows
+                              ? 1
+                              : 1 + (t->nrows - t->chunk0_rows + PSE_CHUNK_ROWS - 1) / PSE_CHUNK_ROWS;
+    while (t->nchunks > used + 1) {
+        t->nchunks--;
+        pse_free(t, t->chunks[t->nchunks], (size_t)PSE_CHUNK_ROWS * t->rec_bytes);
+    }
+}
+
+int pse_reserve(PSEmbed *t, uint64_t rows) {
+    if (rows > PSE_MAX_ROWS) return PSE_ERR_FULL;
+    if (slab_reserve(t, rows) != PSE_OK) return PSE_ERR_OOM;
+    if (rows * 5 > t->isize * 4) {
+        uint64_t size = rows * 15 / 8 + 1;
+        if (size < PSE_MIN_INDEX) size = PSE_MIN_INDEX;
+        if (index_rebuild(t, size) != PSE_OK) return PSE_ERR_OOM;
+    }
+    return PSE_OK;
+}
+
+unsigned char *pse_append(PSEmbed *t, uint64_t id) {
+    const uint64_t s = t->nrows++;
+    unsigned char *r = pse_rec(t, s);
+    memset(r, 0, t->rec_bytes);
+    pse_st64(r, id);
+    index_put(t->index, t->isize, PSEmbed_Mix64(id), s);
+    return r;
+}
+
+/* Removes the row in 'slot': its index entry goes, the last row moves into
+ * the hole and its entry is repointed. */
+static void remove_slot(PSEmbed *t, uint64_t slot) {
+    unsigned char *r = pse_rec(t, slot);
+    index_delete_at(t, find_slot_pos(t, PSEmbed_Mix64(pse_rec_id(r)), slot));
+    const uint64_t last = t->nrows - 1;
+    if (slot != last) {
+        memcpy(r, pse_rec(t, last), t->rec_bytes);
+        const uint64_t h = PSEmbed_Mix64(pse_rec_id(r));
+        const uint64_t p = find_slot_pos(t, h, last);
+        t->index[p] = make_entry(slot, h);
+    }
+    t->nrows--;
+}
+
+/* After evictions: gives back chunks and, below a load of 1/4, index
+ * buckets (a failed shrink changes nothing). */
+static void after_evictions(PSEmbed *t) {
+    slab_trim(t);
+    if (t->isize > PSE_MIN_INDEX && t->nrows * 4 < t->isize) {
+        uint64_t size = t->nrows * 15 / 8 + 1;
+        if (size < PSE_MIN_INDEX) size = PSE_MIN_INDEX;
+        (void)index_rebuild(t, size);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Table
+ * ---------------------------------------------------------------------- */
+
+PSEmbed *PSEmbed_New(const PSEmbedConfig *c, const char **err) {
+    const char *e = PSEmbed_CheckConfig(c);
+    if (e) {
+        if (err) *err = e;
+        return NULL;
+    }
+    if (err) *err = "out of memory";
+    PSEmbed *t = pse_alloc(NULL, sizeof(*t));
+    if (!t) return NULL;
+    memset(t, 0, sizeof(*t));
+    t->bytes = sizeof(*t);
+    t->cfg = *c;
+    PSEmbed_MakeCoef(c, &t->coef);
+    t->nfloats = PSEmbed_NumFloats(c);
+    t->rec_bytes = PSE_HDR_BYTES + 4 * (size_t)t->nfloats;
+    t->index = pse_alloc(t, PSE_MIN_INDEX * sizeof(uint32_t));
+    if (!t->index) goto oom;
+    memset(t->index, 0, PSE_MIN_INDEX * sizeof(uint32_t));
+    t->isize = PSE_MIN_INDEX;
+    if (c->admit > 1) {
+        t->filter_len = (size_t)1 << c->filter_log2;
+        t->filter = pse_alloc(t, t->filter_len);
+        if (!t->filter) goto oom;
+        memset(t->filter, 0, t->filter_len);
+    }
+    if (err) *err = NULL;
+    return t;
+oom:
+    PSEmbed_Free(t);
+    return NULL;
+}
+
+void PSEmbed_Free(PSEmbed *t) {
+    if (!t) return;
+    for (uint64_t i = 0; i < t->nchunks; i++)
+        pse_free(t, t->chunks[i], (i == 0 ? t->chunk0_rows : PSE_CHUNK_ROWS) * t->rec_bytes);
+    pse_free(t, t->chunks, t->dir_cap * sizeof(*t->chunks));
+    pse_free(t, t->index, t->isize * sizeof(uint32_t));
+    pse_free(t, t->filter, t->filter_len);
+    pse_free(NULL, t, sizeof(*t));
+}
+
+const PSEmbedConfig *PSEmbed_Config(const PSEmbed *t) { return &t->cfg; }
+uint64_t PSEmbed_Rows(const PSEmbed *t) { return t->nrows; }
+uint64_t PSEmbed_Version(const PSEmbed *t) { return t->version; }
+size_t PSEmbed_MemUsage(const PSEmbed *t) { return t->bytes; }
+
+void PSEmbed_GetState(const PSEmbed *t, PSEmbedState *st) {
+    st->version = t->version;
+    st->nrows = t->nrows;
+    st->sweep_pos = t->sweep_pos;
+    st->stats = t->stats;
+}
+
+int PSEmbed_Lookup(const PSEmbed *t, uint64_t id, PSEmbedRow *row) {
+    const int64_t p = pse_find(t, id);
+    if (p < 0) return 0;
+    const unsigned char *r = pse_rec(t, entry_slot(t->index[p]));
+    if (pse_dead(t, r)) return 0;
+    if (row) pse_fill_row(t, r, row);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------
+ * Pull
+ * ---------------------------------------------------------------------- */
+
+void PSEmbed_Pull(const PSEmbed *t, const unsigned char *idblob, size_t k, float *out) {
+    const uint32_t dim = t->cfg.dim;
+    uint64_t ids[PULL_BLOCK];
+    int64_t slots[PULL_BLOCK];
+    for (size_t off = 0; off < k; off += PULL_BLOCK) {
+        const size_t n = k - off < PULL_BLOCK ? k - off : PULL_BLOCK;
+        for (size_t i = 0; i < n; i++) ids[i] = pse_ld64(idblob + 8 * (off + i));
+        lookup_block(t, ids, n, slots);
+        for (size_t i = 0; i < n; i++) {
+            float *o = out + (off + i) * dim;
+            if (slots[i] >= 0) {
+                unsigned char *r = pse_rec(t, (uint64_t)slots[i]);
+                if (!pse_dead(t, r)) {
+                    memcpy(o, pse_rec_data(r), dim * sizeof(float));
+                    continue;
+                }
+            }
+            if (t->cfg.unknown_zeros)
+                memset(o, 0, dim * sizeof(float));
+            else
+                PSEmbed_InitRow(&t->cfg, ids[i], o);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Admission filter: 8-bit counters, 3 positions by double hashing,
+ * conservative update (only the counters equal to the minimum grow).
+ * ---------------------------------------------------------------------- */
+
+static void filter_pos(const PSEmbed *t, uint64_t id, uint64_t pos[3]) {
+    const uint64_t h2 = PSEmbed_Mix64(id ^ 0x9e3779b97f4a7c15ULL);
+    const uint64_t h3 = PSEmbed_Mix64(h2) | 1;
+    const uint64_t mask = t->filter_len - 1;
+    for (int j = 0; j < 3; j++) pos[j] = (h2 + (uint64_t)j * h3) & mask;
+}
+
+/* Counts one push of 'id' and returns the new estimate of its pushes. */
+static uint32_t filter_add(PSEmbed *t, uint64_t id) {
+    uint64_t p[3];
+    filter_pos(t, id, p);
+    uint8_t m = t->filter[p[0]];
+    if (t->filter[p[1]] < m) m = t->filter[p[1]];
+    if (t->filter[p[2]] < m) m = t->filter[p[2]];
+    if (m == 255) return 255;
+    for (int j = 0; j < 3; j++)
+        if (t->filter[p[j]] == m) t->filter[p[j]] = (uint8_t)(m + 1);
+    return (uint32_t)m + 1;
+}
+
+/* ------------------------------------------------------------------------
+ * Eviction
+ * ---------------------------------------------------------------------- */
+
+enum { EV_AGE, EV_KEY };
+
+/* Removes every row matching the rule: EV_AGE: version - last >= a;
+ * EV_KEY: (last, id) <= (a, b) in lexicographic order. */
+static uint64_t evict_where(PSEmbed *t, int rule, uint64_t a, uint64_t b) {
+    uint64_t n = 0, i = 0;
+    while (i < t->nrows) {
+        const unsigned char *r = pse_rec(t, i);
+        const uint64_t v = pse_rec_ver(r);
+        const int hit = rule == EV_AGE ? t->version - v >= a
+                                       : (v < a || (v == a && pse_rec_id(r) <= b));
+        if (hit) {
+            remove_slot(t, i);
+            n++;
+        } else {
+            i++;
+        }
+    }
+    return n;
+}
+
+/* The m-th smallest key (1-based) among rows' last versions (by_id = 0) or
+ * among the ids of rows whose last version is 'ver' (by_id = 1), found by
+ * narrowing a histogram of 4096 buckets: a few passes, no allocation. */
+#define SEL_BUCKETS 4096
+static uint64_t select_kth(const PSEmbed *t, uint64_t m, int by_id, uint64_t ver) {
+    uint32_t hist[SEL_BUCKETS]; /* 16 KB of stack */
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < t->nrows; i++) {
+        const unsigned char *r = pse_rec(t, i);
+        if (by_id && pse_rec_ver(r) != ver) continue;
+        const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(r);
+        if (key < lo) lo = key;
+        if (key > hi) hi = key;
+    }
+    while (lo < hi) {
+        const uint64_t width = (hi - lo) / SEL_BUCKETS + 1;
+        memset(hist, 0, sizeof(hist));
+        for (uint64_t i = 0; i < t->nrows; i++) {
+            const unsigned char *r = pse_rec(t, i);
+            if (by_id && pse_rec_ver(r) != ver) continue;
+            const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(r);
+            if (key >= lo && key <= hi) hist[(key - lo) / width]++;
+        }
+        uint64_t cum = 0, bkt = 0;
+        while (cum + hist[bkt] < m) cum += hist[bkt++];
+        m -= cum;
+        lo = lo + bkt * width;
+        if (hi - lo > width - 1) hi = lo + width - 1;
+    }
+    return lo;
+}
+
+/* CAPACITY: when rows exceed it, removes the least recently pushed rows
+ * (smallest (last_version, id)) down to capacity - capacity/16, so the
+ * passes this costs are paid once per capacity/16 new rows. */
+static uint64_t evict_capacity(PSEmbed *t) {
+    const uint64_t cap = t->cfg.capacity;
+    if (!cap || t->nrows <= cap) return 0;
+    const uint64_t low = cap - cap / 16;
+    const uint64_t m = t->nrows - low;
+    const uint64_t v = select_kth(t, m, 0, 0);
+    uint64_t less = 0, eq = 0;
+    for (uint64_t i = 0; i < t->nrows; i++) {
+        const uint64_t rv = pse_rec_ver(pse_rec(t, i));
+        less += rv < v;
+        eq += rv == v;
+    }
+    const uint64_t r = m - less;
+    const uint64_t idmax = r == eq ? UINT64_MAX : select_kth(t, r, 1, v);
+    const uint64_t n = evict_where(t, EV_KEY, v, idmax);
+    t->stats.evicted_capacity += n;
+    return n;
+}
+
+/* TTL: reclaims dead rows from a cursor over storage order, 'budget' slots
+ * per push (dead rows are already invisible to pulls and pushes). */
+static uint64_t sweep_ttl(PSEmbed *t, uint64_t budget) {
+    uint64_t n = 0;
+    if (!t->cfg.ttl) return 0;
+    while (budget-- && t->nrows) {
+        if (t->sweep_pos >= t->nrows) t->sweep_pos = 0;
+        if (pse_dead(t, pse_rec(t, t->sweep_pos))) {
+            remove_slot(t, t->sweep_pos);
+            n++;
+        } else {
+            t->sweep_pos++;
+        }
+    }
+    t->stats.evicted_ttl += n;
+    return n;
+}
+
+uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age) {
+    if (age == 0) return 0;
+    const uint64_t n = evict_where(t, EV_AGE, age, 0);
+    t->stats.evicted_explicit += n;
+    if (n) after_evictions(t);
+    return n;
+}
+
+int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
+    const PSEmbedConfig *o = &t->cfg;
+    const char *e = PSEmbed_CheckConfig(c);
+    if (!e && (c->dim != o->dim || c->optim != o->optim || c->init != o->init ||
+               c->init_a != o->init_a || c->init_b != o->init_b || c->seed != o->seed ||
+               c->admit != o->admit || (o->admit > 1 && c->filter_log2 != o->filter_log2)))
+        e = "DIM, optimizer, INIT, SEED, ADMIT and FILTER are fixed at creation";
+    if (e) {
+        *err = e;
+        return PSE_ERR_ARG;
+    }
+    t->cfg = *c;
+    t->cfg.filter_log2 = o->filter_log2;
+    PSEmbed_MakeCoef(c, &t->coef);
+    if (evict_capacity(t)) after_evictions(t);
+    return PSE_OK;
+}
+
+/* ------------------------------------------------------------------------
+ * Push
+ * ---------------------------------------------------------------------- */
+
+enum { ACT_STEP = 0, ACT_RESET, ACT_ABSENT };
+
+int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsigned char *grad,
+                 PSEmbedPushResult *res) {
+    const uint32_t dim = t->cfg.dim;
+    if (k == 0 || k > PSE_MAX_PUSH_IDS) return PSE_ERR_ARG;
+    if (!ps_all_finite(grad, k * dim)) return PSE_ERR_NONFINITE;
+
+    /* Scratch: distinct ids, their slots and actions, summed gradients and
+     * a small hash (2k..4k buckets) that finds repeats in the push. */
+    uint64_t hsize = 16;
+    while (hsize < 2 * (uint64_t)k) hsize *= 2;
+    const size_t bytes = k * (sizeof(uint64_t) + sizeof(int64_t) + 1) + hsize * sizeof(uint32_t) +
+                         (size_t)k * dim * sizeof(float) + 16;
+    unsigned char *scratch = pse_alloc(NULL, bytes);
+    if (!scratch) return PSE_ERR_OOM;
+    uint64_t *uid = (uint64_t *)(void *)scratch;
+    int64_t *uslot = (int64_t *)(void *)(uid + k);
+    float *sum = (float *)(void *)(uslot + k);
+    uint32_t *dh = (uint32_t *)(void *)(sum + (size_t)k * dim);
+    uint8_t *act = (uint8_t *)(dh + hsize);
+    memset(dh, 0, hsize * sizeof(uint32_t));
+
+    /* Sum repeats in the order given: the first occurrence is copied, each
+     * later one added element by element. */
+    size_t nu = 0;
+    for (size_t i = 0; i < k; i++) {
+        const uint64_t id = pse_ld64(idblob + 8 * i);
+        uint64_t p = PSEmbed_Mix64(id) & (hsize - 1);
+        while (dh[p] && uid[dh[p] - 1] != id) p = (p + 1) & (hsize - 1);
+        const unsigned char *g = grad + (size_t)4 * dim * i;
+        if (!dh[p]) {
+            dh[p] = (uint32_t)(nu + 1);
+            uid[nu] = id;
+            memcpy(sum + nu * dim, g, (size_t)4 * dim);
+            nu++;
+        } else {
+            float *s = sum + (size_t)(dh[p] - 1) * dim;
+            for (uint32_t j = 0; j < dim; j++) {
+                float x;
+                memcpy(&x, g + 4 * j, 4);
+                s[j] = s[j] + x;
+            }
+        }
+    }
+
+    uint64_t absent = 0;
+    for (size_t off = 0; off < nu; off += PULL_BLOCK)
+        lookup_block(t, uid + off, nu - off < PULL_BLOCK ? nu - off : PULL_BLOCK, uslot + off);
+    for (size_t u = 0; u < nu; u++) {
+        if (uslot[u] < 0) {
+            act[u] = ACT_ABSENT;
+            absent++;
+        } else {
+            act[u] = pse_dead(t, pse_rec(t, (uint64_t)uslot[u])) ? ACT_RESET : ACT_STEP;
+        }
+    }
+    /* Room for every absent id (admission may drop some): the only step
+     * that can fail, and it changes nothing visible. */
+    const int rc = pse_reserve(t, t->nrows + absent);
+    if (rc != PSE_OK) {
+        pse_free(NULL, scratch, bytes);
+        return rc;
+    }
+
+    PSEmbedPushResult out = {0};
+    t->version++;
+    out.unique = nu;
+    const uint32_t nst = (uint32_t)PSEmbed_NumStateVectors(t->cfg.optim);
+    for (size_t u = 0; u < nu; u++) {
+        unsigned char *r;
+        if (act[u] == ACT_ABSENT) {
+            if (t->filter && filter_add(t, uid[u]) < t->cfg.admit) {
+                out.dropped++;
+                continue;
+            }
+            r = pse_append(t, uid[u]);
+            PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(r));
+            out.created++;
+        } else {
+            r = pse_rec(t, (uint64_t)uslot[u]);
+            if (act[u] == ACT_RESET) {
+                /* A dead row found by its next push: evicted, then
+                 * created afresh in place. */
+                memset(r + 8, 0, t->rec_bytes - 8);
+                PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(r));
+                t->stats.evicted_ttl++;
+                out.created++;
+            }
+        }
+        uint32_t pushes = pse_rec_pushes(r);
+        if (pushes < UINT32_MAX) pushes++;
+        memcpy(r + 16, &pushes, 4);
+        pse_st64(r + 8, t->version);
+        float *w = pse_rec_data(r);
+        PSEmbed_StepRow(t->cfg.optim, &t->coef, dim, w, nst > 0 ? w + dim : NULL,
+                        nst > 1 ? w + 2 * (size_t)dim : NULL, pse_rec_acc(r), sum + u * dim, pushes);
+        out.updated++;
+    }
+    pse_free(NULL, scratch, bytes);
+
+    t->stats.created += out.created;
+    t->stats.dropped += out.dropped;
+    out.evicted = sweep_ttl(t, 2 * (uint64_t)nu + 16);
+    out.evicted += evict_capacity(t);
+    if (out.evicted) after_evictions(t);
+    out.version = t->version;
+    if (res) *res = out;
+    return PSE_OK;
+}
