@@ -1,0 +1,754 @@
+/* test_engine.c -- cmocka tests of the libps request engine (libps/engine.c)
+ * and of the model layer on top of it, against fake nodes: tiny RESP
+ * servers on loopback ports, run by a thread of this process, that answer
+ * what each test scripts (values, MOVED, ASK, TRYAGAIN, CLUSTERDOWN,
+ * version roll-backs, slow replies, dropped connections) and log every
+ * command they get. No redis-server is involved. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ps_internal.h"
+
+/* ========================================================================
+ * Fake nodes
+ * ======================================================================== */
+
+#define MAXCONN 8
+#define LOGMAX 512
+
+typedef struct fconn {
+    int fd;
+    char in[1 << 16];
+    size_t inlen;
+} fconn;
+
+typedef struct fake {
+    int lfd, port, wake[2];
+    pthread_t th;
+    char name[8];
+    fconn conns[MAXCONN];
+    /* script (set before the client runs, read by the fake's thread) */
+    int cluster;                /* answer CLUSTER SLOTS with every slot on 'slots_port' */
+    int slots_port;
+    int moved_port, ask_port;   /* > 0: GETs answer MOVED / ASK there */
+    int tryagain;               /* GETs answer TRYAGAIN this many times */
+    int clusterdown;            /* GETs always answer CLUSTERDOWN */
+    int drop_get;               /* the first this many GETs close the connection */
+    int drop_wait;              /* the first this many WAITs close the connection */
+    int pull_version_add;       /* added to the versions PS.PULL answers */
+    int rollback;               /* PS.PUSHGRADs with VERSION answer "newer than 7" this many times */
+    int push_delay_ms;          /* sleep before answering PS.PUSHGRAD */
+    /* log: "CMD key [VERSION v] [SEQ s]" per command */
+    pthread_mutex_t mu;
+    char log[LOGMAX][96];
+    int nlog;
+} fake;
+
+static void out(int fd, const char *fmt, ...) {
+    char b[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b, sizeof(b), fmt, ap);
+    va_end(ap);
+    if (write(fd, b, (size_t)n) != n) {}
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The partition index at the end of a key "job:name:p". */
+static int key_part(const char *key) {
+    const char *c = strrchr(key, ':');
+    return c ? atoi(c + 1) : 0;
+}
+
+static const char *arg_after(int argc, char **argv, const char *name) {
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return argv[i + 1];
+    return NULL;
+}
+
+/* Answer one command; returns 1 to close the connection instead. */
+static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
+    const char *cmd = argv[0], *key = argc > 1 ? argv[1] : "";
+    char entry[96];
+    int close_it = 0;
+    const char *v = arg_after(argc, argv, "VERSION");
+    const char *seq = NULL;
+    for (int i = 0; i + 2 < argc; i++)
+        if (strcmp(argv[i], "ID") == 0) seq = argv[i + 2];
+    snprintf(entry, sizeof(entry), "%s %s%s%s%s%s", cmd, key, v ? " V" : "", v ? v : "",
+             seq ? " S" : "", seq ? seq : "");
+    pthread_mutex_lock(&f->mu);
+    if (f->nlog < LOGMAX) snprintf(f->log[f->nlog++], 96, "%s", entry);
+    pthread_mutex_unlock(&f->mu);
+
+    if (!strcmp(cmd, "CLUSTER")) {
+        if (!f->cluster) out(fd, "-ERR This instance has cluster support disabled\r\n");
+        else out(fd, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->slots_port);
+    } else if (!strcmp(cmd, "ASKING") || !strcmp(cmd, "AUTH")) {
+        out(fd, "+OK\r\n");
+    } else if (!strcmp(cmd, "PING")) {
+        out(fd, "+PONG\r\n");
+    } else if (!strcmp(cmd, "GET")) {
+        unsigned slot = ps_key_hash_slot(key, argl[1]);
+        if (f->drop_get > 0) {
+            f->drop_get--;
+            close_it = 1;
+        } else if (f->moved_port) {
+            out(fd, "-MOVED %u 127.0.0.1:%d\r\n", slot, f->moved_port);
+        } else if (f->ask_port) {
+            out(fd, "-ASK %u 127.0.0.1:%d\r\n", slot, f->ask_port);
+        } else if (f->tryagain > 0) {
+            f->tryagain--;
+            out(fd, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+        } else if (f->clusterdown) {
+            out(fd, "-CLUSTERDOWN The cluster is down\r\n");
+        } else {
+            out(fd, "$%zu\r\n%s=%s\r\n", strlen(f->name) + 1 + argl[1], f->name, key);
+        }
+    } else if (!strcmp(cmd, "PS.PULL")) {
+        /* 2 floats per partition, all (p + 1); version 10 + 5p (+ add) */
+        int p = key_part(key);
+        float x[2] = {(float)(p + 1), (float)(p + 1)};
+        out(fd, "*2\r\n:%d\r\n$8\r\n", 10 + 5 * p + f->pull_version_add);
+        if (write(fd, x, 8) != 8) {}
+        out(fd, "\r\n");
+    } else if (!strcmp(cmd, "PS.PUSHGRAD")) {
+        if (f->push_delay_ms) sleep_ms(f->push_delay_ms);
+        if (v && f->rollback > 0) {
+            f->rollback--;
+            out(fd, "-ERR VERSION %s is newer than the tensor's version 7\r\n", v);
+        } else {
+            out(fd, ":1\r\n");
+        }
+    } else if (!strcmp(cmd, "WAIT")) {
+        if (f->drop_wait > 0) {
+            f->drop_wait--;
+            close_it = 1;
+        } else {
+            out(fd, ":1\r\n");
+        }
+    } else {
+        out(fd, "-ERR unknown command '%s'\r\n", cmd);
+    }
+    return close_it;
+}
+
+/* Parse and answer every complete command in 'k'. 1: close it. */
+static int fake_input(fake *f, fconn *k) {
+    for (;;) {
+        char *argv[32] = {0}, *p = k->in, *end = k->in + k->inlen, *nl;
+        size_t argl[32], used;
+        int argc, i;
+        if (k->inlen == 0 || *p != '*') return k->inlen ? 1 : 0;
+        if ((nl = memchr(p, '\n', (size_t)(end - p))) == NULL) return 0;
+        argc = atoi(p + 1);
+        if (argc < 1 || argc > 32) return 1;
+        p = nl + 1;
+        for (i = 0; i < argc && i < 32; i++) {
+            size_t n;
+            if (p >= end || (nl = memchr(p, '\n', (size_t)(end - p))) == NULL) return 0;
+            n = (size_t)atol(p + 1);
+            p = nl + 1;
+            if ((size_t)(end - p) < n + 2) return 0;
+            argv[i] = p;
+            argl[i] = n;
+            p[n] = '\0';        /* over the '\r' */
+            p += n + 2;
+        }
+        used = (size_t)(p - k->in);
+        if (fake_command(f, k->fd, argc, argv, argl)) return 1;
+        memmove(k->in, k->in + used, k->inlen - used);
+        k->inlen -= used;
+    }
+}
+
+static void *fake_main(void *arg) {
+    fake *f = arg;
+    for (;;) {
+        struct pollfd pf[MAXCONN + 2];
+        int n = 0, idx[MAXCONN];
+        pf[n].fd = f->wake[0];
+        pf[n++].events = POLLIN;
+        pf[n].fd = f->lfd;
+        pf[n++].events = POLLIN;
+        for (int i = 0; i < MAXCONN; i++)
+            if (f->conns[i].fd >= 0) {
+                idx[n - 2] = i;
+                pf[n].fd = f->conns[i].fd;
+                pf[n++].events = POLLIN;
+            }
+        if (poll(pf, (nfds_t)n, -1) < 0) continue;
+        if (pf[0].revents) return NULL;
+        if (pf[1].revents) {
+            int fd = accept(f->lfd, NULL, NULL);
+            for (int i = 0; i < MAXCONN && fd >= 0; i++)
+                if (f->conns[i].fd < 0) {
+                    f->conns[i].fd = fd;
+                    f->conns[i].inlen = 0;
+                    fd = -1;
+                }
+            if (fd >= 0) close(fd);
+        }
+        for (int j = 2; j < n; j++) {
+            fconn *k = &f->conns[idx[j - 2]];
+            ssize_t r;
+            if (!pf[j].revents) continue;
+            r = read(k->fd, k->in + k->inlen, sizeof(k->in) - k->inlen);
+            if (r <= 0 || (k->inlen += (size_t)r, fake_input(f, k))) {
+                close(k->fd);
+                k->fd = -1;
+            }
+        }
+    }
+}
+
+static fake *fake_start(const char *name) {
+    fake *f = calloc(1, sizeof(*f));
+    struct sockaddr_in a;
+    socklen_t al = sizeof(a);
+    int one = 1;
+    assert_non_null(f);
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    for (int i = 0; i < MAXCONN; i++) f->conns[i].fd = -1;
+    pthread_mutex_init(&f->mu, NULL);
+    assert_int_equal(pipe(f->wake), 0);
+    f->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    setsockopt(f->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(f->lfd, (struct sockaddr *)&a, sizeof(a)), 0);
+    assert_int_equal(listen(f->lfd, 16), 0);
+    getsockname(f->lfd, (struct sockaddr *)&a, &al);
+    f->port = ntohs(a.sin_port);
+    f->slots_port = f->port;
+    assert_int_equal(pthread_create(&f->th, NULL, fake_main, f), 0);
+    return f;
+}
+
+static void fake_stop(fake *f) {
+    if (write(f->wake[1], "x", 1) != 1) {}
+    pthread_join(f->th, NULL);
+    for (int i = 0; i < MAXCONN; i++)
+        if (f->conns[i].fd >= 0) close(f->conns[i].fd);
+    close(f->lfd);
+    close(f->wake[0]);
+    close(f->wake[1]);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+/* Number of log entries of 'f' that start with 'prefix'. */
+static int fake_count(fake *f, const char *prefix) {
+    int n = 0;
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; i < f->nlog; i++)
+        if (strncmp(f->log[i], prefix, strlen(prefix)) == 0) n++;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+/* Index of the first log entry of 'f' starting with 'prefix', -1 none. */
+static int fake_find(fake *f, const char *prefix) {
+    int at = -1;
+    pthread_mutex_lock(&f->mu);
+    for (int i = 0; i < f->nlog && at < 0; i++)
+        if (strncmp(f->log[i], prefix, strlen(prefix)) == 0) at = i;
+    pthread_mutex_unlock(&f->mu);
+    return at;
+}
+
+static psClient *connect_to(fake *f, const psOptions *opt) {
+    char addr[32];
+    snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->port);
+    psClient *c = psConnect(addr, opt);
+    assert_non_null(c);
+    assert_int_equal(c->err, 0);
+    return c;
+}
+
+/* ========================================================================
+ * The engine alone: requests with callbacks, no model
+ * ======================================================================== */
+
+typedef struct seen {
+    int calls;
+    redisReply *reply;
+    char sunk[16];
+    size_t sunklen;
+} seen;
+
+static int on_done(psClient *c, psReq *r, redisReply *reply) {
+    seen *s = r->udata;
+    (void)c;
+    s->calls++;
+    s->reply = reply;
+    return PSI_DONE;
+}
+
+static int on_bulk(psClient *c, psReq *r, int idx, int n, const char *data, size_t len) {
+    seen *s = r->udata;
+    (void)c;
+    if (idx != 1 || n != 2 || len > sizeof(s->sunk)) return 0;
+    memcpy(s->sunk, data, len);
+    s->sunklen = len;
+    return 1;
+}
+
+static int req_done(psClient *c, void *arg) {
+    (void)c;
+    return ((psReq *)arg)->state == PSS_DONE;
+}
+
+/* Submit the RESP text 'cmd' routed by 'key' and run until it is done. */
+static void run_req(psClient *c, psReq *r, seen *s, const char *key, const char *cmd) {
+    memset(s, 0, sizeof(*s));
+    psi_req_init(r, key, strlen(key));
+    r->cmd = cmd;
+    r->cmdlen = strlen(cmd);
+    r->done = on_done;
+    r->udata = s;
+    psi_submit(c, r);
+    assert_int_equal(psi_run(c, req_done, r), 0);
+}
+
+static void test_engine_completes_a_request_through_its_callback(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psReq r;
+    seen s;
+    (void)state;
+    run_req(c, &r, &s, "k1", "*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n");
+    assert_int_equal(s.calls, 1);
+    assert_non_null(s.reply);
+    assert_string_equal(s.reply->str, "A=k1");
+    freeReplyObject(s.reply);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_sends_the_blob_and_tail_between_the_command_bytes(void **state) {
+    /* "GET kk" in three parts: command head, blob (the key), tail. */
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psReq r;
+    seen s;
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    psi_req_init(&r, "kk", 2);
+    r.cmd = "*2\r\n$3\r\nGET\r\n$2\r\n";
+    r.cmdlen = strlen(r.cmd);
+    r.blob = (const unsigned char *)"kk";
+    r.bloblen = 2;
+    r.tail = "\r\n";
+    r.taillen = 2;
+    r.done = on_done;
+    r.udata = &s;
+    psi_submit(c, &r);
+    assert_int_equal(psi_run(c, req_done, &r), 0);
+    assert_string_equal(s.reply->str, "A=kk");
+    freeReplyObject(s.reply);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_offers_bulk_strings_to_the_sink_before_the_reply(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psReq r;
+    seen s;
+    float x[2];
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    psi_req_init(&r, "j:w:2", 5);
+    r.cmd = "*2\r\n$7\r\nPS.PULL\r\n$5\r\nj:w:2\r\n";
+    r.cmdlen = strlen(r.cmd);
+    r.done = on_done;
+    r.sink = on_bulk;
+    r.udata = &s;
+    psi_submit(c, &r);
+    assert_int_equal(psi_run(c, req_done, &r), 0);
+    assert_int_equal(s.sunklen, 8);
+    memcpy(x, s.sunk, 8);
+    assert_true(x[0] == 3.0f && x[1] == 3.0f);
+    /* the reply keeps its shape, with an empty string where the data was */
+    assert_int_equal(s.reply->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(s.reply->elements, 2);
+    assert_int_equal(s.reply->element[0]->integer, 20);
+    assert_int_equal(s.reply->element[1]->len, 0);
+    freeReplyObject(s.reply);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_follows_moved_to_the_node_named(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->cluster = 1;
+    c = connect_to(a, NULL);
+    assert_int_equal(c->cluster, 1);
+    a->moved_port = b->port;            /* the slots moved to B */
+    a->slots_port = b->port;
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "B=k1");
+    assert_int_equal(c->stats.moved, 1);
+    assert_int_equal(fake_count(b, "GET k1"), 1);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_engine_sends_asking_before_an_ask_redirect(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->cluster = 1;
+    a->ask_port = b->port;
+    c = connect_to(a, NULL);
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "B=k1");
+    assert_int_equal(c->stats.ask, 1);
+    assert_int_equal(c->stats.moved, 0);
+    assert_true(fake_find(b, "ASKING") >= 0);
+    assert_true(fake_find(b, "ASKING") < fake_find(b, "GET k1"));
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_engine_resends_after_tryagain(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->tryagain = 2;
+    o.backoff_ms = 1;
+    c = connect_to(a, &o);
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k1");
+    assert_int_equal(c->stats.retries, 2);
+    assert_int_equal(fake_count(a, "GET k1"), 3);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_gives_up_after_max_retries_and_the_time_budget(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    struct timespec t0, t1;
+    long ms;
+    (void)state;
+    a->clusterdown = 1;
+    o.max_retries = 2;
+    o.retry_timeout_ms = 300;
+    o.backoff_ms = 5;
+    c = connect_to(a, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_null(psCommand(c, "k1", "GET %s", "k1"));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_int_equal(c->err, PS_ERR_IO);
+    assert_non_null(strstr(c->errstr, "CLUSTERDOWN"));
+    assert_non_null(strstr(c->errstr, "gave up"));
+    /* bounded by both: at least the time budget, not much more */
+    assert_true(ms >= 300);
+    assert_true(ms < 5000);
+    assert_true(fake_count(a, "GET k1") > 3);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_resends_on_a_new_connection_after_a_drop(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->drop_get = 1;
+    o.backoff_ms = 1;
+    c = connect_to(a, &o);
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k1");
+    assert_int_equal(c->stats.reconnects, 1);
+    assert_int_equal(c->stats.retries, 1);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    enum { N = 40 };
+    const char *keys[N], *argv[N][2], **argvs[N];
+    size_t lens[N][2];
+    const size_t *lenp[N];
+    int argcs[N];
+    char kb[N][16];
+    redisReply *rep[N];
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        snprintf(kb[i], sizeof(kb[i]), "k%d", i);
+        keys[i] = kb[i];
+        argv[i][0] = "GET";
+        argv[i][1] = kb[i];
+        lens[i][0] = 3;
+        lens[i][1] = strlen(kb[i]);
+        argvs[i] = argv[i];
+        lenp[i] = lens[i];
+        argcs[i] = 2;
+    }
+    assert_int_equal(psCommandBatchArgv(c, N, keys, argcs, argvs, lenp, rep), N);
+    for (int i = 0; i < N; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "A=k%d", i);
+        assert_string_equal(rep[i]->str, want);
+        freeReplyObject(rep[i]);
+    }
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* ========================================================================
+ * Models on the engine: versions, WAIT, roll-backs, freeing
+ * ======================================================================== */
+
+/* Model "j" with tensor "w" of 4 rows x 2 floats in 4 partitions. */
+static psModel *model4(void) {
+    uint64_t dims[2] = {4, 2};
+    psModel *m = psModelNew("j");
+    assert_non_null(m);
+    assert_int_equal(psModelSetPartitionBytes(m, 8), PS_OK);
+    assert_int_equal(psModelAddTensor(m, "w", 2, dims), 0);
+    return m;
+}
+
+static void test_pull_decodes_every_partition_into_place(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8];
+    float *dst[1] = {w};
+    uint64_t v[1];
+    (void)state;
+    assert_int_equal(psModelPull(c, m, dst, v), PS_OK);
+    assert_int_equal(psModelNumPartitions(m, 0), 4);
+    for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
+    assert_int_equal(v[0], 10);         /* the minimum over the partitions */
+    for (int p = 0; p < 4; p++) assert_int_equal(psModelPartitionVersion(m, 0, p), 10 + 5 * p);
+    assert_int_equal(c->stats.pulls, 4);
+    psModelFree(m);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* Pushes without explicit versions carry, per partition, the version of
+ * the data of the last completed pull, also when the replies of a newer
+ * pull were read meanwhile (an overlapped pull). */
+static void test_push_sends_each_partition_the_version_of_the_last_completed_pull(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8], g[8] = {0}, w2[8];
+    float *dst[1] = {w}, *dst2[1] = {w2};
+    const float *grads[1] = {g};
+    redisReply *r;
+    char want[32];
+    (void)state;
+    assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
+    a->pull_version_add = 100;
+    assert_int_equal(psModelPullAsync(c, m, dst2), PS_OK);
+    r = psCommand(c, NULL, "PING");     /* reads the new pull's replies */
+    assert_non_null(r);
+    freeReplyObject(r);
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    for (int p = 0; p < 4; p++) {
+        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, 10 + 5 * p);
+        assert_int_equal(fake_count(a, want), 1);
+    }
+    assert_int_equal(psModelPullWait(c, m, NULL), PS_OK);
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    for (int p = 0; p < 4; p++) {
+        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, 110 + 5 * p);
+        assert_int_equal(fake_count(a, want), 1);
+    }
+    /* explicit versions are per tensor, as before */
+    uint64_t v[1] = {3};
+    assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:2 V3 "), 1);
+    psModelFree(m);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_push_rolled_back_version_is_resent_with_the_servers(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    uint64_t v[1] = {30};
+    (void)state;
+    a->rollback = 1;
+    assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V30 "), 1);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V7 "), 1);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:1 V30 "), 1);
+    assert_int_equal(c->stats.pushes, 4);
+    assert_int_equal(c->stats.push_errors, 0);
+    psModelFree(m);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_lost_wait_resends_its_pushes_with_the_same_seqs(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    psModel *m = model4();
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    char first[96];
+    (void)state;
+    o.wait_replicas = 1;
+    o.backoff_ms = 1;
+    a->drop_wait = 1;
+    c = connect_to(a, &o);
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:3 "), 2);
+    /* both sends of a partition carry the same ID seq */
+    int at = fake_find(a, "PS.PUSHGRAD j:w:3 ");
+    assert_true(at >= 0);
+    snprintf(first, sizeof(first), "%s", a->log[at]);
+    assert_int_equal(fake_count(a, first), 2);
+    assert_int_equal(c->stats.pushes, 4);
+    assert_true(c->stats.wait_short >= 1);
+    assert_int_equal(fake_count(a, "WAIT"), 1);   /* resends are not WAITed for again */
+    psModelFree(m);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* psModelFree with pushes in flight waits for them (the engine points into
+ * the model and its batches until they are answered). */
+static void test_model_free_waits_for_its_pushes_in_flight(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    psModel *m = model4();
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    redisReply *r;
+    (void)state;
+    o.push_window = 4;
+    a->push_delay_ms = 20;
+    c = connect_to(a, &o);
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    psModelFree(m);
+    assert_int_equal(c->stats.pushes, 8);
+    assert_int_equal(psDrain(c), PS_OK);
+    r = psCommand(c, NULL, "PING");
+    assert_non_null(r);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* A pull in flight is abandoned by psModelFree: its replies, read later,
+ * write nothing (the destination may be gone already). */
+static void test_model_free_abandons_a_pull_in_flight(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float *w = calloc(8, sizeof(float));
+    float *dst[1] = {w};
+    redisReply *r;
+    (void)state;
+    assert_int_equal(psModelPullAsync(c, m, dst), PS_OK);
+    free(w);                            /* the caller gives up on the pull */
+    psModelFree(m);
+    r = psCommand(c, NULL, "PING");
+    assert_non_null(r);
+    assert_string_equal(r->str, "PONG");
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* Freeing the client first leaves the model safe to free. */
+static void test_model_free_after_client_free_is_safe(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float g[8] = {0}, w[8];
+    float *dst[1] = {w};
+    const float *grads[1] = {g};
+    (void)state;
+    a->push_delay_ms = 20;
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psModelPullAsync(c, m, dst), PS_OK);
+    psClientFree(c);
+    psModelFree(m);
+    fake_stop(a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_completes_a_request_through_its_callback),
+        cmocka_unit_test(test_engine_sends_the_blob_and_tail_between_the_command_bytes),
+        cmocka_unit_test(test_engine_offers_bulk_strings_to_the_sink_before_the_reply),
+        cmocka_unit_test(test_engine_follows_moved_to_the_node_named),
+        cmocka_unit_test(test_engine_sends_asking_before_an_ask_redirect),
+        cmocka_unit_test(test_engine_resends_after_tryagain),
+        cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
+        cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
+        cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
+        cmocka_unit_test(test_pull_decodes_every_partition_into_place),
+        cmocka_unit_test(test_push_sends_each_partition_the_version_of_the_last_completed_pull),
+        cmocka_unit_test(test_push_rolled_back_version_is_resent_with_the_servers),
+        cmocka_unit_test(test_lost_wait_resends_its_pushes_with_the_same_seqs),
+        cmocka_unit_test(test_model_free_waits_for_its_pushes_in_flight),
+        cmocka_unit_test(test_model_free_abandons_a_pull_in_flight),
+        cmocka_unit_test(test_model_free_after_client_free_is_safe),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
