@@ -187,7 +187,7 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
         if (reply->type == REDIS_REPLY_ERROR &&
             (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
              strstr(reply->str, "option")))
-            hint = " (server without VERSION/ID? see PS_OPT_NO_PUSH_ID)";
+            hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
         psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", q->part->key,
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply", hint);
     }
@@ -332,8 +332,8 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             if (p->seq == 0) p->seq = pv->seq_base;
             a->seq = ++p->seq;
             a->scale = scale;
-            a->flags = (pv->flags & PS_OPT_NO_PUSH_ID ? PS_WIRE_NO_ID : 0) |
-                       (pv->flags & PS_OPT_NO_PUSH_VERSION ? PS_WIRE_NO_VERSION : 0);
+            a->flags = (pv->flags & PS_FLAG_NO_PUSH_ID ? PS_WIRE_NO_ID : 0) |
+                       (pv->flags & PS_FLAG_NO_PUSH_VERSION ? PS_WIRE_NO_VERSION : 0);
             if (push_encode(q) != 0) {
                 psi_set_error(c, PS_ERR_OOM, "out of memory");
                 return PS_ERR;

@@ -123,7 +123,7 @@ typedef struct psClientPriv {
     int max_retries, retry_timeout_ms, backoff_ms, push_window;
     int wait_replicas, wait_timeout_ms;
     size_t partition_bytes;
-    int flags;                  /* PS_OPT_* */
+    int flags;                  /* PS_FLAG_* */
     uint64_t seq_base;          /* first seq of every key */
     /* topology (conn.c) */
     char **seeds;               /* "host:port" strings */

@@ -12,8 +12,7 @@
 
 #include "codec.h"
 
-/* Flags of a psWirePush (bit values of psOptions.flags, so the client's
- * flags can be passed through). */
+/* Flags of a psWirePush. */
 #define PS_WIRE_NO_ID (1 << 0)       /* leave out "ID client seq" */
 #define PS_WIRE_NO_VERSION (1 << 1)  /* leave out "VERSION v" */
 

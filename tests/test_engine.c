@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ps_internal.h"
+#include "wire.h"
 
 /* ========================================================================
  * Fake nodes
@@ -542,6 +543,57 @@ static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
 }
 
 /* ========================================================================
+ * The wire encoder: the bytes hiredis would format for the same arguments
+ * ======================================================================== */
+
+static void expect_pushgrad(const psWirePush *a, const char *blob, int argc, const char **argv) {
+    char head[256], tail[256], *want = NULL, got[1024];
+    size_t hl, tl, argl[16];
+    int wl;
+    for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
+    wl = redisFormatCommandArgv(&want, argc, argv, argl);
+    assert_int_equal(ps_wire_pushgrad(a, head, sizeof(head), &hl, tail, sizeof(tail), &tl), 0);
+    assert_int_equal(hl + a->bloblen + tl, (size_t)wl);
+    memcpy(got, head, hl);
+    memcpy(got + hl, blob, a->bloblen);
+    memcpy(got + hl + a->bloblen, tail, tl);
+    assert_memory_equal(got, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+static void test_wire_pushgrad_matches_hiredis_formatting(void **state) {
+    psWirePush a = {"j:w:0", 5, 4, PS_FMT_BF16, 1, 42, "cid", 7, 1.0f, 0};
+    const char *full[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "VERSION", "42",
+                          "ID", "cid", "7"};
+    const char *bare[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "SCALE", "0.5"};
+    (void)state;
+    expect_pushgrad(&a, "abcd", 10, full);
+    a.scale = 0.5f;
+    a.flags = PS_WIRE_NO_ID | PS_WIRE_NO_VERSION;
+    expect_pushgrad(&a, "abcd", 7, bare);
+    /* a head buffer too small is refused with the room needed */
+    char h[8], t[256];
+    size_t hl, tl;
+    assert_int_equal(ps_wire_pushgrad(&a, h, sizeof(h), &hl, t, sizeof(t), &tl), -1);
+    assert_true(hl > sizeof(h) && hl <= ps_wire_pushgrad_head_size(a.keylen));
+}
+
+static void test_wire_pull_matches_hiredis_formatting(void **state) {
+    const char *f32[] = {"PS.PULL", "j:w:1"}, *f16[] = {"PS.PULL", "j:w:1", "FORMAT", "F16"};
+    size_t l32[] = {7, 5}, l16[] = {7, 5, 6, 3};
+    char buf[128], *want;
+    (void)state;
+    int wl = redisFormatCommandArgv(&want, 2, f32, l32);
+    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F32, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+    wl = redisFormatCommandArgv(&want, 4, f16, l16);
+    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F16, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+/* ========================================================================
  * Models on the engine: versions, WAIT, roll-backs, freeing
  * ======================================================================== */
 
@@ -741,6 +793,8 @@ int main(void) {
         cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
         cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
         cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
+        cmocka_unit_test(test_wire_pushgrad_matches_hiredis_formatting),
+        cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
         cmocka_unit_test(test_pull_decodes_every_partition_into_place),
         cmocka_unit_test(test_push_sends_each_partition_the_version_of_the_last_completed_pull),
         cmocka_unit_test(test_push_rolled_back_version_is_resent_with_the_servers),

@@ -100,8 +100,12 @@ extern "C" {
 #define PS_DEFAULT_PARTITION_BYTES (1024 * 1024)
 
 /* psOptions.flags */
-#define PS_OPT_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
-#define PS_OPT_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+#define PS_FLAG_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
+#define PS_FLAG_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+/* Earlier names of the flags above, kept for source compatibility ("OPT"
+ * names optimizers and optional arguments elsewhere). */
+#define PS_OPT_NO_PUSH_ID PS_FLAG_NO_PUSH_ID
+#define PS_OPT_NO_PUSH_VERSION PS_FLAG_NO_PUSH_VERSION
 
 /* Connection options. Zero-initialize and set what you need: every field
  * left 0 / NULL takes the default named next to it. */
@@ -136,7 +140,7 @@ typedef struct psOptions {
                                  NULL: "<hostname>:<pid>:<random hex>" */
     size_t partition_bytes;   /* partition size for models that do not set
                                  their own; PS_DEFAULT_PARTITION_BYTES */
-    int flags;                /* PS_OPT_* */
+    int flags;                /* PS_FLAG_* */
 } psOptions;
 
 /* Counters, cumulative since psConnect(). */
