@@ -321,16 +321,25 @@ static int req_done(psClient *c, void *arg) {
     return ((psReq *)arg)->state == PSS_DONE;
 }
 
-/* Submit the RESP text 'cmd' routed by 'key' and run until it is done. */
-static void run_req(psClient *c, psReq *r, seen *s, const char *key, const char *cmd) {
+/* Submit the RESP text 'cmd' [+ 'blob' + 'tail'] routed by 'key', with
+ * 'sink' (or none), and run until it is done. */
+static void run_req(psClient *c, psReq *r, seen *s, const char *key, const char *cmd,
+                    const char *blob, const char *tail, psReqSinkFn *sink) {
     memset(s, 0, sizeof(*s));
     psi_req_init(r, key, strlen(key));
     r->cmd = cmd;
     r->cmdlen = strlen(cmd);
+    r->blob = (const unsigned char *)blob;
+    r->bloblen = blob ? strlen(blob) : 0;
+    r->tail = tail;
+    r->taillen = tail ? strlen(tail) : 0;
     r->done = on_done;
+    r->sink = sink;
     r->udata = s;
     psi_submit(c, r);
     assert_int_equal(psi_run(c, req_done, r), 0);
+    assert_int_equal(s->calls, 1);
+    assert_non_null(s->reply);
 }
 
 static void test_engine_completes_a_request_through_its_callback(void **state) {
@@ -339,34 +348,11 @@ static void test_engine_completes_a_request_through_its_callback(void **state) {
     psReq r;
     seen s;
     (void)state;
-    run_req(c, &r, &s, "k1", "*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n");
-    assert_int_equal(s.calls, 1);
-    assert_non_null(s.reply);
+    run_req(c, &r, &s, "k1", "*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n", NULL, NULL, NULL);
     assert_string_equal(s.reply->str, "A=k1");
     freeReplyObject(s.reply);
-    psClientFree(c);
-    fake_stop(a);
-}
-
-static void test_engine_sends_the_blob_and_tail_between_the_command_bytes(void **state) {
-    /* "GET kk" in three parts: command head, blob (the key), tail. */
-    fake *a = fake_start("A");
-    psClient *c = connect_to(a, NULL);
-    psReq r;
-    seen s;
-    (void)state;
-    memset(&s, 0, sizeof(s));
-    psi_req_init(&r, "kk", 2);
-    r.cmd = "*2\r\n$3\r\nGET\r\n$2\r\n";
-    r.cmdlen = strlen(r.cmd);
-    r.blob = (const unsigned char *)"kk";
-    r.bloblen = 2;
-    r.tail = "\r\n";
-    r.taillen = 2;
-    r.done = on_done;
-    r.udata = &s;
-    psi_submit(c, &r);
-    assert_int_equal(psi_run(c, req_done, &r), 0);
+    /* "GET kk" in three parts: command head, blob (the key), tail */
+    run_req(c, &r, &s, "kk", "*2\r\n$3\r\nGET\r\n$2\r\n", "kk", "\r\n", NULL);
     assert_string_equal(s.reply->str, "A=kk");
     freeReplyObject(s.reply);
     psClientFree(c);
@@ -380,15 +366,7 @@ static void test_engine_offers_bulk_strings_to_the_sink_before_the_reply(void **
     seen s;
     float x[2];
     (void)state;
-    memset(&s, 0, sizeof(s));
-    psi_req_init(&r, "j:w:2", 5);
-    r.cmd = "*2\r\n$7\r\nPS.PULL\r\n$5\r\nj:w:2\r\n";
-    r.cmdlen = strlen(r.cmd);
-    r.done = on_done;
-    r.sink = on_bulk;
-    r.udata = &s;
-    psi_submit(c, &r);
-    assert_int_equal(psi_run(c, req_done, &r), 0);
+    run_req(c, &r, &s, "j:w:2", "*2\r\n$7\r\nPS.PULL\r\n$5\r\nj:w:2\r\n", NULL, NULL, on_bulk);
     assert_int_equal(s.sunklen, 8);
     memcpy(x, s.sunk, 8);
     assert_true(x[0] == 3.0f && x[1] == 3.0f);
@@ -400,6 +378,18 @@ static void test_engine_offers_bulk_strings_to_the_sink_before_the_reply(void **
     freeReplyObject(s.reply);
     psClientFree(c);
     fake_stop(a);
+}
+
+/* Connect to 'a' (backoff 1 ms), GET k1 and expect 'want'. */
+static psClient *get_k1(fake *a, const char *want) {
+    psOptions o = {0};
+    o.backoff_ms = 1;
+    psClient *c = connect_to(a, &o);
+    redisReply *r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, want);
+    freeReplyObject(r);
+    return c;
 }
 
 static void test_engine_follows_moved_to_the_node_named(void **state) {
@@ -426,19 +416,14 @@ static void test_engine_follows_moved_to_the_node_named(void **state) {
 static void test_engine_sends_asking_before_an_ask_redirect(void **state) {
     fake *a = fake_start("A"), *b = fake_start("B");
     psClient *c;
-    redisReply *r;
     (void)state;
     a->cluster = 1;
     a->ask_port = b->port;
-    c = connect_to(a, NULL);
-    r = psCommand(c, "k1", "GET %s", "k1");
-    assert_non_null(r);
-    assert_string_equal(r->str, "B=k1");
+    c = get_k1(a, "B=k1");
     assert_int_equal(c->stats.ask, 1);
     assert_int_equal(c->stats.moved, 0);
     assert_true(fake_find(b, "ASKING") >= 0);
     assert_true(fake_find(b, "ASKING") < fake_find(b, "GET k1"));
-    freeReplyObject(r);
     psClientFree(c);
     fake_stop(a);
     fake_stop(b);
@@ -446,19 +431,12 @@ static void test_engine_sends_asking_before_an_ask_redirect(void **state) {
 
 static void test_engine_resends_after_tryagain(void **state) {
     fake *a = fake_start("A");
-    psOptions o = {0};
     psClient *c;
-    redisReply *r;
     (void)state;
     a->tryagain = 2;
-    o.backoff_ms = 1;
-    c = connect_to(a, &o);
-    r = psCommand(c, "k1", "GET %s", "k1");
-    assert_non_null(r);
-    assert_string_equal(r->str, "A=k1");
+    c = get_k1(a, "A=k1");
     assert_int_equal(c->stats.retries, 2);
     assert_int_equal(fake_count(a, "GET k1"), 3);
-    freeReplyObject(r);
     psClientFree(c);
     fake_stop(a);
 }
@@ -492,19 +470,12 @@ static void test_engine_gives_up_after_max_retries_and_the_time_budget(void **st
 
 static void test_engine_resends_on_a_new_connection_after_a_drop(void **state) {
     fake *a = fake_start("A");
-    psOptions o = {0};
     psClient *c;
-    redisReply *r;
     (void)state;
     a->drop_get = 1;
-    o.backoff_ms = 1;
-    c = connect_to(a, &o);
-    r = psCommand(c, "k1", "GET %s", "k1");
-    assert_non_null(r);
-    assert_string_equal(r->str, "A=k1");
+    c = get_k1(a, "A=k1");
     assert_int_equal(c->stats.reconnects, 1);
     assert_int_equal(c->stats.retries, 1);
-    freeReplyObject(r);
     psClientFree(c);
     fake_stop(a);
 }
@@ -626,6 +597,20 @@ static void test_pull_decodes_every_partition_into_place(void **state) {
     fake_stop(a);
 }
 
+/* Push zeros without explicit versions and expect partition p's command to
+ * carry VERSION base + 5p. */
+static void push_expect_versions(psClient *c, psModel *m, fake *a, int base) {
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    char want[32];
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    for (int p = 0; p < 4; p++) {
+        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, base + 5 * p);
+        assert_int_equal(fake_count(a, want), 1);
+    }
+}
+
 /* Pushes without explicit versions carry, per partition, the version of
  * the data of the last completed pull, also when the replies of a newer
  * pull were read meanwhile (an overlapped pull). */
@@ -637,7 +622,6 @@ static void test_push_sends_each_partition_the_version_of_the_last_completed_pul
     float *dst[1] = {w}, *dst2[1] = {w2};
     const float *grads[1] = {g};
     redisReply *r;
-    char want[32];
     (void)state;
     assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
     a->pull_version_add = 100;
@@ -645,19 +629,9 @@ static void test_push_sends_each_partition_the_version_of_the_last_completed_pul
     r = psCommand(c, NULL, "PING");     /* reads the new pull's replies */
     assert_non_null(r);
     freeReplyObject(r);
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
-    assert_int_equal(psDrain(c), PS_OK);
-    for (int p = 0; p < 4; p++) {
-        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, 10 + 5 * p);
-        assert_int_equal(fake_count(a, want), 1);
-    }
+    push_expect_versions(c, m, a, 10);
     assert_int_equal(psModelPullWait(c, m, NULL), PS_OK);
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
-    assert_int_equal(psDrain(c), PS_OK);
-    for (int p = 0; p < 4; p++) {
-        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, 110 + 5 * p);
-        assert_int_equal(fake_count(a, want), 1);
-    }
+    push_expect_versions(c, m, a, 110);
     /* explicit versions are per tensor, as before */
     uint64_t v[1] = {3};
     assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
@@ -785,7 +759,6 @@ static void test_model_free_after_client_free_is_safe(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_completes_a_request_through_its_callback),
-        cmocka_unit_test(test_engine_sends_the_blob_and_tail_between_the_command_bytes),
         cmocka_unit_test(test_engine_offers_bulk_strings_to_the_sink_before_the_reply),
         cmocka_unit_test(test_engine_follows_moved_to_the_node_named),
         cmocka_unit_test(test_engine_sends_asking_before_an_ask_redirect),
