@@ -331,8 +331,7 @@ int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
  * partition of tensor t), else the partition's own version from the last
  * completed pull (none if never pulled; preferred: partitions of one tensor
  * move apart, and a tensor's minimum overstates the staleness of the
- * others), and SCALE is sent when
- * 'scale' != 1. The gradient is encoded into a buffer the client keeps
+ * others), and SCALE is sent when 'scale' != 1. The gradient is encoded into a buffer the client keeps
  * until the push is acknowledged (for resends): the caller may reuse
  * 'grads' as soon as this returns. Returns once the commands are written
  * and no more than push_window pushes are outstanding (a partition of 16 KB
