@@ -125,7 +125,7 @@ void psi_resend(psClient *c, psReq *r, const char *why) { retry_req(c, r, 1, why
 
 /* The connection of node 'i' is dead: free it and its unread bytes, and
  * resend, in order, every request that was waiting on it. */
-void psi_node_fail(psClient *c, int i, const char *why) {
+static void node_fail(psClient *c, int i, const char *why) {
     psClientPriv *pv = c->priv;
     psNode *n = &pv->nodes[i];
     char msg[128];
@@ -251,13 +251,13 @@ static void dispatch(psClient *c, psReq *r) {
     if (asking) {
         psQent a = {PSQ_ASKING, NULL, NULL, NULL};
         if (redisAppendCommand(n->ctx, "ASKING") != REDIS_OK || q_push(n, a) != 0) {
-            psi_node_fail(c, i, "out of memory");
+            node_fail(c, i, "out of memory");
             retry_req(c, r, 1, "out of memory");
             return;
         }
     }
     if (q_push(n, e) != 0) {
-        psi_node_fail(c, i, "out of memory");
+        node_fail(c, i, "out of memory");
         retry_req(c, r, 1, "out of memory");
         return;
     }
@@ -265,9 +265,9 @@ static void dispatch(psClient *c, psReq *r) {
     r->node = i;
     if (r->bloblen >= PS_DIRECT_WRITE_MIN) {
         /* Not copied twice into hiredis's output buffer: see write_direct. */
-        if (write_direct(n->ctx, r, err, sizeof(err)) != 0) psi_node_fail(c, i, err);
+        if (write_direct(n->ctx, r, err, sizeof(err)) != 0) node_fail(c, i, err);
     } else if (append_req(n->ctx, r) != 0) {
-        psi_node_fail(c, i, "out of memory");
+        node_fail(c, i, "out of memory");
     }
 }
 
@@ -322,7 +322,7 @@ int psi_submit_wait(psClient *c, int i, psWaitFn *done, void *udata) {
     if (redisAppendCommand(n->ctx, "WAIT %d %d", c->priv->wait_replicas,
                            c->priv->wait_timeout_ms) != REDIS_OK ||
         q_push(n, e) != 0) {
-        psi_node_fail(c, i, "out of memory");
+        node_fail(c, i, "out of memory");
         return -1;
     }
     return 0;
@@ -531,7 +531,7 @@ static void node_read(psClient *c, int i) {
         size_t cap = n->inlen + PS_READ_CHUNK > n->scan.need ? n->inlen + PS_READ_CHUNK : n->scan.need;
         char *nb = realloc(n->in, cap);
         if (nb == NULL) {
-            psi_node_fail(c, i, "out of memory");
+            node_fail(c, i, "out of memory");
             return;
         }
         n->in = nb;
@@ -540,7 +540,7 @@ static void node_read(psClient *c, int i) {
     nr = read(n->ctx->fd, n->in + n->inlen, n->incap - n->inlen);
     if (nr < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (nr <= 0) {
-        psi_node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
+        node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
         return;
     }
     n->inlen += (size_t)nr;
@@ -550,7 +550,7 @@ static void node_read(psClient *c, int i) {
         size_t len;
         int rc = scan_reply(&n->scan, n->in + off, n->inlen - off);
         if (rc < 0) {
-            psi_node_fail(c, i, "protocol error in a reply");
+            node_fail(c, i, "protocol error in a reply");
             return;
         }
         if (rc == 0) break;     /* s->need counts from the reply's start */
@@ -558,7 +558,7 @@ static void node_read(psClient *c, int i) {
         memset(&n->scan, 0, sizeof(n->scan));
         reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->in + off, len);
         if (reply == NULL) {
-            psi_node_fail(c, i, "protocol error in a reply");
+            node_fail(c, i, "protocol error in a reply");
             return;
         }
         off += len;
@@ -585,7 +585,7 @@ static void write_all(psClient *c) {
         wdone = 0;
         while (!wdone) {
             if (redisBufferWrite(pv->nodes[i].ctx, &wdone) != REDIS_OK) {
-                psi_node_fail(c, i, pv->nodes[i].ctx->errstr);
+                node_fail(c, i, pv->nodes[i].ctx->errstr);
                 break;
             }
         }
@@ -633,7 +633,7 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
             break;
         }
         if (pr == 0) {
-            for (i = 0; i < nfds; i++) psi_node_fail(c, idx[i], "timeout waiting for a reply");
+            for (i = 0; i < nfds; i++) node_fail(c, idx[i], "timeout waiting for a reply");
             continue;
         }
         for (i = 0; i < nfds; i++)

@@ -103,10 +103,8 @@ void psi_raw_run(psClient *c, psRawReq *qs, size_t n);
 /* Free the command of 'q' (not the reply). */
 void psi_raw_free(psRawReq *q);
 
-/* model_io.c: remember that 'm' has requests on 'c' (waits for those it
- * has on another client first). 0 or -1 (out of memory, error recorded). */
-int psi_model_attach(psClient *c, psModel *m);
-/* Wait for every request of 'm' and forget its client. */
+/* model_io.c: wait for every request of 'm' (a pull in flight is abandoned)
+ * and forget its client. */
 void psi_model_detach(psModel *m);
 
 #endif /* PS_MODEL_H */

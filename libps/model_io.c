@@ -30,7 +30,9 @@ static int model_idle(psClient *c, void *arg) {
     return m->pull_pending == 0 && !batch_of_model_busy(c, m);
 }
 
-int psi_model_attach(psClient *c, psModel *m) {
+/* Remember that 'm' has requests on 'c' (after waiting for those it has on
+ * another client). 0 or -1 (out of memory, error recorded). */
+static int model_attach(psClient *c, psModel *m) {
     psClientPriv *pv = c->priv;
     if (m->client == c) return 0;
     if (m->client) psi_model_detach(m);
@@ -264,7 +266,7 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
     int t, i, nreq = 0, lossy;
 
     psi_clear_error(c);
-    if (psModelLayout(c, m) != PS_OK || psi_model_attach(c, m) != 0) return PS_ERR;
+    if (psModelLayout(c, m) != PS_OK || model_attach(c, m) != 0) return PS_ERR;
     lossy = m->push_fmt != PS_FMT_F32;
     if (psi_run(c, batch_free_exists, NULL) != 0) {
         psi_set_error(c, PS_ERR_OTHER, "internal error: push window never freed");
@@ -465,7 +467,7 @@ static int pull_finished(psClient *c, void *arg) {
 int psModelPullAsync(psClient *c, psModel *m, float **dst) {
     int t, p;
     psi_clear_error(c);
-    if (psModelLayout(c, m) != PS_OK || psi_model_attach(c, m) != 0) return PS_ERR;
+    if (psModelLayout(c, m) != PS_OK || model_attach(c, m) != 0) return PS_ERR;
     if (m->pull_pending || m->pull_dst) {
         psi_set_error(c, PS_ERR_ARG, "a pull of model '%s' is already in flight", m->job);
         return PS_ERR;

@@ -184,8 +184,6 @@ void psi_flush(psClient *c);
 /* Run the engine until done(c, arg) is true or nothing is pending.
  * Returns 0 when done() became true, -1 otherwise. */
 int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg);
-/* Drop the connection of node 'i' (as after an I/O error). */
-void psi_node_fail(psClient *c, int i, const char *why);
 /* Free the engine's per-node buffers and the retry list. */
 void psi_engine_free(psClient *c);
 
