@@ -319,6 +319,20 @@ static psModel *model4(void) {
     return m;
 }
 
+/* Push zeros to every partition of model4() 'm' with 'versions'. */
+static void push_zeros(psClient *c, psModel *m, const uint64_t *versions) {
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    assert_int_equal(psModelPush(c, m, grads, versions, 1.0f), PS_OK);
+}
+
+/* Free 'm' (may be NULL), then 'c', then stop 'a'. */
+static void close_all(fake *a, psClient *c, psModel *m) {
+    psModelFree(m);
+    psClientFree(c);
+    fake_stop(a);
+}
+
 static void test_pull_decodes_every_partition_into_place(void **state) {
     fake *a = fake_start("A");
     psClient *c = connect_to(a, NULL);
@@ -333,9 +347,7 @@ static void test_pull_decodes_every_partition_into_place(void **state) {
     assert_int_equal(v[0], 10);         /* the minimum over the partitions */
     for (int p = 0; p < 4; p++) assert_int_equal(psModelPartitionVersion(m, 0, p), 10 + 5 * p);
     assert_int_equal(c->stats.pulls, 4);
-    psModelFree(m);
-    psClientFree(c);
-    fake_stop(a);
+    close_all(a, c, m);
 }
 
 /* Replies cut at every byte boundary are framed the same. */
@@ -350,9 +362,7 @@ static void test_pull_reads_replies_that_arrive_a_byte_at_a_time(void **state) {
     assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
     for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
     assert_int_equal(psModelPartitionVersion(m, 0, 3), 25);
-    psModelFree(m);
-    psClientFree(c);
-    fake_stop(a);
+    close_all(a, c, m);
 }
 
 /* 64 KB partitions: pipelined replies larger than a read, and pushes
@@ -426,30 +436,24 @@ static void test_push_sends_each_partition_the_version_of_the_last_completed_pul
     assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
     assert_int_equal(psDrain(c), PS_OK);
     assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:2 V3 "), 1);
-    psModelFree(m);
-    psClientFree(c);
-    fake_stop(a);
+    close_all(a, c, m);
 }
 
 static void test_push_rolled_back_version_is_resent_with_the_servers(void **state) {
     fake *a = fake_start("A");
     psClient *c = connect_to(a, NULL);
     psModel *m = model4();
-    float g[8] = {0};
-    const float *grads[1] = {g};
     uint64_t v[1] = {30};
     (void)state;
     a->rollback = 1;
-    assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
+    push_zeros(c, m, v);
     assert_int_equal(psDrain(c), PS_OK);
     assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V30 "), 1);
     assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V7 "), 1);
     assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:1 V30 "), 1);
     assert_int_equal(c->stats.pushes, 4);
     assert_int_equal(c->stats.push_errors, 0);
-    psModelFree(m);
-    psClientFree(c);
-    fake_stop(a);
+    close_all(a, c, m);
 }
 
 static void test_lost_wait_resends_its_pushes_with_the_same_seqs(void **state) {
@@ -457,15 +461,13 @@ static void test_lost_wait_resends_its_pushes_with_the_same_seqs(void **state) {
     psOptions o = {0};
     psClient *c;
     psModel *m = model4();
-    float g[8] = {0};
-    const float *grads[1] = {g};
     char first[96];
     (void)state;
     o.wait_replicas = 1;
     o.backoff_ms = 1;
     a->drop_wait = 1;
     c = connect_to(a, &o);
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    push_zeros(c, m, NULL);
     assert_int_equal(psDrain(c), PS_OK);
     assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:3 "), 2);
     /* both sends of a partition carry the same ID seq */
@@ -476,9 +478,7 @@ static void test_lost_wait_resends_its_pushes_with_the_same_seqs(void **state) {
     assert_int_equal(c->stats.pushes, 4);
     assert_true(c->stats.wait_short >= 1);
     assert_int_equal(fake_count(a, "WAIT"), 1);   /* resends are not WAITed for again */
-    psModelFree(m);
-    psClientFree(c);
-    fake_stop(a);
+    close_all(a, c, m);
 }
 
 /* psModelFree with pushes in flight waits for them (the engine points into
@@ -488,15 +488,13 @@ static void test_model_free_waits_for_its_pushes_in_flight(void **state) {
     psOptions o = {0};
     psClient *c;
     psModel *m = model4();
-    float g[8] = {0};
-    const float *grads[1] = {g};
     redisReply *r;
     (void)state;
     o.push_window = 4;
     a->push_delay_ms = 20;
     c = connect_to(a, &o);
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    push_zeros(c, m, NULL);
+    push_zeros(c, m, NULL);
     psModelFree(m);
     assert_int_equal(c->stats.pushes, 8);
     assert_int_equal(psDrain(c), PS_OK);
@@ -533,12 +531,11 @@ static void test_model_free_after_client_free_is_safe(void **state) {
     fake *a = fake_start("A");
     psClient *c = connect_to(a, NULL);
     psModel *m = model4();
-    float g[8] = {0}, w[8];
+    float w[8];
     float *dst[1] = {w};
-    const float *grads[1] = {g};
     (void)state;
     a->push_delay_ms = 20;
-    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    push_zeros(c, m, NULL);
     assert_int_equal(psModelPullAsync(c, m, dst), PS_OK);
     psClientFree(c);
     psModelFree(m);
