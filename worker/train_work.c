@@ -378,7 +378,7 @@ static int step(worker *w, const int *rows, int nb) {
         tr_err(w->o, "[%s] gradient failed (bad label or batch)", w->name);
         return -1;
     }
-    if (psModelPush(w->c, w->m, (const float *const *)w->grads, w->vers, 1.0f) != PS_OK) {
+    if (psModelPush(w->c, w->m, (const float *const *)w->grads, NULL, 1.0f) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }

@@ -100,8 +100,12 @@ extern "C" {
 #define PS_DEFAULT_PARTITION_BYTES (1024 * 1024)
 
 /* psOptions.flags */
-#define PS_OPT_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
-#define PS_OPT_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+#define PS_FLAG_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
+#define PS_FLAG_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+/* Earlier names of the flags above, kept for source compatibility ("OPT"
+ * names optimizers and optional arguments elsewhere). */
+#define PS_OPT_NO_PUSH_ID PS_FLAG_NO_PUSH_ID
+#define PS_OPT_NO_PUSH_VERSION PS_FLAG_NO_PUSH_VERSION
 
 /* Connection options. Zero-initialize and set what you need: every field
  * left 0 / NULL takes the default named next to it. */
@@ -136,7 +140,7 @@ typedef struct psOptions {
                                  NULL: "<hostname>:<pid>:<random hex>" */
     size_t partition_bytes;   /* partition size for models that do not set
                                  their own; PS_DEFAULT_PARTITION_BYTES */
-    int flags;                /* PS_OPT_* */
+    int flags;                /* PS_FLAG_* */
 } psOptions;
 
 /* Counters, cumulative since psConnect(). */
@@ -168,7 +172,7 @@ typedef struct psClient {
     struct psClientPriv *priv;
 } psClient;
 
-/* Wire formats for pushes (see DESIGN.md "Wire formats"). */
+/* Wire formats of pushes and pulls (docs/commands.md "Wire formats"). */
 typedef enum psWireFormat {
     PS_WIRE_F32 = 0,          /* raw float32 (default, lossless) */
     PS_WIRE_F16,
@@ -272,7 +276,8 @@ const char *psModelPartitionKey(const psModel *m, int t, int p);
 /* Rows [*first_row, *first_row + *nrows) of dimension 0, i.e. elements
  * [first_row * row_elems, (first_row + nrows) * row_elems) of the tensor. */
 void psModelPartitionRows(const psModel *m, int t, int p, uint64_t *first_row, uint64_t *nrows);
-/* Version of the partition seen by the last pull (0 if none); pushes send it
+/* Version of the partition's data in the last pull that completed
+ * (psModelPull() or psModelPullWait() returned; 0 if none); pushes send it
  * as VERSION when psModelPush() gets no versions. */
 uint64_t psModelPartitionVersion(const psModel *m, int t, int p);
 
@@ -297,11 +302,12 @@ int psModelDelete(psClient *c, psModel *m);
 /* Pull every partition (PS.PULL key [FORMAT f], pipelined to all nodes at
  * once, then gathered) into 'dst': dst[t] is an array of
  * psModelTensorElements(m, t) floats for tensor t (NULL: skip that tensor).
- * Each partition's data is decoded from hiredis's read buffer straight into
+ * Each partition's data is decoded from libps's read buffer straight into
  * dst (no reply copy). 'versions_out' (NULL or one per tensor) receives the
- * minimum version over the tensor's partitions; each partition's version is
- * kept in the model for the next push (psModelPartitionVersion()). Returns
- * PS_OK or PS_ERR. */
+ * minimum version over the tensor's partitions; each partition's own version
+ * is kept in the model for the next push (psModelPartitionVersion()): pass
+ * versions NULL to psModelPush() to send each partition the version its
+ * part of the gradient was computed from. Returns PS_OK or PS_ERR. */
 int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
 
 /* psModelPull() in two halves, to overlap a pull with computing: Async
@@ -311,18 +317,21 @@ int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
  * arrays until psModelPullWait() has returned. Wait reads the rest and
  * returns like psModelPull() (with the first error of the pull, also when
  * an earlier call read it). One pull per model may be in flight; the dst
- * pointer array itself is copied. Pushes sent meanwhile should pass
- * explicit 'versions' (those of the data they were computed from), because
- * the partition versions kept in the model move when the replies arrive. */
+ * pointer array itself is copied. The partition versions pushes send
+ * (versions NULL) move to those of this pull only when psModelPullWait()
+ * returns: pushes sent meanwhile carry the versions of the previous pull,
+ * the data a gradient computed before the wait came from. */
 int psModelPullAsync(psClient *c, psModel *m, float **dst);
 int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 
 /* Push gradients: grads[t] is an array of psModelTensorElements(m, t)
  * floats (NULL: skip the tensor). One PS.PUSHGRAD per partition:
  *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s]
- * where v is versions[t] when 'versions' is not NULL, else the partition's
- * version from the last pull (none if never pulled), and SCALE is sent when
- * 'scale' != 1. The gradient is encoded into a buffer the client keeps
+ * where v is versions[t] when 'versions' is not NULL (the same for every
+ * partition of tensor t), else the partition's own version from the last
+ * completed pull (none if never pulled; preferred: partitions of one tensor
+ * move apart, and a tensor's minimum overstates the staleness of the
+ * others), and SCALE is sent when 'scale' != 1. The gradient is encoded into a buffer the client keeps
  * until the push is acknowledged (for resends): the caller may reuse
  * 'grads' as soon as this returns. Returns once the commands are written
  * and no more than push_window pushes are outstanding (a partition of 16 KB
@@ -331,9 +340,11 @@ int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 int psModelPush(psClient *c, psModel *m, const float *const *grads,
                 const uint64_t *versions, float scale);
 
-/* Free a model (its keys on the server stay). Outstanding pushes of this
- * model must have been drained (psDrain) first, and a pull in flight
- * waited for (psModelPullWait). NULL is allowed. */
+/* Free a model (its keys on the server stay). Pushes of this model still
+ * in flight are waited for first (as psDrain() would; a failure is recorded
+ * on the client they were sent on) and a pull in flight is abandoned (no
+ * more data is written into its dst arrays). Safe after psClientFree() of
+ * that client too. NULL is allowed. */
 void psModelFree(psModel *m);
 
 #ifdef __cplusplus
