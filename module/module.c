@@ -8,6 +8,8 @@
 #define PS_REDISMODULE_DEFINE
 #include "ps_module.h"
 
+#include "fpguard.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -347,6 +349,17 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
         if (missing)
             fprintf(stderr, "ps module: this Redis lacks %s (Redis 7.0 or newer is needed)\n",
                     missing);
+        return REDISMODULE_ERR;
+    }
+    /* Determinism: refuse a process whose FPU mode another module changed,
+     * or a build whose kernels fuse multiply-adds (see fpguard.h). */
+    const char *fpwhy = ps_fpu_mode_check();
+    if (!fpwhy) fpwhy = ps_fp_contract_check();
+    if (fpwhy) {
+        RedisModule_Log(ctx, "warning",
+                        "ps: refusing to load: %s; replicas and AOF replays would not stay "
+                        "bit-identical",
+                        fpwhy);
         return REDISMODULE_ERR;
     }
     PSTensor_SetAllocator(tryAllocHook, freeHook);

@@ -1,5 +1,6 @@
 /* tensor.c -- the ps-tensor value (see tensor.h). No Redis calls here. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "tensor.h"
 
 #include <math.h>
