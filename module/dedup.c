@@ -8,16 +8,27 @@
 
 /* The index over t->dedup[0..len): 'slots' maps an id's hash to an entry
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
- * 'heap' is a binary min-heap of entry positions ordered by (version,
- * position), with hpos[i] the heap position of entry i. One allocation:
- * the struct, then the arrays. */
+ * 'heap' is a 4-ary min-heap of entry positions ordered by (version,
+ * position), with hpos[i] the heap position of entry i. Slots carry the
+ * hash's low bits and heap nodes the version, so probing and sifting read
+ * only the index, not the (much larger) entries: at 2^20 clients that is
+ * what keeps a push as fast as at 16. One allocation: the struct, then the
+ * arrays. */
+typedef struct Slot {
+    uint32_t pos1; /* entry position + 1; 0 = empty */
+    uint32_t h32;  /* low 32 bits of the id's hash */
+} Slot;
+typedef struct Node {
+    uint64_t version;
+    uint32_t pos;
+} Node;
 struct PSDedupIndex {
     const PSDedupEntry *base; /* the array indexed */
     uint32_t len;             /* entries indexed */
     uint32_t cap;             /* entries the heap can hold */
     uint32_t mask;            /* slot count - 1 (a power of two >= 2 * cap) */
-    uint32_t *slots;
-    uint32_t *heap;
+    Slot *slots;
+    Node *heap;
     uint32_t *hpos;
 };
 
@@ -70,37 +81,47 @@ static uint32_t slot_count(uint32_t cap) {
 }
 
 static size_t index_bytes(uint32_t cap) {
-    return sizeof(PSDedupIndex) + ((size_t)slot_count(cap) + 2 * (size_t)cap) * sizeof(uint32_t);
+    return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) +
+           (size_t)cap * (sizeof(Node) + sizeof(uint32_t));
 }
 
+/* Slot hash: FNV-1a's low bits cluster for similar short ids ("w1",
+ * "w2", ...), so the 64-bit hash is mixed once; its top 32 bits pick the
+ * home slot and are kept in the slot. */
+static uint32_t slot_hash(uint64_t h) { return (uint32_t)((h * 0x9e3779b97f4a7c15ULL) >> 32); }
+
 /* Heap order: the older version first, then the lower array position. */
-static int older(const PSDedupEntry *E, uint32_t a, uint32_t b) {
-    return E[a].version < E[b].version || (E[a].version == E[b].version && a < b);
+static int older(const Node *a, const Node *b) {
+    return a->version < b->version || (a->version == b->version && a->pos < b->pos);
 }
 
 static void heap_swap(PSDedupIndex *ix, uint32_t p, uint32_t q) {
-    const uint32_t a = ix->heap[p], b = ix->heap[q];
-    ix->heap[p] = b;
+    const Node a = ix->heap[p];
+    ix->heap[p] = ix->heap[q];
     ix->heap[q] = a;
-    ix->hpos[b] = p;
-    ix->hpos[a] = q;
+    ix->hpos[ix->heap[p].pos] = p;
+    ix->hpos[a.pos] = q;
 }
 
-static void sift_up(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t p) {
+/* A 4-ary heap: half the levels of a binary one, and the four children
+ * of a node share one cache line. */
+#define HEAP_D 4
+
+static void sift_up(PSDedupIndex *ix, uint32_t p) {
     while (p > 0) {
-        const uint32_t parent = (p - 1) / 2;
-        if (!older(E, ix->heap[p], ix->heap[parent])) break;
+        const uint32_t parent = (p - 1) / HEAP_D;
+        if (!older(&ix->heap[p], &ix->heap[parent])) break;
         heap_swap(ix, p, parent);
         p = parent;
     }
 }
 
-static void sift_down(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t p) {
+static void sift_down(PSDedupIndex *ix, uint32_t p) {
     for (;;) {
-        const uint32_t l = 2 * p + 1, r = l + 1;
+        const uint64_t first = (uint64_t)HEAP_D * p + 1;
         uint32_t m = p;
-        if (l < ix->len && older(E, ix->heap[l], ix->heap[m])) m = l;
-        if (r < ix->len && older(E, ix->heap[r], ix->heap[m])) m = r;
+        for (uint64_t c = first; c < first + HEAP_D && c < ix->len; c++)
+            if (older(&ix->heap[c], &ix->heap[m])) m = (uint32_t)c;
         if (m == p) return;
         heap_swap(ix, p, m);
         p = m;
@@ -109,33 +130,36 @@ static void sift_down(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t p) {
 
 /* Restores the heap order after entry i's version changed. */
 static void heap_fix(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t i) {
-    sift_up(ix, E, ix->hpos[i]);
-    sift_down(ix, E, ix->hpos[i]);
+    ix->heap[ix->hpos[i]].version = E[i].version;
+    sift_up(ix, ix->hpos[i]);
+    sift_down(ix, ix->hpos[i]);
 }
 
 static void slot_insert(PSDedupIndex *ix, uint64_t hash, uint32_t i) {
-    uint32_t s = (uint32_t)hash & ix->mask;
-    while (ix->slots[s]) s = (s + 1) & ix->mask;
-    ix->slots[s] = i + 1;
+    const uint32_t h32 = slot_hash(hash);
+    uint32_t s = h32 & ix->mask;
+    while (ix->slots[s].pos1) s = (s + 1) & ix->mask;
+    ix->slots[s].pos1 = i + 1;
+    ix->slots[s].h32 = h32;
 }
 
 /* The slot holding entry i (whose id hashes to 'hash'). */
 static uint32_t slot_find(const PSDedupIndex *ix, uint64_t hash, uint32_t i) {
-    uint32_t s = (uint32_t)hash & ix->mask;
-    while (ix->slots[s] != i + 1) s = (s + 1) & ix->mask;
+    uint32_t s = slot_hash(hash) & ix->mask;
+    while (ix->slots[s].pos1 != i + 1) s = (s + 1) & ix->mask;
     return s;
 }
 
 static void slot_remove(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t i) {
     uint32_t hole = slot_find(ix, E[i].hash, i);
-    ix->slots[hole] = 0;
-    for (uint32_t j = (hole + 1) & ix->mask; ix->slots[j]; j = (j + 1) & ix->mask) {
-        const uint32_t home = (uint32_t)E[ix->slots[j] - 1].hash & ix->mask;
+    ix->slots[hole].pos1 = 0;
+    for (uint32_t j = (hole + 1) & ix->mask; ix->slots[j].pos1; j = (j + 1) & ix->mask) {
+        const uint32_t home = ix->slots[j].h32 & ix->mask;
         /* Entry j may fill the hole unless its home lies in (hole, j]. */
         const int stays = hole < j ? (home > hole && home <= j) : (home > hole || home <= j);
         if (stays) continue;
         ix->slots[hole] = ix->slots[j];
-        ix->slots[j] = 0;
+        ix->slots[j].pos1 = 0;
         hole = j;
     }
 }
@@ -148,18 +172,19 @@ static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
     ix->base = E;
     ix->cap = cap;
     ix->mask = ns - 1;
-    ix->slots = (uint32_t *)(ix + 1);
-    ix->heap = ix->slots + ns;
-    ix->hpos = ix->heap + cap;
-    memset(ix->slots, 0, ns * sizeof(uint32_t));
+    ix->heap = (Node *)(ix + 1);
+    ix->slots = (Slot *)(ix->heap + cap);
+    ix->hpos = (uint32_t *)(ix->slots + ns);
+    memset(ix->slots, 0, ns * sizeof(Slot));
     for (uint32_t i = 0; i < len; i++) {
         E[i].hash = PSTensor_DedupHash(E[i].id, E[i].idlen);
         slot_insert(ix, E[i].hash, i);
-        ix->heap[i] = i;
+        ix->heap[i].version = E[i].version;
+        ix->heap[i].pos = i;
         ix->hpos[i] = i;
     }
     ix->len = len;
-    for (uint32_t p = len / 2; p-- > 0;) sift_down(ix, E, p);
+    for (uint32_t p = len / HEAP_D + 1; p-- > 0;) sift_down(ix, p);
     return ix;
 }
 
@@ -184,8 +209,10 @@ PSDedupEntry *PSTensor_DedupFind(PSTensor *t, const char *id, size_t idlen) {
     const uint64_t h = PSTensor_DedupHash(id, idlen);
     PSDedupIndex *ix = index_of(t);
     if (ix) {
-        for (uint32_t s = (uint32_t)h & ix->mask; ix->slots[s]; s = (s + 1) & ix->mask) {
-            PSDedupEntry *e = &t->dedup[ix->slots[s] - 1];
+        const uint32_t h32 = slot_hash(h);
+        for (uint32_t s = h32 & ix->mask; ix->slots[s].pos1; s = (s + 1) & ix->mask) {
+            if (ix->slots[s].h32 != h32) continue;
+            PSDedupEntry *e = &t->dedup[ix->slots[s].pos1 - 1];
             if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
         }
         return NULL;
@@ -208,18 +235,19 @@ static void remove_at(PSTensor *t, PSDedupIndex *ix, uint32_t v) {
         ix->len--;
         if (p < ix->len) {
             heap_swap(ix, p, ix->len);
-            heap_fix(ix, E, ix->heap[p]);
+            sift_up(ix, p);
+            sift_down(ix, p);
         }
     }
     PSTensor_Dealloc(E[v].id);
     if (v != last) {
         E[v] = E[last];
         if (ix) {
-            ix->slots[slot_find(ix, E[v].hash, last)] = v + 1;
+            ix->slots[slot_find(ix, E[v].hash, last)].pos1 = v + 1;
             const uint32_t p = ix->hpos[last];
-            ix->heap[p] = v;
+            ix->heap[p].pos = v;
             ix->hpos[v] = p;
-            sift_up(ix, E, p); /* same version, lower position: only older */
+            sift_up(ix, p); /* same version, lower position: only older */
         }
     }
     t->dedup_len--;
@@ -230,7 +258,7 @@ static void evict_oldest(PSTensor *t) {
     PSDedupIndex *ix = index_of(t);
     uint32_t victim = 0;
     if (ix) {
-        victim = ix->heap[0];
+        victim = ix->heap[0].pos;
     } else {
         for (uint32_t i = 1; i < t->dedup_len; i++)
             if (t->dedup[i].version < t->dedup[victim].version) victim = i;
@@ -271,10 +299,11 @@ void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint6
     ne->version = version;
     if (ix) {
         slot_insert(ix, ne->hash, i);
-        ix->heap[ix->len] = i;
+        ix->heap[ix->len].version = version;
+        ix->heap[ix->len].pos = i;
         ix->hpos[i] = ix->len;
         ix->len++;
-        sift_up(ix, t->dedup, ix->hpos[i]);
+        sift_up(ix, ix->hpos[i]);
     }
 }
 

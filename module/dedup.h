@@ -8,7 +8,7 @@
  * are unchanged. Beside the array, an index (built on demand, and rebuilt
  * when the array was filled directly, as the RDB loader does) gives:
  *   - lookup by client id in O(1): open addressing on the id's hash;
- *   - eviction of the entry with the oldest version in O(log n): a binary
+ *   - eviction of the entry with the oldest version in O(log n): a 4-ary
  *     min-heap keyed by (version, array position). The position breaks
  *     ties exactly as the former linear scan did (the first entry with the
  *     smallest version), so a replica or an AOF replay evicts the same
