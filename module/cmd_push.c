@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "limits.h"
 #include "ps_module.h"
 
 extern RedisModuleCommandKeySpec PSReadKeySpec[];
@@ -294,28 +295,21 @@ static int keyRemoved(RedisModuleCtx *ctx, int type, const char *event, RedisMod
  * replies the error and returns 0. */
 static int pull_size_ok(RedisModuleCtx *ctx, const PSTensor *t, const PullReq *q, uint64_t *m,
                         size_t *cnt) {
-    *m = t->n;
     *cnt = 0;
-    if (q->rows) {
-        if (ps_rows_check(q->rows, q->rowslen, t->dims[0], cnt) != 0) {
-            RedisModule_ReplyWithError(ctx, PSERR_ROWS);
-            return 0;
-        }
-        if ((uint64_t)*cnt > t->dims[0]) {
-            PSStats.pulls_refused++;
-            ps_reply_errorf(ctx, PSERR_PULL_ROWS_F, *cnt, (unsigned long long)t->dims[0]);
-            return 0;
-        }
-        *m = (uint64_t)*cnt * (t->ndim == 1 ? 1 : t->n / t->dims[0]);
+    if (q->rows && (t->ndim < 1 || ps_rows_check(q->rows, q->rowslen, t->dims[0], cnt) != 0)) {
+        RedisModule_ReplyWithError(ctx, PSERR_ROWS);
+        return 0;
     }
-    if (*m > (uint64_t)PSConf.max_pull_bytes / sizeof(float)) {
-        PSStats.pulls_refused++;
+    const int why = ps_pull_size(t, *cnt, (uint64_t)PSConf.max_pull_bytes, m);
+    if (why == PS_PULL_OK) return 1;
+    PSStats.pulls_refused++;
+    if (why == PS_PULL_TOO_MANY_ROWS)
+        ps_reply_errorf(ctx, PSERR_PULL_ROWS_F, *cnt, (unsigned long long)t->dims[0]);
+    else
         ps_reply_errorf(ctx, PSERR_PULL_TOO_BIG_F, (unsigned long long)*m,
                         (unsigned long long)(*m * sizeof(float)),
                         (unsigned long long)PSConf.max_pull_bytes);
-        return 0;
-    }
-    return 1;
+    return 0;
 }
 
 /* Replies [version, data] for the tensor (or its snapshot). */
