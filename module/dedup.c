@@ -62,14 +62,6 @@ void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version) {
     }
 }
 
-static char *dupbytes(const char *s, size_t len) {
-    char *d = PSTensor_Alloc(len + 1);
-    if (!d) return NULL;
-    memcpy(d, s, len);
-    d[len] = '\0';
-    return d;
-}
-
 /* ------------------------------------------------------------------------
  * The index
  * ---------------------------------------------------------------------- */
@@ -282,7 +274,7 @@ char *PSDedup_Prepare(PSTensor *t, const char *id, size_t idlen) {
         t->dedup_cap = cap;
     }
     index_of(t); /* rebuilt for the new array; on OOM the scan fallback */
-    return dupbytes(id, idlen);
+    return PSTensor_DupBytes(id, idlen);
 }
 
 void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
@@ -341,7 +333,7 @@ int PSDedup_CopyInto(PSTensor *dst, const PSTensor *src) {
     dst->dedup_cap = src->dedup_len;
     for (uint32_t i = 0; i < src->dedup_len; i++) {
         dst->dedup[i] = src->dedup[i];
-        dst->dedup[i].id = dupbytes(src->dedup[i].id, src->dedup[i].idlen);
+        dst->dedup[i].id = PSTensor_DupBytes(src->dedup[i].id, src->dedup[i].idlen);
         if (!dst->dedup[i].id) return PST_ERR_OOM;
         dst->dedup_len = i + 1;
     }

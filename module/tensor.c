@@ -130,7 +130,7 @@ void PSTensor_Free(PSTensor *t) {
     PSTensor_Dealloc(t);
 }
 
-static char *dupbytes(const char *s, size_t len) {
+char *PSTensor_DupBytes(const char *s, size_t len) {
     char *d = PSTensor_Alloc(len + 1);
     if (!d) return NULL;
     memcpy(d, s, len);
@@ -163,7 +163,7 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
             PSSnapshot *d = &c->snaps[i];
             const PSSnapshot *s = &t->snaps[i];
             *d = *s;
-            d->name = dupbytes(s->name, s->namelen);
+            d->name = PSTensor_DupBytes(s->name, s->namelen);
             if (!d->name) goto oom;
             buf_retain(d->data);
             optstate_share(&d->opt, &s->opt);
@@ -564,7 +564,7 @@ PSSnapshot *PSTensor_SnapshotFind(const PSTensor *t, const char *name, size_t le
 }
 
 int PSTensor_SnapshotTake(PSTensor *t, const char *name, size_t len, int64_t unix_ms) {
-    char *nm = dupbytes(name, len);
+    char *nm = PSTensor_DupBytes(name, len);
     if (!nm) return PST_ERR_OOM;
     PSSnapshot *ns = PSTensor_Alloc((t->nsnap + 1) * sizeof(PSSnapshot));
     if (!ns) {

@@ -130,6 +130,9 @@ void PSTensor_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *));
 void *PSTensor_Alloc(size_t bytes);
 void PSTensor_Dealloc(void *p);
 
+/* A NUL-terminated copy of 'len' bytes through the allocator, or NULL. */
+char *PSTensor_DupBytes(const char *s, size_t len);
+
 /* A new buffer of n floats (zeroed when 'zero'), refs 1; NULL on OOM. */
 PSBuf *PSBuf_New(uint64_t n, int zero);
 void PSBuf_Release(PSBuf *b);

@@ -61,7 +61,6 @@ def test_key_going_away_stops_its_timer(r, how):
 def test_timer_of_a_flushed_db_only(r):
     create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "600000")
     r.execute_command("PS.PUSHGRAD", "s", ONE)
-    r.execute_command("SELECT", "1")
     c1 = r.connection_pool.get_connection("x")
     try:
         c1.send_command("SELECT", "1")

@@ -46,20 +46,23 @@ static const char *check_with_mxcsr(unsigned bits) {
     return why;
 }
 
+/* The check refuses MXCSR with 'bits' set, naming 'name', and the mode is
+ * back to the default afterwards. */
+static void assert_mxcsr_refused(unsigned bits, const char *name) {
+    const char *why = check_with_mxcsr(bits);
+    assert_non_null(why);
+    assert_non_null(strstr(why, name));
+    assert_null(ps_fpu_mode_check());
+}
+
 static void test_fpu_check_refuses_flush_to_zero(void **state) {
     (void)state;
-    const char *why = check_with_mxcsr(0x8000u);
-    assert_non_null(why);
-    assert_non_null(strstr(why, "FTZ"));
-    assert_null(ps_fpu_mode_check());
+    assert_mxcsr_refused(0x8000u, "FTZ");
 }
 
 static void test_fpu_check_refuses_denormals_are_zero(void **state) {
     (void)state;
-    const char *why = check_with_mxcsr(0x0040u);
-    assert_non_null(why);
-    assert_non_null(strstr(why, "DAZ"));
-    assert_null(ps_fpu_mode_check());
+    assert_mxcsr_refused(0x0040u, "DAZ");
 }
 
 static void test_fpu_check_refuses_mxcsr_round_toward_zero(void **state) {
