@@ -29,8 +29,8 @@ extern RedisModuleCommandKeySpec *PSWriteKeySpec;
 
 /* The armed timer of one tensor's open round. 't' is only compared, never
  * dereferenced from the timer: the table entry is removed before the
- * tensor is freed. 'db' and 'key' are where the tensor was last seen (a
- * RENAME, MOVE or SWAPDB is picked up by the next push or pull). */
+ * tensor is freed. 'db' and 'key' are where the tensor is: RENAME and MOVE
+ * update them (keyMoved), a SWAPDB is picked up by the next push or pull. */
 typedef struct RoundTimer {
     const PSTensor *t;
     RedisModuleTimerID id;
@@ -206,6 +206,24 @@ void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const P
     timer_put(rt);
 }
 
+/* RENAME and MOVE keep the value: its timer follows it to the new name
+ * (a SWAPDB is picked up by the next push or pull). */
+static int keyMoved(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key) {
+    (void)type;
+    if (!TimerCount || (strcmp(event, "rename_to") && strcmp(event, "move_to")))
+        return REDISMODULE_OK;
+    RedisModuleKey *k = RedisModule_OpenKey(ctx, key, REDISMODULE_READ);
+    if (RedisModule_KeyType(k) == REDISMODULE_KEYTYPE_MODULE &&
+        RedisModule_ModuleTypeGetType(k) == PSTensorType) {
+        RoundTimer *rt = timer_get(RedisModule_ModuleTypeGetValue(k));
+        size_t kl;
+        const char *kp = RedisModule_StringPtrLen(key, &kl);
+        if (rt) timer_set_key(rt, RedisModule_GetSelectedDb(ctx), kp, kl);
+    }
+    RedisModule_CloseKey(k);
+    return REDISMODULE_OK;
+}
+
 static void flushStarted(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sub, void *data) {
     (void)ctx;
     (void)eid;
@@ -265,8 +283,10 @@ int PSRoundCommands_Register(RedisModuleCtx *ctx) {
     MainThread = pthread_self();
     TimerCtx = RedisModule_GetDetachedThreadSafeContext(ctx);
     static const RedisModuleEvent flushdb = {REDISMODULE_EVENT_FLUSHDB, 1};
-    if (!TimerCtx || RedisModule_SubscribeToServerEvent(ctx, flushdb, flushStarted) != REDISMODULE_OK) {
-        RedisModule_Log(ctx, "warning", "could not subscribe to the FlushDB event");
+    if (!TimerCtx || RedisModule_SubscribeToServerEvent(ctx, flushdb, flushStarted) != REDISMODULE_OK ||
+        RedisModule_SubscribeToKeyspaceEvents(ctx, REDISMODULE_NOTIFY_GENERIC, keyMoved) !=
+            REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "could not subscribe to the FlushDB and key events");
         return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;

@@ -82,12 +82,24 @@ def test_timer_still_closes_a_round_and_is_then_gone(r):
     r.execute_command("PS.PUSHGRAD", "s", ONE)
     wait_until(lambda: pull(r, "s")[0] == 1, timeout=5, what="round closed by its timer")
     assert timers(r) == 0
-    # Renamed while open: the next push follows the tensor under its new name.
+    # Renamed (then moved to db 1) while open: the timer follows the tensor, with no push
+    # or pull needed to find it again.
     r.execute_command("PS.PUSHGRAD", "s", ONE)
     r.execute_command("RENAME", "s", "t")
-    r.execute_command("PS.PULL", "t")
     assert timers(r) == 1
-    wait_until(lambda: pull(r, "t")[0] == 2, timeout=5, what="renamed round closed by its timer")
+    r.execute_command("MOVE", "t", "1")
+    c1 = r.connection_pool.get_connection("x")
+    try:
+        # No pull before the timer fires (a pull would also re-arm it under the new name).
+        wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
+        c1.send_command("SELECT", "1")
+        c1.read_response()
+        c1.send_command("PS.PULL", "t")
+        assert c1.read_response()[0] == 2          # the round was closed where the tensor is
+    finally:
+        c1.send_command("SELECT", "0")
+        c1.read_response()
+        r.connection_pool.release(c1)
     assert timers(r) == 0
 
 
