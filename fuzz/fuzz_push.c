@@ -154,10 +154,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 /* The same ROWS as a pull: bounded by the tensor and the bound. */
                 const uint64_t maxb = 4 * (1 + fz_range(&in, (uint32_t)(2 * n)));
                 uint64_t m;
-                const int why = ps_pull_size(t, nr, maxb, &m);
+                const uint64_t eb = (f & 16) ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+                const int why = ps_pull_size(t, nr, eb, maxb, &m);
                 if (nr > dims[0]) FZ_CHECK(why == PS_PULL_TOO_MANY_ROWS);
-                if (why == PS_PULL_OK) FZ_CHECK(m <= t->n && m * sizeof(float) <= maxb);
-                else FZ_CHECK(nr > dims[0] || nr * rl * sizeof(float) > maxb);
+                if (why == PS_PULL_OK) FZ_CHECK(m <= t->n && m * eb <= maxb);
+                else FZ_CHECK(nr > dims[0] || nr * rl * eb > maxb);
             }
             size_t m = p.rows ? p.nrows * rl : n;
             for (size_t i = 0; i < m; i++) g[i] = fz_float(&in);

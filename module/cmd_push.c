@@ -290,7 +290,8 @@ static int keyRemoved(RedisModuleCtx *ctx, int type, const char *event, RedisMod
 }
 
 /* Checks what a pull of 'q' would return from 't' against the limits: at
- * most dim 0 rows, at most ps.max-pull-bytes as float32. On success sets
+ * most dim 0 rows, at most ps.max-pull-bytes (4 bytes per element, 32 for
+ * FORMAT VALUES). On success sets
  * *m (elements) and *cnt (rows, 0 without ROWS) and returns 1; otherwise
  * replies the error and returns 0. */
 static int pull_size_ok(RedisModuleCtx *ctx, const PSTensor *t, const PullReq *q, uint64_t *m,
@@ -300,15 +301,15 @@ static int pull_size_ok(RedisModuleCtx *ctx, const PSTensor *t, const PullReq *q
         RedisModule_ReplyWithError(ctx, PSERR_ROWS);
         return 0;
     }
-    const int why = ps_pull_size(t, *cnt, (uint64_t)PSConf.max_pull_bytes, m);
+    const uint64_t eb = q->values ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+    const int why = ps_pull_size(t, *cnt, eb, (uint64_t)PSConf.max_pull_bytes, m);
     if (why == PS_PULL_OK) return 1;
     PSStats.pulls_refused++;
     if (why == PS_PULL_TOO_MANY_ROWS)
         ps_reply_errorf(ctx, PSERR_PULL_ROWS_F, *cnt, (unsigned long long)t->dims[0]);
     else
         ps_reply_errorf(ctx, PSERR_PULL_TOO_BIG_F, (unsigned long long)*m,
-                        (unsigned long long)(*m * sizeof(float)),
-                        (unsigned long long)PSConf.max_pull_bytes);
+                        (unsigned long long)(*m * eb), (unsigned long long)PSConf.max_pull_bytes);
     return 0;
 }
 

@@ -92,7 +92,13 @@ def test_pull_over_max_pull_bytes_is_refused(server, r):
         assert isinstance(rep, RespError), rep
     v, data = pull(r, "t", "ROWS", rows_blob(list(range(16))))  # exactly 64 KB
     assert len(data) == 64 << 10
-    assert ps(r)["ps_pulls_refused"] == 3
+    # FORMAT VALUES costs 32 bytes per number in the reply: 2 rows fit, 3 do not.
+    v, vals = pull(r, "t", "ROWS", rows_blob([0, 1]), "FORMAT", "VALUES")
+    assert len(vals) == 2048
+    with server.raw() as rc:
+        rep = rc.call("PS.PULL", "t", "ROWS", rows_blob([0, 1, 2]), "FORMAT", "VALUES")
+    assert isinstance(rep, RespError) and "ps.max-pull-bytes" in str(rep), rep
+    assert ps(r)["ps_pulls_refused"] == 4
     r.config_set("ps.max-pull-bytes", 1 << 20)
     assert len(pull(r, "t")[1]) == 256 << 10
 
