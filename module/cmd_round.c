@@ -123,7 +123,8 @@ static void timer_set_key(RoundTimer *rt, int db, const char *k, size_t kl) {
 unsigned long long ps_round_timers_pending(void) { return TimerCount; }
 
 void ps_round_timer_forget(const PSTensor *t) {
-    if (!TimerCount || !pthread_equal(pthread_self(), MainThread)) return;
+    /* The thread first: a background free must not even read the table. */
+    if (!pthread_equal(pthread_self(), MainThread) || !TimerCount) return;
     RoundTimer *rt = timer_get(t);
     if (rt) timer_cancel(rt);
 }
