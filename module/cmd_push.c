@@ -443,11 +443,16 @@ static int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         ps_scratch_trim();
         return REDISMODULE_OK;
     }
-    /* A waiter holds a copy of its ROWS: refuse what could never be
-     * answered before blocking, and bound how many wait. */
+    /* A waiter holds its request (argv) and a copy of ROWS and AT: refuse
+     * what could not be answered now (too many rows, no such snapshot)
+     * before blocking, and bound how many wait. */
     uint64_t m;
     size_t cnt;
     int ok = pull_size_ok(ctx, t, &q, &m, &cnt);
+    if (ok && q.at && !PSTensor_SnapshotFind(t, q.at, q.atlen)) {
+        RedisModule_ReplyWithError(ctx, PSERR_NOSNAP);
+        ok = 0;
+    }
     RedisModule_CloseKey(key);
     if (!ok) return REDISMODULE_OK;
     /* Not fresh enough: block, unless blocking is not allowed here (MULTI,

@@ -120,6 +120,10 @@ def test_blocked_pulls_are_bounded(server, r):
         with server.raw() as rc:
             rep = rc.call("PS.PULL", "t", "ROWS", rows_blob([0] * 5), "MINVERSION", "10")
         assert isinstance(rep, RespError) and "repeats count" in str(rep), rep
+        # Nor does it wait for a snapshot that does not exist (AT is copied).
+        with server.raw() as rc:
+            rep = rc.call("PS.PULL", "t", "AT", "x" * 100000, "MINVERSION", "10")
+        assert isinstance(rep, RespError) and "no such snapshot" in str(rep), rep
     finally:
         for s in socks:
             s.close()
