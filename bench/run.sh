@@ -70,6 +70,9 @@ start_server ps
 echo "redis-server pid $PID on 127.0.0.1:$PORT"
 # shellcheck disable=SC2086
 "$B/bench/ps_bench" --port "$PORT" ${BENCH_PS_ARGS:-} || { echo "bench: ps_bench failed" >&2; fail=1; }
+echo
+echo "== 2b. exactly-once table: push with ID at DEDUPMAX 16 vs a full 2^20 table (build/bench/dedup_bench)"
+"$B/bench/dedup_bench" --port "$PORT" || { echo "bench: dedup_bench failed" >&2; fail=1; }
 stop_server
 
 if [ "${BENCH_TRAIN:-1}" = 0 ]; then

@@ -6,6 +6,7 @@
  * little-endian (checked at compile time in codec.h), so the wire's byte
  * order is the host's and no byte swapping is needed. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "codec.h"
 
 #include <string.h>

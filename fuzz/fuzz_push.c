@@ -12,7 +12,15 @@
  *    (copy on write);
  *  - the exactly-once table stays within its bound and a replayed (id, seq)
  *    (one applied before, or below the 64-seq window)
- *    answers the newest version its client's pushes produced. */
+ *    answers the newest version its client's pushes produced;
+ *  - its index finds every entry at its array position, and a new client at
+ *    a full table evicts the entry the former linear scan chose (the first
+ *    with the oldest version), so RDB/AOF order is unchanged;
+ *  - a pull of any ROWS request (repeats included) is either refused or
+ *    returns at most the whole tensor and at most the byte bound
+ *    (ps_pull_size: the memory a pull may cost, issue 11 item 1).
+ * The sync-round timers and the scratch trim are glue (Redis timers and
+ * allocator) and are tested by python_tests/test_timers.py / test_limits.py. */
 
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +29,7 @@
 
 #include "codec.h"
 #include "fuzz_util.h"
+#include "limits.h"
 #include "tensor.h"
 
 #define MAXD 6
@@ -60,6 +69,20 @@ static uint64_t state_hash(const PSTensor *t) {
         h = h_buf(h, t->snaps[i].opt.s[1]);
     }
     return h;
+}
+
+/* The index agrees with the array: each entry is found at its position. */
+static void check_dedup_index(PSTensor *t) {
+    for (uint32_t i = 0; i < t->dedup_len; i++)
+        FZ_CHECK(PSTensor_DedupFind(t, t->dedup[i].id, t->dedup[i].idlen) == &t->dedup[i]);
+}
+
+/* What the linear table evicted: the first entry with the oldest version. */
+static const PSDedupEntry *linear_victim(const PSTensor *t) {
+    uint32_t v = 0;
+    for (uint32_t i = 1; i < t->dedup_len; i++)
+        if (t->dedup[i].version < t->dedup[v].version) v = i;
+    return &t->dedup[v];
 }
 
 static double fz_hyper(FuzzIn *in, double dflt) {
@@ -128,6 +151,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (ps_rows_check((const unsigned char *)rows, nr * 4, dims[0], NULL) != 0) break;
                 p.rows = (const unsigned char *)rows;
                 p.nrows = nr;
+                /* The same ROWS as a pull: bounded by the tensor and the bound. */
+                const uint64_t maxb = 4 * (1 + fz_range(&in, (uint32_t)(2 * n)));
+                uint64_t m;
+                const uint64_t eb = (f & 16) ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+                const int why = ps_pull_size(t, nr, eb, maxb, &m);
+                if (nr > dims[0]) FZ_CHECK(why == PS_PULL_TOO_MANY_ROWS);
+                if (why == PS_PULL_OK) FZ_CHECK(m <= t->n && m * eb <= maxb);
+                else FZ_CHECK(nr > dims[0] || nr * rl * eb > maxb);
             }
             size_t m = p.rows ? p.nrows * rl : n;
             for (size_t i = 0; i < m; i++) g[i] = fz_float(&in);
@@ -149,6 +180,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint64_t dup_version = de ? de->version : 0;
             const int is_dup = de && PSTensor_DedupSeen(de, p.seq);
             const uint64_t newest0 = de ? de->seq : 0;
+            char victim[8] = {0};
+            size_t victimlen = 0;
+            if (p.id && !de && t->dedup_max && t->dedup_len >= t->dedup_max) {
+                const PSDedupEntry *v = linear_victim(t);
+                victimlen = v->idlen < sizeof(victim) ? v->idlen : 0;
+                memcpy(victim, v->id, victimlen);
+            }
             PSPushResult r;
             int st = PSTensor_Push(t, &p, &r);
             if (is_dup) FZ_CHECK(st == PST_DUPLICATE && r.version == dup_version);
@@ -169,6 +207,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 FZ_CHECK(e->seq == (p.seq > newest0 ? p.seq : newest0));
             }
             FZ_CHECK(t->dedup_len <= t->dedup_max);
+            if (victimlen && (st == PST_OK || st == PST_PENDING))
+                FZ_CHECK(PSTensor_DedupFind(t, victim, victimlen) == NULL);
+            check_dedup_index(t);
             break;
         }
         case 4: { /* snapshot take / drop */
@@ -219,7 +260,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             PSSnapshot *s = PSTensor_SnapshotFind(t, "p", 1);
             FZ_CHECK(s && memcmp(s->data->v, first_snap, n * sizeof(float)) == 0);
         }
-        if (copy) FZ_CHECK(state_hash(copy) == copy_hash);
+        if (copy) {
+            FZ_CHECK(state_hash(copy) == copy_hash);
+            check_dedup_index(copy);
+        }
     }
     PSTensor_Free(copy);
     PSTensor_Free(t);

@@ -518,13 +518,7 @@ int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     }
     PSTensor_Configure(t, &o);
     /* A smaller table bound takes effect now (oldest entries go first). */
-    while (t->dedup_len > t->dedup_max) {
-        uint32_t victim = 0;
-        for (uint32_t k = 1; k < t->dedup_len; k++)
-            if (t->dedup[k].version < t->dedup[victim].version) victim = k;
-        PSTensor_Dealloc(t->dedup[victim].id);
-        t->dedup[victim] = t->dedup[--t->dedup_len];
-    }
+    PSTensor_DedupShrink(t);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
     RedisModule_ReplyWithSimpleString(ctx, "OK");

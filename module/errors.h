@@ -50,6 +50,10 @@
 #define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW)"
 #define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
 #define PSERR_INTERNAL "ERR internal error"
+#define PSERR_PULL_TOO_BIG_F "ERR pull of %llu elements (%llu bytes) exceeds ps.max-pull-bytes (%llu)"
+#define PSERR_PULL_ROWS_F "ERR ROWS has %zu indices (repeats count); a pull returns at most dim 0 = %llu rows"
+#define PSERR_TOO_MANY_WAITERS_F "BUSY %llu pulls are waiting on MINVERSION, the limit ps.max-blocked-pulls; retry later"
+#define PSERR_KEY_GONE "ERR the key was deleted while the pull waited for MINVERSION"
 /* PS._RESTORE (AOF replay) errors. */
 #define PSERR_RESTORE_HEADER "ERR bad header"
 #define PSERR_RESTORE_HEADER_F "ERR bad header: %s"

@@ -15,6 +15,7 @@
  * decay = 1 - lr * wd are computed in double once per push and rounded to
  * float. The python tests hold a numpy reference of exactly this. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "optim.h"
 
 #include <float.h>

@@ -358,7 +358,10 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
 
 static size_t PSType_MemUsage(const void *value) { return PSTensor_MemUsage(value); }
 
-static void PSType_Free(void *value) { PSTensor_Free(value); }
+static void PSType_Free(void *value) {
+    ps_round_timer_forget(value);
+    PSTensor_Free(value);
+}
 
 static void *PSType_Copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
     (void)fromkey;
