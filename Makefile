@@ -81,6 +81,7 @@ ptools: $(PTOOL_BINS)
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
+$(OBJ)/common/codec.o: OPT = -O3
 
 HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
