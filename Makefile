@@ -204,7 +204,7 @@ MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
 
 fuzz: $(FUZZ_BINS)
 
-$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c common/codec.c common/shape.c $(FUZZ_DEPS)
+$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c $(wildcard common/codec*.c) common/shape.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 

@@ -167,10 +167,12 @@ float ps_bf16_to_f32(uint16_t h) {
  * -O3 (Makefile) so the vectorizer runs. Vectorizing integer operations and
  * IEEE-exact float adds, divides and conversions in lanes does not change
  * any result, so every build computes the scalar reference's bits. */
+#ifndef PS_CODEC_KERNEL /* tests/test_codec_vec.c builds a baseline-only copy */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PS_CODEC_KERNEL __attribute__((target_clones("avx2", "default")))
 #else
 #define PS_CODEC_KERNEL
+#endif
 #endif
 
 PS_CODEC_KERNEL static void encode_f16(const float *restrict src, size_t n,

@@ -13,7 +13,8 @@
 
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+/* PS_TOPK_NO_AVX2: tests/test_codec_vec.c builds a copy without the AVX2 filter. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(PS_TOPK_NO_AVX2)
 #define PS_TOPK_X86 1
 #include <immintrin.h>
 #endif
