@@ -76,7 +76,9 @@ size_t ps_dense_encoded_size(ps_format f, size_t n) {
  * (quieting signalling NaNs) differs from the wire's, and the integer form
  * already runs at memory speed. */
 
-/* All ones when 'c' is true, else zero. */
+/* All ones when 'c' is true, else zero. The callers compare magnitudes
+ * (bits < 2^31) as int32: x86 has signed vector compares only, and GCC
+ * cannot tell that an unsigned compare of such values needs no fix-up. */
 static inline uint32_t mask_if(int c) {
     return (uint32_t)0 - (uint32_t)(c != 0);
 }
@@ -88,7 +90,7 @@ static inline uint32_t f16_from_bits(uint32_t b) {
     uint32_t a = b & 0x7fffffffu; /* |x| as bits: ordered like the values */
     /* |x| >= 65536, inf or NaN: infinity, or a quiet NaN keeping the top
      * payload bits (the quiet bit guarantees a non-zero mantissa). */
-    uint32_t big = 0x7c00u | ((0x0200u | ((a >> 13) & 0x3ffu)) & mask_if(a > 0x7f800000u));
+    uint32_t big = 0x7c00u | ((0x0200u | ((a >> 13) & 0x3ffu)) & mask_if((int32_t)a > 0x7f800000));
     /* |x| < 2^-14: a half subnormal or zero. Floats in [0.5, 1) are spaced
      * exactly 2^-24 apart, so adding 0.5 rounds |x| to the half-subnormal
      * grid, ties to even, in the FPU's default rounding mode (which nothing
@@ -108,7 +110,7 @@ static inline uint32_t f16_from_bits(uint32_t b) {
     uint32_t r = a - (112u << 23);
     r += 0xfffu + ((r >> 13) & 1u);
     uint32_t normal = r >> 13;
-    uint32_t m_big = mask_if(a >= 0x47800000u), m_tiny = mask_if(a < 0x38800000u);
+    uint32_t m_big = mask_if((int32_t)a >= 0x47800000), m_tiny = mask_if((int32_t)a < 0x38800000);
     uint32_t h = (big & m_big) | (tiny & m_tiny) | (normal & ~(m_big | m_tiny));
     return sign | h;
 }
@@ -140,8 +142,8 @@ static inline uint32_t f16_to_bits(uint32_t h) {
 static inline uint32_t bf16_from_bits(uint32_t b) {
     uint32_t nan = (b >> 16) | 0x0040u;
     uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-    uint32_t m_nan = mask_if((b & 0x7fffffffu) > 0x7f800000u);
-    return ((nan & m_nan) | (rounded & ~m_nan)) & 0xffffu;
+    uint32_t m_nan = mask_if((int32_t)(b & 0x7fffffffu) > 0x7f800000);
+    return (nan & m_nan) | (rounded & ~m_nan); /* both fit in 16 bits */
 }
 
 uint16_t ps_f32_to_f16(float x) {
@@ -162,23 +164,57 @@ float ps_bf16_to_f32(uint16_t h) {
 
 /* ================================================================ kernels
  *
- * The loops are built for AVX2 and for the x86-64 baseline (SSE2), picked at
- * load time like the optimizer kernels (module/optim.c), and compiled with
- * -O3 (Makefile) so the vectorizer runs. Vectorizing integer operations and
- * IEEE-exact float adds, divides and conversions in lanes does not change
- * any result, so every build computes the scalar reference's bits. */
-#ifndef PS_CODEC_KERNEL /* tests/test_codec_vec.c builds a baseline-only copy */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PS_CODEC_KERNEL __attribute__((target_clones("avx2", "default")))
+ * The loops are built for AVX-512 (x86-64-v4), AVX2 and the x86-64 baseline
+ * (SSE2), picked at load time like the optimizer kernels (module/optim.c),
+ * and compiled with -O3 (Makefile) so the vectorizer runs. Vectorizing
+ * integer operations and IEEE-exact float adds, divides and conversions in
+ * lanes does not change any result, so every build computes the scalar
+ * reference's bits. PS_CODEC_BASELINE_ONLY (tests/test_codec_vec*.c) builds
+ * a copy without clones or hardware conversions, to test those paths too;
+ * clang builds (the fuzz harnesses) go without them as well (clang 14 has
+ * no target_clones nor an "f16c" CPU check). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(PS_CODEC_BASELINE_ONLY)
+#define PS_CODEC_X86 1
+#include <immintrin.h>
+#define PS_CODEC_KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #else
 #define PS_CODEC_KERNEL
 #endif
-#endif
 
-PS_CODEC_KERNEL static void encode_f16(const float *restrict src, size_t n,
-                                       unsigned char *restrict dst) {
+PS_CODEC_KERNEL static void encode_f16_loop(const float *restrict src, size_t n,
+                                            unsigned char *restrict dst) {
     for (size_t i = 0; i < n; i++)
         store_u16(dst + 2 * i, (uint16_t)f16_from_bits(f32_bits(src[i])));
+}
+
+#ifdef PS_CODEC_X86
+/* F16C's conversion down, with the rounding given in the instruction
+ * (nearest even, whatever MXCSR says), computes the wire's bits for every
+ * binary32 value: overflow to infinity, subnormal halves, and NaN quieted
+ * with its top payload bits kept, as f16_from_bits does (checked on all 2^32
+ * inputs when this was written, and by the tests on every exponent and tie
+ * pattern). The way up is not used: F16C quiets signalling NaNs there. */
+__attribute__((target("avx2,f16c"))) static void encode_f16_f16c(const float *src, size_t n,
+                                                                   unsigned char *dst) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
+    }
+    encode_f16_loop(src + i, n - i, dst + 2 * i);
+}
+#endif
+
+static void encode_f16(const float *src, size_t n, unsigned char *dst) {
+#ifdef PS_CODEC_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        encode_f16_f16c(src, n, dst);
+        return;
+    }
+#endif
+    encode_f16_loop(src, n, dst);
 }
 
 PS_CODEC_KERNEL static void decode_f16(const unsigned char *restrict src, size_t n,
@@ -206,8 +242,8 @@ PS_CODEC_KERNEL static uint32_t i8_maxabs_bits(const float *restrict src, size_t
     uint32_t best = 0;
     for (size_t i = 0; i < n; i++) {
         uint32_t a = f32_bits(src[i]) & 0x7fffffffu;
-        a &= mask_if(a <= 0x7f800000u);
-        best = a > best ? a : best;
+        a &= mask_if((int32_t)a <= 0x7f800000);
+        best = (int32_t)a > (int32_t)best ? a : best;
     }
     return best;
 }
@@ -223,8 +259,8 @@ PS_CODEC_KERNEL static void i8_quantize(const float *restrict src, size_t n, flo
     for (size_t i = 0; i < n; i++) {
         uint32_t b = f32_bits(src[i] / scale);
         uint32_t a = b & 0x7fffffffu;
-        a &= mask_if(a <= 0x7f800000u);     /* NaN -> 0 */
-        a = a > 0x42fe0000u ? 0x42fe0000u : a; /* |r| <= 127.0f */
+        a &= mask_if((int32_t)a <= 0x7f800000);               /* NaN -> 0 */
+        a = (int32_t)a > 0x42fe0000 ? 0x42fe0000u : a; /* |r| <= 127.0f */
         float r = bits_f32(a | (b & 0x80000000u));
         int t = (int)r;
         float frac = r - (float)t;

@@ -13,8 +13,9 @@
 
 #include <string.h>
 
-/* PS_TOPK_NO_AVX2: tests/test_codec_vec.c builds a copy without the AVX2 filter. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(PS_TOPK_NO_AVX2)
+/* PS_CODEC_BASELINE_ONLY: tests/test_codec_vec.c builds a copy without the
+ * AVX2 filter. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(PS_CODEC_BASELINE_ONLY)
 #define PS_TOPK_X86 1
 #include <immintrin.h>
 #endif

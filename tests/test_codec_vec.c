@@ -3,12 +3,15 @@
  * module decodes pushes, so a master and its replicas must agree whatever
  * CPU each runs on.
  *
- * Two builds are checked against the reference: the library's (whose loops
- * run the AVX2 clone on a CPU that has it, and TOPK its AVX2 filter), and a
- * second copy of the same sources compiled into this test without the
- * clones and without the AVX2 filter (names base_*): the x86-64 baseline
- * (SSE2) code another machine would run. Every comparison also covers the
- * bytes around the output (no write past the encoded size). */
+ * Two builds are checked against the reference: the library's (the best
+ * clone of each loop for this CPU, F16C for F16 encoding, TOPK's AVX2
+ * filter), and a copy of the same sources compiled into this test without
+ * clones or intrinsics (names base_*), at -O3 like the library: by default
+ * for the x86-64 baseline (SSE2); test_codec_vec_avx2.c and
+ * test_codec_vec_avx512.c include this file to build it for AVX2 and for
+ * x86-64-v4 instead (skipped on a CPU without them), so every clone another
+ * machine might run is pinned here. Every comparison also covers the bytes
+ * around the output (no write past the encoded size). */
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,15 +21,22 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec.h"
 #include "codec_ref.h"
 
-/* The baseline-only copy, every public name prefixed base_. */
-#define PS_CODEC_KERNEL
-#define PS_TOPK_NO_AVX2
+/* The copy, every public name prefixed base_, built for the target that
+ * CODEC_COPY_BEGIN selects (none: the baseline). */
+#ifndef CODEC_COPY_NAME
+#define CODEC_COPY_NAME "x86-64 baseline"
+#define CODEC_COPY_SUPPORTED() 1
+#define CODEC_COPY_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"O3\")")
+#endif
+#define PS_CODEC_BASELINE_ONLY
+CODEC_COPY_BEGIN
 #define ps_format_parse base_format_parse
 #define ps_format_name base_format_name
 #define ps_dense_encoded_size base_dense_encoded_size
@@ -44,6 +54,7 @@
 #define ps_topk_scatter_add base_topk_scatter_add
 #include "codec.c"
 #include "codec_topk.c"
+_Pragma("GCC pop_options")
 #undef ps_format_parse
 #undef ps_format_name
 #undef ps_dense_encoded_size
@@ -316,6 +327,12 @@ static void test_topk_matches_scalar_for_every_k_class_and_data_shape(void **sta
 }
 
 int main(void) {
+    if (!(CODEC_COPY_SUPPORTED())) {
+        printf("test_codec_vec: this CPU cannot run the %s copy: skipped\n", CODEC_COPY_NAME);
+        return 0;
+    }
+    printf("test_codec_vec: library codecs and the %s copy against the scalar reference\n",
+           CODEC_COPY_NAME);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_bf16_encode_match_scalar_over_every_exponent_and_rounding_pattern),
         cmocka_unit_test(test_f16_bf16_decode_match_scalar_on_every_16_bit_pattern),
