@@ -2,7 +2,7 @@
  * F32 tensor, measured in the same process, and against the scalar reference
  * loops they replaced (common/codec_ref.c).
  *
- *   codec_bench [--sizes 65536,1048576,16777216] [--reps 30] [--no-targets]
+ *   codec_bench [--sizes 65536,1048576,8388608] [--reps 30] [--no-targets]
  *
  * For each size n (float32 elements) and codec direction it times, best of
  * --reps interleaved rounds: memcpy of the 4n bytes of an F32 tensor (what
@@ -164,7 +164,7 @@ static size_t parse_sizes(const char *s, size_t *out, size_t max) {
 }
 
 int main(int argc, char **argv) {
-    size_t sizes[8] = {65536, 1 << 20, 16 << 20}, nsizes = 3;
+    size_t sizes[8] = {65536, 1 << 20, 8 << 20}, nsizes = 3;
     int reps = 30, targets = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
