@@ -118,6 +118,9 @@ $(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a -lcmocka $(CLIENT_LIBS)
 
+# These two build tests/test_codec_vec.c for other targets (#include).
+$(B)/tests/test_codec_vec_avx2 $(B)/tests/test_codec_vec_avx512: tests/test_codec_vec.c
+
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)

@@ -11,7 +11,7 @@
  * input (1 GB = 10^9 bytes; the input is 4n bytes for encodes and TOPK, the
  * encoded blob for decodes), milliseconds of each, 'x_memcpy' = codec time /
  * memcpy time (lower is better) and 'speedup' = scalar time / vector time.
- * Inputs are gradient-like: roughly normal with sigma 1e-3 (some F16
+ * Inputs are gradient-like: normal with sigma 1e-3 (some F16
  * subnormals), at odd addresses as Redis arguments are. Before timing, every
  * direction's vector output is compared byte for byte with the scalar one
  * (exit 1 on a difference). A 'targets' block then checks, at 1M floats, the
@@ -25,6 +25,7 @@
 
 #include "codec.h"
 #include "codec_ref.h"
+#include "rng.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -93,20 +94,10 @@ static size_t output_bytes(const Row *r, size_t n) {
     return ps_dense_encoded_size(r->fmt, n);
 }
 
-/* Deterministic xorshift64*. */
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint64_t rng_next(void) {
-    rng ^= rng >> 12;
-    rng ^= rng << 25;
-    rng ^= rng >> 27;
-    return rng * 0x2545F4914F6CDD1Dull;
-}
-
-/* Roughly normal(0, sigma): the sum of four uniforms, rescaled. */
+/* Roughly normal(0, sigma), from the project's seeded generator. */
+static PSRng rng;
 static float gauss(float sigma) {
-    double s = 0;
-    for (int i = 0; i < 4; i++) s += (double)(rng_next() >> 11) / 9007199254740992.0 - 0.5;
-    return (float)(s * 1.7320508 * sigma);
+    return (float)(ps_rng_normal(&rng) * sigma);
 }
 
 static int bufs_init(Bufs *b, size_t n) {
@@ -122,6 +113,7 @@ static int bufs_init(Bufs *b, size_t n) {
     /* +1: odd addresses, as Redis argument strings often are. */
     b->x = (float *)(void *)(b->xraw + 1);
     b->blob = b->blobraw + 1;
+    ps_rng_seed(&rng, 42);
     for (size_t i = 0; i < n; i++) {
         float v = gauss(1e-3f);
         memcpy((unsigned char *)b->x + 4 * i, &v, 4);

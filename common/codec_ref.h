@@ -4,8 +4,9 @@
  *
  * Same contracts as the functions of codec.h without the _ref suffix: for
  * every input, the outputs (every byte written, the return value) are
- * identical to those functions' outputs. The module and the client never
- * call these. */
+ * identical to those functions' outputs. Only ps_topk_encode calls one of
+ * them (ps_topk_encode_ref, its fallback for small or unusual inputs); the
+ * rest serve the tests, the fuzz harness and bench/codec_bench. */
 #ifndef PS_CODEC_REF_H
 #define PS_CODEC_REF_H
 

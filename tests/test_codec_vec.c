@@ -27,6 +27,7 @@
 
 #include "codec.h"
 #include "codec_ref.h"
+#include "rng.h"
 
 /* The copy, every public name prefixed base_, built for the target that
  * CODEC_COPY_BEGIN selects (none: the baseline). */
@@ -73,14 +74,11 @@ _Pragma("GCC pop_options")
 
 /* ------------------------------------------------------------ helpers */
 
-static uint64_t rng_state = 0xD1B54A32D192ED03ull;
+/* The project's seeded generator, so every run tests the same values. */
+static PSRng rng;
 
-/* Deterministic xorshift64*, so every run tests the same values. */
 static uint64_t rnd(void) {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 0x2545F4914F6CDD1Dull;
+    return ps_rng_next(&rng);
 }
 
 static float from_bits(uint32_t b) {
@@ -331,6 +329,7 @@ int main(void) {
         printf("test_codec_vec: this CPU cannot run the %s copy: skipped\n", CODEC_COPY_NAME);
         return 0;
     }
+    ps_rng_seed(&rng, 20261201);
     printf("test_codec_vec: library codecs and the %s copy against the scalar reference\n",
            CODEC_COPY_NAME);
     const struct CMUnitTest tests[] = {
