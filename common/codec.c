@@ -248,25 +248,29 @@ PS_CODEC_KERNEL static uint32_t i8_maxabs_bits(const float *restrict src, size_t
     return best;
 }
 
-/* q_i = x_i / scale, rounded half away from zero and clamped to [-127, 127],
- * NaN ratios to 0. The clamp works on the ratio's magnitude bits (ordered
- * like the values once NaN is out), since two float clamps in a row keep
- * GCC from vectorizing. Truncating and subtracting the integer part are
- * exact in float, so no libm rounding function is needed, and the rounding
- * direction is a pair of comparisons, not branches. */
+/* The I8 byte of ratio 'r': r rounded half away from zero and clamped to
+ * [-127, 127], NaN to 0. Works on the magnitude a = |r| (its bits, ordered
+ * like the values once NaN is out, so the clamp is an integer min): a + 0.5
+ * is exact for every a <= 127 except a = 0.5 - 2^-25, whose sum rounds up to
+ * 1.0, so that one value is sent to 0 explicitly; truncating the sum then
+ * rounds half away from zero, and the sign goes back on as a two's
+ * complement negation. Every step is a lane-wise integer or IEEE-exact float
+ * operation, so the loop vectorizes without changing a bit. */
+static inline unsigned char i8_byte(float r) {
+    uint32_t b = f32_bits(r);
+    uint32_t a = b & 0x7fffffffu;
+    a &= mask_if((int32_t)a <= 0x7f800000);        /* NaN -> 0 */
+    a = (int32_t)a < 0x42fe0000 ? a : 0x42fe0000u; /* a <= 127.0f */
+    a &= mask_if(a != 0x3effffffu);                /* 0.49999997 -> 0 */
+    uint32_t m = (uint32_t)(int32_t)(bits_f32(a) + 0.5f);
+    uint32_t neg = (uint32_t)((int32_t)b >> 31); /* all ones when r < 0 */
+    return (unsigned char)(((m ^ neg) - neg) & 0xffu);
+}
+
+/* q_i = the I8 byte of x_i / scale. */
 PS_CODEC_KERNEL static void i8_quantize(const float *restrict src, size_t n, float scale,
                                         unsigned char *restrict q) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t b = f32_bits(src[i] / scale);
-        uint32_t a = b & 0x7fffffffu;
-        a &= mask_if((int32_t)a <= 0x7f800000);               /* NaN -> 0 */
-        a = (int32_t)a > 0x42fe0000 ? 0x42fe0000u : a; /* |r| <= 127.0f */
-        float r = bits_f32(a | (b & 0x80000000u));
-        int t = (int)r;
-        float frac = r - (float)t;
-        int v = t + (frac >= 0.5f) - (frac <= -0.5f);
-        q[i] = (unsigned char)(v & 0xff); /* two's complement byte */
-    }
+    for (size_t i = 0; i < n; i++) q[i] = i8_byte(src[i] / scale);
 }
 
 /* I8 encoding: scale = max|x| / 127 written first, then the quantised x. */

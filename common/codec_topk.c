@@ -166,8 +166,10 @@ __attribute__((target("avx2,popcnt"))) static size_t filter_avx2(const float *sr
         if (m > cap) return SIZE_MAX;
         __m256i v = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(src + i)),
                                      absmask);
-        unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(v, below)));
-        __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)&pack_lanes[mask]));
+        __m256i hit = _mm256_cmpgt_epi32(v, below);
+        unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(hit));
+        __m128i lanes = _mm_loadl_epi64((const __m128i *)(const void *)&pack_lanes[mask]);
+        __m256i perm = _mm256_cvtepu8_epi32(lanes);
         __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), iota);
         _mm256_storeu_si256((__m256i *)(void *)(cand + m), _mm256_permutevar8x32_epi32(idx, perm));
         _mm256_storeu_si256((__m256i *)(void *)(keys + m), _mm256_permutevar8x32_epi32(v, perm));

@@ -241,7 +241,7 @@ static void test_i8_matches_scalar_on_scale_edge_cases(void **state) {
     enum { N = 1000 };
     float *x = malloc(N * 4);
     assert_non_null(x);
-    for (int c = 0; c < 13; c++) {
+    for (int c = 0; c < 14; c++) {
         for (size_t i = 0; i < N; i++) {
             float g = (float)((double)(rnd() >> 11) / 9007199254740992.0 - 0.5);
             switch (c) {
@@ -260,6 +260,18 @@ static void test_i8_matches_scalar_on_scale_edge_cases(void **state) {
             /* Subnormals up to 190 units: the scale rounds to 1 unit and
              * ratios up to 190 must clamp to 127. */
             case 11: x[i] = from_bits((uint32_t)(rnd() % 191) | (i & 1 ? 0x80000000u : 0)); break;
+            /* Scale 1 (max 127) and ratios one unit either side of every
+             * half-integer, 0.5 - 2^-25 (whose + 0.5 rounds up) included. */
+            case 12: {
+                float h = (float)(i % 127) + 0.5f;
+                uint32_t hb;
+                memcpy(&hb, &h, 4);
+                hb = hb - 1 + (uint32_t)((i / 127) % 3);
+                x[i] = from_bits(hb | (i & 1 ? 0x80000000u : 0));
+                if (i == 0) x[i] = 127.0f;
+                if (i == 2) x[i] = from_bits(0x3effffffu);
+                break;
+            }
             default: x[i] = g * 1e-3f; break;
             }
         }
