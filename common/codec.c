@@ -217,9 +217,43 @@ static void encode_f16(const float *src, size_t n, unsigned char *dst) {
     encode_f16_loop(src, n, dst);
 }
 
-PS_CODEC_KERNEL static void decode_f16(const unsigned char *restrict src, size_t n,
-                                       float *restrict dst) {
+PS_CODEC_KERNEL static void decode_f16_loop(const unsigned char *restrict src, size_t n,
+                                            float *restrict dst) {
     for (size_t i = 0; i < n; i++) dst[i] = bits_f32(f16_to_bits(load_u16(src + 2 * i)));
+}
+
+#ifdef PS_CODEC_X86
+/* F16C's conversion up is exact for every half but a signalling NaN, which
+ * it quiets (sets the f32 quiet bit, 1 << 22) where the wire keeps the
+ * payload as it is: that bit is put back to the half's own quiet bit
+ * (1 << 9) in NaN lanes. Checked on all 65536 halves by the tests. */
+__attribute__((target("avx2,f16c"))) static void decode_f16_f16c(const unsigned char *src,
+                                                                   size_t n, float *dst) {
+    const __m256i absmask = _mm256_set1_epi32(0x7fff);
+    const __m256i infbits = _mm256_set1_epi32(0x7c00);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+        __m256i hw = _mm256_cvtepu16_epi32(h);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(hw, absmask), infbits);
+        /* NaN lanes whose half had the quiet bit clear: clear it again. */
+        __m256i fix = _mm256_andnot_si256(_mm256_slli_epi32(hw, 13), _mm256_and_si256(nan, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_xor_si256(f, fix));
+    }
+    decode_f16_loop(src + 2 * i, n - i, dst + i);
+}
+#endif
+
+static void decode_f16(const unsigned char *src, size_t n, float *dst) {
+#ifdef PS_CODEC_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        decode_f16_f16c(src, n, dst);
+        return;
+    }
+#endif
+    decode_f16_loop(src, n, dst);
 }
 
 PS_CODEC_KERNEL static void encode_bf16(const float *restrict src, size_t n,
