@@ -72,9 +72,8 @@ size_t ps_dense_encoded_size(ps_format f, size_t n) {
  * a mask keeps the right one. The results are bit-identical to the branchy
  * scalar reference (codec_ref.c), which the tests and the fuzz harness check
  * on every edge case (NaN payloads, infinities, subnormals, ties, overflow).
- * No hardware conversion (F16C) is used: its NaN handling on the way up
- * (quieting signalling NaNs) differs from the wire's, and the integer form
- * already runs at memory speed. */
+ * On AVX2 CPUs F16 goes through the F16C instructions instead (below), with
+ * the one fix-up they need to give the same bits (signalling NaNs up). */
 
 /* All ones when 'c' is true, else zero. The callers compare magnitudes
  * (bits < 2^31) as int32: x86 has signed vector compares only, and GCC
@@ -194,7 +193,7 @@ PS_CODEC_KERNEL static void encode_f16_loop(const float *restrict src, size_t n,
  * binary32 value: overflow to infinity, subnormal halves, and NaN quieted
  * with its top payload bits kept, as f16_from_bits does (checked on all 2^32
  * inputs when this was written, and by the tests on every exponent and tie
- * pattern). The way up is not used: F16C quiets signalling NaNs there. */
+ * pattern). */
 __attribute__((target("avx2,f16c"))) static void encode_f16_f16c(const float *src, size_t n,
                                                                    unsigned char *dst) {
     size_t i = 0;

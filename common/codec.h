@@ -7,7 +7,7 @@
  * little-endian host and refuses to compile on anything else.
  *
  * The loops are vectorized (SSE2, AVX2 and AVX-512 builds picked at load,
- * F16C for F16 encoding) and compute exactly the bytes of the scalar
+ * F16C for F16) and compute exactly the bytes of the scalar
  * reference in codec_ref.h on every CPU: masters, replicas and clients agree.
  *
  * Formats:
