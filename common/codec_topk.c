@@ -160,7 +160,8 @@ __attribute__((target("avx2,popcnt"))) static size_t filter_avx2(const float *sr
                                                                    uint32_t *keys, size_t cap) {
     const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
     const __m256i below = _mm256_set1_epi32((int32_t)lb - 1); /* key >= lb iff key > lb - 1 */
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i eight = _mm256_set1_epi32(8);
+    __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7); /* the lanes' indices */
     size_t m = 0, i = 0;
     for (; i + 8 <= n; i += 8) {
         if (m > cap) return SIZE_MAX;
@@ -170,10 +171,10 @@ __attribute__((target("avx2,popcnt"))) static size_t filter_avx2(const float *sr
         unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(hit));
         __m128i lanes = _mm_loadl_epi64((const __m128i *)(const void *)&pack_lanes[mask]);
         __m256i perm = _mm256_cvtepu8_epi32(lanes);
-        __m256i idx = _mm256_add_epi32(_mm256_set1_epi32((int32_t)i), iota);
         _mm256_storeu_si256((__m256i *)(void *)(cand + m), _mm256_permutevar8x32_epi32(idx, perm));
         _mm256_storeu_si256((__m256i *)(void *)(keys + m), _mm256_permutevar8x32_epi32(v, perm));
         m += (size_t)__builtin_popcount(mask);
+        idx = _mm256_add_epi32(idx, eight);
     }
     if (m > cap) return SIZE_MAX;
     return filter_scalar(src, i, n, lb, cand, keys, m, cap);
