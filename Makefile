@@ -84,6 +84,7 @@ ptools: $(PTOOL_BINS)
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
+$(OBJ)/common/codec.o: OPT = -O3
 
 HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
@@ -119,6 +120,9 @@ $(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
 $(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a -lcmocka $(CLIENT_LIBS)
+
+# These two build tests/test_codec_vec.c for other targets (#include).
+$(B)/tests/test_codec_vec_avx2 $(B)/tests/test_codec_vec_avx512: tests/test_codec_vec.c
 
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
@@ -213,7 +217,7 @@ MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
 
 fuzz: $(FUZZ_BINS)
 
-$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c common/codec.c common/shape.c $(FUZZ_DEPS)
+$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c $(wildcard common/codec*.c) common/shape.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
