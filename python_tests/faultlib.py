@@ -192,3 +192,16 @@ def wait_until(pred, timeout, what):
 
 def now():
     return time.monotonic()
+
+
+def model_victim(cluster, job):
+    """A master of 'cluster' that holds model partitions of 'job' but not the job's
+    bookkeeping slot ({job}): killing it hits tensors only. Returns (node, its keys)."""
+    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
+    by_node = {}
+    for k in keys(job):
+        by_node.setdefault(cluster.node_for_key(k).port, []).append(k)
+    for m in cluster.masters():
+        if m.port != job_node.port and m.port in by_node:
+            return m, by_node[m.port]
+    raise AssertionError("every model partition of %s lives on the job's node" % job)
