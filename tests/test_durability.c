@@ -126,9 +126,11 @@ static void test_fail_reports_a_durability_error_naming_the_node(void **state) {
     psModel *m = model4();
     char want[64];
     (void)state;
+    float g[8] = {0};
+    const float *grads[1] = {g};
     a->wait_zero = -1;
-    push_zeros(c, m, NULL);
-    assert_int_equal(psDrain(c), PS_ERR);
+    /* The WAIT's reply may be read by the push itself or by the drain. */
+    if (psModelPush(c, m, grads, NULL, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
     assert_int_equal(c->err, PS_ERR_DURABILITY);
     snprintf(want, sizeof(want), "127.0.0.1:%d", a->port);
     assert_non_null(strstr(c->errstr, want));
@@ -161,8 +163,7 @@ static void test_vanished_key_is_a_lost_state_error(void **state) {
     /* A push to it too. */
     float g[8] = {0};
     const float *grads[1] = {g};
-    psModelPush(c, m, grads, NULL, 1.0f);
-    assert_int_equal(psDrain(c), PS_ERR);
+    if (psModelPush(c, m, grads, NULL, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
     assert_int_equal(c->err, PS_ERR_LOST_STATE);
     close_all(a, c, m);
 }
@@ -233,9 +234,11 @@ static void test_push_based_on_a_lost_version_stops(void **state) {
     psModel *m = model4();
     uint64_t v[1] = {30};
     (void)state;
+    float g[8] = {0};
+    const float *grads[1] = {g};
     a->rollback = 1;
-    push_zeros(c, m, v);
-    assert_int_equal(psDrain(c), PS_ERR);
+    /* The reply may be read by the push itself or by the drain. */
+    if (psModelPush(c, m, grads, v, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
     assert_int_equal(c->err, PS_ERR_LOST_STATE);
     assert_non_null(strstr(c->errstr, "went back to version 7"));
     assert_non_null(strstr(c->errstr, "saw version 30"));
