@@ -205,3 +205,16 @@ def model_victim(cluster, job):
         if m.port != job_node.port and m.port in by_node:
             return m, by_node[m.port]
     raise AssertionError("every model partition of %s lives on the job's node" % job)
+
+
+def cluster_versions(cluster, job):
+    """{key: version} of the job's model keys, each read from the live master that serves it
+    per a live node's CLUSTER SLOTS."""
+    live = [n for n in cluster.nodes if n.is_alive()]
+    slots = live[0].client().execute_command("CLUSTER", "SLOTS")
+    out = {}
+    for k in keys(job):
+        slot = psserver.key_slot(k)
+        port = next(int(m[1]) for a, b, m, *_ in slots if int(a) <= slot <= int(b))
+        out[k] = tensor_version(next(n for n in live if n.port == port).client(), k)[0]
+    return out

@@ -16,8 +16,8 @@ import time
 import pytest
 
 import psserver
-from faultlib import (count, init, keys, model_victim, now, progress_acked, ps_train,
-                      report, run, tensor_version, wait_until, workers)  # noqa: F401
+from faultlib import (cluster_versions, count, init, model_victim, now, progress_acked,
+                      ps_train, report, run, wait_until, workers)  # noqa: F401
 
 EPOCHS = 25         # 1500 tasks (~25 s): training outlasts the failover and the restart
 
@@ -29,17 +29,14 @@ def cluster(module_path):
     c.cleanup()
 
 
-def versions(cluster, job):
-    """{key: version} from the live master that serves each key."""
-    live = [n for n in cluster.nodes if n.is_alive()]
-    out = {}
-    for k in keys(job):
-        slot = psserver.key_slot(k)
-        for a, b, m, *_ in live[0].client().execute_command("CLUSTER", "SLOTS"):
-            if int(a) <= slot <= int(b):
-                node = next(n for n in live if n.port == int(m[1]))
-                out[k] = tensor_version(node.client(), k)[0]
-    return out
+def start(cluster, workers, job, *flags):
+    """Inits 'job' on 'cluster' and starts 2 workers with --wait 1 and 'flags'. Returns
+    (seeds, the job's bookkeeping node, the workers)."""
+    seeds = ",".join(n.addr for n in cluster.nodes)
+    init(seeds, job, EPOCHS)
+    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
+    return seeds, job_node, [workers(seeds, job, "w%d" % i, "--wait", 1, *flags)
+                             for i in range(2)]
 
 
 def kill_and_promote(cluster, job, job_node, n_tasks=24):
@@ -73,10 +70,7 @@ def warnings(out, what):
 def test_degrade_trains_on_counts_unreplicated_and_recovers_when_the_node_rejoins(
         ps_train, cluster, workers):
     job = "dg"
-    seeds = ",".join(n.addr for n in cluster.nodes)
-    init(seeds, job, EPOCHS)
-    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
-    ws = [workers(seeds, job, "w%d" % i, "--wait", 1) for i in range(2)]
+    seeds, job_node, ws = start(cluster, workers, job)
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     # The first short WAIT costs one wait timeout; after that the shard is not WAITed for.
     wait_until(lambda: all(warnings(w.out, "degrade") for w in ws), 30, "degraded warnings")
@@ -92,7 +86,7 @@ def test_degrade_trains_on_counts_unreplicated_and_recovers_when_the_node_rejoin
     except AssertionError:
         raise AssertionError("no restore announced:\n" + "\n".join(w.out[-2500:] for w in ws))
     acked = [w.wait(timeout=300) for w in ws]
-    vs = versions(cluster, job)
+    vs = cluster_versions(cluster, job)
     want, twice, lost = count(vs, acked)
     report("degraded-degrade", failover_s="%.1f" % failover_s, tasks_in_3s_degraded=done,
            unreplicated=sum(a["unreplicated"] for a in acked), acked_per_key=want,
@@ -111,11 +105,7 @@ def test_degrade_trains_on_counts_unreplicated_and_recovers_when_the_node_rejoin
 @pytest.mark.slow
 def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, workers):
     job = "bl"
-    seeds = ",".join(n.addr for n in cluster.nodes)
-    init(seeds, job, EPOCHS)
-    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
-    ws = [workers(seeds, job, "w%d" % i, "--wait", 1, "--on-degraded", "block")
-          for i in range(2)]
+    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "block")
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     wait_until(lambda: all(warnings(w.out, "block") for w in ws), 30, "degraded warnings")
     stalled = tasks_in(job_node, job, 4.0)
@@ -123,7 +113,7 @@ def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, wor
     cluster.wait_ok(timeout=30, n_replicas=3)
     resumed = tasks_in(job_node, job, 4.0)
     acked = [w.wait(timeout=300) for w in ws]
-    vs = versions(cluster, job)
+    vs = cluster_versions(cluster, job)
     want, twice, lost = count(vs, acked)
     report("degraded-block", failover_s="%.1f" % failover_s, tasks_while_blocked=stalled,
            tasks_after_rejoin=resumed, acked_per_key=want, applied_twice=twice, lost=lost)
@@ -140,18 +130,14 @@ def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, wor
 def test_fail_stops_the_workers_with_a_durability_error_and_a_rerun_finishes(
         ps_train, cluster, workers):
     job = "fl"
-    seeds = ",".join(n.addr for n in cluster.nodes)
-    init(seeds, job, EPOCHS)
-    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
-    ws = [workers(seeds, job, "w%d" % i, "--wait", 1, "--on-degraded", "fail")
-          for i in range(2)]
+    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "fail")
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     for w in ws:
         rc = w.proc.wait(timeout=60)
         assert rc == 1, (rc, w.out[-3000:])
         assert re.search(r"durability: WAIT 1 on 127\.0\.0\.1:\d+ answered 0 replicas "
                          r"\(policy fail\)", w.out), w.out[-3000:]
-    vs = versions(cluster, job)
+    vs = cluster_versions(cluster, job)
     assert len(set(vs.values())) == 1, vs        # no model push half applied
     # The node comes back as a replica: the same workers finish the job.
     victim.start()
@@ -159,7 +145,7 @@ def test_fail_stops_the_workers_with_a_durability_error_and_a_rerun_finishes(
     ws2 = [workers(seeds, job, "w%d" % i, "--wait", 1, "--on-degraded", "fail")
            for i in range(2)]
     acked = [w.wait(timeout=300) for w in ws2]
-    vs2 = versions(cluster, job)
+    vs2 = cluster_versions(cluster, job)
     report("degraded-fail", failover_s="%.1f" % failover_s, version_at_stop=min(vs.values()),
            final_version=min(vs2.values()))
     assert len(set(vs2.values())) == 1, vs2

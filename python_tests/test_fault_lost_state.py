@@ -17,8 +17,8 @@ import time
 import pytest
 
 import psserver
-from faultlib import (count, init, keys, model_victim, progress_acked, ps_train, report,
-                      tensor_version, wait_until, workers)  # noqa: F401
+from faultlib import (cluster_versions, count, init, model_victim, progress_acked, ps_train,
+                      report, wait_until, workers)  # noqa: F401
 
 EPOCHS = 6
 
@@ -31,18 +31,6 @@ MODES = {
 LOST = re.compile(r"lost state: (ls\w*:\w+:\d+) on 127\.0\.0\.1:(\d+) (is gone \(no such key\)|"
                   r"went back to version (\d+)), this client saw version (\d+) acknowledged; "
                   r"the node likely restarted without persistence or from a lagging AOF")
-
-
-def versions(cluster, job):
-    live = [n for n in cluster.nodes if n.is_alive()]
-    out = {}
-    for k in keys(job):
-        slot = psserver.key_slot(k)
-        for a, b, m, *_ in live[0].client().execute_command("CLUSTER", "SLOTS"):
-            if int(a) <= slot <= int(b):
-                node = next(n for n in live if n.port == int(m[1]))
-                out[k] = tensor_version(node.client(), k)[0]
-    return out
 
 
 @pytest.mark.slow
@@ -69,7 +57,7 @@ def test_master_restarted_before_failover_loses_nothing_or_says_so(
         found = [m for o in outs for m in LOST.finditer(o)]
         if all(rc == 0 for rc in rcs):
             acked = [w.acked() for w in ws]
-            vs = versions(cluster, job)
+            vs = cluster_versions(cluster, job)
             want, twice, lost = count(vs, acked)
         else:
             acked, twice, lost = [], None, None
