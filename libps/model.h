@@ -71,6 +71,8 @@ typedef struct psPushReq {
     struct psPushBatch *b;
     psPart *part;
     int acked;                  /* answered with a version (counted in stats.pushes) */
+    int rewait;                 /* resent after its WAIT was lost: WAIT again once acked */
+    int unreplicated;           /* counted in stats.unreplicated_pushes */
     psWirePush args;
     char *head;                 /* RESP before the blob */
     size_t headcap;

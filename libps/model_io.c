@@ -137,12 +137,16 @@ static int push_encode(psPushReq *q) {
     return 0;
 }
 
-/* Acknowledged pushes of batch 'b' answered by node 'node'. */
-static int acked_on_node(const psPushBatch *b, int node) {
-    int n = 0;
-    for (int k = 0; k < b->nreqs; k++)
-        n += b->reqs[k].req.node == node && b->reqs[k].req.state == PSS_DONE && b->reqs[k].acked;
-    return n;
+/* Count the acknowledged pushes of batch 'b' answered by node 'node' as
+ * not replicated (each once). */
+static void count_unreplicated(psClient *c, psPushBatch *b, int node) {
+    for (int k = 0; k < b->nreqs; k++) {
+        psPushReq *q = &b->reqs[k];
+        if (q->req.node != node || q->req.state != PSS_DONE || !q->acked || q->unreplicated)
+            continue;
+        q->unreplicated = 1;
+        c->stats.unreplicated_pushes++;
+    }
 }
 
 /* The WAIT after a batch's pushes on 'node' answered, or (reply NULL) was
@@ -160,6 +164,7 @@ static void push_wait_done(psClient *c, void *udata, int node, redisReply *reply
             psPushReq *q = &b->reqs[k];
             if (q->req.node != node || q->req.state != PSS_DONE || !q->acked) continue;
             q->acked = 0;
+            q->rewait = 1;
             c->stats.pushes--;
             b->outstanding++;
             psi_resend(c, &q->req, "connection lost before WAIT answered");
@@ -175,8 +180,7 @@ static void push_wait_done(psClient *c, void *udata, int node, redisReply *reply
             batch_release(b);
             return;
         }
-        if (pv->durability_policy == PS_DURABILITY_DEGRADE)
-            c->stats.unreplicated_pushes += (uint64_t)acked_on_node(b, node);
+        if (pv->durability_policy == PS_DURABILITY_DEGRADE) count_unreplicated(c, b, node);
     } else {
         psi_wait_full(c, node);
     }
@@ -232,6 +236,23 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
         c->stats.pushes++;
         q->acked = 1;           /* a lost WAIT resends it (push_wait_done) */
         part_seen(p, (uint64_t)reply->integer);
+        if (q->rewait) {
+            /* Resent after its WAIT was lost (a failover): the node that
+             * applied it now must confirm its replicas too, with one WAIT
+             * after the last such push in flight there. */
+            int later = 0;
+            q->rewait = 0;
+            for (int k = 0; k < q->b->nreqs && !later; k++)
+                later = q->b->reqs[k].rewait && q->b->reqs[k].req.node == r->node &&
+                        q->b->reqs[k].req.state == PSS_FLIGHT;
+            if (later) {
+                /* that one WAITs */
+            } else if (!psi_wait_wanted(c, r->node)) {
+                count_unreplicated(c, q->b, r->node);
+            } else if (psi_submit_wait(c, r->node, push_wait_done, q->b) == 0) {
+                q->b->outstanding++;
+            }
+        }
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
         c->stats.stale_rejects++;
     } else if (is_nokey(reply) && p->has_acked) {
@@ -379,7 +400,7 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             off += q->req.bloblen;
             q->b = b;
             q->part = p;
-            q->acked = 0;
+            q->acked = q->rewait = q->unreplicated = 0;
             a->key = p->key;
             a->keylen = p->keylen;
             a->bloblen = q->req.bloblen;
@@ -415,8 +436,10 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             if (!psi_wait_wanted(c, node)) {
                 /* Degraded node, policy degrade: not WAITed for, not replicated. */
                 for (j = i; j < b->nreqs; j++)
-                    c->stats.unreplicated_pushes += b->reqs[j].req.node == node &&
-                                                    b->reqs[j].req.state == PSS_FLIGHT;
+                    if (b->reqs[j].req.node == node && b->reqs[j].req.state == PSS_FLIGHT) {
+                        b->reqs[j].unreplicated = 1;
+                        c->stats.unreplicated_pushes++;
+                    }
                 continue;
             }
             if (psi_submit_wait(c, node, push_wait_done, b) == 0) b->outstanding++;
