@@ -99,11 +99,13 @@ def test_server_killed_and_restarted_restores_acknowledged_state_and_training_re
            applied_twice=sum(d for d in diffs.values() if d > 0),
            lost_beyond_window=-sum(d for d in diffs.values() if d < 0),
            retries=sum(a["retries"] for a in acked), acc=acc, ref_acc=ref,
+           lost_state=sum(a["lost_state"] for a in acked),
            delta="%+.4f" % (acc - ref))
     if mode == "aof-always":
         assert set(window.values()) == {0}
     elif mode == "rdb":
         assert min(window.values()) > 0      # the RDB window really lost pushes
+        assert all(a["lost_state"] > 0 for a in acked), acked     # and the workers said so
     assert set(diffs.values()) == {0}, diffs
     assert sum(a["retries"] for a in acked) > 0
     assert abs(acc - ref) <= ACC_TOLERANCE, (acc, ref)

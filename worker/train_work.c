@@ -270,6 +270,11 @@ static void durability_text(const worker *w, char *buf, size_t len) {
                  unrep);
     else
         snprintf(buf, len, "full (WAIT %d)", w->o->wait);
+    if (w->c->stats.lost_state) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, "; %llu lost-state events (policy %s)",
+                 (unsigned long long)w->c->stats.lost_state, w->o->on_lost_state);
+    }
 }
 
 /* ========================================================================
