@@ -72,7 +72,7 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC)) $(addprefix $(B)/be
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
-.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install uninstall clean \
+.PHONY: all module client check-layers ptools test unit pytest bench bench-durability demo demo-cluster deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
@@ -242,6 +242,10 @@ fuzz-short: $(FUZZ_BINS)
 
 bench: check-deps all $(BENCH_BINS)
 	bench/run.sh
+
+# Durability vs throughput on a 3+3 cluster (a few minutes; not part of bench).
+bench-durability: check-deps all
+	$(PYTHON) bench/durability.py
 
 demo: check-deps all
 	scripts/demo.sh

@@ -65,6 +65,14 @@ psClient *psConnect(const char *addrs, const psOptions *opt) {
     pv->push_window = o.push_window > 0 ? o.push_window : PS_DEFAULT_PUSH_WINDOW;
     pv->wait_replicas = o.wait_replicas > 0 ? o.wait_replicas : 0;
     pv->wait_timeout_ms = o.wait_timeout_ms > 0 ? o.wait_timeout_ms : PS_DEFAULT_WAIT_TIMEOUT_MS;
+    pv->durability_policy = o.durability_policy == PS_DURABILITY_BLOCK ||
+                            o.durability_policy == PS_DURABILITY_FAIL
+                            ? o.durability_policy : PS_DURABILITY_DEGRADE;
+    pv->probe_ms = o.probe_ms > 0 ? o.probe_ms : PS_DEFAULT_PROBE_MS;
+    pv->lost_state_policy = o.lost_state_policy == PS_LOST_STATE_CONTINUE
+                            ? PS_LOST_STATE_CONTINUE : PS_LOST_STATE_STOP;
+    pv->on_event = o.on_event;
+    pv->event_udata = o.event_udata;
     pv->partition_bytes = o.partition_bytes > 0 ? o.partition_bytes : PS_DEFAULT_PARTITION_BYTES;
     pv->flags = o.flags;
     pv->seq_base = now_us();

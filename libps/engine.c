@@ -29,7 +29,7 @@
  *   standalone with several addresses: on errors the first address that
  *                     answers ROLE as master becomes the node of every slot.
  *   lost WAIT         its callback hears of it (NULL reply) and may resend
- *                     the requests the WAIT covered.
+ *                     the requests the WAIT covered (also a lost probe).
  *   anything else     the request's callback, which may re-encode the
  *                     request and have it resent (PSI_RESEND).
  * Resends keep their order per node, so a sequence of commands on one key
@@ -315,17 +315,35 @@ void psi_submit(psClient *c, psReq *r) {
     dispatch(c, r);
 }
 
-int psi_submit_wait(psClient *c, int i, psWaitFn *done, void *udata) {
+/* Queue control command 'cmd' (formatted by redisFormatCommand) on node
+ * 'i'; 'done' gets its reply (NULL when the connection dies first). 0, or
+ * -1 when nothing was queued (no connection, or out of memory: the
+ * connection is dropped then). */
+static int submit_ctl(psClient *c, int i, psWaitFn *done, void *udata, char *cmd, int len) {
     psNode *n = &c->priv->nodes[i];
     psQent e = {PSQ_WAIT, NULL, done, udata};
-    if (n->ctx == NULL) return -1;
-    if (redisAppendCommand(n->ctx, "WAIT %d %d", c->priv->wait_replicas,
-                           c->priv->wait_timeout_ms) != REDIS_OK ||
-        q_push(n, e) != 0) {
+    int rc = 0;
+    if (len < 0) return -1;
+    if (n->ctx == NULL) rc = -1;
+    else if (redisAppendFormattedCommand(n->ctx, cmd, (size_t)len) != REDIS_OK || q_push(n, e) != 0) {
         node_fail(c, i, "out of memory");
-        return -1;
+        rc = -1;
     }
-    return 0;
+    redisFreeCommand(cmd);
+    return rc;
+}
+
+int psi_submit_wait(psClient *c, int i, psWaitFn *done, void *udata) {
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", c->priv->wait_replicas,
+                                 c->priv->wait_timeout_ms);
+    return submit_ctl(c, i, done, udata, cmd, len);
+}
+
+int psi_submit_probe(psClient *c, int i, psWaitFn *done, void *udata) {
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "INFO replication");
+    return submit_ctl(c, i, done, udata, cmd, len);
 }
 
 /* ========================================================================

@@ -25,6 +25,8 @@ typedef struct psPart {
     uint64_t pulled_version;    /* of the last completed pull: what pushes send */
     int has_pulled;
     uint64_t seq;               /* last seq used by a push of this partition */
+    uint64_t acked_version;     /* highest version seen acknowledged (push or pull reply) */
+    int has_acked;
     psReq pull;                 /* the partition's pull request (udata: this) */
     char *pullcmd;              /* its encoded PS.PULL */
     size_t pullcap;
@@ -58,7 +60,7 @@ struct psModel {
     float **pull_dstv;          /* copy of the caller's array of destinations */
     int pull_pending;           /* partition pulls not yet finished */
     int pull_failed;            /* PS_ERR_* of the pull in flight's first failure, 0 none */
-    char pull_errstr[128];
+    char pull_errstr[256];
     psClient *client;           /* the client its requests were last sent on, or NULL */
 };
 
@@ -69,6 +71,8 @@ typedef struct psPushReq {
     struct psPushBatch *b;
     psPart *part;
     int acked;                  /* answered with a version (counted in stats.pushes) */
+    int rewait;                 /* resent after its WAIT was lost: WAIT again once acked */
+    int unreplicated;           /* counted in stats.unreplicated_pushes */
     psWirePush args;
     char *head;                 /* RESP before the blob */
     size_t headcap;

@@ -137,52 +137,128 @@ static int push_encode(psPushReq *q) {
     return 0;
 }
 
+/* Count the acknowledged pushes of batch 'b' answered by node 'node' as
+ * not replicated (each once). */
+static void count_unreplicated(psClient *c, psPushBatch *b, int node) {
+    for (int k = 0; k < b->nreqs; k++) {
+        psPushReq *q = &b->reqs[k];
+        if (q->req.node != node || q->req.state != PSS_DONE || !q->acked || q->unreplicated)
+            continue;
+        q->unreplicated = 1;
+        c->stats.unreplicated_pushes++;
+    }
+}
+
 /* The WAIT after a batch's pushes on 'node' answered, or (reply NULL) was
  * lost with its connection: then the pushes it covered were applied but
  * maybe not replicated, so they are not acknowledged yet. They are resent
  * (same seqs) before whatever was queued after the WAIT, keeping the seq
- * order per key: the node that serves the slot next applies them once. */
+ * order per key: the node that serves the slot next applies them once.
+ * A short answer is the durability policy's (durable.c): counted as not
+ * replicated (degrade), WAITed for again (block), or an error (fail). */
 static void push_wait_done(psClient *c, void *udata, int node, redisReply *reply) {
     psPushBatch *b = udata;
+    psClientPriv *pv = c->priv;
     if (reply == NULL) {
         for (int k = 0; k < b->nreqs; k++) {
             psPushReq *q = &b->reqs[k];
             if (q->req.node != node || q->req.state != PSS_DONE || !q->acked) continue;
             q->acked = 0;
+            q->rewait = 1;
             c->stats.pushes--;
             b->outstanding++;
             psi_resend(c, &q->req, "connection lost before WAIT answered");
         }
-    }
-    if (reply == NULL || reply->type != REDIS_REPLY_INTEGER ||
-        reply->integer < c->priv->wait_replicas)
         c->stats.wait_short++;
+    } else if (reply->type != REDIS_REPLY_INTEGER || reply->integer < pv->wait_replicas) {
+        psi_wait_short(c, node, reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0);
+        if (pv->durability_policy == PS_DURABILITY_BLOCK) {
+            /* Not done until replicated: the same WAIT again (it blocks up
+             * to wait_timeout_ms on the server, no busy loop). */
+            freeReplyObject(reply);
+            if (psi_submit_wait(c, node, push_wait_done, b) == 0) return;
+            batch_release(b);
+            return;
+        }
+        if (pv->durability_policy == PS_DURABILITY_DEGRADE) count_unreplicated(c, b, node);
+    } else {
+        psi_wait_full(c, node);
+    }
     if (reply) freeReplyObject(reply);
     batch_release(b);
 }
 
+/* Whether 'reply' is the module's "no such key" error. */
+static int is_nokey(const redisReply *reply) {
+    return reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "no such key") != NULL;
+}
+
+/* Record that partition 'p' was seen at version 'v' (acknowledged). */
+static void part_seen(psPart *p, uint64_t v) {
+    if (!p->has_acked || v > p->acked_version) p->acked_version = v;
+    p->has_acked = 1;
+}
+
 static int push_done(psClient *c, psReq *r, redisReply *reply) {
     psPushReq *q = r->udata;
+    psPart *p = q->part;
+    char msg[256];
     if (reply && reply->type == REDIS_REPLY_ERROR && q->args.has_version &&
         strstr(reply->str, "is newer than the tensor's version") != NULL) {
         /* "ERR VERSION v is newer than the tensor's version c": the server
          * lost updates this client had pulled (a failover or restart that
-         * lost acknowledged writes). The gradient is still good: resend it
-         * as computed from version c, once per hop like a redirect. */
+         * lost acknowledged writes): a lost-state event. Policy continue:
+         * the gradient is still good, resend it as computed from version c,
+         * once per hop like a redirect. */
         const char *cur = strrchr(reply->str, ' ');
-        q->args.version = cur ? strtoull(cur + 1, NULL, 10) : 0;
-        freeReplyObject(reply);
-        if (push_encode(q) == 0) return PSI_RESEND;
-        reply = NULL;
-        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        uint64_t now = cur ? strtoull(cur + 1, NULL, 10) : 0;
+        uint64_t saw = p->has_acked && p->acked_version > q->args.version ? p->acked_version
+                                                                          : q->args.version;
+        psi_lost_state(c, r->node, p->key, saw, 1, now, msg, sizeof(msg));
+        p->acked_version = now;
+        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
+            q->args.version = now;
+            freeReplyObject(reply);
+            if (push_encode(q) == 0) return PSI_RESEND;
+            reply = NULL;
+            psi_set_error(c, PS_ERR_OOM, "out of memory");
+        } else {
+            c->stats.push_errors++;
+            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
+            freeReplyObject(reply);
+            batch_release(q->b);
+            return PSI_DONE;
+        }
     }
     if (reply == NULL) {
         c->stats.push_errors++;
     } else if (reply->type == REDIS_REPLY_INTEGER) {
         c->stats.pushes++;
         q->acked = 1;           /* a lost WAIT resends it (push_wait_done) */
+        part_seen(p, (uint64_t)reply->integer);
+        if (q->rewait) {
+            /* Resent after its WAIT was lost (a failover): the node that
+             * applied it now must confirm its replicas too, with one WAIT
+             * after the last such push in flight there. */
+            int later = 0;
+            q->rewait = 0;
+            for (int k = 0; k < q->b->nreqs && !later; k++)
+                later = q->b->reqs[k].rewait && q->b->reqs[k].req.node == r->node &&
+                        q->b->reqs[k].req.state == PSS_FLIGHT;
+            if (later) {
+                /* that one WAITs */
+            } else if (!psi_wait_wanted(c, r->node)) {
+                count_unreplicated(c, q->b, r->node);
+            } else if (psi_submit_wait(c, r->node, push_wait_done, q->b) == 0) {
+                q->b->outstanding++;
+            }
+        }
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
         c->stats.stale_rejects++;
+    } else if (is_nokey(reply) && p->has_acked) {
+        c->stats.push_errors++;
+        psi_lost_state(c, r->node, p->key, p->acked_version, 0, 0, msg, sizeof(msg));
+        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
     } else {
         const char *hint = "";
         c->stats.push_errors++;
@@ -190,7 +266,10 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
             (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
              strstr(reply->str, "option")))
             hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
-        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", q->part->key,
+        else if (is_nokey(reply))
+            hint = " (never seen by this client: not created yet, or created with another "
+                   "partition size?)";
+        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", p->key,
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply", hint);
     }
     if (reply) freeReplyObject(reply);
@@ -321,7 +400,7 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             off += q->req.bloblen;
             q->b = b;
             q->part = p;
-            q->acked = 0;
+            q->acked = q->rewait = q->unreplicated = 0;
             a->key = p->key;
             a->keylen = p->keylen;
             a->bloblen = q->req.bloblen;
@@ -353,7 +432,17 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             if (node < 0 || b->reqs[i].req.state != PSS_FLIGHT) continue;
             for (j = 0; j < i && !seen; j++)
                 seen = b->reqs[j].req.node == node && b->reqs[j].req.state == PSS_FLIGHT;
-            if (!seen && psi_submit_wait(c, node, push_wait_done, b) == 0) b->outstanding++;
+            if (seen) continue;
+            if (!psi_wait_wanted(c, node)) {
+                /* Degraded node, policy degrade: not WAITed for, not replicated. */
+                for (j = i; j < b->nreqs; j++)
+                    if (b->reqs[j].req.node == node && b->reqs[j].req.state == PSS_FLIGHT) {
+                        b->reqs[j].unreplicated = 1;
+                        c->stats.unreplicated_pushes++;
+                    }
+                continue;
+            }
+            if (psi_submit_wait(c, node, push_wait_done, b) == 0) b->outstanding++;
         }
     }
     batch_release(b);
@@ -410,8 +499,15 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
         p->direct = 0;
         return PSI_DONE;
     }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        snprintf(msg, sizeof(msg), "PS.PULL %.40s: %.80s", p->key, reply->str);
+    if (reply->type == REDIS_REPLY_ERROR && is_nokey(reply) && p->has_acked) {
+        char lost[256];
+        psi_lost_state(c, r->node, p->key, p->acked_version, 0, 0, lost, sizeof(lost));
+        snprintf(msg, sizeof(msg), "PS.PULL: %s", lost);
+        pull_failed(c, m, PS_ERR_LOST_STATE, msg);
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        snprintf(msg, sizeof(msg), "PS.PULL %.40s: %.80s%s", p->key, reply->str,
+                 is_nokey(reply) ? " (never seen by this client: not created yet, or created "
+                                   "with another partition size?)" : "");
         pull_failed(c, m, PS_ERR_SERVER, msg);
     } else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
                reply->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -430,6 +526,18 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
         } else {
             p->version = (uint64_t)reply->element[0]->integer;
             p->has_version = 1;
+            if (p->has_acked && p->version < p->acked_version) {
+                /* Older than what this client saw acknowledged: lost writes. */
+                char lost[256];
+                psi_lost_state(c, r->node, p->key, p->acked_version, 1, p->version, lost,
+                               sizeof(lost));
+                if (c->priv->lost_state_policy != PS_LOST_STATE_CONTINUE) {
+                    snprintf(msg, sizeof(msg), "PS.PULL: %s", lost);
+                    pull_failed(c, m, PS_ERR_LOST_STATE, msg);
+                }
+                p->acked_version = p->version;
+            }
+            part_seen(p, p->version);
             c->stats.pulls++;
             c->stats.bytes_received += want;
         }
@@ -497,7 +605,7 @@ int psModelPullAsync(psClient *c, psModel *m, float **dst) {
         /* Failed already (e.g. no node for a slot): finish it here, so that
          * PS_ERR always means no pull is left in flight. */
         int code = m->pull_failed;
-        char msg[128];
+        char msg[256];
         snprintf(msg, sizeof(msg), "%s", m->pull_errstr);
         psi_run(c, pull_finished, m);
         m->pull_dst = NULL;

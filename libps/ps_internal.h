@@ -7,7 +7,9 @@
  *   wire.c     RESP encoding of the model commands (wire.h)
  *   model.c, model_io.c   models and partitions: build requests, interpret
  *              replies in the callbacks
- *   client.c   psConnect, generic commands, psDrain, psClientFree */
+ *   client.c   psConnect, generic commands, psDrain, psClientFree
+ *   durable.c  durability: degraded nodes (short WAITs, replica probes,
+ *              the policies), lost-state events, event announcements */
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
@@ -111,6 +113,10 @@ typedef struct psNode {
     size_t inlen, incap;
     psScan scan;
     unsigned gen;               /* bumped when the connection is dropped */
+    /* durability (durable.c) */
+    int degraded;               /* announced as unable to satisfy wait_replicas */
+    int probing;                /* an INFO replication probe is queued */
+    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
 } psNode;
 
 struct psPushBatch;
@@ -122,6 +128,9 @@ typedef struct psClientPriv {
     char *user, *password;
     int max_retries, retry_timeout_ms, backoff_ms, push_window;
     int wait_replicas, wait_timeout_ms;
+    int durability_policy, probe_ms, lost_state_policy;
+    psEventFn *on_event;
+    void *event_udata;
     size_t partition_bytes;
     int flags;                  /* PS_FLAG_* */
     uint64_t seq_base;          /* first seq of every key */
@@ -179,6 +188,8 @@ void psi_resend(psClient *c, psReq *r, const char *why);
 /* Queue "WAIT wait_replicas wait_timeout_ms" on node 'node'; 'done' gets
  * its reply. Returns 0, or -1 when the node has no connection (nothing queued). */
 int psi_submit_wait(psClient *c, int node, psWaitFn *done, void *udata);
+/* Queue "INFO replication" on node 'node' like psi_submit_wait. */
+int psi_submit_probe(psClient *c, int node, psWaitFn *done, void *udata);
 /* Write buffered commands (after pending retries), read ready replies. */
 void psi_flush(psClient *c);
 /* Run the engine until done(c, arg) is true or nothing is pending.
@@ -197,5 +208,31 @@ int psi_models_init(psClient *c);
 void psi_models_free(psClient *c);
 /* 1 when no push of any model is in flight on 'c'. */
 int psi_pushes_idle(psClient *c, void *arg);
+
+/* ------------------------------------------------------------------------
+ * durable.c
+ * ------------------------------------------------------------------------ */
+
+/* Announce event 'ev' (PS_EVENT_*) about node 'node' (-1: none) with a
+ * printf-style message: to the on_event callback, else to stderr. */
+void psi_event(psClient *c, int ev, int node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "host:port" of node 'node' in 'buf' ("?" when out of range). Returns buf. */
+const char *psi_node_name(const psClient *c, int node, char *buf, size_t len);
+/* A WAIT on 'node' answered 'got' replicas (< wait_replicas): mark the node
+ * degraded (announced once) per the policy. For PS_DURABILITY_FAIL records
+ * the error on 'c'. */
+void psi_wait_short(psClient *c, int node, long long got);
+/* A WAIT on 'node' answered enough replicas: a degraded node is restored. */
+void psi_wait_full(psClient *c, int node);
+/* Whether the pushes just sent to 'node' should be WAITed for: 0 when the
+ * node is degraded under PS_DURABILITY_DEGRADE (a probe is queued when one
+ * is due), else 1. */
+int psi_wait_wanted(psClient *c, int node);
+/* A lost-state event on 'key' served by 'node': 'acked' is the version this
+ * client saw acknowledged, 'now' the server's (has_now 0: the key is gone).
+ * Announces and counts it, and writes the error message into 'msg'. */
+void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int has_now,
+                    uint64_t now, char *msg, size_t msglen);
 
 #endif /* PS_INTERNAL_H */

@@ -1,7 +1,8 @@
 /* fake_node.h -- fake Redis nodes for the libps tests (test_engine.c):
  * tiny RESP servers on loopback ports, one thread each, that answer what a
  * test scripts (values, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, version
- * roll-backs, slow or trickled replies, dropped connections) and log every
+ * roll-backs, short WAITs, INFO replication, vanished keys, slow or
+ * trickled replies, dropped connections) and log every
  * command they get as "CMD key [V<version>] [S<seq>]". Test code only:
  * static functions, included by one test file after <cmocka.h> (the set-up
  * asserts with it). */
@@ -49,6 +50,9 @@ typedef struct fake {
     int push_delay_ms;          /* sleep before answering PS.PUSHGRAD */
     int pull_floats;            /* floats per PS.PULL reply (0: 2) */
     int trickle;                /* write replies a byte at a time */
+    int wait_zero;              /* WAITs answer 0 replicas this many times (< 0: always) */
+    int info_online;            /* INFO replication lists this many online replicas */
+    int nokey;                  /* PS.PULL and PS.PUSHGRAD answer "no such key" */
     /* log: "CMD key [VERSION v] [SEQ s]" per command */
     pthread_mutex_t mu;
     char log[LOGMAX][96];
@@ -127,6 +131,16 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
         } else {
             out(f, fd, "$%zu\r\n%s=%s\r\n", strlen(f->name) + 1 + argl[1], f->name, key);
         }
+    } else if (!strcmp(cmd, "INFO")) {
+        char b[400];
+        int n = snprintf(b, sizeof(b), "# Replication\r\nrole:master\r\nconnected_slaves:%d\r\n",
+                         f->info_online);
+        for (int i = 0; i < f->info_online && n < 300; i++)
+            n += snprintf(b + n, sizeof(b) - (size_t)n,
+                          "slave%d:ip=127.0.0.1,port=1,state=online,offset=1,lag=0\r\n", i);
+        out(f, fd, "$%d\r\n%s\r\n", n, b);
+    } else if ((!strcmp(cmd, "PS.PULL") || !strcmp(cmd, "PS.PUSHGRAD")) && f->nokey) {
+        out(f, fd, "-ERR no such key\r\n");
     } else if (!strcmp(cmd, "PS.PULL")) {
         /* pull_floats floats per partition, all (p + 1); version 10 + 5p (+ add) */
         int p = key_part(key), n = f->pull_floats ? f->pull_floats : 2;
@@ -148,6 +162,9 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
         if (f->drop_wait > 0) {
             f->drop_wait--;
             close_it = 1;
+        } else if (f->wait_zero) {
+            if (f->wait_zero > 0) f->wait_zero--;
+            out(f, fd, ":0\r\n");
         } else {
             out(f, fd, ":1\r\n");
         }

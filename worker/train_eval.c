@@ -190,6 +190,10 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     argv[n++] = o->pull_format;
     argv[n++] = "--push-format";
     argv[n++] = o->push_format;
+    argv[n++] = "--on-degraded";
+    argv[n++] = o->on_degraded;
+    argv[n++] = "--on-lost-state";
+    argv[n++] = o->on_lost_state;
     if (o->batch > 0) {
         argv[n++] = "--batch";
         argv[n++] = batch;

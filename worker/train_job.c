@@ -87,12 +87,28 @@ static int module_loaded(const trainOpts *o, psClient *c) {
     return !missing;
 }
 
+int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state) {
+    const char *d = o->on_degraded ? o->on_degraded : "degrade";
+    const char *l = o->on_lost_state ? o->on_lost_state : "stop";
+    if (!strcmp(d, "degrade")) *durability = PS_DURABILITY_DEGRADE;
+    else if (!strcmp(d, "block")) *durability = PS_DURABILITY_BLOCK;
+    else if (!strcmp(d, "fail")) *durability = PS_DURABILITY_FAIL;
+    else return -1;
+    if (!strcmp(l, "stop")) *lost_state = PS_LOST_STATE_STOP;
+    else if (!strcmp(l, "continue")) *lost_state = PS_LOST_STATE_CONTINUE;
+    else return -1;
+    return 0;
+}
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
     opt.password = o->password;
     opt.push_window = push_window;
     opt.wait_replicas = wait_replicas;
+    tr_parse_policies(o, &opt.durability_policy, &opt.lost_state_policy);
+    opt.on_event = o->on_event;
+    opt.event_udata = o->event_udata;
     psClient *c = psConnect(o->addr, &opt);
     if (c == NULL) {
         tr_err(o, "out of memory");

@@ -71,6 +71,10 @@ typedef struct trainOpts {
     int lease_ms;
     int window;
     int wait;
+    const char *on_degraded;    /* degrade | block | fail: a shard short of --wait replicas */
+    const char *on_lost_state;  /* stop | continue: a tensor vanished or rolled back */
+    psEventFn *on_event;        /* work: libps events (tr_connect passes them on) */
+    void *event_udata;
     int pull_every;             /* pull every K mini-batches (bounded staleness) */
     int overlap;                /* 1: next pull in flight while computing */
     const char *pull_format;    /* f32 | bf16 | f16 */
@@ -132,6 +136,9 @@ psModel *tr_model(psClient *c, const char *job, const jobConfig *cfg);
 /* Loads the train (train=1) or test split named by the config (or the
  * overrides in 'o' when not NULL). Returns 0 or -1 (printed). */
 int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train, ps_dataset *ds);
+/* Parses --on-degraded / --on-lost-state names into PS_DURABILITY_* /
+ * PS_LOST_STATE_*. Returns 0 or -1. */
+int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state);
 /* Prints an error with the subcommand prefix. */
 /* Parses a --pull-format/--push-format name (case-insensitive) into *out;
  * 'push' also allows i8. Returns 0 or -1. */

@@ -91,6 +91,8 @@ typedef struct worker {
     int pull_inflight;      /* a psModelPullAsync into back is pending */
     int since_pull;         /* steps computed on the current params */
     int pushes_since_pull;
+    /* durability (libps events) */
+    char degraded[256];     /* "host:port host:port" of the shards degraded now */
     /* where the time of the steps goes (seconds) */
     double t_pull, t_grad, t_push, t_tasks, t_first, t_last;
 } worker;
@@ -231,6 +233,51 @@ static int renew_lease(worker *w, const task *t) {
 }
 
 /* ========================================================================
+ * Durability events
+ * ====================================================================== */
+
+/* libps announces a shard that cannot keep --wait replicas (once), its
+ * recovery, and lost-state events: each is a stderr line, and the set of
+ * degraded shards goes into the progress line and the progress hash. */
+static void on_event(void *udata, int ev, const char *node, const char *msg) {
+    worker *w = udata;
+    char *at = strstr(w->degraded, node);
+    size_t nl = strlen(node);
+    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
+    fflush(stderr);
+    if (ev == PS_EVENT_DEGRADED && at == NULL &&
+        strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
+        if (w->degraded[0]) strcat(w->degraded, " ");
+        strcat(w->degraded, node);
+    } else if (ev == PS_EVENT_RESTORED && at != NULL) {
+        size_t skip = nl + (at[nl] == ' ' ? 1 : 0);
+        memmove(at, at + skip, strlen(at + skip) + 1);
+        nl = strlen(w->degraded);
+        if (nl && w->degraded[nl - 1] == ' ') w->degraded[nl - 1] = '\0';
+    }
+}
+
+/* The durability state for the progress hash: "full", or the degraded
+ * shards and the pushes they did not replicate. */
+static void durability_text(const worker *w, char *buf, size_t len) {
+    unsigned long long unrep = (unsigned long long)w->c->stats.unreplicated_pushes;
+    if (w->o->wait <= 0) snprintf(buf, len, "no WAIT");
+    else if (w->degraded[0])
+        snprintf(buf, len, "degraded (%s): %llu pushes not replicated, policy %s", w->degraded,
+                 unrep, w->o->on_degraded);
+    else if (unrep)
+        snprintf(buf, len, "full (WAIT %d) again; %llu pushes not replicated earlier", w->o->wait,
+                 unrep);
+    else
+        snprintf(buf, len, "full (WAIT %d)", w->o->wait);
+    if (w->c->stats.lost_state) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, "; %llu lost-state events (policy %s)",
+                 (unsigned long long)w->c->stats.lost_state, w->o->on_lost_state);
+    }
+}
+
+/* ========================================================================
  * Progress
  * ====================================================================== */
 
@@ -239,7 +286,7 @@ static void print_progress(worker *w, int final) {
     double dt = now - w->last_print;
     if (w->quiet || (!final && dt * 1000 < w->o->interval_ms)) return;
     double rate = dt > 0 ? w->win_samples / dt : 0;
-    char line[320];
+    char line[640];
     snprintf(line, sizeof(line),
              "[%s] epoch %d | tasks %lld | samples %lld | %.0f samples/s | loss %.4f | "
              "version %llu | staleness %.2f | retries %llu | stale-rejects %llu",
@@ -249,18 +296,27 @@ static void print_progress(worker *w, int final) {
              w->win_stale_n ? w->win_stale / w->win_stale_n : 0.0,
              (unsigned long long)w->c->stats.retries,
              (unsigned long long)w->c->stats.stale_rejects);
+    if (w->degraded[0] || w->c->stats.unreplicated_pushes) {
+        size_t l = strlen(line);
+        snprintf(line + l, sizeof(line) - l, " | %s %s | unreplicated %llu",
+                 w->degraded[0] ? "degraded" : "durable", w->degraded[0] ? w->degraded : "again",
+                 (unsigned long long)w->c->stats.unreplicated_pushes);
+    }
     if (w->tty)
         printf("\r%s\033[K%s", line, final ? "\n" : "");
     else
         printf("%s\n", line);
     fflush(stdout);
     if (w->win_batches) {
-        char loss[32], rs[32], f1[160], f2[160];
+        char loss[32], rs[32], f1[160], f2[160], f3[160], dur[400];
         snprintf(loss, sizeof(loss), "%.4f", w->win_loss / w->win_batches);
         snprintf(rs, sizeof(rs), "%.0f", rate);
         snprintf(f1, sizeof(f1), "w:%s:loss", w->name);
         snprintf(f2, sizeof(f2), "w:%s:samples_per_s", w->name);
-        redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s", w->pkey, f1, loss, f2, rs);
+        snprintf(f3, sizeof(f3), "w:%s:durability", w->name);
+        durability_text(w, dur, sizeof(dur));
+        redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s %s %s", w->pkey, f1, loss,
+                                  f2, rs, f3, dur);
         if (r) freeReplyObject(r);
     }
     w->last_print = now;
@@ -612,7 +668,10 @@ int tr_cmd_work(const trainOpts *o) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    w.c = tr_connect(o, o->window, o->wait);
+    trainOpts oe = *o;
+    oe.on_event = on_event;
+    oe.event_udata = &w;
+    w.c = tr_connect(&oe, o->window, o->wait);
     if (w.c == NULL) return TR_EXIT_FAIL;
     if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
@@ -694,12 +753,15 @@ int tr_cmd_work(const trainOpts *o) {
     for (int t = 0; t < psModelNumTensors(w.m); t++) keys += psModelNumPartitions(w.m, t);
     const psStats *st = &w.c->stats;
     printf("ACKED worker=%s model_pushes=%lld keys=%d partition_pushes=%llu stale_rejects=%llu "
-           "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu\n",
+           "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu "
+           "unreplicated=%llu degraded_events=%llu restored_events=%llu lost_state=%llu\n",
            w.name, w.pushes, keys, (unsigned long long)st->pushes,
            (unsigned long long)st->stale_rejects, (unsigned long long)st->wait_short,
            (unsigned long long)st->retries, (unsigned long long)st->reconnects,
            (unsigned long long)st->refreshes, (unsigned long long)st->moved,
-           (unsigned long long)st->ask);
+           (unsigned long long)st->ask, (unsigned long long)st->unreplicated_pushes,
+           (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
+           (unsigned long long)st->lost_state);
     status = TR_EXIT_OK;
     if (Stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "

@@ -56,6 +56,18 @@
  * and 'errstr' describing that push, after doing its own work. STALE
  * rejects are not errors: they are counted in stats.stale_rejects.
  *
+ * Lost state. libps remembers, per partition, the highest version it saw
+ * acknowledged (push replies, pull replies). A key that answers "no such
+ * key" after that, or a pull that answers a lower version, or a push whose
+ * VERSION the server says it never reached, means the server lost
+ * acknowledged writes: typically a master that restarted without
+ * persistence (empty) or from an AOF that lagged (appendfsync everysec)
+ * before a failover could happen, and whose replicas then resynced from it.
+ * Such an event is announced (PS_EVENT_LOST_STATE, with the key, the node,
+ * the version acknowledged and the version now), counted in
+ * stats.lost_state and handled per lost_state_policy. README "Operations"
+ * lists the server configurations that cannot lose acknowledged pushes.
+ *
  * A psClient and the models used with it are not thread safe: use one
  * client per thread (or process).
  *
@@ -87,6 +99,11 @@ extern "C" {
 #define PS_ERR_OOM 6        /* out of memory */
 #define PS_ERR_ARG 7        /* bad argument from the caller */
 #define PS_ERR_AUTH 8       /* AUTH failed */
+#define PS_ERR_DURABILITY 9 /* a node cannot keep wait_replicas replicas and the
+                               policy is PS_DURABILITY_FAIL */
+#define PS_ERR_LOST_STATE 10 /* a tensor this client saw vanished or went back
+                                below a version it saw acknowledged (see
+                                "Lost state" above) */
 
 /* Default option values (used when the psOptions field is 0). */
 #define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -98,6 +115,47 @@ extern "C" {
 #define PS_DEFAULT_PUSH_WINDOW 2
 #define PS_DEFAULT_WAIT_TIMEOUT_MS 1000
 #define PS_DEFAULT_PARTITION_BYTES (1024 * 1024)
+#define PS_DEFAULT_PROBE_MS 1000        /* re-probe of a degraded node's replicas */
+
+/* psOptions.durability_policy: what to do when a node cannot satisfy
+ * wait_replicas (a WAIT answers fewer replicas than asked: the node has no
+ * replica, e.g. a promoted replica whose master is dead, or they lag). Each
+ * node that turns degraded is announced once (PS_EVENT_DEGRADED), and again
+ * when it is back to full durability (PS_EVENT_RESTORED), which happens by
+ * itself when a replica (re)joins. */
+#define PS_DURABILITY_DEGRADE 0 /* default: keep going with reduced durability.
+                                   After the first short WAIT the node's pushes
+                                   are not WAITed for (no wait_timeout_ms per
+                                   push); they are counted in
+                                   stats.unreplicated_pushes, and the node's
+                                   replicas are re-probed (INFO replication)
+                                   every probe_ms */
+#define PS_DURABILITY_BLOCK 1   /* a push whose WAIT is short is not done: its
+                                   WAIT is repeated until the replicas answer, so
+                                   the push window fills and pushes block until
+                                   redundancy returns */
+#define PS_DURABILITY_FAIL 2    /* a short WAIT fails the call that reads it with
+                                   PS_ERR_DURABILITY (the pushes were applied on
+                                   the master, not known to be replicated) */
+
+/* psOptions.lost_state_policy */
+#define PS_LOST_STATE_STOP 0     /* default: the pull or push that finds the loss
+                                    fails with PS_ERR_LOST_STATE */
+#define PS_LOST_STATE_CONTINUE 1 /* announce and count it, then go on from what
+                                    the server has (a pull answers its data, a push
+                                    based on a version the server lost is resent as
+                                    based on the server's); a vanished key still
+                                    fails (there is nothing to go on from) */
+
+/* Events (psOptions.on_event). */
+#define PS_EVENT_DEGRADED 1     /* 'node' cannot satisfy wait_replicas */
+#define PS_EVENT_RESTORED 2     /* 'node' satisfies wait_replicas again */
+#define PS_EVENT_LOST_STATE 3   /* a lost-state event (also with policy STOP) */
+
+/* Called from inside libps calls (never from another thread) with a
+ * one-line message naming the node ("host:port") and what happened. 'node'
+ * and 'message' are valid during the call only. */
+typedef void psEventFn(void *udata, int event, const char *node, const char *message);
 
 /* psOptions.flags */
 #define PS_FLAG_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
@@ -141,6 +199,11 @@ typedef struct psOptions {
     size_t partition_bytes;   /* partition size for models that do not set
                                  their own; PS_DEFAULT_PARTITION_BYTES */
     int flags;                /* PS_FLAG_* */
+    int durability_policy;    /* PS_DURABILITY_*; used when wait_replicas > 0 */
+    int probe_ms;             /* PS_DEFAULT_PROBE_MS */
+    int lost_state_policy;    /* PS_LOST_STATE_* */
+    psEventFn *on_event;      /* NULL: libps writes each event to stderr */
+    void *event_udata;
 } psOptions;
 
 /* Counters, cumulative since psConnect(). */
@@ -157,6 +220,13 @@ typedef struct psStats {
     uint64_t wait_short;      /* WAITs that returned fewer replicas than asked */
     uint64_t bytes_sent;      /* tensor payload bytes sent (push blobs) */
     uint64_t bytes_received;  /* tensor payload bytes received (pull blobs) */
+    uint64_t unreplicated_pushes; /* partition pushes acknowledged by a master that
+                                     could not confirm wait_replicas replicas
+                                     (PS_DURABILITY_DEGRADE) */
+    uint64_t degraded_nodes;  /* nodes degraded now (announced, not restored) */
+    uint64_t degraded_events; /* PS_EVENT_DEGRADED announced */
+    uint64_t restored_events; /* PS_EVENT_RESTORED announced */
+    uint64_t lost_state;      /* lost-state events (keys vanished or rolled back) */
 } psStats;
 
 struct psClientPriv;
@@ -165,7 +235,7 @@ struct psClientPriv;
  * and read-only for the caller; the rest is private. */
 typedef struct psClient {
     int err;                  /* 0 or PS_ERR_* of the last call */
-    char errstr[128];         /* human readable message when err != 0 */
+    char errstr[256];         /* human readable message when err != 0 */
     int cluster;              /* 1 when talking to a Redis Cluster */
     char client_id[96];       /* the ID sent with pushes */
     psStats stats;
