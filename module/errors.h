@@ -47,9 +47,11 @@
 #define PSERR_SNAP_NAME "ERR snapshot name must be 1..1024 bytes"
 #define PSERR_INIT_UNIFORM "ERR INIT UNIFORM needs lo <= hi"
 #define PSERR_INIT_NORMAL "ERR INIT NORMAL needs std >= 0"
-#define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW)"
+#define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW, ACCUM)"
 #define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
 #define PSERR_INTERNAL "ERR internal error"
+#define PSERR_NOT_ACCUM_F "ERR not an ACCUM tensor (its optimizer is %s): create it with OPTIM ACCUM"
+#define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
 /* PS._RESTORE (AOF replay) errors. */
 #define PSERR_RESTORE_HEADER "ERR bad header"
 #define PSERR_RESTORE_HEADER_F "ERR bad header: %s"

@@ -107,6 +107,9 @@ int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);
