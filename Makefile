@@ -75,7 +75,7 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC)) $(addprefix $(B)/be
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
-.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install uninstall clean \
+.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster demo-tree deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
@@ -253,6 +253,10 @@ demo: check-deps all
 
 demo-cluster: check-deps all
 	scripts/demo-cluster.sh
+
+# The tree topology (ps-relay) against the star: upstream bytes per sample and accuracy.
+demo-tree: check-deps all
+	scripts/demo-tree.sh
 
 # ---- dependencies ----------------------------------------------------------
 

@@ -43,7 +43,11 @@ class Relay:
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
 
+    def starts(self):
+        return self.output().count("] relaying ") if os.path.exists(self.out) else 0
+
     def start(self):
+        self.started = self.starts()
         with open(self.out, "ab") as f:
             self.proc = subprocess.Popen(self.cmd, stdout=f, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=self.env)
@@ -62,7 +66,10 @@ class Relay:
         return self.proc.returncode
 
     def stop(self):
-        """SIGTERM: the relay forwards what is summed, then exits 0."""
+        """SIGTERM: the relay forwards what is summed, then exits 0. Sent once it runs its
+        cycle (its signal handler is installed by then)."""
+        psserver.wait_until(lambda: self.proc.poll() is not None or
+                            self.starts() > self.started, timeout=20, what="relay running")
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGTERM)
         return self.wait()

@@ -352,15 +352,11 @@ static long long take_mincount(const relay *r, long long now) {
     return o->every_pushes > 0 ? o->every_pushes : (1LL << 62);
 }
 
-/* One cycle over every key. Returns the number of upstream pushes
- * acknowledged, 0 when nothing was due, -1 on a fatal error. */
-static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
+/* Fills 'tk' with PS.TAKE key MINCOUNT 'minb' SEQFLOOR 'floorb' for every
+ * key and runs it on the local server. 0, or -1 when nothing came back. */
+static int take_all(relay *r, batch *tk, const char *minb, const char *floorb) {
     static const char *targv[RELAY_MAX_KEYS][6];
     static size_t targl[RELAY_MAX_KEYS][6];
-    static char minb[32], floorb[32];
-    long long now = mono_ms();
-    snprintf(minb, sizeof(minb), "%lld", take_mincount(r, now));
-    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
     tk->n = 0;
     for (int i = 0; i < r->nkeys; i++) {
         const char **a = targv[i];
@@ -371,22 +367,62 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
         tk->idx[i] = i;
         tk->n++;
     }
-    if (psCommandBatchArgv(r->local, tk->n, tk->keys, tk->argc, tk->argv, tk->argl, tk->rep) < 0)
-        return 0;
+    return psCommandBatchArgv(r->local, tk->n, tk->keys, tk->argc, tk->argv, tk->argl, tk->rep) < 0
+               ? -1
+               : 0;
+}
+
+static void free_replies(batch *b) {
+    for (int i = 0; i < b->n; i++)
+        if (b->rep[i]) freeReplyObject(b->rep[i]);
+}
+
+/* Whether a round is due: a pending slot is there (to resend), or some key
+ * has summed at least the round's count. A round is decided once for all
+ * keys, so a worker's push of the whole model lands in one upstream push
+ * per round and one pull follows it (not one per key). A peek is a PS.TAKE
+ * whose MINCOUNT cannot be met: it changes nothing. Sets *summed when any
+ * key has something summed. */
+static int round_due(relay *r, batch *tk, long long need, int *summed) {
+    static char peekb[24], floorb[24];
+    snprintf(peekb, sizeof(peekb), "%lld", 1LL << 62);
+    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
+    if (take_all(r, tk, peekb, floorb) != 0) return 0;
+    long long most = 0;
+    int pending = 0;
+    for (int i = 0; i < tk->n; i++) {
+        const redisReply *t = tk->rep[i];
+        if (t && t->type == REDIS_REPLY_ARRAY) pending = 1;
+        if (t && t->type == REDIS_REPLY_INTEGER && t->integer > most) most = t->integer;
+        if (t && t->type == REDIS_REPLY_ERROR) pending = 1; /* the take below reports it */
+    }
+    free_replies(tk);
+    *summed = most > 0;
+    return pending || (most > 0 && most >= need);
+}
+
+/* One cycle over every key. Returns the number of upstream pushes
+ * acknowledged, 0 when nothing was due, -1 on a fatal error. */
+static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
+    static char floorb[32];
+    long long now = mono_ms();
+    int summed = 0;
+    const int due = round_due(r, tk, take_mincount(r, now), &summed);
+    if (summed && r->round_start_ms < 0) r->round_start_ms = now;
+    if (!due) return 0;
+    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
+    if (take_all(r, tk, "1", floorb) != 0) return 0;
     static const char *pargv[RELAY_MAX_KEYS][7];
     static size_t pargl[RELAY_MAX_KEYS][7];
     static char seqb[RELAY_MAX_KEYS][24];
     static float *meanbuf[RELAY_MAX_KEYS];
     uint64_t counts[RELAY_MAX_KEYS];
-    int summed = 0, fatal = 0;
+    int fatal = 0;
     pu->n = 0;
     for (int i = 0; i < tk->n; i++) {
         redisReply *t = tk->rep[i];
         if (!t) continue;
-        if (t->type == REDIS_REPLY_INTEGER) {
-            summed |= t->integer > 0;
-            continue;
-        }
+        if (t->type == REDIS_REPLY_INTEGER) continue;
         if (t->type == REDIS_REPLY_ERROR) {
             say(r, "PS.TAKE %s: %s", r->keys[i].name, t->str);
             fatal = 1;
@@ -421,7 +457,6 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
         pu->idx[j] = i;
     }
     if (pu->n) fault_point(r, "take");
-    if (summed && r->round_start_ms < 0) r->round_start_ms = now;
     int acked = 0;
     if (pu->n && psCommandBatchArgv(r->up, pu->n, pu->keys, pu->argc, pu->argv, pu->argl,
                                     pu->rep) >= 0) {
@@ -470,8 +505,7 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
         for (int j = 0; j < pu->n; j++)
             if (pu->rep[j]) freeReplyObject(pu->rep[j]);
     }
-    for (int i = 0; i < tk->n; i++)
-        if (tk->rep[i]) freeReplyObject(tk->rep[i]);
+    free_replies(tk);
     if (acked) r->round_start_ms = -1;
     return fatal ? -1 : acked;
 }
