@@ -115,13 +115,7 @@ int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
-    if (changed) {
-        RedisModule_ReplicateVerbatim(ctx);
-        ps_notify(ctx, "ps.mirror", argv[1]);
-        ps_signal_ready(ctx, argv[1]);
-        PSStats.sets++;
-        PSStats.bytes_in += t->n * sizeof(float);
-    }
+    if (changed) ps_values_overwritten(ctx, argv[1], "ps.mirror", t->n);
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
 done:
     RedisModule_CloseKey(key);

@@ -400,11 +400,7 @@ int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
-    RedisModule_ReplicateVerbatim(ctx);
-    ps_notify(ctx, "ps.set", argv[1]);
-    ps_signal_ready(ctx, argv[1]);
-    PSStats.sets++;
-    PSStats.bytes_in += t->n * sizeof(float);
+    ps_values_overwritten(ctx, argv[1], "ps.set", t->n);
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
 done:
     RedisModule_CloseKey(key);

@@ -124,6 +124,11 @@ void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key);
 /* Keyspace notification for the module's events. */
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
 
+/* After a command overwrote all n values of 'key' (PS.SET, PS.MIRROR):
+ * replicates it verbatim, fires 'event', wakes MINVERSION pulls, counts it. */
+void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
+                           uint64_t n);
+
 /* Command-info argument helpers (COMMAND DOCS): the key, a token with a
  * value, a bare token. Non-key arguments carry key_spec_index -1. */
 #define PS_ARG_KEY {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}

@@ -133,6 +133,16 @@ class Pusher(threading.Thread):
             time.sleep(self.pause)
 
 
+def start_relay_and_pusher(tree, n, pause=0.003, **kw):
+    """A relay forwarding every 3 ms and a pusher of n pushes on its local server."""
+    up, local, new_relay = tree
+    r = new_relay(extra=["--every-ms", "3"], **kw).start()
+    wait_local_tensors(local)
+    p = Pusher(local.port, n, pause=pause)
+    p.start()
+    return r, p
+
+
 def expected_sum(n, key):
     return sum(grad(s, key) for s in range(1, n + 1))
 
@@ -174,12 +184,9 @@ def test_relay_forwards_sums_and_mirrors_upstream_values(tree):
 
 @pytest.mark.slow
 def test_relay_sigkilled_five_times_at_random_points_loses_and_doubles_nothing(tree):
-    up, local, new_relay = tree
+    up, local, _ = tree
     rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
-    r = new_relay(extra=["--every-ms", "3"]).start()
-    wait_local_tensors(local)
-    p = Pusher(local.port, 400, pause=0.003)
-    p.start()
+    r, p = start_relay_and_pusher(tree, 400)
     for _ in range(5):
         time.sleep(rnd.uniform(0.05, 0.4))
         r.kill()
@@ -228,12 +235,9 @@ def test_relay_killed_after_each_step_of_its_cycle_resends_exactly_once(tree, ph
 
 @pytest.mark.slow
 def test_local_server_sigkilled_with_appendfsync_always_loses_and_doubles_nothing(tree):
-    up, local, new_relay = tree
+    up, local, _ = tree
     rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
-    r = new_relay(extra=["--every-ms", "3"]).start()
-    wait_local_tensors(local)
-    p = Pusher(local.port, 300, pause=0.003)
-    p.start()
+    r, p = start_relay_and_pusher(tree, 300)
     for _ in range(3):
         time.sleep(rnd.uniform(0.1, 0.4))
         local.restart(kill=True, timeout=30)
