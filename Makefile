@@ -286,7 +286,7 @@ check-deps:
 # `pkg-config --static --libs libps` (README "Use libps from your program").
 PREFIX ?= /usr/local
 LIBPS_VERSION = 0.1.0
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train lib/libps.a include/redis-ps/ps.h \
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a include/redis-ps/ps.h \
                 lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
@@ -303,6 +303,7 @@ install: all $(B)/libps.pc
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
+	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
 	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
 	install -m 0644 $(B)/libps.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libps.pc
