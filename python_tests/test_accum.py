@@ -62,17 +62,23 @@ def test_mirror_never_moves_the_version_back_and_wakes_minversion_pulls(r):
     ("PS.MIRROR", ["a", 1, b"abc"], "ERR data has 3 bytes"),
     ("PS.MIRROR", ["a", 1, f32(np.full(6, np.inf))], "ERR data contains NaN or Inf"),
     ("PS.MIRROR", ["a", -1, f32(G1)], "ERR version"),
+    ("PS.TAKE", ["str"], "WRONGTYPE"),
+    ("PS.MIRROR", ["str", 1, f32(G1)], "WRONGTYPE"),
+    ("PS.TAKE", ["a", "MINCOUNT"], "ERR wrong number of arguments"),
+    ("PS.TAKEACK", ["a"], "ERR wrong number of arguments"),
+    ("PS.MIRROR", ["a", 1], "ERR wrong number of arguments"),
 ])
 def test_relay_commands_refuse_bad_input_and_change_nothing(server, cmd, args, code):
     r = server.client()
     accum(r)
     r.execute_command("PS.CREATE", "s", "SHAPE", 2, 3)
+    r.set("str", "x")
     r.execute_command("PS.PUSHGRAD", "a", f32(G1))
-    before = {k: psserver.digest(r, k) for k in ("a", "s")}
+    before = {k: psserver.digest(r, k) for k in ("a", "s", "str")}
     with server.raw() as raw:
         rep = raw.call(cmd, *args)
     assert isinstance(rep, psserver.RespError) and str(rep).startswith(code), rep
-    assert {k: psserver.digest(r, k) for k in ("a", "s")} == before
+    assert {k: psserver.digest(r, k) for k in ("a", "s", "str")} == before
 
 
 def test_accum_takes_no_sync_round(server):
