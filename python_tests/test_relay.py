@@ -253,6 +253,32 @@ def test_local_server_sigkilled_with_appendfsync_always_loses_and_doubles_nothin
         assert versions[k] == info(lc, k)["relay_seq"] - floor + 1, k
 
 
+@pytest.mark.slow
+def test_upstream_sigkilled_with_appendfsync_always_gets_every_round_once(make_server, tmp_path,
+                                                                          relays):
+    """The upstream killed and restarted under the relay: a round it applied but did not
+    acknowledge is resent with its seq and answered from the (persisted) exactly-once table."""
+    up = make_server(args=["--appendonly", "yes", "--appendfsync", "always"])
+    local = make_server()
+    for k, shape in SHAPES.items():
+        up.client().execute_command("PS.CREATE", k, "SHAPE", *shape, "OPTIM", "SGD", "LR", 1)
+    r = Relay(tmp_path, local, up, extra=["--every-ms", "3"]).start()
+    relays.append(r)
+    wait_local_tensors(local)
+    p = Pusher(local.port, 300, pause=0.003)
+    p.start()
+    rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
+    for _ in range(3):
+        time.sleep(rnd.uniform(0.1, 0.4))
+        up.restart(kill=True, timeout=30)
+    p.join(90)
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, 300)
+    lc = local.client()
+    for k in SHAPES:
+        assert versions[k] == info(lc, k)["takes"] == info(lc, k)["take_acks"], k
+
+
 def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree):
     up, local, new_relay = tree
     r = new_relay(extra=["--sync", "--workers", "3", "--round-timeout-ms", "400",

@@ -32,6 +32,7 @@ typedef struct relay {
     relayStats st;
     long long start_ms, last_pull_ms, last_progress_ms;
     long long round_start_ms; /* first push of the open round seen; -1: none */
+    long long last_warn_ms;   /* rate limit of the "upstream unreachable" line */
     const char *fault;        /* PS_RELAY_FAULT "phase:n": SIGKILL itself (tests) */
 } relay;
 
@@ -468,7 +469,15 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
             redisReply *p = pu->rep[j];
             int i = pu->idx[j];
             relayKey *k = &r->keys[i];
-            if (!p) continue; /* no answer: the slot is resent next cycle */
+            if (!p) { /* no answer: the slot stays pending and is resent next cycle */
+                long long t = mono_ms();
+                if (t - r->last_warn_ms >= 1000) {
+                    say(r, "upstream push of %s: %s (kept pending, retried)", k->name,
+                        r->up->errstr[0] ? r->up->errstr : "no reply");
+                    r->last_warn_ms = t;
+                }
+                continue;
+            }
             if (p->type == REDIS_REPLY_ERROR) {
                 say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->str,
                     strncmp(p->str, "ERR", 3) && strncmp(p->str, "WRONGTYPE", 9)
