@@ -8,6 +8,8 @@
  *  - an error status (or a duplicate) leaves every byte of state unchanged;
  *  - PST_OK bumps the version by one (async) / closes the round (sync),
  *    PST_PENDING adds one gradient to the open round and keeps the version;
+ *    on an ACCUM tensor PST_OK adds it to the sum and keeps version and values;
+ *  - an ACCUM take answers the same pending slot until it is acknowledged;
  *  - snapshots and copies never change when the live tensor is written
  *    (copy on write);
  *  - the exactly-once table stays within its bound and a replayed (id, seq)
@@ -27,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accum.h"
 #include "codec.h"
 #include "fuzz_util.h"
 #include "limits.h"
@@ -55,6 +58,11 @@ static uint64_t state_hash(const PSTensor *t) {
     h = h_buf(h, t->opt.s[1]);
     h = h_buf(h, t->round_acc);
     h = h_add(h, &t->round_count, 4);
+    h = h_add(h, &t->acc.count, 8);
+    h = h_add(h, &t->acc.seq, 8);
+    h = h_add(h, &t->acc.pend_count, 8);
+    h = h_buf(h, t->acc.sum);
+    h = h_buf(h, t->acc.pend);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         h = h_add(h, t->dedup[i].id, t->dedup[i].idlen);
         h = h_add(h, &t->dedup[i].seq, 8);
@@ -115,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     h.clipnorm = fz_hyper(&in, h.clipnorm);
     if (ps_optim_check(&h) == NULL) o.h = h; /* the commands refuse the rest */
     uint8_t mode = fz_u8(&in);
-    o.sync_n = (mode & 3) == 3 ? 1 + fz_range(&in, 3) : 0;
+    o.sync_n = (mode & 3) == 3 && o.optim != PS_OPT_ACCUM ? 1 + fz_range(&in, 3) : 0;
     o.maxstale = (mode & 4) ? (int64_t)fz_range(&in, 4) : -1;
     o.policy = (mode & 8) ? PS_POLICY_SCALE : PS_POLICY_REJECT;
     o.dedup_max = fz_range(&in, 4);
@@ -137,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const uint64_t before = state_hash(t);
         const uint64_t v0 = t->version;
         const uint32_t rc0 = t->round_count;
+        const uint64_t ac0 = t->acc.count;
         switch (op % 8) {
         case 0:
         case 1:
@@ -190,7 +199,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             PSPushResult r;
             int st = PSTensor_Push(t, &p, &r);
             if (is_dup) FZ_CHECK(st == PST_DUPLICATE && r.version == dup_version);
-            if (st == PST_OK) {
+            if (st == PST_OK && t->optim == PS_OPT_ACCUM) {
+                FZ_CHECK(t->version == v0 && r.version == v0 && t->acc.count == ac0 + 1);
+            } else if (st == PST_OK) {
                 FZ_CHECK(t->version == v0 + 1 && r.version == t->version);
                 if (t->sync_n) FZ_CHECK(t->round_count == 0 && t->round_acc == NULL);
             } else if (st == PST_PENDING) {
@@ -236,7 +247,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(t->version == v0 + 1 && memcmp(t->data->v, s->data->v, n * 4) == 0);
             break;
         }
-        case 6: { /* round close (timer) or SET */
+        case 6: { /* round close (timer) or SET; on ACCUM tensors take / ack */
+            if (t->optim == PS_OPT_ACCUM) {
+                const uint64_t pend0 = t->acc.pend_count, seq0 = t->acc.seq;
+                const uint8_t how = fz_u8(&in);
+                if (how & 1) {
+                    FZ_CHECK(PSAccum_Ack(t, seq0 - (how & 2 ? 1 : 0)) == (pend0 && !(how & 2)));
+                    break;
+                }
+                int st = PSAccum_Take(t, 1 + (how >> 6), 0);
+                if (st == PS_TAKE_AGAIN) FZ_CHECK(pend0 && state_hash(t) == before);
+                else if (st == PS_TAKE_SHORT) FZ_CHECK(state_hash(t) == before);
+                else FZ_CHECK(!pend0 && t->acc.seq == seq0 + 1 && t->acc.pend_count == ac0 &&
+                              t->acc.count == 0 && t->version == v0);
+                break;
+            }
             if (fz_u8(&in) & 1) {
                 int st = PSTensor_CloseRound(t);
                 if (st == PST_PENDING) FZ_CHECK(state_hash(t) == before);

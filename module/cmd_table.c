@@ -76,6 +76,12 @@ static RedisModuleCommandArg PullArgs[] = {
 static RedisModuleCommandArg CloseRoundArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg TakeArgs[] = {
+    PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg TakeAckArgs[] = {PS_ARG_KEY, PS_ARG("seq", NULL, INTEGER, 0), {0}};
+static RedisModuleCommandArg MirrorArgs[] = {
+    PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), PS_ARG("data", NULL, STRING, 0), {0}};
 static RedisModuleCommandArg SnapArgs[] = {
     PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
 
@@ -128,6 +134,15 @@ static const PSCommandDef PSCommands[] = {
      "Restores values and optimizer state from a snapshot as a new version", "O(1)"},
     {"ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", 3, WriteKey, NameArgs,
      "Drops a snapshot", "O(S) where S is the number of snapshots"},
+    /* cmd_relay.c */
+    {"ps.take", PSTake_RedisCommand, "write", -2, WriteKey, TakeArgs,
+     "Moves the summed gradient of an ACCUM tensor into its pending slot (or answers the slot)",
+     PS_O_N},
+    {"ps.takeack", PSTakeAck_RedisCommand, "write fast", 3, WriteKey, TakeAckArgs,
+     "Drops the pending slot of an ACCUM tensor once its upstream push was acknowledged",
+     "O(1)"},
+    {"ps.mirror", PSMirror_RedisCommand, "write deny-oom", 4, WriteKey, MirrorArgs,
+     "Sets the values and version of an ACCUM tensor to the upstream tensor's", PS_O_N},
 };
 
 

@@ -235,6 +235,15 @@ void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key) {
     RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, event, key);
 }
 
+void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
+                           uint64_t n) {
+    RedisModule_ReplicateVerbatim(ctx);
+    ps_notify(ctx, event, key);
+    ps_signal_ready(ctx, key);
+    PSStats.sets++;
+    PSStats.bytes_in += n * sizeof(float);
+}
+
 /* ========================================================================
  * Configs (CONFIG SET/GET ps.*, or in redis.conf after loadmodule)
  * ====================================================================== */

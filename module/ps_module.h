@@ -152,6 +152,9 @@ int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);
@@ -165,6 +168,11 @@ void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key);
 
 /* Keyspace notification for the module's events. */
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
+
+/* After a command overwrote all n values of 'key' (PS.SET, PS.MIRROR):
+ * replicates it verbatim, fires 'event', wakes MINVERSION pulls, counts it. */
+void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
+                           uint64_t n);
 
 /* Command-info argument helpers (COMMAND DOCS): the key, a token with a
  * value, a bare token. Non-key arguments carry key_spec_index -1. */

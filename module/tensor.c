@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "accum.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------------------
@@ -139,6 +140,7 @@ void PSTensor_Free(PSTensor *t) {
     PSBuf_Release(t->data);
     PSOptState_Release(&t->opt);
     PSBuf_Release(t->round_acc);
+    PSAccum_Release(&t->acc);
     PSDedup_Free(t);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         PSTensor_Dealloc(t->snaps[i].name);
@@ -168,8 +170,10 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
     c->snaps = NULL;
     c->nsnap = 0;
     c->round_acc = NULL;
+    memset(&c->acc, 0, sizeof(c->acc));
     PSBuf_Retain(c->data);
     PSOptState_Share(&c->opt, &t->opt);
+    if (PSAccum_Copy(&c->acc, &t->acc, t->n) != PST_OK) goto oom;
     if (t->round_acc) {
         c->round_acc = buf_clone(t->round_acc);
         if (!c->round_acc) goto oom;
@@ -203,6 +207,8 @@ size_t PSTensor_MemUsage(const PSTensor *t) {
     for (int i = 0; i < 2; i++)
         if (t->opt.s[i]) bytes += fb;
     if (t->round_acc) bytes += fb;
+    if (t->acc.sum) bytes += fb;
+    if (t->acc.pend) bytes += fb;
     bytes += PSDedup_MemUsage(t);
     /* A snapshot's arrays count only where not shared with the live tensor
      * or an earlier snapshot (snapshots taken with no write between them
@@ -416,6 +422,23 @@ static void dedup_done(PSTensor *t, PSDedupEntry *de, char *idcopy, const PSPush
     }
 }
 
+/* ACCUM tensors: the checked gradient joins the sum (accum.c), scaled by
+ * SCALE, the clipping factor and, beyond MAXSTALENESS with POLICY SCALE,
+ * 1 / (1 + staleness); the version (the upstream's, mirrored) stays. */
+static int accum_push(PSTensor *t, const unsigned char *g, const unsigned char *rows,
+                      size_t nrows, const PSPush *p, double gscale, uint64_t stale,
+                      PSPushResult *r) {
+    double f = p->scale * gscale;
+    if (t->maxstale >= 0 && stale > (uint64_t)t->maxstale) f = f / (double)(1 + stale);
+    const int st = PSAccum_Add(t, g, rows, nrows, (float)f);
+    if (st == PST_ERR_NONFINITE) t->stats.nonfinite_rejects++;
+    if (st != PST_OK) return st;
+    r->version = t->version;
+    t->stats.pushes++;
+    t->stats.stale_hist[PSTensor_StaleBucket(stale)]++;
+    return PST_OK;
+}
+
 int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     memset(r, 0, sizeof(*r));
     /* 1. Exactly once: a seq already applied (or below the window) is a
@@ -507,6 +530,13 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         goto fail;
     }
 
+    if (t->optim == PS_OPT_ACCUM) {
+        st = accum_push(t, g, rows, nrows, p, gscale, stale, r);
+        if (st != PST_OK) goto fail;
+        PSTensor_Dealloc(mem);
+        dedup_done(t, de, idcopy, p, r->version);
+        return PST_OK;
+    }
     if (t->sync_n) {
         if (!t->round_acc) {
             t->round_acc = PSBuf_New(t->n, 1);

@@ -66,8 +66,22 @@ typedef struct PSSnapshot {
 typedef struct PSCounters {
     uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
     uint64_t scaled_pushes, rounds_closed, rounds_timed_out;
+    uint64_t takes, take_acks; /* ACCUM tensors: pending slots created / dropped */
     uint64_t stale_hist[PS_STALE_BUCKETS];
 } PSCounters;
+
+/* State of an ACCUM tensor (OPTIM ACCUM, the local side of a relay; see
+ * accum.h): pushes are summed into 'sum'; PS.TAKE moves the sum into the
+ * pending slot under a new relay seq, and it stays there until PS.TAKEACK
+ * says the upstream push of that seq was acknowledged. Persisted (from
+ * PS_ENCVER_ACCUM), replicated and digested like the rest of the value. */
+typedef struct PSAccum {
+    uint64_t count;      /* pushes summed into 'sum' since the last take */
+    PSBuf *sum;          /* NULL while count == 0 */
+    uint64_t seq;        /* seq given to the newest take (0: none yet) */
+    uint64_t pend_count; /* pushes in the pending take; 0: nothing pending */
+    PSBuf *pend;         /* the pending sum (seq 'seq'); NULL when none */
+} PSAccum;
 
 typedef struct PSTensor {
     uint32_t ndim;
@@ -94,6 +108,8 @@ typedef struct PSTensor {
     uint32_t dedup_cap;
     PSDedupEntry *dedup;
     PSDedupIndex *dedup_ix; /* lookup/eviction index over 'dedup' (dedup.c); NULL until needed */
+
+    PSAccum acc; /* used by ACCUM tensors only (all zero otherwise) */
 
     uint32_t max_snapshots;
     uint32_t nsnap;
