@@ -46,7 +46,10 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
                      char *tail, size_t tailcap, size_t *taillen) {
     int version = a->has_version && !(a->flags & PS_WIRE_NO_VERSION);
     int id = !(a->flags & PS_WIRE_NO_ID);
-    int argc = 5 + (version ? 2 : 0) + (id ? 3 : 0) + (a->scale != 1.0f ? 2 : 0);
+    /* F32 is the server's default format: leaving FORMAT out saves the
+     * server two arguments' parsing per push (a third of a small push). */
+    int fmtarg = a->fmt != PS_FMT_F32;
+    int argc = 3 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0) + (a->scale != 1.0f ? 2 : 0);
     out h = {head, headcap, 0}, t = {tail, tailcap, 0};
 
     put_header(&h, '*', (unsigned long long)argc);
@@ -54,8 +57,10 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
     put_arg(&h, a->key, a->keylen);
     put_header(&h, '$', a->bloblen);
     put(&t, "\r\n", 2);
-    put_str(&t, "FORMAT");
-    put_str(&t, ps_format_name(a->fmt));
+    if (fmtarg) {
+        put_str(&t, "FORMAT");
+        put_str(&t, ps_format_name(a->fmt));
+    }
     if (version) {
         put_str(&t, "VERSION");
         put_u64(&t, a->version);

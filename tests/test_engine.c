@@ -274,6 +274,10 @@ static void test_wire_pushgrad_matches_hiredis_formatting(void **state) {
     a.scale = 0.5f;
     a.flags = PS_WIRE_NO_ID | PS_WIRE_NO_VERSION;
     expect_pushgrad(&a, "abcd", 7, bare);
+    /* F32 is the server's default: no FORMAT argument */
+    const char *f32[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "VERSION", "42", "ID", "cid", "7"};
+    psWirePush b = {"j:w:0", 5, 4, PS_FMT_F32, 1, 42, "cid", 7, 1.0f, 0};
+    expect_pushgrad(&b, "abcd", 8, f32);
     /* a head buffer too small is refused with the room needed */
     char h[8], t[256];
     size_t hl, tl;
