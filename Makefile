@@ -239,6 +239,12 @@ fuzz-short: $(FUZZ_BINS)
 bench: check-deps all $(BENCH_BINS)
 	bench/run.sh
 
+# Training over a tc-shaped link in a private network namespace (needs root;
+# skips otherwise; about 5 minutes).
+.PHONY: bench-shaped
+bench-shaped: check-deps all
+	bench/shaped_link.sh
+
 demo: check-deps all
 	scripts/demo.sh
 
