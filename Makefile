@@ -256,6 +256,12 @@ bench: check-deps all $(BENCH_BINS)
 bench-durability: check-deps all
 	$(PYTHON) bench/durability.py
 
+# Training over a tc-shaped link in a private network namespace (needs root;
+# skips otherwise; about 5 minutes).
+.PHONY: bench-shaped
+bench-shaped: check-deps all
+	bench/shaped_link.sh
+
 demo: check-deps all
 	scripts/demo.sh
 

@@ -12,6 +12,7 @@
  * On an existing job, settings given that differ from its config are an
  * error, and a job with every task done is reported finished. */
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,64 @@ int tr_parse_wire(const char *name, int push, psWireFormat *out) {
     else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
     else return -1;
     return 0;
+}
+
+int tr_parse_push(const char *name, pushFormat *out) {
+    memset(out, 0, sizeof(*out));
+    if (name == NULL || strncasecmp(name, "topk", 4) != 0)
+        return tr_parse_wire(name, 1, &out->fmt);
+    out->fmt = PS_WIRE_TOPK;
+    if (name[4] == '\0') {
+        out->topk_ratio = 0.01;
+        return 0;
+    }
+    const char *k = name + 5;
+    if (name[4] != ':' || *k == '\0' || *k == '-' || *k == '+' || *k == ' ') return -1;
+    char *end;
+    errno = 0;
+    if (strpbrk(k, ".%eE") == NULL) {
+        long long n = strtoll(k, &end, 10);
+        if (errno || *end != '\0' || n < 1) return -1;
+        out->topk_count = n;
+        return 0;
+    }
+    double r = strtod(k, &end);
+    if (errno || end == k || r != r) return -1;
+    if (*end == '%' && end[1] == '\0') r /= 100;
+    else if (*end != '\0') return -1;
+    if (!(r > 0 && r <= 1)) return -1;
+    out->topk_ratio = r;
+    return 0;
+}
+
+const char *tr_push_name(const pushFormat *pf, char *buf, size_t len) {
+    static const char *names[] = {"f32", "f16", "bf16", "i8", "topk"};
+    if (pf->fmt != PS_WIRE_TOPK)
+        snprintf(buf, len, "%s", names[pf->fmt]);
+    else if (pf->topk_count > 0)
+        snprintf(buf, len, "topk:%lld", pf->topk_count);
+    else {
+        /* A fraction must keep its '.' (or exponent): "topk:1" is a count. */
+        snprintf(buf, len, "topk:%.17g", pf->topk_ratio);
+        if (strpbrk(buf + 5, ".eE") == NULL) snprintf(buf, len, "topk:%.1f", pf->topk_ratio);
+    }
+    return buf;
+}
+
+int tr_push_same(const pushFormat *a, const pushFormat *b) {
+    return a->fmt == b->fmt && (a->fmt != PS_WIRE_TOPK || (a->topk_ratio == b->topk_ratio &&
+                                                           a->topk_count == b->topk_count));
+}
+
+int tr_push_apply(psModel *m, const pushFormat *pf) {
+    double r = pf->topk_ratio;
+    if (pf->fmt == PS_WIRE_TOPK && pf->topk_count > 0) {
+        size_t total = 0;
+        for (int t = 0; t < psModelNumTensors(m); t++) total += psModelTensorElements(m, t);
+        r = total > 0 ? (double)pf->topk_count / (double)total : 1;
+        if (r > 1) r = 1;
+    }
+    return psModelSetPushFormat(m, pf->fmt, r);
 }
 
 double tr_wall(void) {
@@ -199,6 +258,8 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         else if (!strcmp(f, "train_n")) cfg->train_n = atoi(num);
         else if (!strcmp(f, "tasks")) cfg->tasks = atoll(num);
         else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
+        else if (!strcmp(f, "push_format"))
+            copy_str(cfg->push_format, sizeof(cfg->push_format), v);
         else if (!strcmp(f, "state")) copy_str(cfg->state, sizeof(cfg->state), v);
         else if (!strcmp(f, "momentum")) {
             cfg->momentum = strtod(num, NULL);
@@ -212,9 +273,11 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
     if (strcmp(cfg->state, "ready") == 0) {
         char err[256];
         cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));
-        if (cfg->nsizes < 0 || cfg->batch < 1) {
+        pushFormat pf;
+        if (cfg->nsizes < 0 || cfg->batch < 1 ||
+            (cfg->push_format[0] && tr_parse_push(cfg->push_format, &pf) != 0)) {
             fprintf(stderr, "ps-train: job %s has a corrupt config (%s)\n", job,
-                    cfg->nsizes < 0 ? err : "batch");
+                    cfg->nsizes < 0 ? err : cfg->batch < 1 ? "batch" : "push_format");
             return -1;
         }
     }
@@ -289,6 +352,18 @@ int tr_check_test(const trainOpts *o, const jobConfig *cfg) {
 /* ========================================================================
  * init
  * ====================================================================== */
+
+int tr_check_push_format(const trainOpts *o, const jobConfig *cfg) {
+    pushFormat mine, job;
+    if (o->push_format == NULL || cfg->push_format[0] == '\0') return 0;
+    if (tr_parse_push(o->push_format, &mine) != 0 || tr_parse_push(cfg->push_format, &job) != 0 ||
+        !tr_push_same(&mine, &job)) {
+        tr_err(o, "--push-format %s does not match job %s's %s (set by init; every worker of a "
+               "job pushes the same format)", o->push_format, o->job, cfg->push_format);
+        return -1;
+    }
+    return 0;
+}
 
 /* DEL the job's non-tensor keys and, when its config is known, its tensors. */
 static int delete_job(const trainOpts *o, psClient *c) {
@@ -506,6 +581,10 @@ int tr_cmd_init(const trainOpts *o) {
                    o->job, cfg.state);
             goto out;
         }
+        if (tr_check_push_format(o, &cfg) != 0) {
+            status = TR_EXIT_USAGE;
+            goto out;
+        }
         status = existing_job(o, c, &cfg);
         goto out;
     }
@@ -525,6 +604,9 @@ int tr_cmd_init(const trainOpts *o) {
     cfg.partition_bytes = o->partition_bytes;
     cfg.seed = o->seed;
     cfg.label_col = o->label_col;
+    pushFormat pf;
+    tr_parse_push(o->push_format, &pf); /* validated with the flags */
+    tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
     if (o->data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->data);
     if (o->csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->csv);
     if (o->test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->test_csv);
@@ -564,7 +646,8 @@ int tr_cmd_init(const trainOpts *o) {
                               "shard_size", nums[3], "partition_bytes", nums[4],
                               "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
                               "label_col", nums[5], "train_n", nums[6], "seed", nums[7],
-                              "momentum", nums[8], "limit", nums[9]};
+                              "momentum", nums[8], "limit", nums[9],
+                              "push_format", cfg.push_format};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
         size_t argl[sizeof(argv) / sizeof(argv[0])];
         for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
@@ -686,8 +769,9 @@ int tr_cmd_status(const trainOpts *o) {
         goto out;
     }
     printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks\n", o->job, cfg.state, cfg.layers, cfg.optim, cfg.lr,
-           cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks);
+           "shards of %d, %lld tasks, push %s\n", o->job, cfg.state, cfg.layers, cfg.optim,
+           cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
+           cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)");
     tr_key(tkey, sizeof(tkey), o->job, "tasks");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 

@@ -68,6 +68,7 @@ typedef struct worker {
     char name[128];
     char tkey[128], pkey[128], dkey[128];
     int batch;
+    char push_name[32];     /* the push format in use (the job's) */
     int tty;                /* overwrite one line instead of printing lines */
     int quiet;
     /* counters */
@@ -602,11 +603,16 @@ static int setup(worker *w) {
         return -1;
     }
     int nt = psModelNumTensors(w->m);
-    psWireFormat pullf, pushf;
+    psWireFormat pullf;
+    pushFormat pushf;
+    /* The job's push format wins (all workers send alike); a job from before
+     * it was recorded takes the flag. */
+    if (tr_check_push_format(o, &w->cfg) != 0) return -1;
+    snprintf(w->push_name, sizeof(w->push_name), "%s",
+             w->cfg.push_format[0] ? w->cfg.push_format : o->push_format ? o->push_format : "f32");
     if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
-        tr_parse_wire(o->push_format, 1, &pushf) != 0 ||
-        psModelSetPullFormat(w->m, pullf) != PS_OK ||
-        psModelSetPushFormat(w->m, pushf, 0.01) != PS_OK) {
+        tr_parse_push(w->push_name, &pushf) != 0 ||
+        psModelSetPullFormat(w->m, pullf) != PS_OK || tr_push_apply(w->m, &pushf) != PS_OK) {
         tr_err(o, "bad --pull-format or --push-format");
         return -1;
     }
@@ -677,8 +683,8 @@ int tr_cmd_work(const trainOpts *o) {
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
     if (!w.quiet) {
-        printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d\n", w.name, o->job,
-               w.cfg.layers, w.batch, w.ds.n, o->window);
+        printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d, push %s\n",
+               w.name, o->job, w.cfg.layers, w.batch, w.ds.n, o->window, w.push_name);
         fflush(stdout);
     }
     for (;;) {
@@ -722,12 +728,21 @@ int tr_cmd_work(const trainOpts *o) {
         /* The span this worker trained (after connecting and loading its
          * data, until its last ack; not the wait for others' last tasks):
          * run reports samples/s over the union of the spans. */
-        char f1[160], f2[160], v1[32], v2[32];
+        char f1[160], f2[160], f3[160], f4[160], f5[160], v1[32], v2[32], v3[32], v4[32],
+            v5[32];
         snprintf(f1, sizeof(f1), "w:%s:train_start", w.name);
         snprintf(f2, sizeof(f2), "w:%s:train_end", w.name);
         snprintf(v1, sizeof(v1), "%.6f", w.t_first);
         snprintf(v2, sizeof(v2), "%.6f", w.t_last);
-        redisReply *r = psCommand(w.c, w.pkey, "HSET %s %s %s %s %s", w.pkey, f1, v1, f2, v2);
+        /* Gradient and model payload bytes (libps stats), for bytes per step. */
+        snprintf(f3, sizeof(f3), "w:%s:push_bytes", w.name);
+        snprintf(f4, sizeof(f4), "w:%s:pull_bytes", w.name);
+        snprintf(v3, sizeof(v3), "%llu", (unsigned long long)w.c->stats.bytes_sent);
+        snprintf(v4, sizeof(v4), "%llu", (unsigned long long)w.c->stats.bytes_received);
+        snprintf(f5, sizeof(f5), "w:%s:model_pushes", w.name);
+        snprintf(v5, sizeof(v5), "%lld", w.pushes);
+        redisReply *r = psCommand(w.c, w.pkey, "HSET %s %s %s %s %s %s %s %s %s %s %s", w.pkey,
+                                  f1, v1, f2, v2, f3, v3, f4, v4, f5, v5);
         if (r) freeReplyObject(r);
     }
     double secs = tr_now() - w.t0;
@@ -743,7 +758,7 @@ int tr_cmd_work(const trainOpts *o) {
                w.name, w.t_pull * 1e3 / w.pushes, w.t_grad * 1e3 / w.pushes,
                w.t_push * 1e3 / w.pushes, w.t_tasks * 1e3 / w.pushes,
                (w.t_last - w.t_first) * 1e3 / w.pushes, o->pull_every, o->overlap,
-               o->pull_format, o->push_format);
+               o->pull_format, w.push_name);
     /* For scripts and the fault tests: after the final drain every model
      * push is acknowledged, so each partition key got exactly model_pushes
      * pushes from this worker (partition_pushes = model_pushes * keys unless
@@ -754,14 +769,16 @@ int tr_cmd_work(const trainOpts *o) {
     const psStats *st = &w.c->stats;
     printf("ACKED worker=%s model_pushes=%lld keys=%d partition_pushes=%llu stale_rejects=%llu "
            "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu "
-           "unreplicated=%llu degraded_events=%llu restored_events=%llu lost_state=%llu\n",
+           "unreplicated=%llu degraded_events=%llu restored_events=%llu lost_state=%llu "
+           "push_bytes=%llu pull_bytes=%llu\n",
            w.name, w.pushes, keys, (unsigned long long)st->pushes,
            (unsigned long long)st->stale_rejects, (unsigned long long)st->wait_short,
            (unsigned long long)st->retries, (unsigned long long)st->reconnects,
            (unsigned long long)st->refreshes, (unsigned long long)st->moved,
            (unsigned long long)st->ask, (unsigned long long)st->unreplicated_pushes,
            (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
-           (unsigned long long)st->lost_state);
+           (unsigned long long)st->lost_state, (unsigned long long)st->bytes_sent,
+           (unsigned long long)st->bytes_received);
     status = TR_EXIT_OK;
     if (Stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
