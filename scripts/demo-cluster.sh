@@ -35,15 +35,8 @@ for f in "$PS_TRAIN" "$MODULE"; do
     [ -f "$f" ] || { echo "demo-cluster: $f is missing: run make first" >&2; exit 1; }
 done
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo-cluster.XXXXXX")
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$REPO/scripts/demo-procs.sh"
+demo_procs_init cluster
 
 # Six free loopback ports P whose cluster bus port P+10000 is free too.
 PORTS=($(python3 - <<'PY'

@@ -36,15 +36,8 @@ for f in "$PS_TRAIN" "$PS_RELAY" "$MODULE"; do
 done
 [ $((EPOCHS % 2)) -eq 0 ] || { echo "demo-tree: DEMO_EPOCHS must be even" >&2; exit 1; }
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo-tree.XXXXXX")
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$REPO/scripts/demo-procs.sh"
+demo_procs_init tree
 
 # start_server NAME -> sets PORT; the server runs in $DIR/NAME (not in a
 # subshell: its pid must reach PIDS, and its output must not hold a pipe).

@@ -148,6 +148,10 @@ int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train,
 /* Parses --on-degraded / --on-lost-state names into PS_DURABILITY_* /
  * PS_LOST_STATE_*. Returns 0 or -1. */
 int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state);
+/* Runs a command routed by 'key': every %s of 'fmt' is one argument,
+ * literals split on spaces. Returns the reply, or NULL after printing the
+ * client error or the server error reply (which is freed). */
+redisReply *tr_cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...);
 /* Prints an error with the subcommand prefix. */
 /* Parses a --pull-format/--push-format name (case-insensitive) into *out;
  * 'push' also allows i8. Returns 0 or -1. */
