@@ -262,6 +262,11 @@ bench-durability: check-deps all
 bench-shaped: check-deps all
 	bench/shaped_link.sh
 
+# Training speed of every wire format on loopback against F32 (about 2 minutes).
+.PHONY: bench-formats
+bench-formats: check-deps all
+	bench/formats_bench.sh
+
 demo: check-deps all
 	scripts/demo.sh
 
