@@ -21,8 +21,8 @@
 # step of the sum is ONE step of a k times larger batch: DEMO_OPTIM=adam
 # DEMO_LR=0.001 measured 0.857-0.863 vs the star's 0.879-0.883, and a larger
 # DEMO_TREE_LR did not close the gap (docs/design.md). DEMO_PER_RELAY=4 meets
-# the bytes target (0.09 of the star's) but k grows to ~11.5 and the tree
-# lands 2-6 points below the star (docs/benchmarks.md "Tree topology").
+# the bytes target (0.08-0.09 of the star's) but k grows to ~11.5 and the tree
+# lands 5.5-6.8 points below the star (docs/benchmarks.md "Tree topology").
 #
 # Environment: REDIS_SERVER, DEMO_PER_RELAY (2), DEMO_EPOCHS (10, even), DEMO_OPTIM (sgd),
 # DEMO_LR (0.02), DEMO_TREE_LR (DEMO_LR), DEMO_BATCH (64), DEMO_LAYERS
