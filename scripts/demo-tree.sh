@@ -2,15 +2,16 @@
 # demo-tree.sh -- `make demo-tree`: the tree topology against the star, on
 # Fashion-MNIST, with the same 4 workers and the same number of samples.
 #
-#   star: 4 ps-train workers push to one server              (10 epochs of one job)
-#   tree: 2 relays (ps-relay --sync --workers 2), each in front of a local server
-#         with 2 ps-train workers; the relays push to one upstream server
+#   star: 2N ps-train workers push to one server             (10 epochs of one job)
+#   tree: 2 relays (ps-relay --sync --workers N), each in front of a local server
+#         with N ps-train workers; the relays push to one upstream server
 #         (each local job runs 5 epochs: 2 x 5 = the star's 10)
+# N is DEMO_PER_RELAY (2: 4 workers in all; 4: 8 workers, heavy on 2 cores).
 #
 # It prints, for each, the upstream server's bytes (INFO stats net_input_bytes
 # + net_output_bytes over the training) per training sample, and the test
 # accuracy of the upstream model. It fails when the tree's bytes per sample
-# exceed 1/2 of the star's (2 workers per relay) or its accuracy is more than
+# exceed 1/N of the star's (N workers per relay) or its accuracy is more than
 # DEMO_TREE_MAX_GAP (0.01) below the star's.
 #
 # SGD (lr 0.02) by default: a relay's round sums the k gradients its workers
@@ -18,9 +19,12 @@
 # 2 cores), and one SGD step with the sum is k SGD steps to first order, so the
 # tree follows the star (0.854-0.855 vs 0.855-0.856 in 3 runs). With Adam one
 # step of the sum is ONE step of a k times larger batch: DEMO_OPTIM=adam
-# DEMO_LR=0.001 measured 0.857-0.863 vs the star's 0.879-0.883 (docs/design.md).
+# DEMO_LR=0.001 measured 0.857-0.863 vs the star's 0.879-0.883, and a larger
+# DEMO_TREE_LR did not close the gap (docs/design.md). DEMO_PER_RELAY=4 meets
+# the bytes target (0.08-0.09 of the star's) but k grows to ~11.5 and the tree
+# lands 5.5-6.8 points below the star (docs/benchmarks.md "Tree topology").
 #
-# Environment: REDIS_SERVER, DEMO_EPOCHS (10, even), DEMO_OPTIM (sgd),
+# Environment: REDIS_SERVER, DEMO_PER_RELAY (2), DEMO_EPOCHS (10, even), DEMO_OPTIM (sgd),
 # DEMO_LR (0.02), DEMO_TREE_LR (DEMO_LR), DEMO_BATCH (64), DEMO_LAYERS
 # (784,128,10), DEMO_DATA, DEMO_TREE_MAX_GAP (0.01).
 set -euo pipefail
@@ -35,6 +39,12 @@ for f in "$PS_TRAIN" "$PS_RELAY" "$MODULE"; do
     [ -e "$f" ] || { echo "demo-tree: $f is missing: run make first" >&2; exit 1; }
 done
 [ $((EPOCHS % 2)) -eq 0 ] || { echo "demo-tree: DEMO_EPOCHS must be even" >&2; exit 1; }
+PER=${DEMO_PER_RELAY:-2}
+case "$PER" in
+    [1-9]) ;;
+    *) echo "demo-tree: DEMO_PER_RELAY must be 1..9" >&2; exit 1 ;;
+esac
+NW=$((2 * PER))
 
 . "$REPO/scripts/demo-procs.sh"
 demo_procs_init tree
@@ -77,12 +87,12 @@ eval_acc() {
 # ---- star --------------------------------------------------------------------
 start_server star
 STAR=$PORT
-echo "demo-tree: star: one server on 127.0.0.1:$STAR, 4 workers, $EPOCHS epochs"
+echo "demo-tree: star: one server on 127.0.0.1:$STAR, $NW workers, $EPOCHS epochs"
 "$PS_TRAIN" init --addr "127.0.0.1:$STAR" --job star --epochs "$EPOCHS" "${JOB_FLAGS[@]}" \
     --lr "$LR" >/dev/null
 b0=$(net_bytes "$STAR")
 W=()
-for i in 1 2 3 4; do
+for i in $(seq "$NW"); do
     "$PS_TRAIN" work --addr "127.0.0.1:$STAR" --job star --name "star-w$i" "${WORK_FLAGS[@]}" \
         > "$DIR/star-w$i.log" 2>&1 &
     W+=($!)
@@ -99,7 +109,7 @@ L1=$PORT
 start_server local-2
 L2=$PORT
 echo "demo-tree: tree: upstream 127.0.0.1:$UP; relays in front of 127.0.0.1:$L1 and" \
-     "127.0.0.1:$L2, 2 workers each, $((EPOCHS / 2)) epochs per local job"
+     "127.0.0.1:$L2, $PER workers each, $((EPOCHS / 2)) epochs per local job"
 # The model lives upstream; each relay creates its local ACCUM tensors from it
 # before its workers' init, which then leaves those tensors alone (NX).
 "$PS_TRAIN" init --addr "127.0.0.1:$UP" --job tree --epochs "$EPOCHS" "${JOB_FLAGS[@]}" \
@@ -109,7 +119,7 @@ R=()
 for i in 1 2; do
     port=$([ "$i" = 1 ] && echo "$L1" || echo "$L2")
     "$PS_RELAY" --local "127.0.0.1:$port" --upstream "127.0.0.1:$UP" --name "relay-$i" \
-        --match 'tree:*' --sync --workers 2 --round-timeout-ms 500 --progress-ms 5000 \
+        --match 'tree:*' --sync --workers "$PER" --round-timeout-ms 500 --progress-ms 5000 \
         > "$DIR/relay-$i.log" 2>&1 &
     R+=($!)
     PIDS+=($!)
@@ -123,8 +133,8 @@ for port in "$L1" "$L2"; do
         "${JOB_FLAGS[@]}" --lr "$TREE_LR" > /dev/null
 done
 W=()
-for i in 1 2 3 4; do
-    port=$([ "$i" -le 2 ] && echo "$L1" || echo "$L2")
+for i in $(seq "$NW"); do
+    port=$([ "$i" -le "$PER" ] && echo "$L1" || echo "$L2")
     "$PS_TRAIN" work --addr "127.0.0.1:$port" --job tree --name "tree-w$i" "${WORK_FLAGS[@]}" \
         > "$DIR/tree-w$i.log" 2>&1 &
     W+=($!)
@@ -139,15 +149,16 @@ for i in 1 2; do tail -1 "$DIR/relay-$i.log"; done
 # ---- compare ------------------------------------------------------------------
 SAMPLES=$(( EPOCHS * 60000 ))
 python3 - "$STAR_BYTES" "$TREE_BYTES" "$SAMPLES" "$STAR_ACC" "$TREE_ACC" \
-    "${DEMO_TREE_MAX_GAP:-0.01}" <<'EOF'
+    "${DEMO_TREE_MAX_GAP:-0.01}" "$PER" <<'EOF'
 import sys
 sb, tb, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 sa, ta, gap = float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
-print("demo-tree: upstream bytes per sample: star %.1f, tree %.1f (ratio %.3f, target <= 0.5)"
-      % (sb / n, tb / n, tb / sb))
+per = int(sys.argv[7])
+print("demo-tree: upstream bytes per sample: star %.1f, tree %.1f (ratio %.3f, target <= 1/%d)"
+      % (sb / n, tb / n, tb / sb, per))
 print("demo-tree: test accuracy: star %.4f, tree %.4f (difference %+.4f, allowed -%.2f)"
       % (sa, ta, ta - sa, gap))
-ok = tb / sb <= 0.5 and ta >= sa - gap
+ok = tb / sb <= 1.0 / per and ta >= sa - gap
 print("demo-tree: ok" if ok else "demo-tree: FAILED")
 sys.exit(0 if ok else 1)
 EOF
