@@ -55,9 +55,10 @@ static void usage(FILE *out)
             "         [--reg X] [--eps X] [--alpha X] [--beta X] [--l1 X] [--l2 X] [--init-std X]\n"
             "         [--batch B] [--epochs E] [--seed S] [--threads N]\n"
             "Trains a CTR model in one process (no server) and prints a RESULT line.\n"
-            "Defaults: libsvm, field bits 8 (gen-ctr files), fm, k 8, dim 8, fields 26 (39 for\n"
-            "criteo), hidden 64,32, reg 0 (L2: adds reg * row to each pushed gradient row), adagrad lr 0.05 eps 1e-8, ftrl alpha 0.05 beta 1 l1 1 l2 1,\n"
-            "init std 0.01 (0 for ftrl), batch 256, 1 epoch, seed 1. --dense gives Criteo's\n"
+            "Defaults: libsvm, field bits 8 (gen-ctr files), fm, k 4, dim 8, fields 26 (39 for\n"
+            "criteo), hidden 64,32, adagrad lr 0.1 eps 1e-8 (dense-lr = lr), ftrl alpha 0.05\n"
+            "beta 1 l1 1 l2 1, reg 0 (L2: adds reg * row to each pushed gradient row), init std\n"
+            "0.1 (0 for lr and ftrl), batch 256, 1 epoch, seed 1. --dense gives Criteo's\n"
             "integers to the MLP as dense features too.\n");
 }
 
@@ -77,12 +78,12 @@ static int parse_options(int argc, char **argv, options *o)
     memset(o, 0, sizeof(*o));
     o->field_bits = 8;
     o->model = PS_CTR_FM;
-    o->k = 8;
+    o->k = 4;
     o->dim = 8;
     o->fields = -1;
     o->hidden = "64,32";
     o->optim = PS_TAB_ADAGRAD;
-    o->lr = 0.05;
+    o->lr = 0.1;
     o->dense_lr = -1;
     o->eps = 1e-8;
     o->alpha = 0.05;
@@ -148,7 +149,10 @@ static int parse_options(int argc, char **argv, options *o)
     }
     if (o->fields < 0) o->fields = o->format == PS_SPARSE_CRITEO ? PS_CRITEO_FIELDS : 26;
     if (o->dense_lr < 0) o->dense_lr = o->lr;
-    if (o->init_std < 0) o->init_std = o->optim == PS_TAB_FTRL ? 0.0 : 0.01;
+    /* FM factors and MLP embeddings need random starts (an all-zero FM has
+     * zero factor gradients); LR weights start at 0 (FTRL requires it). */
+    if (o->init_std < 0)
+        o->init_std = o->optim == PS_TAB_FTRL || o->model == PS_CTR_LR ? 0.0 : 0.1;
     return 0;
 }
 

@@ -484,8 +484,9 @@ static int parse_criteo(ps_sparse_reader *r, char *s, float *label, float *dense
 int ps_sparse_read(ps_sparse_reader *r, ps_sparse_batch *b, int max_rows, char *err,
                    size_t errlen)
 {
-    if (r->failed) {
-        seterr(err, errlen, "%s: reader failed earlier", r->path);
+    if (r->failed || max_rows < 1) {
+        seterr(err, errlen, "%s: %s", r->path,
+               r->failed ? "reader failed earlier" : "max rows must be >= 1");
         return -1;
     }
     int want_dense = r->o.format == PS_SPARSE_CRITEO && r->o.criteo_dense;
