@@ -278,7 +278,7 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
     }
     rc = 0;
 out:
-    if (o.f || o.gz) out_close(&o);
+    out_close(&o); /* frees the buffer of a failed open too */
     ps_metrics_free(&met);
     ps_ctr_gen_free(g);
     return rc;
