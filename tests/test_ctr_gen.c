@@ -9,43 +9,17 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ctr_gen.h"
 #include "ctr_model.h"
 #include "metrics.h"
 #include "sparse_data.h"
+#include "tmpdir_fixture.h"
 
-static char tmpdir[256];
-
-static int group_setup(void **state)
-{
-    (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/test_ctr_gen.XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    DIR *d = opendir(tmpdir);
-    if (d == NULL) return -1;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(tmpdir);
-}
 
 /* Reads a whole file into a malloc'd NUL-terminated string. */
 static char *slurp(const char *path)
@@ -205,5 +179,6 @@ int main(void)
         cmocka_unit_test(test_ranks_follow_the_zipf_exponent),
         cmocka_unit_test(test_bad_configurations_are_refused),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    tmpdir_prefix = "test_ctr_gen";
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

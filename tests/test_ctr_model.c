@@ -133,6 +133,42 @@ static double ref_mlp_loss(const ps_ctr_model *m, const ps_sparse_batch *b, cons
     return loss;
 }
 
+/* What the reference loss reads; check_fd perturbs one array of it. */
+typedef struct fdCtx {
+    const ps_ctr_model *m;
+    const ps_sparse_batch *b;
+    const ps_ctr_unique *u;
+    double *rows;
+    double **W, **B;
+    int dim;
+    double *bias; /* LR, FM */
+} fdCtx;
+
+static double ref_loss(const fdCtx *c)
+{
+    if (c->m->c.model == PS_CTR_MLP) return ref_mlp_loss(c->m, c->b, c->u, c->rows, c->W, c->B);
+    return ref_linear_loss(c->b, c->u, c->rows, c->dim, *c->bias);
+}
+
+/* Central differences (step 1e-5) of the reference loss over every entry
+ * of 'x' (n doubles the loss reads) against the float gradient 'g'. */
+static void check_fd(const fdCtx *c, double *x, const float *g, size_t n, const char *what)
+{
+    const double h = 1e-5;
+    for (size_t t = 0; t < n; t++) {
+        double keep = x[t];
+        x[t] = keep + h;
+        double lp = ref_loss(c);
+        x[t] = keep - h;
+        double lm = ref_loss(c);
+        x[t] = keep;
+        double fd = (lp - lm) / (2 * h);
+        if (fabs(fd - g[t]) > 1e-4 + 1e-3 * fabs(fd))
+            fail_msg("%s %s[%zu]: gradient %g, finite difference %g",
+                     ps_ctr_model_name(c->m->c.model), what, t, (double)g[t], fd);
+    }
+}
+
 /* A batch of 'n' rows over a small id pool (so ids repeat across and within
  * rows), one empty row, values not all 1, fields < 'fields'. */
 static void make_batch(ps_sparse_batch *b, int n, int fields, int ndense, uint64_t seed)
@@ -195,58 +231,23 @@ static void check_gradients(int model, int k)
         }
     }
     for (size_t t = 0; t < nr; t++) dr[t] = rows[t];
-#define REF() (model == PS_CTR_MLP ? ref_mlp_loss(&m, &b, &u, dr, W, B) \
-                                   : ref_linear_loss(&b, &u, dr, dim, (double)m.bias))
-    assert_true(fabs(REF() - loss) < 1e-4 * (1 + fabs(loss)));
-    const double h = 1e-5;
-    for (size_t t = 0; t < nr; t++) {
-        double keep = dr[t];
-        dr[t] = keep + h;
-        double lp = REF();
-        dr[t] = keep - h;
-        double lm = REF();
-        dr[t] = keep;
-        double fd = (lp - lm) / (2 * h);
-        if (fabs(fd - g[t]) > 1e-4 + 1e-3 * fabs(fd))
-            fail_msg("%s row %zu elem %zu: gradient %g, finite difference %g",
-                     ps_ctr_model_name(model), t / (size_t)dim, t % (size_t)dim, (double)g[t], fd);
-    }
+    double bias = m.bias;
+    fdCtx ctx = {&m, &b, &u, dr, W, B, dim, &bias};
+    assert_true(fabs(ref_loss(&ctx) - loss) < 1e-4 * (1 + fabs(loss)));
+    check_fd(&ctx, dr, g, nr, "rows");
     if (model != PS_CTR_MLP) {
-        double lp = ref_linear_loss(&b, &u, dr, dim, (double)m.bias + h);
-        double lm = ref_linear_loss(&b, &u, dr, dim, (double)m.bias - h);
-        assert_true(fabs((lp - lm) / (2 * h) - m.gbias) < 1e-4);
+        check_fd(&ctx, &bias, &m.gbias, 1, "bias");
     } else {
         /* Every dense parameter. */
         for (int l = 0; l < m.mlp.nlayers; l++) {
-            size_t nw = ps_mlp_layer_params(&m.mlp, l);
-            for (size_t t = 0; t < nw; t++) {
-                double keep = W[l][t];
-                W[l][t] = keep + h;
-                double lp = REF();
-                W[l][t] = keep - h;
-                double lm = REF();
-                W[l][t] = keep;
-                double fd = (lp - lm) / (2 * h);
-                if (fabs(fd - m.mlp.gW[l][t]) > 1e-4 + 1e-3 * fabs(fd))
-                    fail_msg("W%d[%zu]: gradient %g, finite difference %g", l, t,
-                             (double)m.mlp.gW[l][t], fd);
-            }
-            for (int t = 0; t < m.mlp.sizes[l + 1]; t++) {
-                double keep = B[l][t];
-                B[l][t] = keep + h;
-                double lp = REF();
-                B[l][t] = keep - h;
-                double lm = REF();
-                B[l][t] = keep;
-                assert_true(fabs((lp - lm) / (2 * h) - m.mlp.gb[l][t]) < 1e-4 + 1e-3 * fabs(lp));
-            }
+            check_fd(&ctx, W[l], m.mlp.gW[l], ps_mlp_layer_params(&m.mlp, l), "W");
+            check_fd(&ctx, B[l], m.mlp.gb[l], (size_t)m.mlp.sizes[l + 1], "b");
         }
         for (int l = 0; l < m.mlp.nlayers; l++) {
             free(W[l]);
             free(B[l]);
         }
     }
-#undef REF
     /* The probabilities of the step equal a forward-only pass. */
     float p0 = m.p[0], plast = m.p[b.n - 1];
     assert_int_equal(ps_ctr_predict(&m, &b, &u, rows, err, sizeof(err)), 0);

@@ -8,41 +8,15 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "sparse_data.h"
+#include "tmpdir_fixture.h"
 
-static char tmpdir[256];
-
-static int group_setup(void **state)
-{
-    (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/test_sparse.XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    DIR *d = opendir(tmpdir);
-    if (d == NULL) return -1;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(tmpdir);
-}
 
 static const char *tpath(const char *name)
 {
@@ -356,5 +330,6 @@ int main(void)
         cmocka_unit_test(test_criteo_bad_lines_name_file_line_and_token),
         cmocka_unit_test(test_ids_are_stable_and_tagged_with_their_field),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    tmpdir_prefix = "test_sparse";
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

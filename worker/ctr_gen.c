@@ -4,7 +4,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,14 +20,7 @@ struct ps_ctr_gen {
     double *v;        /* fields * k factors of the sample being scored */
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#define seterr ps_sparse_seterr
 
 ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
 {

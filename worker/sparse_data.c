@@ -11,12 +11,44 @@
 #include <string.h>
 #include <zlib.h>
 
+void ps_sparse_seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+#define seterr ps_sparse_seterr
+
 /* ================================ batches ================================= */
 
 void ps_sparse_batch_clear(ps_sparse_batch *b)
 {
     b->n = 0;
     b->nnz = 0;
+}
+
+/* Grows the feature arrays (fields, ids, values) to hold 'need' entries,
+ * doubling from 'first'. Returns 0 or -1 (OOM; the arrays stay valid). */
+static int grow_features(uint32_t **f, uint64_t **id, float **v, size_t *cap, size_t need,
+                         size_t first)
+{
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : first;
+    while (c < need) c *= 2;
+    uint32_t *nf = realloc(*f, c * sizeof(*nf));
+    if (nf == NULL) return -1;
+    *f = nf;
+    uint64_t *nid = realloc(*id, c * sizeof(*nid));
+    if (nid == NULL) return -1;
+    *id = nid;
+    float *nv = realloc(*v, c * sizeof(*nv));
+    if (nv == NULL) return -1;
+    *v = nv;
+    *cap = c;
+    return 0;
 }
 
 /* Makes room for one more row with 'k' features. Returns 0 or -1 (OOM). */
@@ -37,21 +69,7 @@ static int batch_reserve(ps_sparse_batch *b, size_t k)
         }
         b->cap_rows = cap;
     }
-    if (b->nnz + k > b->cap_nnz) {
-        size_t cap = b->cap_nnz ? b->cap_nnz : 4096;
-        while (cap < b->nnz + k) cap *= 2;
-        uint32_t *f = realloc(b->field, cap * sizeof(*f));
-        if (f == NULL) return -1;
-        b->field = f;
-        uint64_t *id = realloc(b->id, cap * sizeof(*id));
-        if (id == NULL) return -1;
-        b->id = id;
-        float *v = realloc(b->val, cap * sizeof(*v));
-        if (v == NULL) return -1;
-        b->val = v;
-        b->cap_nnz = cap;
-    }
-    return 0;
+    return grow_features(&b->field, &b->id, &b->val, &b->cap_nnz, b->nnz + k, 4096);
 }
 
 int ps_sparse_batch_add(ps_sparse_batch *b, float label, const uint32_t *fields,
@@ -155,14 +173,6 @@ struct ps_sparse_reader {
     size_t rcap;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* Formats "path:line" of the current line into 'out': the line number is
  * counted from 'start', so a range that does not begin the file says so. */
@@ -314,20 +324,7 @@ uint64_t ps_sparse_tell(const ps_sparse_reader *r)
 /* Room for 'k' features in the row scratch. Returns 0 or -1. */
 static int row_reserve(ps_sparse_reader *r, size_t k)
 {
-    if (k <= r->rcap) return 0;
-    size_t cap = r->rcap ? r->rcap * 2 : 64;
-    while (cap < k) cap *= 2;
-    uint32_t *f = realloc(r->rf, cap * sizeof(*f));
-    if (f == NULL) return -1;
-    r->rf = f;
-    uint64_t *id = realloc(r->rid, cap * sizeof(*id));
-    if (id == NULL) return -1;
-    r->rid = id;
-    float *v = realloc(r->rv, cap * sizeof(*v));
-    if (v == NULL) return -1;
-    r->rv = v;
-    r->rcap = cap;
-    return 0;
+    return grow_features(&r->rf, &r->rid, &r->rv, &r->rcap, k, 64);
 }
 
 /* Parses a plain decimal uint64 (digits only, no sign, no overflow) from

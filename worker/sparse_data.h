@@ -49,6 +49,12 @@ typedef struct ps_sparse_batch {
     size_t cap_rows, cap_nnz;
 } ps_sparse_batch;
 
+/* Formats a message into 'err' (when non-NULL and errlen > 0): the error
+ * helper of the sparse worker files (sparse_data, ctr_model, ctr_gen,
+ * sparse_table). */
+void ps_sparse_seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Empties 'b' (keeps its memory and ndense). */
 void ps_sparse_batch_clear(ps_sparse_batch *b);
 

@@ -4,12 +4,12 @@
 #include "sparse_table.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "rng.h"
+#include "sparse_data.h"
 
 struct ps_sparse_table {
     ps_table_config c;
@@ -22,14 +22,7 @@ struct ps_sparse_table {
     size_t tab_size;
 };
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#define seterr ps_sparse_seterr
 
 int ps_table_parse_optim(const char *s)
 {
