@@ -96,13 +96,21 @@ static void test_files_parse_back_with_fields_and_the_truth_metrics(void **state
     ps_ctr_gen *g = ps_ctr_gen_new(&FM, err, sizeof(err));
     assert_non_null(g);
     ps_metrics met = {0};
+    /* Ranks back from ids: every id of the small vocabulary. */
+    uint64_t idof[5][51];
+    for (uint32_t f = 0; f < 5; f++)
+        for (uint32_t r = 1; r <= 50; r++) idof[f][r] = ps_sparse_id_u64(f, r);
     for (int i = 0; i < b.n; i++) {
+        uint32_t ranks[5] = {0};
         assert_int_equal(b.off[i + 1] - b.off[i], 5);
         for (int f = 0; f < 5; f++) {
             assert_int_equal(b.field[b.off[i] + f], f);
             assert_true(b.val[b.off[i] + f] == 1.0f);
+            for (uint32_t r = 1; r <= 50; r++)
+                if (idof[f][r] == b.id[b.off[i] + f]) ranks[f] = r;
+            assert_true(ranks[f] > 0);
         }
-        double p = 1.0 / (1.0 + exp(-ps_ctr_gen_logit(g, b.id + b.off[i], 5)));
+        double p = 1.0 / (1.0 + exp(-ps_ctr_gen_logit(g, ranks, 5)));
         assert_int_equal(ps_metrics_add(&met, p, b.label[i] > 0.5f), 0);
     }
     assert_true(ps_metrics_auc(&met) == res.test_auc);
@@ -127,14 +135,15 @@ static void test_ranks_follow_the_zipf_exponent(void **state)
         assert_non_null(g);
         PSRng rng;
         ps_rng_seed(&rng, 1);
-        uint64_t r1 = ps_sparse_id_u64(0, 1), r2 = ps_sparse_id_u64(0, 2);
         int n1 = 0, n2 = 0, n = 200000;
         for (int i = 0; i < n; i++) {
             uint64_t id;
+            uint32_t rank;
             int y;
-            ps_ctr_gen_sample(g, &rng, &id, &y);
-            n1 += id == r1;
-            n2 += id == r2;
+            ps_ctr_gen_sample(g, &rng, &rank, &id, &y);
+            assert_true(id == ps_sparse_id_u64(0, rank));
+            n1 += rank == 1;
+            n2 += rank == 2;
         }
         if (pass == 0) {
             /* P(1) = 1/H(1000) = 0.1336, P(2) = P(1)/2. */
@@ -146,6 +155,30 @@ static void test_ranks_follow_the_zipf_exponent(void **state)
         ps_ctr_gen_free(g);
         c.zipf = 0.0;
     }
+}
+
+/* With a head H, ranks above H carry parameters scaled by H / rank: the
+ * same ranks give the same logit as without a head up to H, and a logit
+ * closer to the bias past it. */
+static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
+{
+    (void)state;
+    char err[256];
+    ps_ctr_gen_config c = {.model = PS_CTR_LR, .fields = 1, .vocab = 1000, .zipf = 1.0,
+                           .bias = 0.0, .seed = 5};
+    ps_ctr_gen *full = ps_ctr_gen_new(&c, err, sizeof(err));
+    c.head = 10;
+    ps_ctr_gen *head = ps_ctr_gen_new(&c, err, sizeof(err));
+    assert_non_null(full);
+    assert_non_null(head);
+    uint32_t r = 10;
+    assert_true(ps_ctr_gen_logit(full, &r, 1) == ps_ctr_gen_logit(head, &r, 1));
+    r = 500;
+    double zf = ps_ctr_gen_logit(full, &r, 1), zh = ps_ctr_gen_logit(head, &r, 1);
+    assert_true(zf != 0.0);
+    assert_true(fabs(zh - zf * 10.0 / 500.0) < 1e-12);
+    ps_ctr_gen_free(full);
+    ps_ctr_gen_free(head);
 }
 
 static void test_bad_configurations_are_refused(void **state)
@@ -177,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_same_seed_writes_the_same_bytes_other_seed_differs),
         cmocka_unit_test(test_files_parse_back_with_fields_and_the_truth_metrics),
         cmocka_unit_test(test_ranks_follow_the_zipf_exponent),
+        cmocka_unit_test(test_head_scales_down_the_parameters_of_rare_ids),
         cmocka_unit_test(test_bad_configurations_are_refused),
     };
     tmpdir_prefix = "test_ctr_gen";

@@ -80,7 +80,7 @@ void ps_ctr_gen_free(ps_ctr_gen *g)
     free(g);
 }
 
-double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint64_t *ids, int n)
+double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n)
 {
     int k = g->c.k;
     double z = g->c.bias, sq = 0.0;
@@ -88,10 +88,12 @@ double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint64_t *ids, int n)
     for (int f = 0; f < n; f++) {
         /* The truth's row of an id: normals from a PSRng seeded by (seed, id). */
         PSRng r;
-        ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ ids[f]);
-        z += g->sw * ps_rng_normal(&r);
+        uint64_t id = ps_sparse_id_u64((uint32_t)f, ranks[f]);
+        double scale = g->c.head && ranks[f] > g->c.head ? (double)g->c.head / ranks[f] : 1.0;
+        ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ id);
+        z += scale * g->sw * ps_rng_normal(&r);
         for (int t = 0; t < k; t++) {
-            double v = g->sv * ps_rng_normal(&r);
+            double v = scale * g->sv * ps_rng_normal(&r);
             s[t] += v;
             sq += v * v;
         }
@@ -116,11 +118,13 @@ static uint32_t zipf_rank(const ps_ctr_gen *g, PSRng *rng)
     return lo + 1;
 }
 
-double ps_ctr_gen_sample(ps_ctr_gen *g, PSRng *rng, uint64_t *ids, int *label)
+double ps_ctr_gen_sample(ps_ctr_gen *g, PSRng *rng, uint32_t *ranks, uint64_t *ids, int *label)
 {
-    for (int f = 0; f < g->c.fields; f++)
-        ids[f] = ps_sparse_id_u64((uint32_t)f, zipf_rank(g, rng));
-    double p = 1.0 / (1.0 + exp(-ps_ctr_gen_logit(g, ids, g->c.fields)));
+    for (int f = 0; f < g->c.fields; f++) {
+        ranks[f] = zipf_rank(g, rng);
+        ids[f] = ps_sparse_id_u64((uint32_t)f, ranks[f]);
+    }
+    double p = 1.0 / (1.0 + exp(-ps_ctr_gen_logit(g, ranks, g->c.fields)));
     *label = ps_rng_uniform(rng) < p;
     return p;
 }
@@ -209,6 +213,7 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
     if (g == NULL) return -1;
     int rc = -1;
     uint64_t ids[PS_SPARSE_MAX_FIELDS];
+    uint32_t ranks[PS_SPARSE_MAX_FIELDS];
     ps_metrics met = {0};
     genOut o;
     memset(&o, 0, sizeof(o));
@@ -226,7 +231,7 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
         double loss = 0.0, pos = 0.0;
         for (long long i = 0; i < n; i++) {
             int y;
-            double p = ps_ctr_gen_sample(g, &rng, ids, &y);
+            double p = ps_ctr_gen_sample(g, &rng, ranks, ids, &y);
             loss += ps_logloss1(p, y);
             pos += y;
             if (part == 1 && ps_metrics_add(&met, p, y) != 0) {
@@ -258,10 +263,10 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
         goto out;
     }
     fprintf(f,
-            "TRUTH model=%s fields=%d vocab=%u zipf=%g k=%d bias=%g seed=%llu train=%lld "
+            "TRUTH model=%s fields=%d vocab=%u zipf=%g k=%d bias=%g head=%u seed=%llu train=%lld "
             "test=%lld truth_test_logloss=%.6f truth_test_auc=%.6f truth_train_logloss=%.6f "
             "train_ctr=%.4f test_ctr=%.4f\n",
-            ps_ctr_model_name(c->model), c->fields, c->vocab, c->zipf, g->c.k, c->bias,
+            ps_ctr_model_name(c->model), c->fields, c->vocab, c->zipf, g->c.k, c->bias, c->head,
             (unsigned long long)c->seed, train, test, res->test_logloss, res->test_auc,
             res->train_logloss, res->train_ctr, res->test_ctr);
     if (fclose(f) != 0) {
@@ -283,7 +288,7 @@ static void gen_usage(FILE *out)
     fprintf(out,
             "usage: ps-train gen-ctr --out PREFIX [--samples N] [--test-samples N] [--fields F]\n"
             "                        [--vocab V] [--zipf S] [--model lr|fm] [--k K] [--bias B]\n"
-            "                        [--seed S] [--gzip]\n"
+            "                        [--head H] [--seed S] [--gzip]\n"
             "Writes PREFIX.train.libsvm and PREFIX.test.libsvm (libsvm, one id per field, the\n"
             "field in the id's top 8 bits) drawn from a planted logistic or FM model, and\n"
             "PREFIX.truth with the planted model's own test logloss and AUC (the ceiling).\n"
@@ -295,6 +300,7 @@ static void gen_usage(FILE *out)
             "  --model M         planted model: lr or fm (fm)\n"
             "  --k K             FM factors (4)\n"
             "  --bias B          planted bias (-1)\n"
+            "  --head H          ids of rank r > H get parameters scaled by H / r (0: off)\n"
             "  --seed S          everything follows from it (1)\n"
             "  --gzip            write .libsvm.gz files\n",
             PS_SPARSE_MAX_FIELDS - 1, PS_GEN_MAX_VOCAB);
@@ -364,6 +370,9 @@ int ps_gen_ctr_main(int argc, char **argv)
         } else if (!strcmp(a, "--k")) {
             bad = gen_num(v, 1, PS_GEN_MAX_K, &d) || d != floor(d);
             c.k = (int)d;
+        } else if (!strcmp(a, "--head")) {
+            bad = gen_num(v, 0, PS_GEN_MAX_VOCAB, &d) || d != floor(d);
+            c.head = (uint32_t)d;
         } else if (!strcmp(a, "--bias")) {
             bad = gen_num(v, -100, 100, &c.bias);
         } else {

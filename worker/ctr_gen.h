@@ -7,7 +7,10 @@
  * whose parameters are pure functions of (seed, id): w(id) ~ N(0, sw^2),
  * v(id) ~ N(0, sv^2 I_k), with sw = 1/sqrt(fields) and
  * sv = (fields (fields - 1) / 2 * k)^(-1/4), so the linear and the pairwise
- * parts of the logit each have variance about 1, plus a bias. The label is
+ * parts of the logit each have variance about 1, plus a bias. With a head
+ * H > 0, an id of rank r > H has its parameters scaled by H / r: rare ids
+ * carry little signal, as in real click logs, so that a trainer that sees
+ * each of them only a few times can still approach the truth. The label is
  * drawn from Bernoulli(sigmoid(logit)). The truth's own logloss and AUC on
  * the test samples are the ceiling a trainer can reach.
  *
@@ -32,6 +35,7 @@ typedef struct ps_ctr_gen_config {
     double zipf;      /* exponent >= 0 (0 = uniform) */
     int k;            /* FM factors, 1..PS_GEN_MAX_K */
     double bias;      /* the truth's bias */
+    uint32_t head;    /* 0, or ranks above it get parameters scaled by head / rank */
     uint64_t seed;
 } ps_ctr_gen_config;
 
@@ -42,12 +46,14 @@ typedef struct ps_ctr_gen ps_ctr_gen;
 ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen);
 void ps_ctr_gen_free(ps_ctr_gen *g);
 
-/* Draws one sample's ranks from 'rng' into ids[0..fields-1] (as ids), its
- * label into *label, and returns the truth's probability of label 1. */
-double ps_ctr_gen_sample(ps_ctr_gen *g, PSRng *rng, uint64_t *ids, int *label);
+/* Draws one sample's ranks from 'rng' into ranks[0..fields-1] and their ids
+ * into ids[0..fields-1], its label into *label, and returns the truth's
+ * probability of label 1. */
+double ps_ctr_gen_sample(ps_ctr_gen *g, PSRng *rng, uint32_t *ranks, uint64_t *ids, int *label);
 
-/* The truth's logit for one feature per field ('n' ids, value 1 each). */
-double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint64_t *ids, int n);
+/* The truth's logit for one feature per field f < n of rank ranks[f] (id
+ * ps_sparse_id_u64(f, rank), value 1). */
+double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n);
 
 /* The truth's metrics over what ps_ctr_gen_write wrote. */
 typedef struct ps_ctr_gen_result {
