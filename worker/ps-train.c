@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "ctr_gen.h"
 #include "train_job.h"
 
 /* Subcommand bits. */
@@ -122,6 +123,7 @@ static const cmdDef Cmds[] = {
     {"run", C_RUN, "init + N local workers + eval; prints accuracy, time, samples/s"},
     {"status", C_STATUS, "tasks total/acked/pending, versions, per-worker progress"},
     {"snapshot", C_SNAP, "PS.SNAPSHOT every partition of the model as --at NAME"},
+    {"gen-ctr", 0, "write synthetic CTR data (libsvm) from a planted LR/FM model (own flags)"},
 };
 #define NCMDS (sizeof(Cmds) / sizeof(Cmds[0]))
 
@@ -331,6 +333,7 @@ int main(int argc, char **argv) {
         usage_main(stdout);
         return TR_EXIT_OK;
     }
+    if (!strcmp(argv[1], "gen-ctr")) return ps_gen_ctr_main(argc - 1, argv + 1);
     const cmdDef *cd = NULL;
     for (size_t i = 0; i < NCMDS; i++)
         if (!strcmp(argv[1], Cmds[i].name)) cd = &Cmds[i];

@@ -1,0 +1,218 @@
+/* test_ctr_gen.c -- cmocka tests of worker/ctr_gen.c: the planted-truth
+ * generator is reproducible from its seed, draws Zipf ranks, writes libsvm
+ * files the sparse reader parses back with their fields, and its truth
+ * metrics agree with the files' labels. */
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctr_gen.h"
+#include "ctr_model.h"
+#include "metrics.h"
+#include "sparse_data.h"
+#include "tmpdir_fixture.h"
+
+
+/* Reads a whole file into a malloc'd NUL-terminated string. */
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+static const ps_ctr_gen_config FM = {.model = PS_CTR_FM, .fields = 5, .vocab = 50, .zipf = 1.1,
+                                     .k = 3, .bias = -0.5, .seed = 42};
+
+static void test_same_seed_writes_the_same_bytes_other_seed_differs(void **state)
+{
+    (void)state;
+    char err[512], p1[300], p2[300], p3[300], f[3][320];
+    ps_ctr_gen_result r1, r2, r3;
+    snprintf(p1, sizeof(p1), "%s/a", tmpdir);
+    snprintf(p2, sizeof(p2), "%s/b", tmpdir);
+    snprintf(p3, sizeof(p3), "%s/c", tmpdir);
+    assert_int_equal(ps_ctr_gen_write(&FM, 300, 100, p1, 0, &r1, err, sizeof(err)), 0);
+    assert_int_equal(ps_ctr_gen_write(&FM, 300, 100, p2, 0, &r2, err, sizeof(err)), 0);
+    ps_ctr_gen_config other = FM;
+    other.seed = 43;
+    assert_int_equal(ps_ctr_gen_write(&other, 300, 100, p3, 0, &r3, err, sizeof(err)), 0);
+    const char *parts[] = {"train.libsvm", "test.libsvm"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(f[0], sizeof(f[0]), "%s.%s", p1, parts[i]);
+        snprintf(f[1], sizeof(f[1]), "%s.%s", p2, parts[i]);
+        snprintf(f[2], sizeof(f[2]), "%s.%s", p3, parts[i]);
+        char *a = slurp(f[0]), *b = slurp(f[1]), *c = slurp(f[2]);
+        assert_string_equal(a, b);
+        assert_true(strcmp(a, c) != 0);
+        free(a);
+        free(b);
+        free(c);
+    }
+    assert_true(r1.test_auc == r2.test_auc && r1.test_logloss == r2.test_logloss);
+    /* The truth file carries the metrics. */
+    snprintf(f[0], sizeof(f[0]), "%s.truth", p1);
+    char *t = slurp(f[0]);
+    char want[64];
+    snprintf(want, sizeof(want), "truth_test_auc=%.6f", r1.test_auc);
+    assert_non_null(strstr(t, want));
+    assert_non_null(strstr(t, "model=fm fields=5 vocab=50"));
+    free(t);
+}
+
+/* The files parse back: one feature per field, tagged with its field, and
+ * the truth's AUC recomputed from the test file's ids equals the reported
+ * one (the labels in the file are the ones scored). gzip too. */
+static void test_files_parse_back_with_fields_and_the_truth_metrics(void **state)
+{
+    (void)state;
+    char err[512], prefix[300], path[320];
+    snprintf(prefix, sizeof(prefix), "%s/g", tmpdir);
+    ps_ctr_gen_result res;
+    assert_int_equal(ps_ctr_gen_write(&FM, 200, 400, prefix, 1, &res, err, sizeof(err)), 0);
+    snprintf(path, sizeof(path), "%s.test.libsvm.gz", prefix);
+    ps_sparse_opts o = {.field_bits = PS_SPARSE_FIELD_BITS};
+    ps_sparse_reader *r = ps_sparse_open(path, &o, err, sizeof(err));
+    assert_non_null(r);
+    ps_sparse_batch b = {0};
+    assert_int_equal(ps_sparse_read(r, &b, 1000, err, sizeof(err)), 400);
+    ps_sparse_close(r);
+    ps_ctr_gen *g = ps_ctr_gen_new(&FM, err, sizeof(err));
+    assert_non_null(g);
+    ps_metrics met = {0};
+    /* Ranks back from ids: every id of the small vocabulary. */
+    uint64_t idof[5][51];
+    for (uint32_t f = 0; f < 5; f++)
+        for (uint32_t r = 1; r <= 50; r++) idof[f][r] = ps_sparse_id_u64(f, r);
+    for (int i = 0; i < b.n; i++) {
+        uint32_t ranks[5] = {0};
+        assert_int_equal(b.off[i + 1] - b.off[i], 5);
+        for (int f = 0; f < 5; f++) {
+            assert_int_equal(b.field[b.off[i] + f], f);
+            assert_true(b.val[b.off[i] + f] == 1.0f);
+            for (uint32_t r = 1; r <= 50; r++)
+                if (idof[f][r] == b.id[b.off[i] + f]) ranks[f] = r;
+            assert_true(ranks[f] > 0);
+        }
+        double p = 1.0 / (1.0 + exp(-ps_ctr_gen_logit(g, ranks, 5)));
+        assert_int_equal(ps_metrics_add(&met, p, b.label[i] > 0.5f), 0);
+    }
+    assert_true(ps_metrics_auc(&met) == res.test_auc);
+    assert_true(fabs(ps_metrics_logloss(&met) - res.test_logloss) < 1e-12);
+    /* A planted model with signal: its AUC is well above chance. */
+    assert_true(res.test_auc > 0.65);
+    ps_metrics_free(&met);
+    ps_sparse_batch_free(&b);
+    ps_ctr_gen_free(g);
+}
+
+/* Zipf: rank 1 is drawn about 2^s times as often as rank 2, and exponent 0
+ * is uniform. */
+static void test_ranks_follow_the_zipf_exponent(void **state)
+{
+    (void)state;
+    char err[256];
+    ps_ctr_gen_config c = {.model = PS_CTR_LR, .fields = 1, .vocab = 1000, .zipf = 1.0,
+                           .seed = 5};
+    for (int pass = 0; pass < 2; pass++) {
+        ps_ctr_gen *g = ps_ctr_gen_new(&c, err, sizeof(err));
+        assert_non_null(g);
+        PSRng rng;
+        ps_rng_seed(&rng, 1);
+        int n1 = 0, n2 = 0, n = 200000;
+        for (int i = 0; i < n; i++) {
+            uint64_t id;
+            uint32_t rank;
+            int y;
+            ps_ctr_gen_sample(g, &rng, &rank, &id, &y);
+            assert_true(id == ps_sparse_id_u64(0, rank));
+            n1 += rank == 1;
+            n2 += rank == 2;
+        }
+        if (pass == 0) {
+            /* P(1) = 1/H(1000) = 0.1336, P(2) = P(1)/2. */
+            assert_true(fabs((double)n1 / n - 0.1336) < 0.005);
+            assert_true(fabs((double)n1 / n2 - 2.0) < 0.1);
+        } else {
+            assert_true(fabs((double)n1 / n - 0.001) < 0.0005);
+        }
+        ps_ctr_gen_free(g);
+        c.zipf = 0.0;
+    }
+}
+
+/* With a head H, ranks above H carry parameters scaled by H / rank: the
+ * same ranks give the same logit as without a head up to H, and a logit
+ * closer to the bias past it. */
+static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
+{
+    (void)state;
+    char err[256];
+    ps_ctr_gen_config c = {.model = PS_CTR_LR, .fields = 1, .vocab = 1000, .zipf = 1.0,
+                           .bias = 0.0, .seed = 5};
+    ps_ctr_gen *full = ps_ctr_gen_new(&c, err, sizeof(err));
+    c.head = 10;
+    ps_ctr_gen *head = ps_ctr_gen_new(&c, err, sizeof(err));
+    assert_non_null(full);
+    assert_non_null(head);
+    uint32_t r = 10;
+    assert_true(ps_ctr_gen_logit(full, &r, 1) == ps_ctr_gen_logit(head, &r, 1));
+    r = 500;
+    double zf = ps_ctr_gen_logit(full, &r, 1), zh = ps_ctr_gen_logit(head, &r, 1);
+    assert_true(zf != 0.0);
+    assert_true(fabs(zh - zf * 10.0 / 500.0) < 1e-12);
+    ps_ctr_gen_free(full);
+    ps_ctr_gen_free(head);
+}
+
+static void test_bad_configurations_are_refused(void **state)
+{
+    (void)state;
+    char err[256];
+    ps_ctr_gen_config c = FM;
+    c.fields = 0;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    c = FM;
+    c.vocab = 0;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    c = FM;
+    c.model = PS_CTR_MLP;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    c = FM;
+    c.zipf = NAN;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    ps_ctr_gen_result r;
+    char prefix[300];
+    snprintf(prefix, sizeof(prefix), "%s/no/such/dir/x", tmpdir);
+    assert_int_equal(ps_ctr_gen_write(&FM, 10, 10, prefix, 0, &r, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "cannot create"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_seed_writes_the_same_bytes_other_seed_differs),
+        cmocka_unit_test(test_files_parse_back_with_fields_and_the_truth_metrics),
+        cmocka_unit_test(test_ranks_follow_the_zipf_exponent),
+        cmocka_unit_test(test_head_scales_down_the_parameters_of_rare_ids),
+        cmocka_unit_test(test_bad_configurations_are_refused),
+    };
+    tmpdir_prefix = "test_ctr_gen";
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
+}
