@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -153,6 +154,7 @@ static int values_number(RedisModuleString *arg, double *d) {
  *             [ID client seq] [SCALE s] -> new version */
 int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, 3, PSEmbedPush_RedisCommand)) return REDISMODULE_OK;
     PSPush p = {.scale = 1.0};
     RedisModuleString *grad = NULL, *rowsarg = NULL;
     int values_start = 0, nvalues = 0;
@@ -426,6 +428,7 @@ static void *copybytes(const char *p, size_t len) {
  *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout) */
 int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, 2, PSEmbedPull_RedisCommand)) return REDISMODULE_OK;
     PullReq q = {.fmt = PS_FMT_F32};
     RedisModuleString *rows = NULL, *at = NULL;
     int have_timeout = 0;

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -76,6 +77,12 @@ static RedisModuleCommandArg PullArgs[] = {
 static RedisModuleCommandArg CloseRoundArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg ScanRowsArgs[] = {
+    PS_ARG_KEY, PS_ARG("cursor", NULL, STRING, 0),
+    PS_ARG("since", "SINCE", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
 static RedisModuleCommandArg SnapArgs[] = {
     PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
 
@@ -108,7 +115,7 @@ static const PSCommandDef PSCommands[] = {
     {"ps.config", PSConfig_RedisCommand, "write", -4, WriteKey, ConfigArgs,
      "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
     /* cmd_restore.c */
-    {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -4, OverwriteKey, RestoreArgs,
+    {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -3, OverwriteKey, RestoreArgs,
      "Internal: rebuilds a tensor from an AOF rewrite", "O(N) where N is the size of the argument"},
     /* cmd_push.c */
     {"ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", -3, WriteKey, PushArgs,
@@ -128,6 +135,14 @@ static const PSCommandDef PSCommands[] = {
      "Restores values and optimizer state from a snapshot as a new version", "O(1)"},
     {"ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", 3, WriteKey, NameArgs,
      "Drops a snapshot", "O(S) where S is the number of snapshots"},
+    /* cmd_embed.c (the table forms of PS.CREATE/PULL/PUSHGRAD/INFO/CONFIG
+     * are dispatched from the handlers above) */
+    {"ps.scanrows", PSScanRows_RedisCommand, "readonly", -3, ReadKey, ScanRowsArgs,
+     "Export scan of an embedding table: rows changed since a version, by cursor",
+     "O(COUNT) per call, O(N) for a full scan where N is the number of rows"},
+    {"ps.evict", PSEvict_RedisCommand, "write", 4, WriteKey, EvictArgs,
+     "Removes the rows of an embedding table not pushed for AGE versions; returns how many",
+     "O(N) where N is the number of rows"},
 };
 
 

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -191,6 +192,7 @@ static int create_fits(RedisModuleCtx *ctx, uint64_t bytes) {
  *           [OPTIM name] [LR x] ... [NX] */
 int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (ps_arg_is(argv[2], "EMBEDDING")) return PSEmbedCreate_RedisCommand(ctx, argv, argc);
     uint64_t dims[PS_MAX_DIMS];
     uint32_t ndim = 0;
     int have_shape = 0, have_init = 0, have_seed = 0, nx = 0, have_fmt = 0, sync_seen = 0;
@@ -435,6 +437,7 @@ static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, l
 /* PS.INFO key -> flat array of field/value pairs */
 int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, argc, PSEmbedInfo_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
     if (!t) return REDISMODULE_OK;
@@ -491,6 +494,7 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
  * before any is applied. */
 int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, argc, PSEmbedConfig_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!t) return REDISMODULE_OK;

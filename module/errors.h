@@ -50,6 +50,17 @@
 #define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW)"
 #define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
 #define PSERR_INTERNAL "ERR internal error"
+/* Embedding tables (cmd_embed.c). */
+#define PSERR_EMBED_IDS "ERR IDS must be a non-empty blob of little-endian uint64 ids (a multiple of 8 bytes, at most 16777216 ids)"
+#define PSERR_EMBED_NEEDS_IDS "ERR a table is pulled and pushed by IDS"
+#define PSERR_EMBED_VALUES_F "ERR VALUES has %zu numbers; %zu ids x dim %u need that many"
+#define PSERR_EMBED_PULL_BIG_F "ERR pull of %llu ids x dim %u = %llu bytes exceeds ps.max-tensor-bytes (%llu)"
+#define PSERR_EMBED_FULL "ERR the table would exceed 67108863 rows; nothing applied"
+#define PSERR_EMBED_RESTORING "BUSY the table is being restored (PS._RESTORE EMBED without EEND)"
+#define PSERR_EMBED_NO_DIM "ERR DIM is required"
+#define PSERR_EMBED_CAPACITY "ERR CAPACITY must be >= 1 (omit it for no bound)"
+#define PSERR_EMBED_OPTIM_F "ERR unknown OPTIM '%s' for a table (SGD, MOMENTUM, ADAGRAD, ROWADAGRAD, ADAM, FTRL)"
+#define PSERR_EMBED_PARAM_F "ERR unknown or read-only table parameter '%s'"
 /* PS._RESTORE (AOF replay) errors. */
 #define PSERR_RESTORE_HEADER "ERR bad header"
 #define PSERR_RESTORE_HEADER_F "ERR bad header: %s"
