@@ -514,7 +514,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     size_t glen = 0;
     if (values_start) {
         if ((uint64_t)nvalues != n) {
-            ps_reply_errorf(ctx, PSERR_EMBED_VALUES_F, (size_t)nvalues, k, dim);
+            ps_reply_errorf(ctx, PSERR_EMBED_VALUES_F, (size_t)nvalues, k, dim, (unsigned long long)n);
             goto done;
         }
         float *dst = ps_scratch(n);

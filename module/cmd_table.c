@@ -47,6 +47,14 @@ static RedisModuleCommandArg CreateArgs[] = {
     PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG_FLAG("nx", "NX"),
+    /* The table form (cmd_embed.c): PS.CREATE key EMBEDDING DIM d ... */
+    PS_ARG_FLAG("embedding", "EMBEDDING"),
+    PS_ARG("dim", "DIM", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("admit", "ADMIT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("filter", "FILTER", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("capacity", "CAPACITY", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("ttl", "TTL", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("unknown", "UNKNOWN", STRING, PS_ARG_OPTIONAL),
     {0}};
 static RedisModuleCommandArg SetArgs[] = {
     PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
@@ -65,6 +73,7 @@ static RedisModuleCommandArg PushArgs[] = {
     PS_ARG("version", "VERSION", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("id", "ID", STRING, PS_ARG_OPTIONAL),
     PS_ARG("scale", "SCALE", DOUBLE, PS_ARG_OPTIONAL),
+    PS_ARG("ids", "IDS", STRING, PS_ARG_OPTIONAL), /* tables */
     {0}};
 static RedisModuleCommandArg PullArgs[] = {
     PS_ARG_KEY,
@@ -73,6 +82,7 @@ static RedisModuleCommandArg PullArgs[] = {
     PS_ARG("snapshot", "AT", STRING, PS_ARG_OPTIONAL),
     PS_ARG("minversion", "MINVERSION", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("ids", "IDS", STRING, PS_ARG_OPTIONAL), /* tables */
     {0}};
 static RedisModuleCommandArg CloseRoundArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};

@@ -53,7 +53,7 @@
 /* Embedding tables (cmd_embed.c). */
 #define PSERR_EMBED_IDS "ERR IDS must be a non-empty blob of little-endian uint64 ids (a multiple of 8 bytes, at most 16777216 ids)"
 #define PSERR_EMBED_NEEDS_IDS "ERR a table is pulled and pushed by IDS"
-#define PSERR_EMBED_VALUES_F "ERR VALUES has %zu numbers; %zu ids x dim %u need that many"
+#define PSERR_EMBED_VALUES_F "ERR VALUES has %zu numbers; %zu ids x dim %u need %llu"
 #define PSERR_EMBED_PULL_BIG_F "ERR pull of %llu ids x dim %u = %llu bytes exceeds ps.max-tensor-bytes (%llu)"
 #define PSERR_EMBED_FULL "ERR the table would exceed 67108863 rows; nothing applied"
 #define PSERR_EMBED_RESTORING "BUSY the table is being restored (PS._RESTORE EMBED without EEND)"
