@@ -111,6 +111,21 @@ void PSEmbed_HeaderEncode(const PSEmbedValue *v, uint64_t *w);
 const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedState *st,
                                  int64_t *maxstale, uint32_t *dedup_max);
 
+/* Bytes of the admission filter of config 'c' (0 when ADMIT is 1). */
+size_t PSEmbed_FilterLen(const PSEmbedConfig *c);
+
+/* Rows of a serialized block 'blob' of 'len' bytes (whole rows, at most
+ * 'remaining') into table 't' under rebuild; 'scratch' holds one row's
+ * floats. Returns NULL or why the block is bad (rows before the bad one stay
+ * stored). */
+const char *PSEmbed_LoadBlock(PSEmbed *t, const unsigned char *blob, size_t len, float *scratch,
+                              uint64_t remaining);
+
+/* A PS._RESTORE EMBED in progress: frees it; turns a value whose filter is
+ * complete into a table under rebuild (NULL or why not). */
+void PSEmbedPending_Free(PSEmbedPending *p);
+const char *PSEmbedValue_PendingBegin(PSEmbedValue *v);
+
 /* Opens 'keyname' as a table. Empty: NULL, *empty = 1, no reply. Another
  * type, or a table still being restored: replies the error, NULL. */
 PSEmbedValue *ps_open_embed(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
@@ -122,7 +137,7 @@ int ps_embed_reply_status(RedisModuleCtx *ctx, int status);
 
 int PSEmbedType_Register(RedisModuleCtx *ctx);
 
-/* PS._RESTORE key EMBED|EFILTER|EROWS|EEND|EDEDUP ... (type_embed.c). */
+/* PS._RESTORE key EMBED|EFILTER|EROWS|EEND|EDEDUP ... (cmd_embed_restore.c). */
 int PSEmbedRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* cmd_embed.c: the table forms of the shared verbs (dispatched from the

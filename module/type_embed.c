@@ -1,6 +1,6 @@
 /* type_embed.c -- the ps-embeds data type (embedding tables): the key value
  * around the pure core (embed.h), its exactly-once table, RDB load/save, AOF
- * rewrite with its PS._RESTORE parts, digest, memory usage, copy and free.
+ * rewrite, digest, memory usage, copy and free.
  *
  * RDB layout of one value (encoding versions PS_EMBED_ENCVER_* in
  * embed_glue.h), in order:
@@ -16,7 +16,7 @@
  * LoadEnd): a hostile payload's claimed sizes cost nothing until their
  * bytes are read, since the filter and rows are allocated as they arrive.
  *
- * The AOF rewrite emits:
+ * The AOF rewrite emits (cmd_embed_restore.c replays them):
  *   PS._RESTORE key EMBED header-blob ENCVER v
  *   PS._RESTORE key EFILTER offset blob          (filter chunks, in order)
  *   PS._RESTORE key EROWS blob                   (row blocks, in order)
@@ -48,7 +48,7 @@ PSEmbedValue *PSEmbedValue_New(PSEmbed *t, int64_t maxstale, uint32_t dedup_max)
     return v;
 }
 
-static void pending_free(PSEmbedPending *p) {
+void PSEmbedPending_Free(PSEmbedPending *p) {
     if (!p) return;
     RedisModule_Free(p->filter);
     RedisModule_Free(p);
@@ -57,7 +57,7 @@ static void pending_free(PSEmbedPending *p) {
 void PSEmbedValue_Free(PSEmbedValue *v) {
     if (!v) return;
     PSEmbed_Free(v->t);
-    pending_free(v->pending);
+    PSEmbedPending_Free(v->pending);
     for (uint32_t i = 0; i < v->dedup_len; i++) RedisModule_Free(v->dedup[i].id);
     RedisModule_Free(v->dedup);
     RedisModule_Free(v);
@@ -257,7 +257,7 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     return NULL;
 }
 
-static size_t filter_len_of(const PSEmbedConfig *c) {
+size_t PSEmbed_FilterLen(const PSEmbedConfig *c) {
     return c->admit > 1 ? (size_t)1 << c->filter_log2 : 0;
 }
 
@@ -283,7 +283,7 @@ static void put_row(unsigned char *p, const PSEmbedRow *r, uint32_t nfloats) {
 /* Rows of a block 'blob' of 'len' bytes into the table under rebuild.
  * 'scratch' holds nfloats floats (aligned copy of a row's data). Returns
  * NULL or why the block is bad (rows before the bad one stay stored). */
-static const char *load_block(PSEmbed *t, const unsigned char *blob, size_t len, float *scratch,
+const char *PSEmbed_LoadBlock(PSEmbed *t, const unsigned char *blob, size_t len, float *scratch,
                               uint64_t remaining) {
     const PSEmbedConfig *c = PSEmbed_Config(t);
     const size_t rb = row_bytes(c);
@@ -442,7 +442,7 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
     int64_t maxstale;
     uint32_t dedup_max;
     if ((why = PSEmbed_HeaderDecode(w, &c, &st, &maxstale, &dedup_max)) != NULL) goto bad;
-    const size_t flen = filter_len_of(&c);
+    const size_t flen = PSEmbed_FilterLen(&c);
     if (flen && !(filter = load_filter(io, flen, &why))) goto bad;
     int rc;
     if (!(t = PSEmbed_LoadBegin(&c, &st, filter, flen, &why, &rc))) goto bad;
@@ -460,7 +460,7 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
             why = "truncated or corrupt value";
             goto bad;
         }
-        why = load_block(t, (const unsigned char *)p, len, scratch, st.nrows - PSEmbed_Rows(t));
+        why = PSEmbed_LoadBlock(t, (const unsigned char *)p, len, scratch, st.nrows - PSEmbed_Rows(t));
         RedisModule_Free(p);
         if (why) goto bad;
     }
@@ -523,7 +523,7 @@ static void PSEmbedType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, v
 
 /* Turns a pending value whose filter is complete into a table under
  * rebuild. Returns NULL or why not. */
-static const char *pending_begin(PSEmbedValue *v) {
+const char *PSEmbedValue_PendingBegin(PSEmbedValue *v) {
     PSEmbedPending *p = v->pending;
     const char *why;
     int rc;
@@ -531,119 +531,8 @@ static const char *pending_begin(PSEmbedValue *v) {
     if (!t) return why;
     v->t = t;
     v->pending = NULL;
-    pending_free(p);
+    PSEmbedPending_Free(p);
     return NULL;
-}
-
-/* EMBED blob ENCVER v: a table under rebuild at 'key', replacing its value. */
-static int restore_embed(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    long long encver;
-    if (argc != 6 || !ps_arg_is(argv[4], "ENCVER"))
-        return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
-    if (ps_arg_ll(ctx, argv[5], "ENCVER", PS_EMBED_ENCVER_FIRST, PS_EMBED_ENCVER_LATEST, &encver) !=
-        REDISMODULE_OK)
-        return REDISMODULE_OK;
-    size_t len;
-    const char *blob = RedisModule_StringPtrLen(argv[3], &len);
-    uint64_t w[PS_EMBED_HEADER_WORDS];
-    if (len != sizeof(w)) return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
-    memcpy(w, blob, sizeof(w));
-    PSEmbedPending *p = RedisModule_TryAlloc(sizeof(*p));
-    if (!p) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
-    memset(p, 0, sizeof(*p));
-    int64_t maxstale;
-    uint32_t dedup_max;
-    const char *why = PSEmbed_HeaderDecode(w, &p->cfg, &p->st, &maxstale, &dedup_max);
-    if (!why && p->st.nrows > PSE_MAX_ROWS) why = "too many rows";
-    p->filter_len = filter_len_of(&p->cfg);
-    if (!why && p->filter_len && !(p->filter = RedisModule_TryAlloc(p->filter_len))) why = "out of memory";
-    PSEmbedValue *v = why ? NULL : PSEmbedValue_New(NULL, maxstale, dedup_max);
-    if (!why && !v) why = "out of memory";
-    if (v) {
-        v->pending = p;
-        v->restoring = 1;
-        if (!p->filter_len) why = pending_begin(v);
-    }
-    if (why) {
-        if (v) PSEmbedValue_Free(v);
-        else pending_free(p);
-        return ps_reply_errorf(ctx, PSERR_RESTORE_HEADER_F, why);
-    }
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    RedisModule_ModuleTypeSetValue(key, PSEmbedType, v);
-    RedisModule_CloseKey(key);
-    RedisModule_ReplicateVerbatim(ctx);
-    return RedisModule_ReplyWithSimpleString(ctx, "OK");
-}
-
-/* The parts after EMBED on a value under rebuild. Returns NULL or why the
- * part is bad. */
-static const char *restore_part(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
-                                PSEmbedValue *v) {
-    RedisModuleString *sub = argv[2];
-    if (ps_arg_is(sub, "EFILTER") && argc == 5) {
-        long long off;
-        size_t len;
-        const char *p = RedisModule_StringPtrLen(argv[4], &len);
-        if (!v->pending || RedisModule_StringToLongLong(argv[3], &off) != REDISMODULE_OK ||
-            off < 0 || (size_t)off != v->pending->filled || len == 0 ||
-            len > v->pending->filter_len - v->pending->filled)
-            return "bad filter chunk";
-        memcpy(v->pending->filter + off, p, len);
-        v->pending->filled += len;
-        return v->pending->filled == v->pending->filter_len ? pending_begin(v) : NULL;
-    }
-    if (ps_arg_is(sub, "EROWS") && argc == 4) {
-        if (!v->t || !v->restoring) return "rows outside a rebuild";
-        size_t len;
-        const char *p = RedisModule_StringPtrLen(argv[3], &len);
-        PSEmbedState st;
-        PSEmbed_GetState(v->t, &st);
-        float *scratch = RedisModule_TryAlloc((size_t)PSEmbed_NumFloats(PSEmbed_Config(v->t)) * sizeof(float));
-        if (!scratch) return "out of memory";
-        /* LoadRow bounds the rows by the announced count itself. */
-        const char *why = load_block(v->t, (const unsigned char *)p, len, scratch, UINT64_MAX);
-        RedisModule_Free(scratch);
-        return why;
-    }
-    if (ps_arg_is(sub, "EEND") && argc == 3) {
-        const char *why;
-        if (!v->t || !v->restoring) return "end outside a rebuild";
-        if (PSEmbed_LoadEnd(v->t, &why) != PSE_OK) return why;
-        v->restoring = 0;
-        return NULL;
-    }
-    if (ps_arg_is(sub, "EDEDUP") && argc == 7) {
-        long long seq, win, ver;
-        size_t len;
-        const char *id = RedisModule_StringPtrLen(argv[3], &len);
-        if (RedisModule_StringToLongLong(argv[4], &seq) != REDISMODULE_OK || seq < 1 ||
-            RedisModule_StringToLongLong(argv[5], &win) != REDISMODULE_OK ||
-            RedisModule_StringToLongLong(argv[6], &ver) != REDISMODULE_OK || ver < 0 ||
-            len == 0 || len > PS_EMBED_MAX_CLIENT_ID || v->dedup_len >= v->dedup_max ||
-            PSEmbedValue_DedupFind(v, id, len))
-            return "bad exactly-once entry";
-        if (PSEmbedValue_DedupRecord(v, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver))
-            return "out of memory";
-        return NULL;
-    }
-    (void)ctx;
-    return "syntax error";
-}
-
-int PSEmbedRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (ps_arg_is(argv[2], "EMBED")) return restore_embed(ctx, argv, argc);
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    if (RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_MODULE ||
-        RedisModule_ModuleTypeGetType(key) != PSEmbedType) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
-    }
-    const char *why = restore_part(ctx, argv, argc, RedisModule_ModuleTypeGetValue(key));
-    RedisModule_CloseKey(key);
-    if (why) return ps_reply_errorf(ctx, PSERR_RESTORE_HEADER_F, why);
-    RedisModule_ReplicateVerbatim(ctx);
-    return RedisModule_ReplyWithSimpleString(ctx, "OK");
 }
 
 /* ========================================================================
