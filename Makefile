@@ -33,12 +33,14 @@ OBJ = $(B)/obj
 #   module/  the Redis module: server glue + server-side cores    sees common/
 #   libps/   the client library                                     sees common/
 #   worker/  ps-train, its training loop, the MLP and data readers  sees libps/ (ps.h only), common/
+#   relay/   ps-relay, the tree topology's aggregator               sees libps/ (ps.h only), common/
 # A module object that includes "ps.h" fails with "No such file or directory";
 # `make check-layers` also refuses relative includes that reach across folders.
 COMMON_INCS = -Icommon
 MODULE_INCS = -Icommon
 LIBPS_INCS  = -Ilibps/include -Icommon
 WORKER_INCS = -Ilibps/include -Icommon
+RELAY_INCS  = -Ilibps/include -Icommon
 # Tests, benches and fuzz harnesses may see every component they exercise.
 TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
 
@@ -50,6 +52,7 @@ LIBPS_SRC   = $(wildcard libps/*.c)
 # Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
 WORKER_PURE = worker/nn.c worker/data.c
 TRAIN_SRC   = $(filter-out $(WORKER_PURE),$(wildcard worker/*.c))
+RELAY_SRC   = $(wildcard relay/*.c)
 
 obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
@@ -72,18 +75,19 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC)) $(addprefix $(B)/be
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
-.PHONY: all module client check-layers ptools test unit pytest bench demo demo-cluster deps check-deps install uninstall clean \
+.PHONY: all module client check-layers ptools test unit pytest bench bench-durability demo demo-cluster demo-tree deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
 all: module client
 
 module: $(B)/ps.so
-client: $(B)/libps.a $(B)/ps-train
+client: $(B)/libps.a $(B)/ps-train $(B)/ps-relay
 ptools: $(PTOOL_BINS)
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
+$(OBJ)/common/codec.o: OPT = -O3
 
 HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
@@ -98,11 +102,14 @@ $(OBJ)/libps/%.o: libps/%.c $(HDRS)
 $(OBJ)/worker/%.o: worker/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(WORKER_INCS) -c $< -o $@
+$(OBJ)/relay/%.o: relay/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(RELAY_INCS) -c $< -o $@
 
 # Layering check: no relative include may climb out of its own folder.
 check-layers:
 	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
-	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch]; then \
+	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch] relay/*.[ch]; then \
 	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
 
 # The module links nothing but libc and libm; only RedisModule_OnLoad is exported.
@@ -116,9 +123,15 @@ $(B)/libps.a: $(LIBPS_OBJS)
 $(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
+$(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a
+	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
+
 $(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(PURE_OBJS) $(B)/libps.a -lcmocka $(CLIENT_LIBS)
+
+# These two build tests/test_codec_vec.c for other targets (#include).
+$(B)/tests/test_codec_vec_avx2 $(B)/tests/test_codec_vec_avx512: tests/test_codec_vec.c
 
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)
@@ -213,7 +226,7 @@ MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
 
 fuzz: $(FUZZ_BINS)
 
-$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c common/codec.c common/shape.c $(FUZZ_DEPS)
+$(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c $(wildcard common/codec*.c) common/shape.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
@@ -244,6 +257,21 @@ fuzz-short: $(FUZZ_BINS)
 bench: check-deps all $(BENCH_BINS)
 	bench/run.sh
 
+# Durability vs throughput on a 3+3 cluster (a few minutes; not part of bench).
+bench-durability: check-deps all
+	$(PYTHON) bench/durability.py
+
+# Training over a tc-shaped link in a private network namespace (needs root;
+# skips otherwise; about 5 minutes).
+.PHONY: bench-shaped
+bench-shaped: check-deps all
+	bench/shaped_link.sh
+
+# Training speed of every wire format on loopback against F32 (about 2 minutes).
+.PHONY: bench-formats
+bench-formats: check-deps all
+	bench/formats_bench.sh
+
 demo: check-deps all
 	scripts/demo.sh
 
@@ -264,6 +292,10 @@ pyinstall:
 PLOTS_DIR ?= docs/img
 plots: check-deps all
 	PLOTS_DIR=$(PLOTS_DIR) PYTHON=$(PYTHON) scripts/plots.sh
+
+# The tree topology (ps-relay) against the star: upstream bytes per sample and accuracy.
+demo-tree: check-deps all
+	scripts/demo-tree.sh
 
 # ---- dependencies ----------------------------------------------------------
 
@@ -294,7 +326,7 @@ check-deps:
 # `pkg-config --static --libs libps` (README "Use libps from your program").
 PREFIX ?= /usr/local
 LIBPS_VERSION = 0.1.0
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train lib/libps.a include/redis-ps/ps.h \
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a include/redis-ps/ps.h \
                 lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
@@ -311,6 +343,7 @@ install: all $(B)/libps.pc
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
+	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
 	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
 	install -m 0644 $(B)/libps.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libps.pc

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run.sh -- what `make bench` runs (after building everything):
 #   1. build/bench/apply_bench: the optimizer kernels against a memcpy of the
-#      same bytes, in one process;
+#      same bytes, in one process; build/bench/codec_bench: the wire codecs
+#      (F16/BF16/I8 both ways, TOPK 1%) against memcpy and the scalar loops;
 #   2. build/bench/ps_bench against a private redis-server with the module:
 #      PS.PUSHGRAD / PS.PULL next to SET / GET of the same bytes, one table with
 #      ratios and a 'targets' block;
@@ -27,7 +28,8 @@ MAX_EPOCHS=${BENCH_MAX_EPOCHS:-5}
 LAYERS=784,128,10
 BATCH=64
 LR=0.1
-for f in "$MODULE" "$B/ps-train" "$B/bench/ps_bench" "$B/bench/apply_bench" "$B/bench/baseline"; do
+for f in "$MODULE" "$B/ps-train" "$B/bench/ps_bench" "$B/bench/apply_bench" "$B/bench/codec_bench" \
+         "$B/bench/baseline"; do
     [ -f "$f" ] || { echo "bench: $f is missing: run make first" >&2; exit 1; }
 done
 command -v "$REDIS_SERVER" >/dev/null || { echo "bench: $REDIS_SERVER not found" >&2; exit 1; }
@@ -65,11 +67,18 @@ echo "== 1. optimizer kernels vs memcpy of the same bytes (build/bench/apply_ben
 "$B/bench/apply_bench" || { echo "bench: apply_bench failed" >&2; fail=1; }
 
 echo
+echo "== 1b. wire codecs vs memcpy of the F32 tensor and vs the scalar loops (build/bench/codec_bench)"
+"$B/bench/codec_bench" || { echo "bench: codec_bench failed" >&2; fail=1; }
+
+echo
 echo "== 2. PS commands vs SET/GET of the same bytes, same server, same run (build/bench/ps_bench)"
 start_server ps
 echo "redis-server pid $PID on 127.0.0.1:$PORT"
 # shellcheck disable=SC2086
 "$B/bench/ps_bench" --port "$PORT" ${BENCH_PS_ARGS:-} || { echo "bench: ps_bench failed" >&2; fail=1; }
+echo
+echo "== 2b. exactly-once table: push with ID at DEDUPMAX 16 vs a full 2^20 table (build/bench/dedup_bench)"
+"$B/bench/dedup_bench" --port "$PORT" || { echo "bench: dedup_bench failed" >&2; fail=1; }
 stop_server
 
 if [ "${BENCH_TRAIN:-1}" = 0 ]; then

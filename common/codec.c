@@ -6,57 +6,14 @@
  * little-endian (checked at compile time in codec.h), so the wire's byte
  * order is the host's and no byte swapping is needed. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "codec.h"
+#include "codec_bits.h"
 
 #include <string.h>
 
 _Static_assert(sizeof(float) == 4, "float must be IEEE binary32");
 _Static_assert(sizeof(uint32_t) == 4 && sizeof(uint16_t) == 2, "fixed-width types");
-
-/* ============================================================ small helpers */
-
-/* Load/store one little-endian value at a possibly unaligned address. */
-static inline uint32_t load_u32(const unsigned char *p) {
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store_u32(unsigned char *p, uint32_t v) {
-    memcpy(p, &v, sizeof v);
-}
-
-static inline float load_f32(const unsigned char *p) {
-    float v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store_f32(unsigned char *p, float v) {
-    memcpy(p, &v, sizeof v);
-}
-
-static inline uint16_t load_u16(const unsigned char *p) {
-    uint16_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void store_u16(unsigned char *p, uint16_t v) {
-    memcpy(p, &v, sizeof v);
-}
-
-static inline uint32_t f32_bits(float x) {
-    uint32_t b;
-    memcpy(&b, &x, sizeof b);
-    return b;
-}
-
-static inline float bits_f32(uint32_t b) {
-    float x;
-    memcpy(&x, &b, sizeof x);
-    return x;
-}
 
 /* ASCII-only lower-casing, independent of the C locale. */
 static inline char ascii_lower(char c) {
@@ -109,120 +66,264 @@ size_t ps_dense_encoded_size(ps_format f, size_t n) {
     }
 }
 
-/* ============================================================ half / bf16 */
+/* ================================================== element conversions
+ *
+ * Each conversion is written branch-free, as whole-lane integer operations and
+ * selects, so the loops below vectorize: every lane computes every case and
+ * a mask keeps the right one. The results are bit-identical to the branchy
+ * scalar reference (codec_ref.c), which the tests and the fuzz harness check
+ * on every edge case (NaN payloads, infinities, subnormals, ties, overflow).
+ * On AVX2 CPUs F16 goes through the F16C instructions instead (below), with
+ * the one fix-up they need to give the same bits (signalling NaNs up). */
 
-uint16_t ps_f32_to_f16(float x) {
-    uint32_t b = f32_bits(x);
-    uint16_t sign = (uint16_t)((b >> 16) & 0x8000u);
+/* All ones when 'c' is true, else zero. The callers compare magnitudes
+ * (bits < 2^31) as int32: x86 has signed vector compares only, and GCC
+ * cannot tell that an unsigned compare of such values needs no fix-up. */
+static inline uint32_t mask_if(int c) {
+    return (uint32_t)0 - (uint32_t)(c != 0);
+}
+
+/* binary32 bits 'b' -> binary16 bits: round to nearest even, overflow to
+ * infinity, subnormals exact, NaN quiet with its top payload bits. */
+static inline uint32_t f16_from_bits(uint32_t b) {
+    uint32_t sign = (b >> 16) & 0x8000u;
     uint32_t a = b & 0x7fffffffu; /* |x| as bits: ordered like the values */
-
-    if (a >= 0x47800000u) {
-        /* |x| >= 65536, inf or NaN. NaN becomes a quiet NaN keeping the top
-         * payload bits (the quiet bit guarantees a non-zero mantissa). */
-        if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-        return (uint16_t)(sign | 0x7c00u);
-    }
-    if (a < 0x38800000u) {
-        /* |x| < 2^-14: a half subnormal (units of 2^-24) or zero. Floats in
-         * [0.5, 1) are spaced exactly 2^-24 apart, so adding 0.5 lets the FPU
-         * round |x| to that grid, ties to even (the parity of the float's last
-         * bit is the parity of the count). The count of 2^-24 steps above 0.5
-         * is the half's bits; 1024 is correctly the smallest normal. f32
-         * zeros and subnormals land on 0. Relies on the default rounding
-         * mode (nearest even), which nothing in Redis or the client changes. */
-        float f = bits_f32(a) + 0.5f;
-        return (uint16_t)(sign | (f32_bits(f) - 0x3f000000u));
-    }
+    /* |x| >= 65536, inf or NaN: infinity, or a quiet NaN keeping the top
+     * payload bits (the quiet bit guarantees a non-zero mantissa). */
+    uint32_t big = 0x7c00u | ((0x0200u | ((a >> 13) & 0x3ffu)) & mask_if((int32_t)a > 0x7f800000));
+    /* |x| < 2^-14: a half subnormal or zero. Floats in [0.5, 1) are spaced
+     * exactly 2^-24 apart, so adding 0.5 rounds |x| to the half-subnormal
+     * grid, ties to even, in the FPU's default rounding mode (which nothing
+     * in Redis or the client changes); the count of 2^-24 steps above 0.5 is
+     * the half's bits, 1024 being correctly the smallest normal. Computed on
+     * every lane: for large |x| the sum is discarded by the select below. */
+    float f;
+    memcpy(&f, &a, sizeof f);
+    f += 0.5f;
+    uint32_t fb;
+    memcpy(&fb, &f, sizeof fb);
+    uint32_t tiny = fb - 0x3f000000u;
     /* Normal half: rebias the exponent (127 -> 15) and round the 13 dropped
      * mantissa bits to nearest even. A carry out of the mantissa bumps the
-     * exponent, which is exactly right, and everything from 65520 up lands on
-     * 0x7c00, infinity. */
-    a -= 112u << 23;
-    a += 0xfffu + ((a >> 13) & 1u);
-    return (uint16_t)(sign | (a >> 13));
+     * exponent, which is exactly right, and 65520 up to 65535.99 lands on
+     * 0x7c00, infinity. Wraps harmlessly for the lanes the select drops. */
+    uint32_t r = a - (112u << 23);
+    r += 0xfffu + ((r >> 13) & 1u);
+    uint32_t normal = r >> 13;
+    uint32_t m_big = mask_if((int32_t)a >= 0x47800000), m_tiny = mask_if((int32_t)a < 0x38800000);
+    uint32_t h = (big & m_big) | (tiny & m_tiny) | (normal & ~(m_big | m_tiny));
+    return sign | h;
+}
+
+/* binary16 bits 'h' (in the low 16 bits) -> binary32 bits; exact, NaN
+ * payloads kept as they are (a signalling NaN stays signalling). */
+static inline uint32_t f16_to_bits(uint32_t h) {
+    uint32_t sign = (h & 0x8000u) << 16;
+    uint32_t em = (h & 0x7fffu) << 13; /* exponent and mantissa in f32 position */
+    uint32_t exp = em & 0x0f800000u;
+    /* Zero or subnormal (mant * 2^-24): 2^-14 + mant * 2^-24 built as a normal
+     * f32 minus 2^-14; the difference is exact. */
+    uint32_t sb = em | (113u << 23);
+    float f;
+    memcpy(&f, &sb, sizeof f);
+    f -= 0x1p-14f;
+    uint32_t sub;
+    memcpy(&sub, &f, sizeof sub);
+    uint32_t m_special = mask_if(exp == 0x0f800000u), m_sub = mask_if(exp == 0);
+    uint32_t b = ((em | 0x7f800000u) & m_special) | (sub & m_sub) |
+                 ((em + (112u << 23)) & ~(m_special | m_sub));
+    return sign | b;
+}
+
+/* binary32 bits -> bfloat16 bits: round to nearest even on the 16 dropped
+ * bits (the largest finite values round up to infinity, as IEEE requires);
+ * NaN keeps its top bits with the quiet bit forced (so it cannot round into
+ * infinity). */
+static inline uint32_t bf16_from_bits(uint32_t b) {
+    uint32_t nan = (b >> 16) | 0x0040u;
+    uint32_t rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
+    uint32_t m_nan = mask_if((int32_t)(b & 0x7fffffffu) > 0x7f800000);
+    return (nan & m_nan) | (rounded & ~m_nan); /* both fit in 16 bits */
+}
+
+uint16_t ps_f32_to_f16(float x) {
+    return (uint16_t)f16_from_bits(f32_bits(x));
 }
 
 float ps_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t em = (uint32_t)(h & 0x7fffu) << 13; /* exponent and mantissa in f32 position */
-    uint32_t exp = em & 0x0f800000u;
-    uint32_t b;
-
-    if (exp == 0x0f800000u) {
-        b = em | 0x7f800000u; /* inf, or NaN with its payload */
-    } else if (exp == 0) {
-        /* Zero or subnormal (mant * 2^-24): build 2^-14 + mant * 2^-24 as a
-         * normal f32 and subtract 2^-14; the difference is exact. */
-        float f = bits_f32(em | (113u << 23)) - 0x1p-14f;
-        b = f32_bits(f);
-    } else {
-        b = em + (112u << 23); /* rebias 15 -> 127 */
-    }
-    return bits_f32(b | sign);
+    return bits_f32(f16_to_bits(h));
 }
 
 uint16_t ps_f32_to_bf16(float x) {
-    uint32_t b = f32_bits(x);
-    if ((b & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((b >> 16) | 0x0040u); /* NaN: force the quiet bit */
-    /* Round to nearest even on the 16 dropped bits. No NaN reaches here, so
-     * the sum cannot wrap; overflow of the largest finite values lands on
-     * infinity as IEEE rounding requires. */
-    b += 0x7fffu + ((b >> 16) & 1u);
-    return (uint16_t)(b >> 16);
+    return (uint16_t)bf16_from_bits(f32_bits(x));
 }
 
 float ps_bf16_to_f32(uint16_t h) {
     return bits_f32((uint32_t)h << 16);
 }
 
-/* ====================================================================== I8 */
+/* ================================================================ kernels
+ *
+ * The loops are built for AVX-512 (x86-64-v4), AVX2 and the x86-64 baseline
+ * (SSE2), picked at load time like the optimizer kernels (module/optim.c),
+ * and compiled with -O3 (Makefile) so the vectorizer runs. Vectorizing
+ * integer operations and IEEE-exact float adds, divides and conversions in
+ * lanes does not change any result, so every build computes the scalar
+ * reference's bits. PS_CODEC_BASELINE_ONLY (tests/test_codec_vec*.c) builds
+ * a copy without clones or hardware conversions, to test those paths too;
+ * clang builds (the fuzz harnesses) go without them as well (clang 14 has
+ * no target_clones nor an "f16c" CPU check). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(PS_CODEC_BASELINE_ONLY)
+#define PS_CODEC_X86 1
+#include <immintrin.h>
+#define PS_CODEC_KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#else
+#define PS_CODEC_KERNEL
+#endif
 
-/* Quantise the ratio 'r' to [-127, 127], rounding half away from zero. NaN
- * maps to 0 so a non-finite input never reaches an undefined conversion. The
- * truncation and the subtraction of the integer part are exact in float, so
- * no libm rounding function is needed. */
-static inline int i8_quantize(float r) {
-    r = (r == r) ? r : 0.0f;
-    r = r > 127.0f ? 127.0f : r;
-    r = r < -127.0f ? -127.0f : r;
-    int t = (int)r;
-    float frac = r - (float)t;
-    /* Comparisons, not branches: the rounding direction of random data is
-     * unpredictable and mispredictions would dominate the loop. */
-    return t + (frac >= 0.5f) - (frac <= -0.5f);
+PS_CODEC_KERNEL static void encode_f16_loop(const float *restrict src, size_t n,
+                                            unsigned char *restrict dst) {
+    for (size_t i = 0; i < n; i++)
+        store_u16(dst + 2 * i, (uint16_t)f16_from_bits(f32_bits(src[i])));
 }
 
-/* I8 encoding: scale = max|x| / 127 written first, then q_i = x_i / scale. */
-static void encode_i8(const float *src, size_t n, unsigned char *dst) {
-    float maxabs = 0.0f;
-    for (size_t i = 0; i < n; i++) {
-        /* |x| by clearing the sign bit: a branch on the sign would be
-         * mispredicted half the time on gradients. */
-        float a = bits_f32(f32_bits(src[i]) & 0x7fffffffu);
-        if (a > maxabs) maxabs = a; /* NaN never compares greater: ignored */
+#ifdef PS_CODEC_X86
+/* F16C's conversion down, with the rounding given in the instruction
+ * (nearest even, whatever MXCSR says), computes the wire's bits for every
+ * binary32 value: overflow to infinity, subnormal halves, and NaN quieted
+ * with its top payload bits kept, as f16_from_bits does (checked on all 2^32
+ * inputs when this was written, and by the tests on every exponent and tie
+ * pattern). */
+__attribute__((target("avx2,f16c"))) static void encode_f16_f16c(const float *src, size_t n,
+                                                                   unsigned char *dst) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(src + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
     }
-    float scale = maxabs / 127.0f;
-    store_f32(dst, scale);
-    unsigned char *q = dst + 4;
-    if (!(scale > 0.0f)) {
-        /* All zero (or so tiny the scale underflowed to 0): every q is 0. */
-        memset(q, 0, n);
+    encode_f16_loop(src + i, n - i, dst + 2 * i);
+}
+#endif
+
+static void encode_f16(const float *src, size_t n, unsigned char *dst) {
+#ifdef PS_CODEC_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        encode_f16_f16c(src, n, dst);
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        int v = i8_quantize(src[i] / scale);
-        q[i] = (unsigned char)(v & 0xff); /* two's complement byte */
-    }
+#endif
+    encode_f16_loop(src, n, dst);
 }
 
-static void decode_i8(const unsigned char *src, size_t n, float *dst) {
-    float scale = load_f32(src);
-    const unsigned char *q = src + 4;
-    for (size_t i = 0; i < n; i++) {
-        int v = (int)q[i] - ((q[i] & 0x80u) ? 256 : 0);
-        dst[i] = (float)v * scale;
+PS_CODEC_KERNEL static void decode_f16_loop(const unsigned char *restrict src, size_t n,
+                                            float *restrict dst) {
+    for (size_t i = 0; i < n; i++) dst[i] = bits_f32(f16_to_bits(load_u16(src + 2 * i)));
+}
+
+#ifdef PS_CODEC_X86
+/* F16C's conversion up is exact for every half but a signalling NaN, which
+ * it quiets (sets the f32 quiet bit, 1 << 22) where the wire keeps the
+ * payload as it is: that bit is put back to the half's own quiet bit
+ * (1 << 9) in NaN lanes. Checked on all 65536 halves by the tests. */
+__attribute__((target("avx2,f16c"))) static void decode_f16_f16c(const unsigned char *src,
+                                                                   size_t n, float *dst) {
+    const __m256i absmask = _mm256_set1_epi32(0x7fff);
+    const __m256i infbits = _mm256_set1_epi32(0x7c00);
+    const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
+        __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+        __m256i hw = _mm256_cvtepu16_epi32(h);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(hw, absmask), infbits);
+        /* NaN lanes whose half had the quiet bit clear: clear it again. */
+        __m256i fix = _mm256_andnot_si256(_mm256_slli_epi32(hw, 13), _mm256_and_si256(nan, quiet));
+        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_xor_si256(f, fix));
     }
+    decode_f16_loop(src + 2 * i, n - i, dst + i);
+}
+#endif
+
+static void decode_f16(const unsigned char *src, size_t n, float *dst) {
+#ifdef PS_CODEC_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+        decode_f16_f16c(src, n, dst);
+        return;
+    }
+#endif
+    decode_f16_loop(src, n, dst);
+}
+
+PS_CODEC_KERNEL static void encode_bf16(const float *restrict src, size_t n,
+                                        unsigned char *restrict dst) {
+    for (size_t i = 0; i < n; i++)
+        store_u16(dst + 2 * i, (uint16_t)bf16_from_bits(f32_bits(src[i])));
+}
+
+PS_CODEC_KERNEL static void decode_bf16(const unsigned char *restrict src, size_t n,
+                                        float *restrict dst) {
+    for (size_t i = 0; i < n; i++) dst[i] = bits_f32((uint32_t)load_u16(src + 2 * i) << 16);
+}
+
+/* ====================================================================== I8 */
+
+/* Largest |x| among the 'n' floats at 'src', NaN ignored, as binary32 bits.
+ * The magnitudes compare as integers (sign bit cleared, NaN mapped to 0),
+ * which orders them like the floats and vectorizes as an integer max. */
+PS_CODEC_KERNEL static uint32_t i8_maxabs_bits(const float *restrict src, size_t n) {
+    uint32_t best = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t a = f32_bits(src[i]) & 0x7fffffffu;
+        a &= mask_if((int32_t)a <= 0x7f800000);
+        best = (int32_t)a > (int32_t)best ? a : best;
+    }
+    return best;
+}
+
+/* The I8 byte of ratio 'r': r rounded half away from zero and clamped to
+ * [-127, 127], NaN to 0. Works on the magnitude a = |r| (its bits, ordered
+ * like the values once NaN is out, so the clamp is an integer min): a + 0.5
+ * is exact for every a <= 127 except a = 0.5 - 2^-25, whose sum rounds up to
+ * 1.0, so that one value is sent to 0 explicitly; truncating the sum then
+ * rounds half away from zero, and the sign goes back on as a two's
+ * complement negation. Every step is a lane-wise integer or IEEE-exact float
+ * operation, so the loop vectorizes without changing a bit. */
+static inline unsigned char i8_byte(float r) {
+    uint32_t b = f32_bits(r);
+    uint32_t a = b & 0x7fffffffu;
+    a &= mask_if((int32_t)a <= 0x7f800000);        /* NaN -> 0 */
+    a = (int32_t)a < 0x42fe0000 ? a : 0x42fe0000u; /* a <= 127.0f */
+    a &= mask_if(a != 0x3effffffu);                /* 0.49999997 -> 0 */
+    uint32_t m = (uint32_t)(int32_t)(bits_f32(a) + 0.5f);
+    uint32_t neg = (uint32_t)((int32_t)b >> 31); /* all ones when r < 0 */
+    return (unsigned char)(((m ^ neg) - neg) & 0xffu);
+}
+
+/* q_i = the I8 byte of x_i / scale. */
+PS_CODEC_KERNEL static void i8_quantize(const float *restrict src, size_t n, float scale,
+                                        unsigned char *restrict q) {
+    for (size_t i = 0; i < n; i++) q[i] = i8_byte(src[i] / scale);
+}
+
+/* I8 encoding: scale = max|x| / 127 written first, then the quantised x. */
+static void encode_i8(const float *src, size_t n, unsigned char *dst) {
+    float scale = bits_f32(i8_maxabs_bits(src, n)) / 127.0f;
+    store_f32(dst, scale);
+    if (!(scale > 0.0f)) {
+        /* All zero (or so tiny the scale underflowed to 0): every q is 0. */
+        memset(dst + 4, 0, n);
+        return;
+    }
+    i8_quantize(src, n, scale, dst + 4);
+}
+
+PS_CODEC_KERNEL static void decode_i8(const unsigned char *restrict src, size_t n,
+                                      float *restrict dst) {
+    float scale = load_f32(src);
+    const unsigned char *restrict q = src + 4;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)(int8_t)q[i] * scale;
 }
 
 /* ============================================================ dense codec */
@@ -233,10 +334,10 @@ void ps_encode(ps_format f, const float *src, size_t n, unsigned char *dst) {
         if (n) memcpy(dst, src, n * 4); /* little-endian host: bytes are the wire */
         break;
     case PS_FMT_F16:
-        for (size_t i = 0; i < n; i++) store_u16(dst + 2 * i, ps_f32_to_f16(src[i]));
+        encode_f16(src, n, dst);
         break;
     case PS_FMT_BF16:
-        for (size_t i = 0; i < n; i++) store_u16(dst + 2 * i, ps_f32_to_bf16(src[i]));
+        encode_bf16(src, n, dst);
         break;
     case PS_FMT_I8:
         encode_i8(src, n, dst);
@@ -255,10 +356,10 @@ int ps_decode(ps_format f, const unsigned char *src, size_t len, size_t n, float
         if (n) memcpy(dst, src, n * 4);
         return 0;
     case PS_FMT_F16:
-        for (size_t i = 0; i < n; i++) dst[i] = ps_f16_to_f32(load_u16(src + 2 * i));
+        decode_f16(src, n, dst);
         return 0;
     case PS_FMT_BF16:
-        for (size_t i = 0; i < n; i++) dst[i] = ps_bf16_to_f32(load_u16(src + 2 * i));
+        decode_bf16(src, n, dst);
         return 0;
     case PS_FMT_I8:
         decode_i8(src, n, dst);
@@ -266,107 +367,6 @@ int ps_decode(ps_format f, const unsigned char *src, size_t len, size_t n, float
     default:
         return -1;
     }
-}
-
-/* ==================================================================== TOPK */
-
-size_t ps_topk_encoded_size(uint32_t k) {
-    return 4 + 8 * (size_t)k;
-}
-
-/* Magnitude key of 'x': its bits without the sign. For non-negative IEEE
- * values the integer order of the bits is the numeric order, so this orders
- * 0 (either sign) < subnormals < normals < inf < NaN, a total order. */
-static inline uint32_t mag_key(float x) {
-    return f32_bits(x) & 0x7fffffffu;
-}
-
-/* Radix select: find the 'k'-th largest magnitude key (1 <= k <= n) among the
- * 'n' floats at 'src'. Returns that key T and stores in '*take_eq' how many
- * entries equal to T belong to the top k (the rest of the top k are the keys
- * greater than T). One histogram pass over 'src' on the top byte, then the
- * candidates sharing the chosen top byte are compacted into 'scratch' and the
- * three lower bytes are resolved on them alone: O(n), deterministic. */
-static uint32_t topk_threshold(const float *src, size_t n, size_t k, uint32_t *scratch,
-                               size_t *take_eq) {
-    size_t hist[256];
-    size_t need = k;
-
-    memset(hist, 0, sizeof hist);
-    for (size_t i = 0; i < n; i++) hist[mag_key(src[i]) >> 24]++;
-    unsigned b = 255;
-    while (hist[b] < need) {
-        need -= hist[b];
-        b--;
-    }
-    uint32_t prefix = (uint32_t)b << 24;
-
-    size_t m = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t key = mag_key(src[i]);
-        if ((key >> 24) == b) scratch[m++] = key;
-    }
-
-    for (int shift = 16; shift >= 0; shift -= 8) {
-        memset(hist, 0, sizeof hist);
-        for (size_t i = 0; i < m; i++) hist[(scratch[i] >> shift) & 0xffu]++;
-        b = 255;
-        while (hist[b] < need) {
-            need -= hist[b];
-            b--;
-        }
-        prefix |= (uint32_t)b << shift;
-        size_t w = 0;
-        for (size_t i = 0; i < m; i++)
-            if (((scratch[i] >> shift) & 0xffu) == b) scratch[w++] = scratch[i];
-        m = w;
-    }
-    *take_eq = need; /* 1 <= need <= m: all survivors equal the prefix */
-    return prefix;
-}
-
-size_t ps_topk_encode(const float *src, size_t n, uint32_t k, unsigned char *dst,
-                      uint32_t *scratch) {
-    if ((size_t)k > n) k = (uint32_t)n;
-    store_u32(dst, k);
-    if (k == 0) return 4;
-
-    unsigned char *idx_out = dst + 4;
-    unsigned char *val_out = dst + 4 + 4 * (size_t)k;
-    size_t take_eq = 0;
-    uint32_t thr = topk_threshold(src, n, k, scratch, &take_eq);
-
-    /* Emit in index order: every key above the threshold, and the first
-     * 'take_eq' keys equal to it (lower index wins ties). Exactly k entries. */
-    size_t j = 0;
-    for (size_t i = 0; i < n && j < k; i++) {
-        uint32_t key = mag_key(src[i]);
-        if (key > thr || (key == thr && take_eq > 0)) {
-            if (key == thr) take_eq--;
-            store_u32(idx_out + 4 * j, (uint32_t)i);
-            store_f32(val_out + 4 * j, src[i]);
-            j++;
-        }
-    }
-    return ps_topk_encoded_size(k);
-}
-
-int ps_topk_check(const unsigned char *src, size_t len, size_t n, uint32_t *k_out) {
-    if (src == NULL || len < 4) return -1;
-    uint32_t k = load_u32(src);
-    if ((uint64_t)len != 4 + 8 * (uint64_t)k) return -1;
-    const unsigned char *idx = src + 4;
-    for (uint32_t j = 0; j < k; j++)
-        if ((size_t)load_u32(idx + 4 * (size_t)j) >= n) return -1;
-    if (k_out) *k_out = k;
-    return 0;
-}
-
-void ps_topk_scatter_add(const unsigned char *src, uint32_t k, float *dense) {
-    const unsigned char *idx = src + 4;
-    const unsigned char *val = src + 4 + 4 * (size_t)k;
-    for (uint32_t j = 0; j < k; j++)
-        dense[load_u32(idx + 4 * (size_t)j)] += load_f32(val + 4 * (size_t)j);
 }
 
 /* =============================================================== row lists */

@@ -1,5 +1,6 @@
 /* rng.c -- seeded random source (see rng.h). */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "rng.h"
 
 #include <math.h>

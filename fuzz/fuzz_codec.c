@@ -2,7 +2,8 @@
  * common/: format names, dense decode (F32/F16/BF16/I8), f16 and bf16
  * conversions, TOPK encode/check/scatter, ROWS check and the shape
  * validator. The first input byte picks the unit; the rest is its input.
- * Besides memory safety it checks each unit's documented contract. */
+ * Besides memory safety it checks each unit's documented contract, and that
+ * the vectorized codecs give the scalar reference's bytes (codec_ref.h). */
 
 #include <math.h>
 #include <stdio.h>
@@ -10,14 +11,18 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_ref.h"
 #include "fuzz_util.h"
 #include "shape.h"
 
 #define MAXN 4096
 
-static float F[MAXN], G[MAXN];
-static unsigned char E[4 + 8 * MAXN];
-static uint32_t S[MAXN];
+/* TOPK's fast path starts at 16384 floats: BIGN leaves room above it. */
+#define BIGN (1 << 17)
+
+static float F[MAXN], G[MAXN], H[BIGN];
+static unsigned char E[4 + 8 * MAXN], R[4 + 8 * BIGN], T[4 + 8 * BIGN];
+static uint32_t S[BIGN];
 
 static int same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0; }
 
@@ -33,6 +38,25 @@ static void fuzz_format(FuzzIn *in) {
     FZ_CHECK(len == strlen(name));
 }
 
+/* Vector == scalar: the blob decoded as format 'f' (return code and bits),
+ * and its bytes read as raw floats encoded in every dense format. */
+static void check_vs_ref(ps_format f, const uint8_t *blob, size_t len, size_t n) {
+    memset(F, 0x5a, sizeof F);
+    memset(G, 0x5a, sizeof G);
+    int a = ps_decode(f, blob, len, n, F), b = ps_decode_ref(f, blob, len, n, G);
+    FZ_CHECK(a == b && memcmp(F, G, sizeof F) == 0);
+    size_t m = len / 4 < MAXN ? len / 4 : MAXN;
+    memcpy(H, blob, 4 * m);
+    for (ps_format g = PS_FMT_F16; g <= PS_FMT_I8; g++) {
+        size_t sz = ps_dense_encoded_size(g, m);
+        memset(R, 0xa5, sz + 8);
+        memset(T, 0xa5, sz + 8);
+        ps_encode(g, H, m, R);
+        ps_encode_ref(g, H, m, T);
+        FZ_CHECK(memcmp(R, T, sz + 8) == 0);
+    }
+}
+
 /* A blob that decodes must have exactly the encoded size, and (F32, F16,
  * BF16) re-encode to the same bytes except for NaNs, which may be quieted. */
 static void fuzz_decode(FuzzIn *in) {
@@ -40,6 +64,7 @@ static void fuzz_decode(FuzzIn *in) {
     size_t n = fz_uint(in, 2) % (MAXN + 1);
     const uint8_t *blob;
     size_t len = fz_rest(in, &blob);
+    check_vs_ref(f, blob, len, n);
     if (ps_decode(f, blob, len, n, F) != 0) {
         FZ_CHECK(f == PS_FMT_TOPK || len != ps_dense_encoded_size(f, n));
         return;
@@ -97,12 +122,43 @@ static void fuzz_half(FuzzIn *in) {
     FZ_CHECK(signbit(ps_f16_to_f32(a)) == signbit(v));
 }
 
+/* TOPK of 'n' floats at H with 'k' == the scalar reference, byte for byte. */
+static void topk_vs_ref(size_t n, uint32_t k) {
+    size_t kk = k < n ? k : n;
+    size_t sz = ps_topk_encoded_size((uint32_t)kk);
+    memset(R, 0xa5, sz + 8);
+    memset(T, 0xa5, sz + 8);
+    size_t a = ps_topk_encode(H, n, k, R, S), b = ps_topk_encode_ref(H, n, k, T, S);
+    FZ_CHECK(a == b && a == sz && memcmp(R, T, sz + 8) == 0);
+}
+
 static void fuzz_topk(FuzzIn *in) {
     size_t n = 1 + fz_uint(in, 2) % MAXN;
-    if (fz_u8(in) & 1) {
+    uint8_t mode = fz_u8(in);
+    if (mode & 2) {
+        /* Big enough for the fast path: the input's floats tiled over
+         * 16384 + x entries, some scaled by a per-tile factor (ties galore,
+         * spikes the sample may or may not see). */
+        size_t big = 16384 + fz_uint(in, 2) % (BIGN - 16384);
+        uint32_t k = (uint32_t)fz_uint(in, 3);
+        uint32_t every = 1 + fz_u8(in);
+        const uint8_t *p;
+        size_t len = fz_rest(in, &p);
+        if (len < 4) return;
+        size_t m = len / 4;
+        for (size_t i = 0; i < big; i++) {
+            memcpy(&H[i], p + 4 * (i % m), 4);
+            if ((i / m) % every == 0) H[i] *= 3.0f;
+        }
+        topk_vs_ref(big, k % 4 == 0 ? k : k % (uint32_t)(big / 8 + 1));
+        return;
+    }
+    if (mode & 1) {
         /* encode -> check -> scatter gives back exactly the k largest. */
         uint32_t k = (uint32_t)fz_uint(in, 2);
         for (size_t i = 0; i < n; i++) F[i] = fz_float(in);
+        memcpy(H, F, n * sizeof(float));
+        topk_vs_ref(n, k);
         size_t bytes = ps_topk_encode(F, n, k, E, S);
         uint32_t kk = k < n ? k : (uint32_t)n, got;
         FZ_CHECK(bytes == ps_topk_encoded_size(kk));

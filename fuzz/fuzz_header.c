@@ -170,6 +170,10 @@ static RedisModuleType *f_CreateDataType(RedisModuleCtx *ctx, const char *name, 
     return (RedisModuleType *)&TM;
 }
 
+/* type.c's free callback tells the sync-round timers (cmd_round.c, not
+ * linked here: no timers exist in this harness). */
+void ps_round_timer_forget(const PSTensor *t) { (void)t; }
+
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* ------------------------------------------------------------- the checks */

@@ -8,19 +8,31 @@
  *  - an error status (or a duplicate) leaves every byte of state unchanged;
  *  - PST_OK bumps the version by one (async) / closes the round (sync),
  *    PST_PENDING adds one gradient to the open round and keeps the version;
+ *    on an ACCUM tensor PST_OK adds it to the sum and keeps version and values;
+ *  - an ACCUM take answers the same pending slot until it is acknowledged;
  *  - snapshots and copies never change when the live tensor is written
  *    (copy on write);
  *  - the exactly-once table stays within its bound and a replayed (id, seq)
  *    (one applied before, or below the 64-seq window)
- *    answers the newest version its client's pushes produced. */
+ *    answers the newest version its client's pushes produced;
+ *  - its index finds every entry at its array position, and a new client at
+ *    a full table evicts the entry the former linear scan chose (the first
+ *    with the oldest version), so RDB/AOF order is unchanged;
+ *  - a pull of any ROWS request (repeats included) is either refused or
+ *    returns at most the whole tensor and at most the byte bound
+ *    (ps_pull_size: the memory a pull may cost, issue 11 item 1).
+ * The sync-round timers and the scratch trim are glue (Redis timers and
+ * allocator) and are tested by python_tests/test_timers.py / test_limits.py. */
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "accum.h"
 #include "codec.h"
 #include "fuzz_util.h"
+#include "limits.h"
 #include "tensor.h"
 
 #define MAXD 6
@@ -46,6 +58,11 @@ static uint64_t state_hash(const PSTensor *t) {
     h = h_buf(h, t->opt.s[1]);
     h = h_buf(h, t->round_acc);
     h = h_add(h, &t->round_count, 4);
+    h = h_add(h, &t->acc.count, 8);
+    h = h_add(h, &t->acc.seq, 8);
+    h = h_add(h, &t->acc.pend_count, 8);
+    h = h_buf(h, t->acc.sum);
+    h = h_buf(h, t->acc.pend);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         h = h_add(h, t->dedup[i].id, t->dedup[i].idlen);
         h = h_add(h, &t->dedup[i].seq, 8);
@@ -60,6 +77,20 @@ static uint64_t state_hash(const PSTensor *t) {
         h = h_buf(h, t->snaps[i].opt.s[1]);
     }
     return h;
+}
+
+/* The index agrees with the array: each entry is found at its position. */
+static void check_dedup_index(PSTensor *t) {
+    for (uint32_t i = 0; i < t->dedup_len; i++)
+        FZ_CHECK(PSTensor_DedupFind(t, t->dedup[i].id, t->dedup[i].idlen) == &t->dedup[i]);
+}
+
+/* What the linear table evicted: the first entry with the oldest version. */
+static const PSDedupEntry *linear_victim(const PSTensor *t) {
+    uint32_t v = 0;
+    for (uint32_t i = 1; i < t->dedup_len; i++)
+        if (t->dedup[i].version < t->dedup[v].version) v = i;
+    return &t->dedup[v];
 }
 
 static double fz_hyper(FuzzIn *in, double dflt) {
@@ -92,7 +123,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     h.clipnorm = fz_hyper(&in, h.clipnorm);
     if (ps_optim_check(&h) == NULL) o.h = h; /* the commands refuse the rest */
     uint8_t mode = fz_u8(&in);
-    o.sync_n = (mode & 3) == 3 ? 1 + fz_range(&in, 3) : 0;
+    o.sync_n = (mode & 3) == 3 && o.optim != PS_OPT_ACCUM ? 1 + fz_range(&in, 3) : 0;
     o.maxstale = (mode & 4) ? (int64_t)fz_range(&in, 4) : -1;
     o.policy = (mode & 8) ? PS_POLICY_SCALE : PS_POLICY_REJECT;
     o.dedup_max = fz_range(&in, 4);
@@ -114,6 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         const uint64_t before = state_hash(t);
         const uint64_t v0 = t->version;
         const uint32_t rc0 = t->round_count;
+        const uint64_t ac0 = t->acc.count;
         switch (op % 8) {
         case 0:
         case 1:
@@ -128,6 +160,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (ps_rows_check((const unsigned char *)rows, nr * 4, dims[0], NULL) != 0) break;
                 p.rows = (const unsigned char *)rows;
                 p.nrows = nr;
+                /* The same ROWS as a pull: bounded by the tensor and the bound. */
+                const uint64_t maxb = 4 * (1 + fz_range(&in, (uint32_t)(2 * n)));
+                uint64_t m;
+                const uint64_t eb = (f & 16) ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+                const int why = ps_pull_size(t, nr, eb, maxb, &m);
+                if (nr > dims[0]) FZ_CHECK(why == PS_PULL_TOO_MANY_ROWS);
+                if (why == PS_PULL_OK) FZ_CHECK(m <= t->n && m * eb <= maxb);
+                else FZ_CHECK(nr > dims[0] || nr * rl * eb > maxb);
             }
             size_t m = p.rows ? p.nrows * rl : n;
             for (size_t i = 0; i < m; i++) g[i] = fz_float(&in);
@@ -149,10 +189,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             const uint64_t dup_version = de ? de->version : 0;
             const int is_dup = de && PSTensor_DedupSeen(de, p.seq);
             const uint64_t newest0 = de ? de->seq : 0;
+            char victim[8] = {0};
+            size_t victimlen = 0;
+            if (p.id && !de && t->dedup_max && t->dedup_len >= t->dedup_max) {
+                const PSDedupEntry *v = linear_victim(t);
+                victimlen = v->idlen < sizeof(victim) ? v->idlen : 0;
+                memcpy(victim, v->id, victimlen);
+            }
             PSPushResult r;
             int st = PSTensor_Push(t, &p, &r);
             if (is_dup) FZ_CHECK(st == PST_DUPLICATE && r.version == dup_version);
-            if (st == PST_OK) {
+            if (st == PST_OK && t->optim == PS_OPT_ACCUM) {
+                FZ_CHECK(t->version == v0 && r.version == v0 && t->acc.count == ac0 + 1);
+            } else if (st == PST_OK) {
                 FZ_CHECK(t->version == v0 + 1 && r.version == t->version);
                 if (t->sync_n) FZ_CHECK(t->round_count == 0 && t->round_acc == NULL);
             } else if (st == PST_PENDING) {
@@ -169,6 +218,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 FZ_CHECK(e->seq == (p.seq > newest0 ? p.seq : newest0));
             }
             FZ_CHECK(t->dedup_len <= t->dedup_max);
+            if (victimlen && (st == PST_OK || st == PST_PENDING))
+                FZ_CHECK(PSTensor_DedupFind(t, victim, victimlen) == NULL);
+            check_dedup_index(t);
             break;
         }
         case 4: { /* snapshot take / drop */
@@ -195,7 +247,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             FZ_CHECK(t->version == v0 + 1 && memcmp(t->data->v, s->data->v, n * 4) == 0);
             break;
         }
-        case 6: { /* round close (timer) or SET */
+        case 6: { /* round close (timer) or SET; on ACCUM tensors take / ack */
+            if (t->optim == PS_OPT_ACCUM) {
+                const uint64_t pend0 = t->acc.pend_count, seq0 = t->acc.seq;
+                const uint8_t how = fz_u8(&in);
+                if (how & 1) {
+                    FZ_CHECK(PSAccum_Ack(t, seq0 - (how & 2 ? 1 : 0)) == (pend0 && !(how & 2)));
+                    break;
+                }
+                int st = PSAccum_Take(t, 1 + (how >> 6), 0);
+                if (st == PS_TAKE_AGAIN) FZ_CHECK(pend0 && state_hash(t) == before);
+                else if (st == PS_TAKE_SHORT) FZ_CHECK(state_hash(t) == before);
+                else FZ_CHECK(!pend0 && t->acc.seq == seq0 + 1 && t->acc.pend_count == ac0 &&
+                              t->acc.count == 0 && t->version == v0);
+                break;
+            }
             if (fz_u8(&in) & 1) {
                 int st = PSTensor_CloseRound(t);
                 if (st == PST_PENDING) FZ_CHECK(state_hash(t) == before);
@@ -219,7 +285,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             PSSnapshot *s = PSTensor_SnapshotFind(t, "p", 1);
             FZ_CHECK(s && memcmp(s->data->v, first_snap, n * sizeof(float)) == 0);
         }
-        if (copy) FZ_CHECK(state_hash(copy) == copy_hash);
+        if (copy) {
+            FZ_CHECK(state_hash(copy) == copy_hash);
+            check_dedup_index(copy);
+        }
     }
     PSTensor_Free(copy);
     PSTensor_Free(t);

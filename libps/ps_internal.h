@@ -1,77 +1,87 @@
-/* ps_internal.h -- private structures of libps shared by ps.c (API, models)
- * and cluster.c (nodes, slot map, the request engine). Not installed. */
+/* ps_internal.h -- private structures of libps shared by its layers. Not
+ * installed. From the bottom up:
+ *   conn.c     connections, nodes and the hash-slot map (topology)
+ *   engine.c   the request engine: routing, redirects, retries, WAIT,
+ *              pipelining; completes requests through their callbacks and
+ *              knows nothing of models
+ *   wire.c     RESP encoding of the model commands (wire.h)
+ *   model.c, model_io.c   models and partitions: build requests, interpret
+ *              replies in the callbacks
+ *   client.c   psConnect, generic commands, psDrain, psClientFree
+ *   durable.c  durability: degraded nodes (short WAITs, replica probes,
+ *              the policies), lost-state events, event announcements */
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
 #include "redis-ps/ps.h"
-#include "codec.h"
 #include "slot.h"
-#include "shape.h"
 
 #define PS_MAX_REDIRECTS 16     /* MOVED/ASK hops of one request */
-#define PS_READ_CHUNK (256 * 1024)      /* max bytes per read() of replies */
+#define PS_READ_CHUNK (256 * 1024)      /* min free room per read() of replies */
 #define PS_SOCKET_BUFFER (4 * 1024 * 1024) /* SO_RCVBUF / SO_SNDBUF of node connections */
-#define PS_DIRECT_WRITE_MIN (16 * 1024) /* pushes with a blob this big skip hiredis's buffer */
+#define PS_DIRECT_WRITE_MIN (16 * 1024) /* a request blob this big skips hiredis's buffer */
 
 /* ------------------------------------------------------------------------
- * Requests: one command that must eventually get a final reply. A request
- * is (re)dispatched to the node owning its slot; redirects and connection
- * errors put it back on the client's retry list.
+ * Requests: one encoded command that must eventually get a final reply. A
+ * request is (re)sent to the node owning its hash slot; redirects and
+ * connection errors put it back on the client's retry list. The submitter
+ * owns the request and every buffer it points to until 'done' was called.
  * ------------------------------------------------------------------------ */
 
-#define PSR_RAW 0       /* preformatted command; the reply is kept for the caller */
-#define PSR_PUSH 1      /* PS.PUSHGRAD of one partition (argv built at dispatch) */
-#define PSR_PULL 2      /* PS.PULL of one partition */
-
-#define PSS_IDLE 0      /* not submitted, or finished and reaped */
+#define PSS_IDLE 0      /* not submitted */
 #define PSS_FLIGHT 1    /* written (or buffered) on a node, reply pending */
 #define PSS_RETRY 2     /* on the retry list */
-#define PSS_DONE 3      /* final reply handled */
+#define PSS_DONE 3      /* final reply handed to 'done' */
 
-struct psPushSlot;
+#define PSI_DONE 0      /* 'done' took the reply: the request is finished */
+#define PSI_RESEND 1    /* 'done' re-encoded the request: send it again */
 
-typedef struct psReq {
-    int kind;                   /* PSR_* */
-    int state;                  /* PSS_* */
+typedef struct psReq psReq;
+
+/* Called once with the final reply of 'r' (the callee owns 'reply'), or
+ * with NULL when the request failed (the error is recorded on 'c' unless an
+ * earlier one was; r->failed is set). May return PSI_RESEND (only with a
+ * reply) after changing the command: the engine sends it again, counted as
+ * a redirect hop. */
+typedef int psReqDoneFn(psClient *c, psReq *r, redisReply *reply);
+
+/* Offered, before the reply of 'r' is parsed, each bulk string 'data' of
+ * 'len' bytes that is element 'idx' of a top-level array of 'n' scalars,
+ * still in the engine's read buffer. Returns 1 when it used the bytes (the
+ * reply then holds an empty string there), 0 to leave them in the reply. */
+typedef int psReqSinkFn(psClient *c, psReq *r, int idx, int n, const char *data, size_t len);
+
+struct psReq {
+    /* Set by the submitter (psi_req_init, then the command). The command
+     * on the wire is cmd, then blob, then tail (blob and tail optional). */
+    const char *key;            /* routing key (not owned), NULL = any node */
+    size_t keylen;
     int slot;                   /* hash slot of the key, -1 = any node */
+    const char *cmd;
+    size_t cmdlen;
+    const unsigned char *blob;  /* a large argument, sent without a copy */
+    size_t bloblen;
+    const char *tail;
+    size_t taillen;
+    psReqDoneFn *done;
+    psReqSinkFn *sink;          /* NULL: none */
+    void *udata;                /* the submitter's */
+    /* Engine state. */
+    int state;                  /* PSS_* */
     int attempts;               /* resends after errors (max_retries, retry_timeout_ms) */
     int64_t first_err_ms;       /* monotonic ms of the first error since submission */
-    int acked;                  /* PSR_PUSH: answered with a version (in stats.pushes) */
     int redirects;              /* MOVED/ASK hops (bounded by PS_MAX_REDIRECTS) */
     int ask_node;               /* >= 0: next dispatch goes there after ASKING */
-    int failed;                 /* finished without a usable reply */
+    int failed;                 /* finished without a reply */
     int node;                   /* node of the last dispatch, -1 none */
-    const char *key;            /* routing key (not owned) */
-    size_t keylen;
-    /* PSR_RAW */
-    char *cmd;                  /* RESP text from redisFormatCommandArgv (owned) */
-    size_t cmdlen;
-    redisReply *reply;          /* final reply, handed to the caller */
-    /* PSR_PUSH / PSR_PULL */
-    psModel *m;
-    int t, p;                   /* tensor, partition */
-    struct psPushSlot *ps;      /* owning push slot (PSR_PUSH) */
-    const unsigned char *blob;  /* encoded gradient inside ps->buf */
-    size_t bloblen;
-    size_t direct;              /* PSR_PULL: bytes decoded straight into the destination */
-    uint64_t version;           /* VERSION argument */
-    int has_version;
-    uint64_t seq;               /* ID seq, fixed at first send */
-    float scale;
-} psReq;
+};
 
-/* One model push in flight: the encoded blobs of all its partitions (kept
- * for resends) and one request per partition. Reused, never freed until
- * the client is. */
-typedef struct psPushSlot {
-    int in_use;
-    int outstanding;            /* requests + WAITs not yet answered */
-    psModel *m;
-    unsigned char *buf;
-    size_t bufcap;
-    psReq *reqs;
-    int nreqs, reqcap;
-} psPushSlot;
+/* Called with the reply of a "WAIT n ms" queued by psi_submit_wait() on
+ * node 'node' (the callee owns 'reply'), or with NULL when the connection
+ * died before it answered: the requests it covered were applied but maybe
+ * not replicated, and the callee may resend them (psi_resend) before the
+ * engine resends what was queued after the WAIT. */
+typedef void psWaitFn(psClient *c, void *udata, int node, redisReply *reply);
 
 /* Queue entry of a node: what the next reply on that connection answers. */
 #define PSQ_REQ 0
@@ -81,8 +91,16 @@ typedef struct psPushSlot {
 typedef struct psQent {
     int kind;
     psReq *r;                   /* PSQ_REQ */
-    psPushSlot *ps;             /* PSQ_WAIT */
+    psWaitFn *wait_done;        /* PSQ_WAIT */
+    void *wait_udata;
 } psQent;
+
+/* Where the reply framer stands in a node's read buffer (engine.c). */
+typedef struct psScan {
+    size_t pos;                 /* bytes of the current reply scanned */
+    long long pending;          /* elements of it still to come */
+    size_t need;                /* bytes the reply needs at least (buffer growth) */
+} psScan;
 
 typedef struct psNode {
     char *host;
@@ -91,7 +109,18 @@ typedef struct psNode {
     int ever_connected;
     psQent *q;                  /* ring of pending replies */
     size_t qhead, qlen, qcap;
+    char *in;                   /* bytes read, not yet handled (engine.c) */
+    size_t inlen, incap;
+    psScan scan;
+    unsigned gen;               /* bumped when the connection is dropped */
+    /* durability (durable.c) */
+    int degraded;               /* announced as unable to satisfy wait_replicas */
+    int probing;                /* an INFO replication probe is queued */
+    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
 } psNode;
+
+struct psPushBatch;
+struct psModel;
 
 typedef struct psClientPriv {
     /* options, defaults resolved */
@@ -99,96 +128,111 @@ typedef struct psClientPriv {
     char *user, *password;
     int max_retries, retry_timeout_ms, backoff_ms, push_window;
     int wait_replicas, wait_timeout_ms;
+    int durability_policy, probe_ms, lost_state_policy;
+    psEventFn *on_event;
+    void *event_udata;
     size_t partition_bytes;
-    int flags;
+    int flags;                  /* PS_FLAG_* */
     uint64_t seq_base;          /* first seq of every key */
-    /* topology */
+    /* topology (conn.c) */
     char **seeds;               /* "host:port" strings */
     int nseeds;
     psNode *nodes;
     int nnodes, nodecap;
-    int16_t slots[PS_CLUSTER_SLOTS];   /* node index per slot, -1 unknown */
+    int16_t slots[PS_CLUSTER_SLOTS];   /* node index per hash slot, -1 unknown */
     int need_refresh;
-    /* engine */
+    /* engine (engine.c) */
     psReq **retry;              /* FIFO of requests to (re)dispatch */
     size_t nretry, retrycap;
     int backoff_level;          /* > 0: sleep before the next retry round */
-    psPushSlot *pslots;
-    int npslots;
-    int reading_node;           /* node whose replies are being parsed, -1 none */
-    redisReplyObjectFunctions fns;      /* hiredis's reply builders, but createString */
-    void *(*create_string)(const redisReadTask *, char *, size_t);   /* hiredis's */
+    /* models (model_io.c) */
+    struct psPushBatch *batches;        /* push_window model pushes in flight */
+    int nbatches;
+    struct psModel **models;    /* models with requests on this client */
+    int nmodels, modelcap;
 } psClientPriv;
 
 /* ------------------------------------------------------------------------
- * Models
- * ------------------------------------------------------------------------ */
-
-typedef struct psPart {
-    char *key;
-    uint64_t first_row, nrows;
-    size_t offset, elements;    /* in the tensor's flat array */
-    uint64_t version;
-    int has_version;
-    uint64_t seq;               /* last seq used by a push of this partition */
-    psReq pull;                 /* the partition's pull request */
-} psPart;
-
-typedef struct psTensor {
-    char *name;
-    int ndim;
-    uint64_t dims[PS_MAX_DIMS];
-    size_t elements, row_elems;
-    int nparts;
-    int first_part;             /* global partition index of part 0 */
-    psPart *parts;
-    float *resid;               /* error feedback (lossy push formats) */
-} psTensor;
-
-struct psModel {
-    char *job;
-    int ntensors, tcap;
-    psTensor *tensors;
-    size_t partition_bytes;     /* 0 = the client's */
-    int laid_out;
-    ps_format push_fmt;
-    ps_format pull_fmt;         /* F32 (default), F16 or BF16 */
-    double topk_ratio;
-    size_t max_part_elems;
-    float *scratch;             /* decode scratch (max_part_elems) */
-    uint32_t *topk_scratch;
-    float **pull_dst;           /* destination of the pull in progress (pull_dstv), or NULL */
-    float **pull_dstv;          /* copy of the caller's array of destinations */
-    int pull_pending;
-    int pull_failed;            /* PS_ERR_* of the pull in flight's first failure, 0 none */
-    char pull_errstr[128];
-    uint64_t seq_base;
-};
-
-/* ------------------------------------------------------------------------
- * cluster.c
+ * conn.c: errors, connections, topology
  * ------------------------------------------------------------------------ */
 
 void psi_set_error(psClient *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* Reset the error before a public call. */
+void psi_clear_error(psClient *c);
+int64_t psi_mono_ms(void);
+void psi_sleep_ms(long ms);
+/* Split "host:port" into a malloc'ed host and a port. 0 or -1. */
+int psi_parse_addr(const char *addr, size_t len, char **host, int *port);
 int psi_topology_init(psClient *c, const char *addrs);
 void psi_topology_free(psClient *c);
+/* Index of node host:port, added (not connected) when unknown; -1 on OOM. */
+int psi_node_find_or_add(psClient *c, const char *host, size_t hlen, int port);
+/* Make sure node 'i' has a live context. 0, or -1 with a message in 'err'. */
+int psi_node_ensure(psClient *c, int i, char *err, size_t errlen);
+/* Reload the slot map (cluster) or find the master (several standalone
+ * addresses). 0 or -1 with an error recorded. */
+int psi_refresh(psClient *c);
+
+/* ------------------------------------------------------------------------
+ * engine.c
+ * ------------------------------------------------------------------------ */
+
+/* Zero 'r' and route it by 'key' (NULL: any node). */
+void psi_req_init(psReq *r, const char *key, size_t keylen);
 /* Submit 'r' (retries of older requests go first, keeping seq order). */
 void psi_submit(psClient *c, psReq *r);
-/* Queue "WAIT n ms" on 'node' for push slot 'ps'. */
-void psi_submit_wait(psClient *c, int node, psPushSlot *ps);
+/* Put 'r', finished with a reply or in flight on a node that failed, back
+ * on the retry list as after an error (backoff, counted in retries). */
+void psi_resend(psClient *c, psReq *r, const char *why);
+/* Queue "WAIT wait_replicas wait_timeout_ms" on node 'node'; 'done' gets
+ * its reply. Returns 0, or -1 when the node has no connection (nothing queued). */
+int psi_submit_wait(psClient *c, int node, psWaitFn *done, void *udata);
+/* Queue "INFO replication" on node 'node' like psi_submit_wait. */
+int psi_submit_probe(psClient *c, int node, psWaitFn *done, void *udata);
 /* Write buffered commands (after pending retries), read ready replies. */
 void psi_flush(psClient *c);
 /* Run the engine until done(c, arg) is true or nothing is pending.
  * Returns 0 when done() became true, -1 otherwise. */
 int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg);
-/* Called by the engine with the final reply of a request (reply may be NULL
- * when the request failed; the callee owns 'reply'). Defined in ps.c. */
-void psi_finish(psClient *c, psReq *r, redisReply *reply);
-void psi_finish_wait(psClient *c, psPushSlot *ps, redisReply *reply);
-/* Called by the reply parser with the data blob of pull 'r' while it is
- * still in the reader's buffer: decodes it into the pull's destination.
- * Returns 0 when it did (r->direct is set), -1 to keep the blob in the reply. */
-int psi_pull_direct(psClient *c, psReq *r, const unsigned char *blob, size_t len);
+/* Free the engine's per-node buffers and the retry list. */
+void psi_engine_free(psClient *c);
+
+/* ------------------------------------------------------------------------
+ * model_io.c (used by client.c)
+ * ------------------------------------------------------------------------ */
+
+/* Allocate the client's push batches. 0 or -1. */
+int psi_models_init(psClient *c);
+/* Detach every model from 'c' and free the push batches. */
+void psi_models_free(psClient *c);
+/* 1 when no push of any model is in flight on 'c'. */
+int psi_pushes_idle(psClient *c, void *arg);
+
+/* ------------------------------------------------------------------------
+ * durable.c
+ * ------------------------------------------------------------------------ */
+
+/* Announce event 'ev' (PS_EVENT_*) about node 'node' (-1: none) with a
+ * printf-style message: to the on_event callback, else to stderr. */
+void psi_event(psClient *c, int ev, int node, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "host:port" of node 'node' in 'buf' ("?" when out of range). Returns buf. */
+const char *psi_node_name(const psClient *c, int node, char *buf, size_t len);
+/* A WAIT on 'node' answered 'got' replicas (< wait_replicas): mark the node
+ * degraded (announced once) per the policy. For PS_DURABILITY_FAIL records
+ * the error on 'c'. */
+void psi_wait_short(psClient *c, int node, long long got);
+/* A WAIT on 'node' answered enough replicas: a degraded node is restored. */
+void psi_wait_full(psClient *c, int node);
+/* Whether the pushes just sent to 'node' should be WAITed for: 0 when the
+ * node is degraded under PS_DURABILITY_DEGRADE (a probe is queued when one
+ * is due), else 1. */
+int psi_wait_wanted(psClient *c, int node);
+/* A lost-state event on 'key' served by 'node': 'acked' is the version this
+ * client saw acknowledged, 'now' the server's (has_now 0: the key is gone).
+ * Announces and counts it, and writes the error message into 'msg'. */
+void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int has_now,
+                    uint64_t now, char *msg, size_t msglen);
 
 #endif /* PS_INTERNAL_H */

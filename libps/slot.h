@@ -1,4 +1,4 @@
-/* slot.h -- Redis Cluster key hash slots, shared by the module and the client.
+/* slot.h -- Redis Cluster key hash slots, used by libps to route requests.
  *
  * Pure C, no Redis. Must agree bit for bit with Redis's own keyHashSlot(),
  * or the client would route keys to the wrong node. */

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "embed_glue.h"
+#include "limits.h"
 
 /* ========================================================================
  * Shared helpers
@@ -418,10 +419,12 @@ int PSEmbedPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     if (!v) return REDISMODULE_OK;
     const uint32_t dim = PSEmbed_Config(v->t)->dim;
     const uint64_t n = (uint64_t)k * dim;
-    if (n * sizeof(float) > (uint64_t)PSConf.max_tensor_bytes) {
+    /* The pull limit of tensors (ps.max-pull-bytes), at the cost per
+     * element of the reply format (limits.h). */
+    const uint64_t per = values ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+    if (n > (uint64_t)PSConf.max_pull_bytes / per) {
         ps_reply_errorf(ctx, PSERR_EMBED_PULL_BIG_F, (unsigned long long)k, dim,
-                        (unsigned long long)(n * sizeof(float)),
-                        (unsigned long long)PSConf.max_tensor_bytes);
+                        (unsigned long long)(n * per), (unsigned long long)PSConf.max_pull_bytes);
         goto done;
     }
     float *out = ps_scratch(n);

@@ -1,5 +1,13 @@
-/* cmd_push.c -- PS.PUSHGRAD, PS.PULL (with MINVERSION blocking) and the
- * sync-round timer with its internal effect command PS._CLOSEROUND.
+/* cmd_push.c -- PS.PUSHGRAD and PS.PULL (with MINVERSION blocking). The
+ * sync-round timers and PS._CLOSEROUND are in cmd_round.c.
+ *
+ * Request-sized memory (issue 11 item 1): a pull returns at most dim 0 rows
+ * (ROWS repeats count) and at most ps.max-pull-bytes of float32 values, and
+ * the scratch it used is trimmed to ps.scratch-keep-bytes when it ends, so
+ * a pull costs memory in proportion to what it returns and keeps none. At
+ * most ps.max-blocked-pulls pulls wait on MINVERSION; a waiter whose key is
+ * deleted, expires, is renamed or flushed is answered an error at once
+ * (Redis 7.0 does not wake module key waiters then).
  *
  * Replication, decided here per handler:
  *   PS.PUSHGRAD      verbatim when it changed state (applied, or added to a
@@ -17,125 +25,11 @@
 #include <string.h>
 
 #include "embed_glue.h"
+#include "limits.h"
 #include "ps_module.h"
 
 /* ========================================================================
- * Sync round timers (master only)
- * ====================================================================== */
-
-/* An armed timer: closes the round of 'key' in 'db' if it is still the one
- * that was open (tensor version 'version') when the timer fires. */
-typedef struct RoundTimer {
-    struct RoundTimer *next;
-    RedisModuleTimerID id;
-    int db;
-    uint64_t version;
-    size_t keylen;
-    char key[];
-} RoundTimer;
-
-static RoundTimer *Timers = NULL;
-
-static RoundTimer *timer_find(int db, const char *key, size_t keylen, uint64_t version) {
-    for (RoundTimer *rt = Timers; rt; rt = rt->next)
-        if (rt->db == db && rt->version == version && rt->keylen == keylen &&
-            memcmp(rt->key, key, keylen) == 0)
-            return rt;
-    return NULL;
-}
-
-static void timer_unlink(RoundTimer *rt) {
-    for (RoundTimer **pp = &Timers; *pp; pp = &(*pp)->next) {
-        if (*pp == rt) {
-            *pp = rt->next;
-            return;
-        }
-    }
-}
-
-static void roundTimerFired(RedisModuleCtx *ctx, void *data) {
-    RoundTimer *rt = data;
-    timer_unlink(rt);
-    /* Became a replica meanwhile: the new master decides (and replicates). */
-    if (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_SLAVE) {
-        RedisModule_Free(rt);
-        return;
-    }
-    /* Writes are paused (CLIENT PAUSE WRITE, a failover, a shutdown waiting
-     * for replicas): nothing may be propagated now, so try again shortly. */
-    if (RedisModule_AvoidReplicaTraffic()) {
-        rt->id = RedisModule_CreateTimer(ctx, 100, roundTimerFired, rt);
-        rt->next = Timers;
-        Timers = rt;
-        return;
-    }
-    RedisModule_SelectDb(ctx, rt->db);
-    RedisModuleString *kn = RedisModule_CreateString(ctx, rt->key, rt->keylen);
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, kn, REDISMODULE_READ | REDISMODULE_WRITE);
-    if (RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_MODULE &&
-        RedisModule_ModuleTypeGetType(key) == PSTensorType) {
-        PSTensor *t = RedisModule_ModuleTypeGetValue(key);
-        if (t->sync_n && t->version == rt->version && t->round_count > 0 &&
-            PSTensor_CloseRound(t) == PST_OK) {
-            t->stats.rounds_timed_out++;
-            PSStats.rounds_timed_out++;
-            PSStats.rounds_closed++;
-            RedisModule_Replicate(ctx, "ps._closeround", "sl", kn, (long long)rt->version);
-            ps_notify(ctx, "ps.round", kn);
-            ps_signal_ready(ctx, kn);
-        }
-    }
-    RedisModule_CloseKey(key);
-    RedisModule_FreeString(ctx, kn);
-    RedisModule_Free(rt);
-}
-
-/* Arms the round timer of a sync tensor whose round is open, once per round,
- * on a master only (replicas and AOF loading get PS._CLOSEROUND instead). */
-static void arm_round_timer(RedisModuleCtx *ctx, RedisModuleString *keyname, const PSTensor *t) {
-    if (!t->sync_n || !t->sync_timeout_ms || !t->round_count) return;
-    int flags = RedisModule_GetContextFlags(ctx);
-    if (flags & (REDISMODULE_CTX_FLAGS_SLAVE | REDISMODULE_CTX_FLAGS_LOADING)) return;
-    size_t kl;
-    const char *k = RedisModule_StringPtrLen(keyname, &kl);
-    int db = RedisModule_GetSelectedDb(ctx);
-    if (timer_find(db, k, kl, t->version)) return;
-    RoundTimer *rt = RedisModule_Alloc(sizeof(*rt) + kl);
-    rt->db = db;
-    rt->version = t->version;
-    rt->keylen = kl;
-    memcpy(rt->key, k, kl);
-    rt->id = RedisModule_CreateTimer(ctx, t->sync_timeout_ms, roundTimerFired, rt);
-    rt->next = Timers;
-    Timers = rt;
-}
-
-/* PS._CLOSEROUND key version: closes the open round if the tensor is still
- * at 'version' (the effect of a master's timer). */
-int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 3) return RedisModule_WrongArity(ctx);
-    uint64_t v;
-    if (ps_arg_u64(ctx, argv[2], "version", &v) != REDISMODULE_OK) return REDISMODULE_OK;
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!t) return REDISMODULE_OK;
-    int closed = 0;
-    if (t->version == v && t->round_count > 0) {
-        int st = PSTensor_CloseRound(t);
-        if (st != PST_OK) {
-            RedisModule_CloseKey(key);
-            return ps_reply_status(ctx, st);
-        }
-        t->stats.rounds_timed_out++;
-        closed = 1;
-        RedisModule_ReplicateVerbatim(ctx);
-        ps_signal_ready(ctx, argv[1]);
-    }
-    RedisModule_CloseKey(key);
-    return RedisModule_ReplyWithLongLong(ctx, closed);
-}
-
-/* ========================================================================
+=======
  * PS.PUSHGRAD
  * ====================================================================== */
 
@@ -273,9 +167,12 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         ps_notify(ctx, "ps.pushgrad", argv[1]);
         if (st == PST_OK) {
             ps_signal_ready(ctx, argv[1]);
-            if (t->sync_n) PSStats.rounds_closed++;
+            if (t->sync_n) {
+                PSStats.rounds_closed++;
+                ps_round_timer_stop(t); /* closed by its n-th push */
+            }
         } else {
-            arm_round_timer(ctx, argv[1], t);
+            ps_round_timer_arm(ctx, argv[1], t);
         }
         PSStats.pushes++;
         PSStats.bytes_in += values_start ? m * sizeof(float) : glen;
@@ -309,6 +206,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     }
 done:
     RedisModule_CloseKey(key);
+    ps_scratch_trim();
     return REDISMODULE_OK;
 }
 
@@ -327,19 +225,92 @@ typedef struct PullReq {
     size_t rowslen;
     char *at; /* NULL or the snapshot name */
     size_t atlen;
+    /* While blocked: the waiter list links, the handle, and the key waited
+     * on; 'gone' once the key went away (answered an error). */
+    struct PullReq *prev, *next;
+    RedisModuleBlockedClient *bc;
+    int db, gone;
+    char *key;
+    size_t keylen;
 } PullReq;
+
+/* Every blocked pull, to find the waiters of a deleted key. A deletion
+ * scans it only while some pull waits (at most ps.max-blocked-pulls). */
+static PullReq *Waiters = NULL;
 
 static void pullreq_free(PullReq *q) {
     if (!q) return;
     RedisModule_Free(q->rows);
     RedisModule_Free(q->at);
+    RedisModule_Free(q->key);
     RedisModule_Free(q);
 }
 
 static void pullreq_free_cb(RedisModuleCtx *ctx, void *privdata) {
     (void)ctx;
+    PullReq *q = privdata;
+    if (q->prev) q->prev->next = q->next;
+    else Waiters = q->next;
+    if (q->next) q->next->prev = q->prev;
     PSBlockedNow--;
-    pullreq_free(privdata);
+    pullreq_free(q);
+}
+
+/* Unblocks 'q' with an error: UnblockClient answers a key waiter through
+ * the timeout callback, which sees 'gone'. */
+static void waiter_gone(PullReq *q) {
+    q->gone = 1;
+    PSStats.blocked_pulls_gone++;
+    RedisModule_UnblockClient(q->bc, NULL);
+}
+
+void ps_pull_waiters_flush(int dbnum) {
+    for (PullReq *q = Waiters, *nx; q; q = nx) {
+        nx = q->next;
+        if (!q->gone && (dbnum == -1 || q->db == dbnum)) waiter_gone(q);
+    }
+}
+
+/* Keyspace events that take a key away from its waiters. */
+static int keyRemoved(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key) {
+    (void)type;
+    if (!Waiters) return REDISMODULE_OK;
+    if (strcmp(event, "del") && strcmp(event, "expired") && strcmp(event, "evicted") &&
+        strcmp(event, "rename_from") && strcmp(event, "move_from"))
+        return REDISMODULE_OK;
+    size_t kl;
+    const char *k = RedisModule_StringPtrLen(key, &kl);
+    const int db = RedisModule_GetSelectedDb(ctx);
+    for (PullReq *q = Waiters, *nx; q; q = nx) {
+        nx = q->next;
+        if (!q->gone && q->db == db && q->keylen == kl && memcmp(q->key, k, kl) == 0)
+            waiter_gone(q);
+    }
+    return REDISMODULE_OK;
+}
+
+/* Checks what a pull of 'q' would return from 't' against the limits: at
+ * most dim 0 rows, at most ps.max-pull-bytes (4 bytes per element, 32 for
+ * FORMAT VALUES). On success sets
+ * *m (elements) and *cnt (rows, 0 without ROWS) and returns 1; otherwise
+ * replies the error and returns 0. */
+static int pull_size_ok(RedisModuleCtx *ctx, const PSTensor *t, const PullReq *q, uint64_t *m,
+                        size_t *cnt) {
+    *cnt = 0;
+    if (q->rows && (t->ndim < 1 || ps_rows_check(q->rows, q->rowslen, t->dims[0], cnt) != 0)) {
+        RedisModule_ReplyWithError(ctx, PSERR_ROWS);
+        return 0;
+    }
+    const uint64_t eb = q->values ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
+    const int why = ps_pull_size(t, *cnt, eb, (uint64_t)PSConf.max_pull_bytes, m);
+    if (why == PS_PULL_OK) return 1;
+    PSStats.pulls_refused++;
+    if (why == PS_PULL_TOO_MANY_ROWS)
+        ps_reply_errorf(ctx, PSERR_PULL_ROWS_F, *cnt, (unsigned long long)t->dims[0]);
+    else
+        ps_reply_errorf(ctx, PSERR_PULL_TOO_BIG_F, (unsigned long long)*m,
+                        (unsigned long long)(*m * eb), (unsigned long long)PSConf.max_pull_bytes);
+    return 0;
 }
 
 /* Replies [version, data] for the tensor (or its snapshot). */
@@ -352,13 +323,11 @@ static int reply_pull(RedisModuleCtx *ctx, PSTensor *t, const PullReq *q) {
         src = s->data->v;
         version = s->version;
     }
-    uint64_t m = t->n;
+    uint64_t m;
+    size_t cnt;
+    if (!pull_size_ok(ctx, t, q, &m, &cnt)) return REDISMODULE_OK;
     if (q->rows) {
-        size_t cnt;
-        if (ps_rows_check(q->rows, q->rowslen, t->dims[0], &cnt) != 0)
-            return RedisModule_ReplyWithError(ctx, PSERR_ROWS);
         const uint64_t rl = t->ndim == 1 ? 1 : t->n / t->dims[0];
-        m = (uint64_t)cnt * rl;
         float *g = ps_scratch(m);
         if (!g) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
         for (size_t r = 0; r < cnt; r++)
@@ -377,17 +346,10 @@ static int reply_pull(RedisModuleCtx *ctx, PSTensor *t, const PullReq *q) {
     size_t bytes = ps_dense_encoded_size(q->fmt, (size_t)m);
     PSStats.bytes_out += bytes;
     if (q->fmt == PS_FMT_F32) return RedisModule_ReplyWithStringBuffer(ctx, (const char *)src, bytes);
-    /* Encoded formats go through a byte scratch (distinct from the float
+    /* Encoded formats go through the byte scratch (distinct from the float
      * scratch 'src' may live in). */
-    static unsigned char *enc = NULL;
-    static size_t enccap = 0;
-    if (bytes > enccap) {
-        unsigned char *ne = RedisModule_TryAlloc(bytes);
-        if (!ne) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        RedisModule_Free(enc);
-        enc = ne;
-        enccap = bytes;
-    }
+    unsigned char *enc = ps_scratch_bytes(bytes);
+    if (!enc) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     ps_encode(q->fmt, src, (size_t)m, enc);
     return RedisModule_ReplyWithStringBuffer(ctx, (const char *)enc, bytes);
 }
@@ -410,9 +372,12 @@ static int pullReady(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return REDISMODULE_OK;
 }
 
+/* Timeout, or the key went away (waiter_gone): privdata says which. */
 static int pullTimeout(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     (void)argv;
     (void)argc;
+    const PullReq *q = RedisModule_GetBlockedClientPrivateData(ctx);
+    if (q && q->gone) return RedisModule_ReplyWithError(ctx, PSERR_KEY_GONE);
     PSStats.blocked_timeouts++;
     return RedisModule_ReplyWithNull(ctx);
 }
@@ -472,26 +437,59 @@ int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (!t) return REDISMODULE_OK;
     /* A round left open by a restart or a failover has no timer on this
      * (new) master yet: a worker waiting on it arms one. */
-    arm_round_timer(ctx, argv[1], t);
+    ps_round_timer_arm(ctx, argv[1], t);
     if (!q.has_min || t->version >= q.minversion) {
         reply_pull(ctx, t, &q);
         RedisModule_CloseKey(key);
+        ps_scratch_trim();
         return REDISMODULE_OK;
     }
+    /* A waiter holds its request (argv) and a copy of ROWS and AT: refuse
+     * what could not be answered now (too many rows, no such snapshot)
+     * before blocking, and bound how many wait. */
+    uint64_t m;
+    size_t cnt;
+    int ok = pull_size_ok(ctx, t, &q, &m, &cnt);
+    if (ok && q.at && !PSTensor_SnapshotFind(t, q.at, q.atlen)) {
+        RedisModule_ReplyWithError(ctx, PSERR_NOSNAP);
+        ok = 0;
+    }
     RedisModule_CloseKey(key);
+    if (!ok) return REDISMODULE_OK;
     /* Not fresh enough: block, unless blocking is not allowed here (MULTI,
      * Lua): then answer at once as a timeout would. */
     int flags = RedisModule_GetContextFlags(ctx);
     if (flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
                  REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
         return RedisModule_ReplyWithNull(ctx);
+    if (PSBlockedNow >= (unsigned long long)PSConf.max_blocked_pulls)
+        return ps_reply_errorf(ctx, PSERR_TOO_MANY_WAITERS_F, PSBlockedNow);
     PullReq *bq = RedisModule_Alloc(sizeof(*bq));
     *bq = q;
     bq->rows = q.rows ? copybytes((const char *)q.rows, q.rowslen) : NULL;
     bq->at = q.at ? copybytes(q.at, q.atlen) : NULL;
-    RedisModule_BlockClientOnKeys(ctx, pullReady, pullTimeout, pullreq_free_cb, q.timeout_ms,
-                                  &argv[1], 1, bq);
+    const char *k = RedisModule_StringPtrLen(argv[1], &bq->keylen);
+    bq->key = copybytes(k, bq->keylen);
+    bq->db = RedisModule_GetSelectedDb(ctx);
+    bq->prev = NULL;
+    bq->next = Waiters;
+    if (Waiters) Waiters->prev = bq;
+    Waiters = bq;
+    bq->bc = RedisModule_BlockClientOnKeys(ctx, pullReady, pullTimeout, pullreq_free_cb,
+                                           q.timeout_ms, &argv[1], 1, bq);
     PSBlockedNow++;
     PSStats.blocked_pulls++;
+    return REDISMODULE_OK;
+}
+
+/* Hooks of the push/pull family (OnLoad, after the command table): waiters
+ * of a key that goes away are answered. */
+int PSPushHooks_Register(RedisModuleCtx *ctx) {
+    const int removed = REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_EXPIRED |
+                        REDISMODULE_NOTIFY_EVICTED;
+    if (RedisModule_SubscribeToKeyspaceEvents(ctx, removed, keyRemoved) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "could not subscribe to keyspace events");
+        return REDISMODULE_ERR;
+    }
     return REDISMODULE_OK;
 }

@@ -2,7 +2,8 @@
  * (type.c, PSType_AofRewrite) and an AOF load replays:
  *
  *   PS._RESTORE key HEADER blob [ENCVER v]
- *   PS._RESTORE key CHUNK target index offset blob
+ *   PS._RESTORE key CHUNK target index offset blob   (target: DATA S0 S1 ROUND
+ *               SNAPDATA SNAPS0 SNAPS1 ACCSUM PENDING)
  *   PS._RESTORE key DEDUP id seq version [window]
  *   PS._RESTORE key SNAPSHOT name version unix_ms blob
  *
@@ -49,7 +50,8 @@ static int restore_header(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
 }
 
 /* CHUNK target names, in PSRestoreTarget order. */
-static const char *const ChunkTargets[] = {"DATA", "S0", "S1", "ROUND", "SNAPDATA", "SNAPS0", "SNAPS1"};
+static const char *const ChunkTargets[] = {"DATA",     "S0",     "S1",     "ROUND",  "SNAPDATA",
+                                           "SNAPS0",   "SNAPS1", "ACCSUM", "PENDING"};
 _Static_assert(sizeof(ChunkTargets) / sizeof(ChunkTargets[0]) == PS_RESTORE_TARGETS,
                "a CHUNK target without a name");
 

@@ -93,6 +93,12 @@ static RedisModuleCommandArg ScanRowsArgs[] = {
     PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
+static RedisModuleCommandArg TakeArgs[] = {
+    PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg TakeAckArgs[] = {PS_ARG_KEY, PS_ARG("seq", NULL, INTEGER, 0), {0}};
+static RedisModuleCommandArg MirrorArgs[] = {
+    PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), PS_ARG("data", NULL, STRING, 0), {0}};
 static RedisModuleCommandArg SnapArgs[] = {
     PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
 
@@ -153,6 +159,15 @@ static const PSCommandDef PSCommands[] = {
     {"ps.evict", PSEvict_RedisCommand, "write", 4, WriteKey, EvictArgs,
      "Removes the rows of an embedding table not pushed for AGE versions; returns how many",
      "O(N) where N is the number of rows"},
+    /* cmd_relay.c */
+    {"ps.take", PSTake_RedisCommand, "write", -2, WriteKey, TakeArgs,
+     "Moves the summed gradient of an ACCUM tensor into its pending slot (or answers the slot)",
+     PS_O_N},
+    {"ps.takeack", PSTakeAck_RedisCommand, "write fast", 3, WriteKey, TakeAckArgs,
+     "Drops the pending slot of an ACCUM tensor once its upstream push was acknowledged",
+     "O(1)"},
+    {"ps.mirror", PSMirror_RedisCommand, "write deny-oom", 4, WriteKey, MirrorArgs,
+     "Sets the values and version of an ACCUM tensor to the upstream tensor's", PS_O_N},
 };
 
 

@@ -313,6 +313,7 @@ int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
         if (r == 0) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, aname);
     }
     if (!have_shape) return RedisModule_ReplyWithError(ctx, PSERR_NO_SHAPE);
+    if (o.optim == PS_OPT_ACCUM && o.sync_n) return RedisModule_ReplyWithError(ctx, PSERR_ACCUM_SYNC);
     if (have_init && data) return RedisModule_ReplyWithError(ctx, PSERR_INIT_AND_DATA);
     if (have_fmt && !data) return RedisModule_ReplyWithError(ctx, PSERR_FORMAT_NEEDS_DATA);
     const char *herr = ps_optim_check(&o.h);
@@ -401,11 +402,7 @@ int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
-    RedisModule_ReplicateVerbatim(ctx);
-    ps_notify(ctx, "ps.set", argv[1]);
-    ps_signal_ready(ctx, argv[1]);
-    PSStats.sets++;
-    PSStats.bytes_in += t->n * sizeof(float);
+    ps_values_overwritten(ctx, argv[1], "ps.set", t->n);
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
 done:
     RedisModule_CloseKey(key);
@@ -466,6 +463,14 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     reply_pair_ll(ctx, "max_snapshots", t->max_snapshots, &n);
     reply_pair_ll(ctx, "dedup_clients", t->dedup_len, &n);
     reply_pair_ll(ctx, "dedup_max", t->dedup_max, &n);
+    if (t->optim == PS_OPT_ACCUM) {
+        /* The relay's view (accum.h): summed, pending, seq of the newest take. */
+        reply_pair_ll(ctx, "accum_pushes", (long long)t->acc.count, &n);
+        reply_pair_ll(ctx, "pending_pushes", (long long)t->acc.pend_count, &n);
+        reply_pair_ll(ctx, "relay_seq", (long long)t->acc.seq, &n);
+        reply_pair_ll(ctx, "takes", (long long)t->stats.takes, &n);
+        reply_pair_ll(ctx, "take_acks", (long long)t->stats.take_acks, &n);
+    }
     const PSCounters *c = &t->stats;
     reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);
     reply_pair_ll(ctx, "pulls", (long long)c->pulls, &n);
@@ -516,19 +521,17 @@ int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
         ps_reply_errorf(ctx, PSERR_HYPER_F, herr);
         goto done;
     }
+    if (t->optim == PS_OPT_ACCUM && o.sync_n) {
+        RedisModule_ReplyWithError(ctx, PSERR_ACCUM_SYNC);
+        goto done;
+    }
     if (sync_seen && o.sync_n != t->sync_n && t->round_count) {
         RedisModule_ReplyWithError(ctx, PSERR_SYNC_CHANGE);
         goto done;
     }
     PSTensor_Configure(t, &o);
     /* A smaller table bound takes effect now (oldest entries go first). */
-    while (t->dedup_len > t->dedup_max) {
-        uint32_t victim = 0;
-        for (uint32_t k = 1; k < t->dedup_len; k++)
-            if (t->dedup[k].version < t->dedup[victim].version) victim = k;
-        PSTensor_Dealloc(t->dedup[victim].id);
-        t->dedup[victim] = t->dedup[--t->dedup_len];
-    }
+    PSTensor_DedupShrink(t);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
     RedisModule_ReplyWithSimpleString(ctx, "OK");

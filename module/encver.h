@@ -16,7 +16,9 @@
 #define PS_ENCVER_DEDUP_WINDOW 2 /* each exactly-once entry carries its 64-seq window */
 #define PS_ENCVER_SNAP_SHARING 3 /* a snapshot array shared with an earlier snapshot is
                                     saved once, as that snapshot's index */
-#define PS_ENCVER_LATEST PS_ENCVER_SNAP_SHARING
+#define PS_ENCVER_ACCUM 4        /* ACCUM tensors: the relay's sum, count, seq and
+                                    pending take (header fields and two arrays) */
+#define PS_ENCVER_LATEST PS_ENCVER_ACCUM
 
 /* What PS._RESTORE HEADER without an ENCVER token means: the AOFs written
  * before the token existed (golden file python_tests/golden/aof-v0). */

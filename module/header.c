@@ -46,6 +46,11 @@ const char *PSHeader_Check(const PSHeader *hd, uint64_t *n) {
         hd->round_count > UINT32_MAX || (hd->round_count && !hd->sync_n) ||
         !PSHeader_ValidPow(hd->b1pow) || !PSHeader_ValidPow(hd->b2pow))
         return "bad optimizer or policy fields";
+    /* Only ACCUM tensors sum pushes; they have no sync rounds; a pending
+     * take has a seq. */
+    if (hd->optim != PS_OPT_ACCUM ? (hd->acc_count || hd->acc_seq || hd->pend_count)
+                                  : (hd->sync_n || (hd->pend_count && !hd->acc_seq)))
+        return "bad ACCUM fields";
     return NULL;
 }
 
@@ -75,6 +80,21 @@ PSTensor *PSHeader_ToTensor(const PSHeader *hd, uint64_t n, int zero_arrays) {
         }
         t->round_count = (uint32_t)hd->round_count;
     }
+    t->acc.seq = hd->acc_seq;
+    if (zero_arrays && hd->acc_count) {
+        if (!(t->acc.sum = PSBuf_New(n, 1))) {
+            PSTensor_Free(t);
+            return NULL;
+        }
+        t->acc.count = hd->acc_count;
+    }
+    if (zero_arrays && hd->pend_count) {
+        if (!(t->acc.pend = PSBuf_New(n, 1))) {
+            PSTensor_Free(t);
+            return NULL;
+        }
+        t->acc.pend_count = hd->pend_count;
+    }
     return t;
 }
 
@@ -95,6 +115,9 @@ void PSHeader_FromTensor(const PSTensor *t, PSHeader *hd) {
     hd->dedup_max = t->dedup_max;
     hd->max_snapshots = t->max_snapshots;
     hd->round_count = t->round_acc ? t->round_count : 0;
+    hd->acc_count = t->acc.sum ? t->acc.count : 0;
+    hd->acc_seq = t->acc.seq;
+    hd->pend_count = t->acc.pend ? t->acc.pend_count : 0;
 }
 
 size_t PSHeader_Encode(const PSHeader *hd, uint64_t *out) {
@@ -131,8 +154,10 @@ int PSTensor_RestoreChunk(PSTensor *t, int target, uint64_t snap, uint64_t off, 
     case PS_RESTORE_S0: b = t->opt.s[0]; break;
     case PS_RESTORE_S1: b = t->opt.s[1]; break;
     case PS_RESTORE_ROUND: b = t->round_acc; break;
+    case PS_RESTORE_ACCSUM: b = t->acc.sum; break;
+    case PS_RESTORE_PENDING: b = t->acc.pend; break;
     default:
-        if (target < PS_RESTORE_SNAPDATA || target >= PS_RESTORE_TARGETS || snap >= t->nsnap)
+        if (target < PS_RESTORE_SNAPDATA || target > PS_RESTORE_SNAPS1 || snap >= t->nsnap)
             return PST_ERR_RANGE;
         b = target == PS_RESTORE_SNAPDATA ? t->snaps[snap].data
                                            : t->snaps[snap].opt.s[target - PS_RESTORE_SNAPS0];

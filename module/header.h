@@ -26,6 +26,7 @@ typedef struct PSHeader {
     uint64_t policy, sync_n;
     int64_t sync_timeout_ms;
     uint64_t dedup_max, max_snapshots, round_count;
+    uint64_t acc_count, acc_seq, pend_count; /* ACCUM tensors (PSAccum) */
 } PSHeader;
 
 /* The fields after ndim and the dims, in saved order. Expand it with
@@ -41,7 +42,9 @@ typedef struct PSHeader {
     PS_HDR_X(d, b2pow, PS_ENCVER_FIRST) PS_HDR_X(s, maxstale, PS_ENCVER_FIRST)                 \
     PS_HDR_X(u, policy, PS_ENCVER_FIRST) PS_HDR_X(u, sync_n, PS_ENCVER_FIRST)                  \
     PS_HDR_X(s, sync_timeout_ms, PS_ENCVER_FIRST) PS_HDR_X(u, dedup_max, PS_ENCVER_FIRST)      \
-    PS_HDR_X(u, max_snapshots, PS_ENCVER_FIRST) PS_HDR_X(u, round_count, PS_ENCVER_FIRST)
+    PS_HDR_X(u, max_snapshots, PS_ENCVER_FIRST) PS_HDR_X(u, round_count, PS_ENCVER_FIRST)      \
+    PS_HDR_X(u, acc_count, PS_ENCVER_ACCUM) PS_HDR_X(u, acc_seq, PS_ENCVER_ACCUM)              \
+    PS_HDR_X(u, pend_count, PS_ENCVER_ACCUM)
 
 /* Scalars of the newest layout, and words of the largest encoded header. */
 #define PS_HDR_X(k, f, s) +1
@@ -67,9 +70,11 @@ int PSHeader_ValidPow(double x);
 const char *PSHeader_Check(const PSHeader *hd, uint64_t *n);
 
 /* The tensor a checked header describes: its settings, version and
- * optimizer step. With 'zero_arrays' its values, optimizer state and open
- * round (if round_count) are allocated and zeroed; otherwise they are left
- * NULL for the caller to load (round_count then stays 0 until it does).
+ * optimizer step. With 'zero_arrays' its values, optimizer state, open
+ * round (if round_count) and ACCUM sum and pending take (if acc_count,
+ * pend_count) are allocated and zeroed; otherwise they are left NULL for the
+ * caller to load (round_count, acc.count and acc.pend_count then stay 0
+ * until it does).
  * NULL on OOM. */
 PSTensor *PSHeader_ToTensor(const PSHeader *hd, uint64_t n, int zero_arrays);
 
@@ -92,6 +97,8 @@ enum {
     PS_RESTORE_SNAPDATA,
     PS_RESTORE_SNAPS0,
     PS_RESTORE_SNAPS1,
+    PS_RESTORE_ACCSUM,  /* ACCUM tensors: the sum (header acc_count > 0) */
+    PS_RESTORE_PENDING, /* and the pending take (header pend_count > 0) */
     PS_RESTORE_TARGETS
 };
 

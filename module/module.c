@@ -10,6 +10,8 @@
 #include "ps_module.h"
 #include "embed_glue.h"
 
+#include "fpguard.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -26,6 +28,9 @@ PSConfig PSConf = {
     .max_staleness = -1,
     .stale_policy = PS_POLICY_REJECT,
     .default_lr = 0.01,
+    .max_pull_bytes = 512LL << 20,
+    .scratch_keep_bytes = 16LL << 20,
+    .max_blocked_pulls = 10000,
 };
 PSModuleStats PSStats;
 
@@ -148,19 +153,58 @@ int ps_reply_status(RedisModuleCtx *ctx, int status) {
     }
 }
 
-/* One scratch buffer for decoding compressed blobs: grows, never shrinks
- * below what the largest recent push needed (a push must not allocate). */
-static float *Scratch = NULL;
-static uint64_t ScratchN = 0;
+/* Scratch buffers for decoding compressed blobs and encoding replies. A
+ * request grows them to what it needs (a push of a compressed gradient then
+ * does not allocate when the next one has the same size), but never keeps
+ * more than ps.scratch-keep-bytes between requests: a large request frees
+ * its memory when it ends (issue 11: a ROWS pull used to pin gigabytes). */
+typedef struct Scratch {
+    void *p;
+    size_t cap; /* bytes */
+} Scratch;
+static Scratch FloatScratch, ByteScratch;
+static int TrimScheduled = 0;
+
+static void scratchTrimOneShot(void *unused) {
+    (void)unused;
+    TrimScheduled = 0;
+    ps_scratch_trim();
+}
+
+/* Returns a buffer of at least 'bytes' from 's' (contents not kept), or NULL
+ * on OOM (the old buffer is then freed too: nothing stays pinned). */
+static void *scratch_get(Scratch *s, size_t bytes) {
+    if (bytes <= s->cap) return s->p;
+    PSTensor_Dealloc(s->p);
+    s->p = PSTensor_Alloc(bytes);
+    s->cap = s->p ? bytes : 0;
+    /* Over the cache limit: make sure it is freed after this request even
+     * when the caller does not trim (PS.CREATE/PS.SET decode through here). */
+    if (s->p && bytes > (size_t)PSConf.scratch_keep_bytes && !TrimScheduled &&
+        RedisModule_EventLoopAddOneShot(scratchTrimOneShot, NULL) == REDISMODULE_OK)
+        TrimScheduled = 1;
+    return s->p;
+}
 
 float *ps_scratch(uint64_t n) {
-    if (n <= ScratchN) return Scratch;
-    float *p = PSTensor_Alloc((size_t)n * sizeof(float));
-    if (!p) return NULL;
-    PSTensor_Dealloc(Scratch);
-    Scratch = p;
-    ScratchN = n;
-    return Scratch;
+    if (n > SIZE_MAX / sizeof(float)) return NULL;
+    return scratch_get(&FloatScratch, (size_t)n * sizeof(float));
+}
+
+unsigned char *ps_scratch_bytes(size_t bytes) { return scratch_get(&ByteScratch, bytes); }
+
+size_t ps_scratch_held(void) { return FloatScratch.cap + ByteScratch.cap; }
+
+size_t ps_scratch_trim(void) {
+    Scratch *all[2] = {&FloatScratch, &ByteScratch};
+    for (int i = 0; i < 2; i++) {
+        if (all[i]->cap > (size_t)PSConf.scratch_keep_bytes) {
+            PSTensor_Dealloc(all[i]->p);
+            all[i]->p = NULL;
+            all[i]->cap = 0;
+        }
+    }
+    return ps_scratch_held();
 }
 
 const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
@@ -190,6 +234,15 @@ void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key) {
 
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key) {
     RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, event, key);
+}
+
+void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
+                           uint64_t n) {
+    RedisModule_ReplicateVerbatim(ctx);
+    ps_notify(ctx, event, key);
+    ps_signal_ready(ctx, key);
+    PSStats.sets++;
+    PSStats.bytes_in += n * sizeof(float);
 }
 
 /* ========================================================================
@@ -280,6 +333,19 @@ static int registerConfigs(RedisModuleCtx *ctx) {
                                            REDISMODULE_CONFIG_DEFAULT, getStringConfig,
                                            setPolicyConfig, NULL,
                                            &PolicyString) == REDISMODULE_OK;
+    /* Request-sized memory bounds (issue 11, docs/commands.md "Limits"). */
+    ok &= RedisModule_RegisterNumericConfig(ctx, "max-pull-bytes", PSConf.max_pull_bytes,
+                                            REDISMODULE_CONFIG_MEMORY, 4, 1LL << 50,
+                                            getNumericConfig, setNumericConfig, NULL,
+                                            &PSConf.max_pull_bytes) == REDISMODULE_OK;
+    ok &= RedisModule_RegisterNumericConfig(ctx, "scratch-keep-bytes", PSConf.scratch_keep_bytes,
+                                            REDISMODULE_CONFIG_MEMORY, 0, 1LL << 40,
+                                            getNumericConfig, setNumericConfig, NULL,
+                                            &PSConf.scratch_keep_bytes) == REDISMODULE_OK;
+    ok &= RedisModule_RegisterNumericConfig(ctx, "max-blocked-pulls", PSConf.max_blocked_pulls,
+                                            REDISMODULE_CONFIG_DEFAULT, 0, 1 << 20,
+                                            getNumericConfig, setNumericConfig, NULL,
+                                            &PSConf.max_blocked_pulls) == REDISMODULE_OK;
     return ok ? REDISMODULE_OK : REDISMODULE_ERR;
 }
 
@@ -307,6 +373,10 @@ static void infoFunc(RedisModuleInfoCtx *ctx, int for_crash_report) {
     F(rounds_timed_out);
     F(snapshots);
     F(rollbacks);
+    F(pulls_refused);
+    F(blocked_pulls_gone);
+    RedisModule_InfoAddFieldULongLong(ctx, "round_timers", ps_round_timers_pending());
+    RedisModule_InfoAddFieldULongLong(ctx, "scratch_bytes", ps_scratch_held());
 #undef F
 #define E(name) RedisModule_InfoAddFieldULongLong(ctx, "embed_" #name, PSEmbedCounters.name)
     E(creates);
@@ -341,6 +411,17 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
                     missing);
         return REDISMODULE_ERR;
     }
+    /* Determinism: refuse a process whose FPU mode another module changed,
+     * or a build whose kernels fuse multiply-adds (see fpguard.h). */
+    const char *fpwhy = ps_fpu_mode_check();
+    if (!fpwhy) fpwhy = ps_fp_contract_check();
+    if (fpwhy) {
+        RedisModule_Log(ctx, "warning",
+                        "ps: refusing to load: %s; replicas and AOF replays would not stay "
+                        "bit-identical",
+                        fpwhy);
+        return REDISMODULE_ERR;
+    }
     PSTensor_SetAllocator(tryAllocHook, freeHook);
     PSEmbed_SetAllocator(tryAllocHook, freeHook);
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS);
@@ -348,6 +429,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     if (PSType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSEmbedType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
+    if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR || PSPushHooks_Register(ctx) == REDISMODULE_ERR)
+        return REDISMODULE_ERR;
     if (registerConfigs(ctx) == REDISMODULE_ERR) {
         RedisModule_Log(ctx, "warning", "could not register ps.* configs");
         return REDISMODULE_ERR;

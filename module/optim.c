@@ -15,6 +15,7 @@
  * decay = 1 - lr * wd are computed in double once per push and rounded to
  * float. The python tests hold a numpy reference of exactly this. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "optim.h"
 
 #include <float.h>
@@ -29,7 +30,7 @@ static const struct {
     [PS_OPT_SGD] = {"sgd", 0},         [PS_OPT_MOMENTUM] = {"momentum", 1},
     [PS_OPT_NESTEROV] = {"nesterov", 1}, [PS_OPT_ADAGRAD] = {"adagrad", 1},
     [PS_OPT_RMSPROP] = {"rmsprop", 1}, [PS_OPT_ADAM] = {"adam", 2},
-    [PS_OPT_ADAMW] = {"adamw", 2},
+    [PS_OPT_ADAMW] = {"adamw", 2},     [PS_OPT_ACCUM] = {"accum", 0},
 };
 
 const char *ps_optim_name(int kind) {
@@ -177,6 +178,12 @@ PS_KERNEL static void k_adamw(const PSStepCoef *c, float *restrict w, float *res
     }
 }
 
+/* ACCUM tensors never step (accum.c sums their pushes instead). */
+static void k_none(const PSStepCoef *c, float *restrict w, float *restrict s0, float *restrict s1,
+                   const unsigned char *restrict g, size_t n) {
+    (void)c, (void)w, (void)s0, (void)s1, (void)g, (void)n;
+}
+
 typedef void (*KernelFn)(const PSStepCoef *, float *restrict, float *restrict, float *restrict,
                          const unsigned char *restrict, size_t);
 
@@ -184,10 +191,10 @@ void ps_optim_step(int kind, const PSStepCoef *c, float *w, float *s0, float *s1
                    const unsigned char *g, size_t n) {
     static const KernelFn plain[PS_OPT_COUNT] = {k_sgd_p,     k_momentum_p, k_nesterov_p,
                                                  k_adagrad_p, k_rmsprop_p,  k_adam_p,
-                                                 k_adamw};
+                                                 k_adamw,     k_none};
     static const KernelFn general[PS_OPT_COUNT] = {k_sgd_g,     k_momentum_g, k_nesterov_g,
                                                    k_adagrad_g, k_rmsprop_g,  k_adam_g,
-                                                   k_adamw};
+                                                   k_adamw,     k_none};
     if (kind < 0 || kind >= PS_OPT_COUNT) return;
     (c->plain ? plain : general)[kind](c, w, s0, s1, g, n);
 }

@@ -23,6 +23,7 @@ typedef enum {
     PS_OPT_RMSPROP,
     PS_OPT_ADAM,
     PS_OPT_ADAMW,
+    PS_OPT_ACCUM, /* no optimizer: pushes are summed for a relay (accum.h) */
     PS_OPT_COUNT
 } PSOptimKind;
 

@@ -27,6 +27,9 @@ typedef struct PSConfig {
     long long max_staleness; /* -1 = none */
     long long stale_policy;  /* PS_POLICY_* */
     double default_lr;
+    long long max_pull_bytes;    /* float32 bytes one pull may return (issue 11) */
+    long long scratch_keep_bytes; /* scratch kept cached between requests */
+    long long max_blocked_pulls; /* MINVERSION waiters at once */
 } PSConfig;
 extern PSConfig PSConf;
 
@@ -36,6 +39,8 @@ typedef struct PSModuleStats {
     unsigned long long stale_rejects, dedup_hits, nonfinite_rejects;
     unsigned long long blocked_pulls, blocked_timeouts, rounds_closed, rounds_timed_out;
     unsigned long long snapshots, rollbacks;
+    unsigned long long pulls_refused;       /* over ps.max-pull-bytes or too many ROWS */
+    unsigned long long blocked_pulls_gone;  /* waiters answered because their key went away */
 } PSModuleStats;
 extern PSModuleStats PSStats;
 
@@ -87,11 +92,51 @@ int ps_reply_status(RedisModuleCtx *ctx, int status);
 const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
                                      RedisModuleString *blob, ps_format fmt, uint64_t n);
 
-/* A module-owned float scratch buffer of at least n floats (reused). */
+/* A module-owned float scratch buffer of at least n floats (reused), or
+ * NULL on OOM. Valid until the next call or ps_scratch_trim(). */
 float *ps_scratch(uint64_t n);
 
 /* Registers every command of the table in cmd_table.c (OnLoad). */
 int PSCommands_Register(RedisModuleCtx *ctx);
+
+/* A second, byte scratch buffer (encoding replies while the float scratch
+ * holds their source), same rules. */
+unsigned char *ps_scratch_bytes(size_t bytes);
+
+/* Frees the scratch buffers above ps.scratch-keep-bytes: called at the end
+ * of a request that may have grown them (and scheduled automatically when a
+ * request grows them past the limit), so a large request does not pin its
+ * memory. Returns the bytes still held. */
+size_t ps_scratch_trim(void);
+
+/* Bytes the scratch buffers hold now (INFO ps scratch_bytes). */
+size_t ps_scratch_held(void);
+
+/* Sync-round timers (cmd_push.c). A tensor being freed forgets its timer
+ * (type.c's free callback calls this; off the main thread, as in a lazy
+ * FLUSHALL ASYNC, it does nothing: the FlushDB event already stopped the
+ * timers of every flushed tensor). */
+void ps_round_timer_forget(const PSTensor *t);
+
+/* Round timers pending now (INFO ps round_timers). */
+unsigned long long ps_round_timers_pending(void);
+
+/* Arms the round timer of a sync tensor whose round is open (once per
+ * round, on a master only; replicas and AOF loading get PS._CLOSEROUND). */
+void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const PSTensor *t);
+
+/* Stops the timer of a round that just closed (n-th push, PS._CLOSEROUND). */
+void ps_round_timer_stop(const PSTensor *t);
+
+/* Answers an error to every pull waiting on MINVERSION in database 'dbnum'
+ * (-1: all), whose keys are about to be flushed (cmd_push.c). */
+void ps_pull_waiters_flush(int dbnum);
+
+/* Event hooks OnLoad installs after the command table: the round timers'
+ * FlushDB and key-move hooks (cmd_round.c), the MINVERSION waiters'
+ * key-removed hook (cmd_push.c). */
+int PSRoundHooks_Register(RedisModuleCtx *ctx);
+int PSPushHooks_Register(RedisModuleCtx *ctx);
 
 /* Command handlers, one family per cmd_*.c file; cmd_table.c's table
  * registers them. */
@@ -107,6 +152,9 @@ int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
 int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSRollback_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);
@@ -120,6 +168,11 @@ void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key);
 
 /* Keyspace notification for the module's events. */
 void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key);
+
+/* After a command overwrote all n values of 'key' (PS.SET, PS.MIRROR):
+ * replicates it verbatim, fires 'event', wakes MINVERSION pulls, counts it. */
+void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
+                           uint64_t n);
 
 /* Command-info argument helpers (COMMAND DOCS): the key, a token with a
  * value, a bare token. Non-key arguments carry key_spec_index -1. */

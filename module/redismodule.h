@@ -89,6 +89,13 @@
 /* Keyspace notification classes. */
 #define REDISMODULE_NOTIFY_GENERIC (1 << 2)
 #define REDISMODULE_NOTIFY_MODULE (1 << 13)
+#define REDISMODULE_NOTIFY_EXPIRED (1 << 8)
+#define REDISMODULE_NOTIFY_EVICTED (1 << 9)
+
+/* Server events (SubscribeToServerEvent): the FlushDB event and its data. */
+#define REDISMODULE_EVENT_FLUSHDB 2
+#define REDISMODULE_SUBEVENT_FLUSHDB_START 0
+#define REDISMODULE_SUBEVENT_FLUSHDB_END 1
 
 /* Aux save triggers. */
 #define REDISMODULE_AUX_BEFORE_RDB (1 << 0)
@@ -161,6 +168,23 @@ typedef void *(*RedisModuleTypeCopyFunc2)(void *ctx, const void *value);
 
 typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_report);
 typedef void (*RedisModuleTimerProc)(RedisModuleCtx *ctx, void *data);
+typedef int (*RedisModuleNotificationFunc)(RedisModuleCtx *ctx, int type, const char *event,
+                                           RedisModuleString *key);
+typedef void (*RedisModuleEventLoopOneShotFunc)(void *user_data);
+
+/* A server event: its id and the version of the struct passed as 'data'. */
+typedef struct RedisModuleEvent {
+    uint64_t id;
+    uint64_t dataver;
+} RedisModuleEvent;
+typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
+                                         uint64_t subevent, void *data);
+/* Data of the FlushDB event (version 1); dbnum -1 means every database. */
+typedef struct RedisModuleFlushInfo {
+    uint64_t version;
+    int32_t sync;
+    int32_t dbnum;
+} RedisModuleFlushInfo;
 
 typedef long long (*RedisModuleConfigGetNumericFunc)(const char *name, void *privdata);
 typedef int (*RedisModuleConfigSetNumericFunc)(const char *name, long long val, void *privdata,
@@ -400,6 +424,13 @@ typedef struct RedisModuleCommandInfo {
     X(int, GetSelectedDb, (RedisModuleCtx *ctx)) \
     X(int, SelectDb, (RedisModuleCtx *ctx, int newid)) \
     X(int, AvoidReplicaTraffic, (void)) \
+    X(int, UnblockClient, (RedisModuleBlockedClient *bc, void *privdata)) \
+    X(RedisModuleBlockedClient *, GetBlockedClientHandle, (RedisModuleCtx *ctx)) \
+    X(int, SubscribeToKeyspaceEvents, (RedisModuleCtx *ctx, int types, \
+                                       RedisModuleNotificationFunc cb)) \
+    X(int, SubscribeToServerEvent, (RedisModuleCtx *ctx, RedisModuleEvent event, \
+                                    RedisModuleEventCallback callback)) \
+    X(int, EventLoopAddOneShot, (RedisModuleEventLoopOneShotFunc func, void *user_data)) \
     X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx *ctx, const char *section)) \
     X(void, FreeServerInfo, (RedisModuleCtx *ctx, RedisModuleServerInfoData *data)) \
     X(unsigned long long, ServerInfoGetFieldUnsigned, \

@@ -1,11 +1,13 @@
 /* tensor.c -- the ps-tensor value (see tensor.h). No Redis calls here. */
 
+#include "fpguard.h" /* first: determinism guards */
 #include "tensor.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "accum.h"
 #include "rng.h"
 
 /* ------------------------------------------------------------------------
@@ -138,8 +140,8 @@ void PSTensor_Free(PSTensor *t) {
     PSBuf_Release(t->data);
     PSOptState_Release(&t->opt);
     PSBuf_Release(t->round_acc);
-    for (uint32_t i = 0; i < t->dedup_len; i++) PSTensor_Dealloc(t->dedup[i].id);
-    PSTensor_Dealloc(t->dedup);
+    PSAccum_Release(&t->acc);
+    PSDedup_Free(t);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         PSTensor_Dealloc(t->snaps[i].name);
         PSBuf_Release(t->snaps[i].data);
@@ -162,28 +164,21 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
     if (!c) return NULL;
     *c = *t;
     c->dedup = NULL;
+    c->dedup_ix = NULL;
     c->dedup_len = 0;
     c->dedup_cap = 0;
     c->snaps = NULL;
     c->nsnap = 0;
     c->round_acc = NULL;
+    memset(&c->acc, 0, sizeof(c->acc));
     PSBuf_Retain(c->data);
     PSOptState_Share(&c->opt, &t->opt);
+    if (PSAccum_Copy(&c->acc, &t->acc, t->n) != PST_OK) goto oom;
     if (t->round_acc) {
         c->round_acc = buf_clone(t->round_acc);
         if (!c->round_acc) goto oom;
     }
-    if (t->dedup_len) {
-        c->dedup = PSTensor_Alloc(t->dedup_len * sizeof(PSDedupEntry));
-        if (!c->dedup) goto oom;
-        c->dedup_cap = t->dedup_len;
-        for (uint32_t i = 0; i < t->dedup_len; i++) {
-            c->dedup[i] = t->dedup[i];
-            c->dedup[i].id = PSTensor_DupBytes(t->dedup[i].id, t->dedup[i].idlen);
-            if (!c->dedup[i].id) goto oom;
-            c->dedup_len = i + 1;
-        }
-    }
+    if (PSDedup_CopyInto(c, t) != PST_OK) goto oom;
     if (t->nsnap) {
         c->snaps = PSTensor_Alloc(t->nsnap * sizeof(PSSnapshot));
         if (!c->snaps) goto oom;
@@ -212,8 +207,9 @@ size_t PSTensor_MemUsage(const PSTensor *t) {
     for (int i = 0; i < 2; i++)
         if (t->opt.s[i]) bytes += fb;
     if (t->round_acc) bytes += fb;
-    bytes += t->dedup_cap * sizeof(PSDedupEntry);
-    for (uint32_t i = 0; i < t->dedup_len; i++) bytes += t->dedup[i].idlen + 1;
+    if (t->acc.sum) bytes += fb;
+    if (t->acc.pend) bytes += fb;
+    bytes += PSDedup_MemUsage(t);
     /* A snapshot's arrays count only where not shared with the live tensor
      * or an earlier snapshot (snapshots taken with no write between them
      * hold one array). */
@@ -290,103 +286,6 @@ void PSTensor_Fill(PSTensor *t, const PSInit *init) {
         default: v[i] = (float)(mean + sd * ps_rng_normal(&rng)); break;
         }
     }
-}
-
-/* ------------------------------------------------------------------------
- * Exactly-once table
- * ---------------------------------------------------------------------- */
-
-uint64_t PSTensor_DedupHash(const char *id, size_t idlen) {
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < idlen; i++) {
-        h ^= (unsigned char)id[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
-PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen) {
-    const uint64_t h = PSTensor_DedupHash(id, idlen);
-    for (uint32_t i = 0; i < t->dedup_len; i++) {
-        PSDedupEntry *e = &t->dedup[i];
-        if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
-    }
-    return NULL;
-}
-
-int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq) {
-    if (seq >= e->seq) return seq == e->seq;
-    const uint64_t d = e->seq - seq;
-    if (d > PS_DEDUP_WINDOW) return 1;
-    return (e->window >> (d - 1)) & 1;
-}
-
-void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version) {
-    if (seq > e->seq) {
-        const uint64_t d = seq - e->seq;
-        uint64_t w = d < 64 ? e->window << d : 0;
-        if (d <= PS_DEDUP_WINDOW) w |= 1ULL << (d - 1); /* the previous newest */
-        e->window = w;
-        e->seq = seq;
-        e->version = version;
-    } else if (seq < e->seq && e->seq - seq <= PS_DEDUP_WINDOW) {
-        e->window |= 1ULL << (e->seq - seq - 1);
-        if (version > e->version) e->version = version;
-    }
-}
-
-/* Makes room for one more entry without changing the table's contents:
- * grows the array when needed and copies the id. Returns the copy (owned by
- * the caller until dedup_commit) or NULL on OOM. */
-static char *dedup_prepare(PSTensor *t, const char *id, size_t idlen) {
-    if (t->dedup_len == t->dedup_cap && t->dedup_len < t->dedup_max) {
-        uint32_t cap = t->dedup_cap ? t->dedup_cap * 2 : 4;
-        if (cap > t->dedup_max) cap = t->dedup_max;
-        PSDedupEntry *nd = PSTensor_Alloc(cap * sizeof(PSDedupEntry));
-        if (!nd) return NULL;
-        if (t->dedup_len) memcpy(nd, t->dedup, t->dedup_len * sizeof(PSDedupEntry));
-        PSTensor_Dealloc(t->dedup);
-        t->dedup = nd;
-        t->dedup_cap = cap;
-    }
-    return PSTensor_DupBytes(id, idlen);
-}
-
-/* Inserts a prepared id (taking ownership), evicting the entry whose last
- * push is the oldest when the table is full: deterministic, so a replica
- * applying the same stream evicts the same entry. */
-static void dedup_commit(PSTensor *t, char *copy, size_t idlen, uint64_t seq, uint64_t window,
-                         uint64_t version) {
-    while (t->dedup_len > 0 && t->dedup_len >= t->dedup_max) {
-        uint32_t victim = 0;
-        for (uint32_t i = 1; i < t->dedup_len; i++)
-            if (t->dedup[i].version < t->dedup[victim].version) victim = i;
-        PSTensor_Dealloc(t->dedup[victim].id);
-        t->dedup[victim] = t->dedup[--t->dedup_len];
-    }
-    PSDedupEntry *ne = &t->dedup[t->dedup_len++];
-    ne->id = copy;
-    ne->hash = PSTensor_DedupHash(copy, idlen);
-    ne->idlen = (uint32_t)idlen;
-    ne->seq = seq;
-    ne->window = window;
-    ne->version = version;
-}
-
-int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
-                         uint64_t window, uint64_t version) {
-    if (t->dedup_max == 0) return PST_OK;
-    PSDedupEntry *e = PSTensor_DedupFind(t, id, idlen);
-    if (e) {
-        e->seq = seq;
-        e->window = window;
-        e->version = version;
-        return PST_OK;
-    }
-    char *copy = dedup_prepare(t, id, idlen);
-    if (!copy) return PST_ERR_OOM;
-    dedup_commit(t, copy, idlen, seq, window, version);
-    return PST_OK;
 }
 
 /* ------------------------------------------------------------------------
@@ -517,18 +416,37 @@ int PSTensor_CloseRound(PSTensor *t) {
 static void dedup_done(PSTensor *t, PSDedupEntry *de, char *idcopy, const PSPush *p,
                        uint64_t version) {
     if (de) {
-        PSTensor_DedupMark(de, p->seq, version);
+        PSDedup_Applied(t, de, p->seq, version);
     } else if (idcopy) {
-        dedup_commit(t, idcopy, p->idlen, p->seq, 0, version);
+        PSDedup_Commit(t, idcopy, p->idlen, p->seq, 0, version);
     }
+}
+
+/* ACCUM tensors: the checked gradient joins the sum (accum.c), scaled by
+ * SCALE, the clipping factor and, beyond MAXSTALENESS with POLICY SCALE,
+ * 1 / (1 + staleness); the version (the upstream's, mirrored) stays. */
+static int accum_push(PSTensor *t, const unsigned char *g, const unsigned char *rows,
+                      size_t nrows, const PSPush *p, double gscale, uint64_t stale,
+                      PSPushResult *r) {
+    double f = p->scale * gscale;
+    if (t->maxstale >= 0 && stale > (uint64_t)t->maxstale) f = f / (double)(1 + stale);
+    const int st = PSAccum_Add(t, g, rows, nrows, (float)f);
+    if (st == PST_ERR_NONFINITE) t->stats.nonfinite_rejects++;
+    if (st != PST_OK) return st;
+    r->version = t->version;
+    t->stats.pushes++;
+    t->stats.stale_hist[PSTensor_StaleBucket(stale)]++;
+    return PST_OK;
 }
 
 int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     memset(r, 0, sizeof(*r));
     /* 1. Exactly once: a seq already applied (or below the window) is a
-     * duplicate. */
+     * duplicate. The one lookup of the push: 'found' stays valid until the
+     * table changes in step 6. */
+    PSDedupEntry *found = NULL;
     if (p->id) {
-        PSDedupEntry *e = PSTensor_DedupFind(t, p->id, p->idlen);
+        PSDedupEntry *e = found = PSTensor_DedupFind(t, p->id, p->idlen);
         if (e && PSTensor_DedupSeen(e, p->seq)) {
             t->stats.dedup_hits++;
             r->version = e->version;
@@ -601,8 +519,8 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     }
     /* 6. Everything that can fail before anything changes. */
     if (p->id && t->dedup_max) {
-        de = PSTensor_DedupFind(t, p->id, p->idlen);
-        if (!de && !(idcopy = dedup_prepare(t, p->id, p->idlen))) {
+        de = found;
+        if (!de && !(idcopy = PSDedup_Prepare(t, p->id, p->idlen))) {
             st = PST_ERR_OOM;
             goto fail;
         }
@@ -612,6 +530,13 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
         goto fail;
     }
 
+    if (t->optim == PS_OPT_ACCUM) {
+        st = accum_push(t, g, rows, nrows, p, gscale, stale, r);
+        if (st != PST_OK) goto fail;
+        PSTensor_Dealloc(mem);
+        dedup_done(t, de, idcopy, p, r->version);
+        return PST_OK;
+    }
     if (t->sync_n) {
         if (!t->round_acc) {
             t->round_acc = PSBuf_New(t->n, 1);

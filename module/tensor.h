@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dedup.h"
 #include "optim.h"
 #include "shape.h"
 
@@ -50,32 +51,6 @@ typedef struct PSOptState {
     PSBuf *s[2];  /* ps_optim_nstate() of them are non-NULL */
 } PSOptState;
 
-/* Exactly-once table entry: the highest seq applied for a client id, which
- * of the PS_DEDUP_WINDOW seqs below it were applied too (bit k of 'window':
- * seq - 1 - k), and the version the newest push produced. A push that
- * arrives late (a resend overtaken by a newer push after a redirect or a
- * failover) is applied when its seq is inside the window and not yet
- * marked; below the window it is treated as applied. 'version' is the
- * newest version any applied push of the client produced, so a duplicate is
- * answered with a version that includes the original. */
-#define PS_DEDUP_WINDOW 64
-typedef struct PSDedupEntry {
-    char *id;
-    uint64_t hash; /* PSTensor_DedupHash(id): compared first on lookup */
-    uint32_t idlen;
-    uint64_t seq;
-    uint64_t window;
-    uint64_t version;
-} PSDedupEntry;
-
-/* Whether push 'seq' of an entry's client was already applied (or is too
- * old to tell, below the window). */
-int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq);
-
-/* Marks 'seq' applied in the entry (advancing it when seq is the newest);
- * 'version' is what the push produced. */
-void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version);
-
 /* An immutable named copy of the values and optimizer state. */
 typedef struct PSSnapshot {
     char *name;
@@ -91,8 +66,22 @@ typedef struct PSSnapshot {
 typedef struct PSCounters {
     uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
     uint64_t scaled_pushes, rounds_closed, rounds_timed_out;
+    uint64_t takes, take_acks; /* ACCUM tensors: pending slots created / dropped */
     uint64_t stale_hist[PS_STALE_BUCKETS];
 } PSCounters;
+
+/* State of an ACCUM tensor (OPTIM ACCUM, the local side of a relay; see
+ * accum.h): pushes are summed into 'sum'; PS.TAKE moves the sum into the
+ * pending slot under a new relay seq, and it stays there until PS.TAKEACK
+ * says the upstream push of that seq was acknowledged. Persisted (from
+ * PS_ENCVER_ACCUM), replicated and digested like the rest of the value. */
+typedef struct PSAccum {
+    uint64_t count;      /* pushes summed into 'sum' since the last take */
+    PSBuf *sum;          /* NULL while count == 0 */
+    uint64_t seq;        /* seq given to the newest take (0: none yet) */
+    uint64_t pend_count; /* pushes in the pending take; 0: nothing pending */
+    PSBuf *pend;         /* the pending sum (seq 'seq'); NULL when none */
+} PSAccum;
 
 typedef struct PSTensor {
     uint32_t ndim;
@@ -118,6 +107,9 @@ typedef struct PSTensor {
     uint32_t dedup_len;
     uint32_t dedup_cap;
     PSDedupEntry *dedup;
+    PSDedupIndex *dedup_ix; /* lookup/eviction index over 'dedup' (dedup.c); NULL until needed */
+
+    PSAccum acc; /* used by ACCUM tensors only (all zero otherwise) */
 
     uint32_t max_snapshots;
     uint32_t nsnap;
@@ -153,6 +145,9 @@ void PSTensor_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *));
 /* Allocates raw memory through the installed allocator. */
 void *PSTensor_Alloc(size_t bytes);
 void PSTensor_Dealloc(void *p);
+
+/* A NUL-terminated copy of 'len' bytes through the allocator, or NULL. */
+char *PSTensor_DupBytes(const char *s, size_t len);
 
 /* A new buffer of n floats (zeroed when 'zero'), refs 1; NULL on OOM. */
 PSBuf *PSBuf_New(uint64_t n, int zero);
@@ -237,17 +232,7 @@ int PSTensor_CloseRound(PSTensor *t);
 /* Overwrites the values with n floats from 'bytes'; version + 1. */
 int PSTensor_SetValues(PSTensor *t, const unsigned char *bytes);
 
-/* Hash of a client id (FNV-1a 64), cached in each entry. */
-uint64_t PSTensor_DedupHash(const char *id, size_t idlen);
-
-/* Exactly-once table lookup: the entry for 'id', or NULL. */
-PSDedupEntry *PSTensor_DedupFind(const PSTensor *t, const char *id, size_t idlen);
-
-/* Records (id, seq, window, version) as is (restoring a saved table),
- * evicting the entry with the oldest version when the table is full.
- * Returns PST_OK or PST_ERR_OOM. */
-int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
-                         uint64_t window, uint64_t version);
+/* The exactly-once table's operations are in dedup.h. */
 
 /* Snapshots (snapshot.c). A name is 1..PS_SNAP_NAME_MAX bytes. */
 #define PS_SNAP_NAME_MAX 1024

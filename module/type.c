@@ -4,9 +4,12 @@
  * RDB layout of one value (encoding versions in encver.h), in order:
  *   ndim, dims[ndim], the header scalars of PS_HEADER_FIELDS (header.h: version,
  *   optim, the hyper-parameters of hparams.h, step, b1pow, b2pow, maxstale,
- *   policy, sync_n, sync_timeout_ms, dedup_max, max_snapshots, round_count;
+ *   policy, sync_n, sync_timeout_ms, dedup_max, max_snapshots, round_count,
+ *   acc_count, acc_seq, pend_count;
  *   each from the version that introduced it),
  *   array(values), nstate x array(optimizer state), [array(round) if round_count],
+ *   [from PS_ENCVER_ACCUM: array(ACCUM sum) if acc_count, array(pending take)
+ *    if pend_count],
  *   dedup_len, dedup_len x (id, seq, window [from PS_ENCVER_DEDUP_WINDOW], version),
  *   nsnap, nsnap x (name, version, unix_ms, step, b1pow, b2pow, sharing flags,
  *                   [from PS_ENCVER_SNAP_SHARING: the earlier snapshot's index
@@ -59,6 +62,8 @@ static void PSType_RdbSave(RedisModuleIO *io, void *value) {
     save_array(io, t->data);
     for (int i = 0; i < ps_optim_nstate(t->optim); i++) save_array(io, t->opt.s[i]);
     if (t->round_acc && t->round_count) save_array(io, t->round_acc);
+    if (hd.acc_count) save_array(io, t->acc.sum);
+    if (hd.pend_count) save_array(io, t->acc.pend);
     RedisModule_SaveUnsigned(io, t->dedup_len);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         RedisModule_SaveStringBuffer(io, t->dedup[i].id, t->dedup[i].idlen);
@@ -210,6 +215,14 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
         if (!(t->round_acc = load_array(io, n))) goto bad;
         t->round_count = (uint32_t)hd.round_count;
     }
+    if (hd.acc_count) {
+        if (!(t->acc.sum = load_array(io, n))) goto bad;
+        t->acc.count = hd.acc_count;
+    }
+    if (hd.pend_count) {
+        if (!(t->acc.pend = load_array(io, n))) goto bad;
+        t->acc.pend_count = hd.pend_count;
+    }
 
     uint64_t dlen = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io) || dlen > dedup_max) {
@@ -274,6 +287,8 @@ static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *
     if (t->opt.s[0]) emit_array(aof, key, "S0", 0, t->opt.s[0]);
     if (t->opt.s[1]) emit_array(aof, key, "S1", 0, t->opt.s[1]);
     if (t->round_acc && t->round_count) emit_array(aof, key, "ROUND", 0, t->round_acc);
+    if (hd.acc_count) emit_array(aof, key, "ACCSUM", 0, t->acc.sum);
+    if (hd.pend_count) emit_array(aof, key, "PENDING", 0, t->acc.pend);
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         const PSDedupEntry *e = &t->dedup[i];
         RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "DEDUP", e->id, (size_t)e->idlen,
@@ -339,6 +354,15 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
     RedisModule_DigestAddLongLong(md, t->round_count);
     digest_buf(md, t->data);
     digest_buf(md, t->round_acc);
+    if (t->optim == PS_OPT_ACCUM) {
+        /* Only for ACCUM tensors, so the digests of other values stay what
+         * earlier versions computed (golden files record them). */
+        RedisModule_DigestAddLongLong(md, (long long)t->acc.count);
+        RedisModule_DigestAddLongLong(md, (long long)t->acc.seq);
+        RedisModule_DigestAddLongLong(md, (long long)t->acc.pend_count);
+        digest_buf(md, t->acc.sum);
+        digest_buf(md, t->acc.pend);
+    }
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         RedisModule_DigestAddStringBuffer(md, t->dedup[i].id, t->dedup[i].idlen);
         RedisModule_DigestAddLongLong(md, (long long)t->dedup[i].seq);
@@ -358,7 +382,10 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
 
 static size_t PSType_MemUsage(const void *value) { return PSTensor_MemUsage(value); }
 
-static void PSType_Free(void *value) { PSTensor_Free(value); }
+static void PSType_Free(void *value) {
+    ps_round_timer_forget(value);
+    PSTensor_Free(value);
+}
 
 static void *PSType_Copy(RedisModuleString *fromkey, RedisModuleString *tokey, const void *value) {
     (void)fromkey;

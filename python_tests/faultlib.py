@@ -192,3 +192,29 @@ def wait_until(pred, timeout, what):
 
 def now():
     return time.monotonic()
+
+
+def model_victim(cluster, job):
+    """A master of 'cluster' that holds model partitions of 'job' but not the job's
+    bookkeeping slot ({job}): killing it hits tensors only. Returns (node, its keys)."""
+    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
+    by_node = {}
+    for k in keys(job):
+        by_node.setdefault(cluster.node_for_key(k).port, []).append(k)
+    for m in cluster.masters():
+        if m.port != job_node.port and m.port in by_node:
+            return m, by_node[m.port]
+    raise AssertionError("every model partition of %s lives on the job's node" % job)
+
+
+def cluster_versions(cluster, job):
+    """{key: version} of the job's model keys, each read from the live master that serves it
+    per a live node's CLUSTER SLOTS."""
+    live = [n for n in cluster.nodes if n.is_alive()]
+    slots = live[0].client().execute_command("CLUSTER", "SLOTS")
+    out = {}
+    for k in keys(job):
+        slot = psserver.key_slot(k)
+        port = next(int(m[1]) for a, b, m, *_ in slots if int(a) <= slot <= int(b))
+        out[k] = tensor_version(next(n for n in live if n.port == port).client(), k)[0]
+    return out

@@ -428,3 +428,14 @@ def test_keyspace_notifications_and_info_fields(r):
     assert sec["ps_embed_creates"] >= 1 and sec["ps_embed_pushes"] >= 1
     assert sec["ps_embed_ids_pulled"] >= 3 and sec["ps_embed_rows_created"] >= 1
     assert sec["ps_embed_rows_evicted"] >= 1
+
+
+def test_pulls_are_bounded_by_max_pull_bytes(r):
+    """A pull of k ids x dim costs 4 bytes per value (32 with FORMAT VALUES), as for tensors."""
+    create(r, "e", 4)
+    r.config_set("ps.max-pull-bytes", 1024)
+    assert len(epull(r, "e", list(range(64)))[1]) == 64  # 64 x 4 x 4 = 1024 bytes
+    with pytest.raises(Exception, match="exceeds ps.max-pull-bytes"):
+        epull(r, "e", list(range(65)))
+    with pytest.raises(Exception, match="exceeds ps.max-pull-bytes"):
+        r.execute_command("PS.PULL", "e", "IDS", ids_blob(range(16)), "FORMAT", "VALUES")

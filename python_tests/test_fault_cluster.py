@@ -55,7 +55,11 @@ def test_master_killed_mid_training_replica_promoted_no_push_applied_twice(
     victim = cluster.node_for_key(job + ":W0:0")
     (replica,) = cluster.replicas_of(victim)
     job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
-    ws = [workers(seeds, job, "w%d" % i, "--wait", wait) for i in range(2)]
+    # Without WAIT the promoted replica may miss the newest acknowledged pushes: a lost state
+    # the workers are told to go on from (the default stops them, test_fault_lost_state.py).
+    lost_policy = "stop" if wait else "continue"
+    ws = [workers(seeds, job, "w%d" % i, "--wait", wait, "--on-lost-state", lost_policy)
+          for i in range(2)]
 
     # Kill the master holding W0:0 once a tenth of the tasks are done.
     wait_until(lambda: progress_acked(job_node.client(), job) >= 24, 60, "24 tasks acked")
@@ -80,7 +84,8 @@ def test_master_killed_mid_training_replica_promoted_no_push_applied_twice(
            acked_per_key=want, applied_twice=twice, lost=lost, dedup_hits=dedup_hits,
            retries=retries, refreshes=sum(a["refreshes"] for a in acked),
            wait_short=sum(a["wait_short"] for a in acked), acc=acc, ref_acc=ref,
-           delta="%+.4f" % (acc - ref), victim_was_job_node=victim is job_node)
+           delta="%+.4f" % (acc - ref), victim_was_job_node=victim is job_node,
+           lost_state=sum(a["lost_state"] for a in acked))
     assert retries > 0 and sum(a["refreshes"] for a in acked) > 0   # the kill was noticed
     assert twice == 0, versions
     if wait:

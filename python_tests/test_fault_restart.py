@@ -49,7 +49,11 @@ def test_server_killed_and_restarted_restores_acknowledged_state_and_training_re
     server = make_server(args=MODES[mode])
     job = "rs"
     init(server.addr, job, EPOCHS)
-    ws = [workers(server.addr, job, "w%d" % i, "--lease-ms", 2000) for i in range(2)]
+    # RDB (and maybe everysec) restores an older state: a lost state the workers are told to
+    # go on from (the default stops them, test_fault_lost_state.py).
+    lost_policy = "stop" if mode == "aof-always" else "continue"
+    ws = [workers(server.addr, job, "w%d" % i, "--lease-ms", 2000, "--on-lost-state", lost_policy)
+          for i in range(2)]
     admin = server.client()
     wait_until(lambda: progress_acked(admin, job) >= 30, 60, "30 tasks acked")
     saved = None
@@ -95,11 +99,13 @@ def test_server_killed_and_restarted_restores_acknowledged_state_and_training_re
            applied_twice=sum(d for d in diffs.values() if d > 0),
            lost_beyond_window=-sum(d for d in diffs.values() if d < 0),
            retries=sum(a["retries"] for a in acked), acc=acc, ref_acc=ref,
+           lost_state=sum(a["lost_state"] for a in acked),
            delta="%+.4f" % (acc - ref))
     if mode == "aof-always":
         assert set(window.values()) == {0}
     elif mode == "rdb":
         assert min(window.values()) > 0      # the RDB window really lost pushes
+        assert all(a["lost_state"] > 0 for a in acked), acked     # and the workers said so
     assert set(diffs.values()) == {0}, diffs
     assert sum(a["retries"] for a in acked) > 0
     assert abs(acc - ref) <= ACC_TOLERANCE, (acc, ref)

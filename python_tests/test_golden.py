@@ -184,7 +184,7 @@ def test_restore_header_encver_token_names_the_layout(server):
     assert raw.call("PS._RESTORE", "v1", "HEADER", blob, "ENCVER", 1) == "OK"
     for k in ("old", "new", "v1"):
         assert raw.call("PS.PULL", k)[0] == 5
-    for bad in ([blob, "ENCVER", 4], [blob, "ENCVER", 0], [blob, "ENCVER", "x"],
+    for bad in ([blob, "ENCVER", latest_encver() + 1], [blob, "ENCVER", 0], [blob, "ENCVER", "x"],
                 [blob, "VERSION", 3], [blob[:-8], "ENCVER", 3]):
         rep = raw.call("PS._RESTORE", "bad", "HEADER", *bad)
         assert isinstance(rep, psserver.RespError), bad

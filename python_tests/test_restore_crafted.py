@@ -125,9 +125,9 @@ def parse(payload):
     return mid & 1023, items
 
 
-OPTIMS = ["SGD", "MOMENTUM", "NESTEROV", "ADAGRAD", "RMSPROP", "ADAM", "ADAMW"]
+OPTIMS = ["SGD", "MOMENTUM", "NESTEROV", "ADAGRAD", "RMSPROP", "ADAM", "ADAMW", "ACCUM"]
 NSTATE = {"SGD": 0, "MOMENTUM": 1, "NESTEROV": 1, "ADAGRAD": 1, "RMSPROP": 1, "ADAM": 2,
-          "ADAMW": 2}
+          "ADAMW": 2, "ACCUM": 0}
 
 
 def tensor_items(dims=(2, 3), values=None, version=0, optim="SGD", lr=0.1, momentum=0.9,
@@ -157,6 +157,16 @@ def tensor_items(dims=(2, 3), values=None, version=0, optim="SGD", lr=0.1, momen
     for s in snaps:
         items += s
     return items
+
+
+def accum_items(acc=(0, 0, 0), arrays=(), optim="ACCUM", sync_n=0):
+    """A tensor in the PS_ENCVER_ACCUM (4) layout: tensor_items' header plus acc_count,
+    acc_seq, pend_count after round_count, and after the values the arrays of the sum and
+    the pending slot (no exactly-once entries, no snapshots)."""
+    items = tensor_items(optim=optim, sync_n=sync_n)
+    k = 1 + 2 + 2 + 7 + 10          # ndim, dims (2, 3), version, optim, 7 hyper, 10 scalars
+    return items[:k] + [U(a) for a in acc] + [items[k]] + [S(f32(a)) for a in arrays] + \
+        items[k + 1:]
 
 
 def snap_items(name=b"s", version=0, unix_ms=1700000000000, step=0, b1pow=1.0, b2pow=1.0,
@@ -220,7 +230,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 3   # PS_ENCVER_SNAP_SHARING (module/encver.h)
+        assert encver == 4   # PS_ENCVER_ACCUM (module/encver.h)
         assert build(items, encver) == real, key
 
 
@@ -266,7 +276,7 @@ def _bad_cases():
         "adam-missing-second-state": t(optim="ADAM", state=[np.zeros(6, np.float32)]),
         "adam-no-state": t(optim="ADAM", state=[]),
         "momentum-state-short": t(optim="MOMENTUM", state=[np.zeros(5, np.float32)]),
-        "optim-unknown": t(optim=7),
+        "optim-unknown": t(optim=8),
         "optim-huge": t(optim=1 << 63),
         "lr-nan": t(lr=float("nan")),
         "lr-negative": t(lr=-1.0),
@@ -309,7 +319,15 @@ def _bad_cases():
     cases["truncated-mid-values"] = build(good[:22] + [("raw", bytes([OP_STRING]) + enc_len(24) + b"\0" * 8)], eof=False)
     cases["no-eof"] = build(good, eof=False)
     cases["trailing-item"] = build(good + [U(1)])
-    cases["encver-4-from-the-future"] = build(good, encver=4)
+    cases["encver-5-from-the-future"] = build(good, encver=5)
+    # ACCUM tensors (encver 4): their fields on another optimizer, with SYNC, a pending
+    # slot without a seq, a sum or slot announced but missing or short.
+    z6, z5 = np.zeros(6, np.float32), np.zeros(5, np.float32)
+    cases["accum-fields-on-sgd"] = build(accum_items((1, 5, 0), [z6], optim="SGD"), encver=4)
+    cases["accum-with-sync"] = build(accum_items(sync_n=2), encver=4)
+    cases["accum-pending-without-seq"] = build(accum_items((0, 0, 2), [z6]), encver=4)
+    cases["accum-sum-missing"] = build(accum_items((3, 1, 0)), encver=4)
+    cases["accum-pending-short"] = build(accum_items((0, 1, 2), [z5]), encver=4)
     # Snapshot sharing (encver 3): an index that names no earlier snapshot, both sharing
     # kinds for one array, unknown flag bits; and (any version) a name over 1024 bytes,
     # the limit PS.SNAPSHOT and PS._RESTORE SNAPSHOT apply too.
@@ -345,6 +363,10 @@ def test_control_payload_is_accepted(env):
         snap_items(name=b"b", flags=8) + [U(0)],
         snap_items(name=b"x" * 1024)]), encver=3)) == "OK"
     assert c.execute_command("PS.PULL", "dst", "AT", "b")[1] == f32(np.ones(6))
+    # An ACCUM tensor with a sum of 2 pushes and a pending slot of 3 under seq 7.
+    assert restore(srv, build(accum_items((2, 7, 3), [np.ones(6), np.full(6, 2.0)]),
+                              encver=4)) == "OK"
+    assert c.execute_command("PS.TAKE", "dst") == [7, 3, f32(np.full(6, 2.0))]
     # An open sync round: SGD has no state, so the one extra array is the round's.
     assert restore(srv, build(tensor_items(sync_n=3, round_count=2,
                                            state=[np.ones(6, np.float32)]))) == "OK"

@@ -13,20 +13,15 @@ import pytest
 
 import psserver
 from faultlib import PS_TRAIN, ps_train  # noqa: F401 (ps_train is a fixture)
+from pshelpers import run_ps_train
 
 
 def run(args, timeout=120, check=True, env_extra=None):
-    """Runs ps-train with 'args'; returns the CompletedProcess with .out (stdout+stderr)."""
+    """Runs ps-train with 'args' (our environment plus 'env_extra'); returns the
+    CompletedProcess with .out (stdout+stderr)."""
     env = dict(os.environ)
     env.update(env_extra or {})
-    p = subprocess.run([PS_TRAIN] + [str(a) for a in args], stdout=subprocess.PIPE,
-                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout,
-                       env=env)
-    p.out = p.stdout.decode(errors="replace")
-    if check and p.returncode != 0:
-        raise AssertionError("ps-train %s exited %d:\n%s" % (" ".join(map(str, args)),
-                                                             p.returncode, p.out))
-    return p
+    return run_ps_train(args, timeout=timeout, check=check, env=env)
 
 
 def popen(args, env_extra=None, new_session=False):

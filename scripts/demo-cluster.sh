@@ -13,7 +13,15 @@
 # twice or lost (each partition's version against the pushes the workers
 # saw acknowledged: their ACKED lines).
 #
-# Environment: REDIS_SERVER, DEMO_WORKERS (2), DEMO_EPOCHS (10), DEMO_LAYERS
+# Durability (DEMO_DURABILITY): "safe" (default) runs every node with
+# appendonly yes + appendfsync always and the workers with --wait 1: no
+# acknowledged push is lost by a failover, nor by a master restarted (by a
+# supervisor) before its replica could take over, which a cluster without
+# persistence turns into an empty shard (README "Operations"). "none" is the
+# fastest setting (no AOF, no WAIT): a failover may lose the pushes the
+# replica had not received, and a fast restart loses the node's tensors.
+#
+# Environment: REDIS_SERVER, DEMO_DURABILITY (safe), DEMO_WORKERS (2), DEMO_EPOCHS (10), DEMO_LAYERS
 # (784,128,10), DEMO_OPTIM (adam), DEMO_LR (0.001), DEMO_PARTITION_BYTES
 # (65536: W0 = 128 rows x 3136 bytes becomes 7 keys), DEMO_OVERLAP (0),
 # DEMO_MIN_ACC (0.87).
@@ -27,15 +35,8 @@ for f in "$PS_TRAIN" "$MODULE"; do
     [ -f "$f" ] || { echo "demo-cluster: $f is missing: run make first" >&2; exit 1; }
 done
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/ps-demo-cluster.XXXXXX")
-PIDS=()
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$DIR"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$REPO/scripts/demo-procs.sh"
+demo_procs_init cluster
 
 # Six free loopback ports P whose cluster bus port P+10000 is free too.
 PORTS=($(python3 - <<'PY'
@@ -57,11 +58,18 @@ print(" ".join(map(str, ports)))
 PY
 ))
 
+case "${DEMO_DURABILITY:-safe}" in
+    safe) PERSIST=(--appendonly yes --appendfsync always); WAIT=1 ;;
+    none) PERSIST=(--appendonly no); WAIT=0 ;;
+    *) echo "demo-cluster: DEMO_DURABILITY is safe or none" >&2; exit 2 ;;
+esac
+echo "demo-cluster: durability ${DEMO_DURABILITY:-safe}: ${PERSIST[*]}, workers --wait $WAIT"
+
 ADDRS=()
 for port in "${PORTS[@]}"; do
     mkdir -p "$DIR/$port"
     "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 --dir "$DIR/$port" --save "" \
-        --appendonly no --daemonize no --logfile "$DIR/$port/redis.log" \
+        "${PERSIST[@]}" --daemonize no --logfile "$DIR/$port/redis.log" \
         --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
         --loadmodule "$MODULE" &
     PIDS+=($!)
@@ -101,7 +109,7 @@ set +e
 # step of staleness, and with it the accuracy spread reaches below 0.87 (one
 # run gave 0.8699); without it 5 runs on the 2-core machine, master killed
 # mid-run, gave 0.8814 0.8820 0.8829 0.8777 0.8831.
-"$PS_TRAIN" run "${ARGS[@]}" --workers "${DEMO_WORKERS:-2}" --interval-ms 2000 \
+"$PS_TRAIN" run "${ARGS[@]}" --workers "${DEMO_WORKERS:-2}" --interval-ms 2000 --wait "$WAIT" \
     --overlap "${DEMO_OVERLAP:-0}" \
     --min-acc "${DEMO_MIN_ACC:-0.87}" > >(tee "$DIR/run.log") 2>&1 &
 RUN=$!

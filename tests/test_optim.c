@@ -491,8 +491,10 @@ static void test_clipping_factor_scales_the_gradient_to_the_clip_norm(void **s) 
 
 static void test_names_parse_case_insensitively_and_nstate_is_documented(void **s) {
     (void)s;
-    const char *names[] = {"sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw"};
-    const int nstate[] = {0, 1, 1, 1, 1, 2, 2};
+    const char *names[] = {"sgd", "momentum", "nesterov", "adagrad", "rmsprop", "adam", "adamw",
+                           "accum"};
+    const int nstate[] = {0, 1, 1, 1, 1, 2, 2, 0};
+    _Static_assert(sizeof(nstate) / sizeof(nstate[0]) == PS_OPT_COUNT, "one name per optimizer");
     for (int k = 0; k < PS_OPT_COUNT; k++) {
         assert_string_equal(ps_optim_name(k), names[k]);
         assert_int_equal(ps_optim_parse(names[k], strlen(names[k])), k);

@@ -82,10 +82,16 @@ static const flagDef Flags[] = {
      "send the next pull before computing the gradient (1)"},
     {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, "FMT",
      "model on the wire: f32, bf16 or f16 (f32)"},
-    {"--push-format", F_STR, O(push_format), 0, 0, C_WORK | C_RUN, "FMT",
-     "gradients on the wire: f32, bf16, f16 or i8 (f32; lossy ones keep error feedback)"},
+    {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, "FMT",
+     "gradients on the wire: f32 bf16 f16 i8 topk[:K] (K 0.01, 1% or a count; 1%); init "
+     "records it (f32), workers push the job's"},
     {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN, "N",
      "WAIT for N replicas after each push (0)"},
+    {"--on-degraded", F_STR, O(on_degraded), 0, 0, C_WORK | C_RUN, "POLICY",
+     "a shard short of --wait replicas: degrade (train on, count unreplicated pushes), "
+     "block (until a replica is back) or fail (degrade)"},
+    {"--on-lost-state", F_STR, O(on_lost_state), 0, 0, C_ALL, "POLICY",
+     "a tensor vanished or went back below an acknowledged version: stop or continue (stop)"},
     {"--interval-ms", F_INT, O(interval_ms), 10, 1 << 30, C_WORK | C_RUN, "MS",
      "progress interval (2000)"},
     {"--progress", F_STR, O(progress), 0, 0, C_WORK | C_RUN, "MODE",
@@ -157,7 +163,8 @@ static void set_defaults(trainOpts *o) {
     o->pull_every = 1;
     o->overlap = 1;
     o->pull_format = "f32";
-    o->push_format = "f32";
+    o->on_degraded = "degrade";
+    o->on_lost_state = "stop";
     o->interval_ms = 2000;
     o->progress = "auto";
     o->min_acc = -1;
@@ -284,9 +291,19 @@ static int validate(trainOpts *o, int bit) {
                     o->pull_format);
             return -1;
         }
-        if (tr_parse_wire(o->push_format, 1, &wf) != 0) {
-            fprintf(stderr, "ps-train %s: --push-format: '%s' is not f32, bf16, f16 or i8\n", c,
-                    o->push_format);
+    }
+    pushFormat pf;
+    if ((bit & (C_INIT | C_WORK | C_RUN)) && tr_parse_push(o->push_format, &pf) != 0) {
+        fprintf(stderr, "ps-train %s: --push-format: '%s' is not f32, bf16, f16, i8 or topk[:K] "
+                        "(K: a fraction 0.01, a percent 1%% or a count 1000)\n", c,
+                o->push_format);
+        return -1;
+    }
+    {
+        int dp, lp;
+        if (tr_parse_policies(o, &dp, &lp) != 0) {
+            fprintf(stderr, "ps-train %s: --on-degraded is degrade, block or fail; "
+                            "--on-lost-state is stop or continue\n", c);
             return -1;
         }
     }

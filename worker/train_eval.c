@@ -188,8 +188,14 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     argv[n++] = overlap;
     argv[n++] = "--pull-format";
     argv[n++] = o->pull_format;
-    argv[n++] = "--push-format";
-    argv[n++] = o->push_format;
+    if (o->push_format) {   /* else the job's (init recorded it) */
+        argv[n++] = "--push-format";
+        argv[n++] = o->push_format;
+    }
+    argv[n++] = "--on-degraded";
+    argv[n++] = o->on_degraded;
+    argv[n++] = "--on-lost-state";
+    argv[n++] = o->on_lost_state;
     if (o->batch > 0) {
         argv[n++] = "--batch";
         argv[n++] = batch;
@@ -331,6 +337,17 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         if (b > span1) span1 = b;
     }
     double span = span1 > span0 ? span1 - span0 : 0;
+    /* Payload bytes per model push (one mini-batch step of one worker). */
+    double push_bytes = 0, pull_bytes = 0, steps = 0;
+    for (int i = 0; i < o->workers; i++) {
+        char f[160];
+        snprintf(f, sizeof(f), "w:%s-w%d:push_bytes", o->job, i + 1);
+        push_bytes += progress_double(o, f);
+        snprintf(f, sizeof(f), "w:%s-w%d:pull_bytes", o->job, i + 1);
+        pull_bytes += progress_double(o, f);
+        snprintf(f, sizeof(f), "w:%s-w%d:model_pushes", o->job, i + 1);
+        steps += progress_double(o, f);
+    }
 
     double loss = 0, acc = 0;
     uint64_t v = 0;
@@ -340,9 +357,11 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     printf("ps-train run: job %s: test_loss=%.4f test_acc=%.4f (%d test samples, model version "
            "%llu)\n", o->job, loss, acc, n, (unsigned long long)v);
     printf("RESULT test_acc=%.4f test_loss=%.4f total_seconds=%.2f train_seconds=%.2f "
-           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f\n",
+           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f "
+           "push_bytes_per_step=%.0f pull_bytes_per_step=%.0f\n",
            acc, loss, total, train_secs, samples, train_secs > 0 ? samples / train_secs : 0.0,
-           o->workers, span, span > 0 ? samples / span : 0.0);
+           o->workers, span, span > 0 ? samples / span : 0.0,
+           steps > 0 ? push_bytes / steps : 0.0, steps > 0 ? pull_bytes / steps : 0.0);
     fflush(stdout);
     if (failed) {
         tr_err(o, "%d of %d workers failed", failed, o->workers);

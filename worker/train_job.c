@@ -1,4 +1,5 @@
-/* train_job.c -- ps-train: job keys and config, init, status, snapshot.
+/* train_job.c -- ps-train: job keys and config, init (status and snapshot:
+ * train_status.c).
  *
  * A job is created by init in this order, so a re-run is safe and an
  * interrupted init is detected rather than half-repeated:
@@ -12,6 +13,7 @@
  * On an existing job, settings given that differ from its config are an
  * error, and a job with every task done is reported finished. */
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,64 @@ int tr_parse_wire(const char *name, int push, psWireFormat *out) {
     else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
     else return -1;
     return 0;
+}
+
+int tr_parse_push(const char *name, pushFormat *out) {
+    memset(out, 0, sizeof(*out));
+    if (name == NULL || strncasecmp(name, "topk", 4) != 0)
+        return tr_parse_wire(name, 1, &out->fmt);
+    out->fmt = PS_WIRE_TOPK;
+    if (name[4] == '\0') {
+        out->topk_ratio = 0.01;
+        return 0;
+    }
+    const char *k = name + 5;
+    if (name[4] != ':' || *k == '\0' || *k == '-' || *k == '+' || *k == ' ') return -1;
+    char *end;
+    errno = 0;
+    if (strpbrk(k, ".%eE") == NULL) {
+        long long n = strtoll(k, &end, 10);
+        if (errno || *end != '\0' || n < 1) return -1;
+        out->topk_count = n;
+        return 0;
+    }
+    double r = strtod(k, &end);
+    if (errno || end == k || r != r) return -1;
+    if (*end == '%' && end[1] == '\0') r /= 100;
+    else if (*end != '\0') return -1;
+    if (!(r > 0 && r <= 1)) return -1;
+    out->topk_ratio = r;
+    return 0;
+}
+
+const char *tr_push_name(const pushFormat *pf, char *buf, size_t len) {
+    static const char *names[] = {"f32", "f16", "bf16", "i8", "topk"};
+    if (pf->fmt != PS_WIRE_TOPK)
+        snprintf(buf, len, "%s", names[pf->fmt]);
+    else if (pf->topk_count > 0)
+        snprintf(buf, len, "topk:%lld", pf->topk_count);
+    else {
+        /* A fraction must keep its '.' (or exponent): "topk:1" is a count. */
+        snprintf(buf, len, "topk:%.17g", pf->topk_ratio);
+        if (strpbrk(buf + 5, ".eE") == NULL) snprintf(buf, len, "topk:%.1f", pf->topk_ratio);
+    }
+    return buf;
+}
+
+int tr_push_same(const pushFormat *a, const pushFormat *b) {
+    return a->fmt == b->fmt && (a->fmt != PS_WIRE_TOPK || (a->topk_ratio == b->topk_ratio &&
+                                                           a->topk_count == b->topk_count));
+}
+
+int tr_push_apply(psModel *m, const pushFormat *pf) {
+    double r = pf->topk_ratio;
+    if (pf->fmt == PS_WIRE_TOPK && pf->topk_count > 0) {
+        size_t total = 0;
+        for (int t = 0; t < psModelNumTensors(m); t++) total += psModelTensorElements(m, t);
+        r = total > 0 ? (double)pf->topk_count / (double)total : 1;
+        if (r > 1) r = 1;
+    }
+    return psModelSetPushFormat(m, pf->fmt, r);
 }
 
 double tr_wall(void) {
@@ -87,12 +147,28 @@ static int module_loaded(const trainOpts *o, psClient *c) {
     return !missing;
 }
 
+int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state) {
+    const char *d = o->on_degraded ? o->on_degraded : "degrade";
+    const char *l = o->on_lost_state ? o->on_lost_state : "stop";
+    if (!strcmp(d, "degrade")) *durability = PS_DURABILITY_DEGRADE;
+    else if (!strcmp(d, "block")) *durability = PS_DURABILITY_BLOCK;
+    else if (!strcmp(d, "fail")) *durability = PS_DURABILITY_FAIL;
+    else return -1;
+    if (!strcmp(l, "stop")) *lost_state = PS_LOST_STATE_STOP;
+    else if (!strcmp(l, "continue")) *lost_state = PS_LOST_STATE_CONTINUE;
+    else return -1;
+    return 0;
+}
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
     opt.password = o->password;
     opt.push_window = push_window;
     opt.wait_replicas = wait_replicas;
+    tr_parse_policies(o, &opt.durability_policy, &opt.lost_state_policy);
+    opt.on_event = o->on_event;
+    opt.event_udata = o->event_udata;
     psClient *c = psConnect(o->addr, &opt);
     if (c == NULL) {
         tr_err(o, "out of memory");
@@ -112,7 +188,7 @@ psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
 
 /* Runs a command routed by 'key'; returns the reply, or NULL after printing
  * the client error or the server error reply (which is freed). */
-static redisReply *cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...) {
+redisReply *tr_cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...) {
     va_list ap;
     const char *argv[16];
     size_t argl[16];
@@ -183,6 +259,8 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         else if (!strcmp(f, "train_n")) cfg->train_n = atoi(num);
         else if (!strcmp(f, "tasks")) cfg->tasks = atoll(num);
         else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
+        else if (!strcmp(f, "push_format"))
+            copy_str(cfg->push_format, sizeof(cfg->push_format), v);
         else if (!strcmp(f, "state")) copy_str(cfg->state, sizeof(cfg->state), v);
         else if (!strcmp(f, "momentum")) {
             cfg->momentum = strtod(num, NULL);
@@ -196,9 +274,11 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
     if (strcmp(cfg->state, "ready") == 0) {
         char err[256];
         cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));
-        if (cfg->nsizes < 0 || cfg->batch < 1) {
+        pushFormat pf;
+        if (cfg->nsizes < 0 || cfg->batch < 1 ||
+            (cfg->push_format[0] && tr_parse_push(cfg->push_format, &pf) != 0)) {
             fprintf(stderr, "ps-train: job %s has a corrupt config (%s)\n", job,
-                    cfg->nsizes < 0 ? err : "batch");
+                    cfg->nsizes < 0 ? err : cfg->batch < 1 ? "batch" : "push_format");
             return -1;
         }
     }
@@ -274,6 +354,18 @@ int tr_check_test(const trainOpts *o, const jobConfig *cfg) {
  * init
  * ====================================================================== */
 
+int tr_check_push_format(const trainOpts *o, const jobConfig *cfg) {
+    pushFormat mine, job;
+    if (o->push_format == NULL || cfg->push_format[0] == '\0') return 0;
+    if (tr_parse_push(o->push_format, &mine) != 0 || tr_parse_push(cfg->push_format, &job) != 0 ||
+        !tr_push_same(&mine, &job)) {
+        tr_err(o, "--push-format %s does not match job %s's %s (set by init; every worker of a "
+               "job pushes the same format)", o->push_format, o->job, cfg->push_format);
+        return -1;
+    }
+    return 0;
+}
+
 /* DEL the job's non-tensor keys and, when its config is known, its tensors. */
 static int delete_job(const trainOpts *o, psClient *c) {
     jobConfig cfg;
@@ -295,7 +387,7 @@ static int delete_job(const trainOpts *o, psClient *c) {
     tr_key(k[1], 128, o->job, "tasks");
     tr_key(k[2], 128, o->job, "progress");
     tr_key(k[3], 128, o->job, "done");
-    redisReply *r = cmd_ok(o, c, k[0], "DEL %s %s %s %s", k[0], k[1], k[2], k[3]);
+    redisReply *r = tr_cmd_ok(o, c, k[0], "DEL %s %s %s %s", k[0], k[1], k[2], k[3]);
     if (r == NULL) return -1;
     freeReplyObject(r);
     return 0;
@@ -429,12 +521,12 @@ int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *sa
     char dkey[128], pkey[128];
     tr_key(dkey, sizeof(dkey), o->job, "done");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
-    redisReply *r = cmd_ok(o, c, dkey, "HLEN %s", dkey);
+    redisReply *r = tr_cmd_ok(o, c, dkey, "HLEN %s", dkey);
     if (r == NULL) return -1;
     *tasks = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
     freeReplyObject(r);
     *samples = 0;
-    if ((r = cmd_ok(o, c, pkey, "HGETALL %s", pkey)) == NULL) return -1;
+    if ((r = tr_cmd_ok(o, c, pkey, "HGETALL %s", pkey)) == NULL) return -1;
     for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
         const char *f = r->element[i]->str;
         size_t n = strlen(f);
@@ -479,7 +571,7 @@ int tr_cmd_init(const trainOpts *o) {
     tr_key(ckey, sizeof(ckey), o->job, "config");
     if (o->reset && delete_job(o, c) != 0) goto out;
 
-    redisReply *r = cmd_ok(o, c, ckey, "HSETNX %s state init", ckey);
+    redisReply *r = tr_cmd_ok(o, c, ckey, "HSETNX %s state init", ckey);
     if (r == NULL) goto out;
     int fresh = r->type == REDIS_REPLY_INTEGER && r->integer == 1;
     freeReplyObject(r);
@@ -488,6 +580,10 @@ int tr_cmd_init(const trainOpts *o) {
         if (strcmp(cfg.state, "ready") != 0) {
             tr_err(o, "job %s: an earlier init did not finish (state %s); rerun with --reset",
                    o->job, cfg.state);
+            goto out;
+        }
+        if (tr_check_push_format(o, &cfg) != 0) {
+            status = TR_EXIT_USAGE;
             goto out;
         }
         status = existing_job(o, c, &cfg);
@@ -509,6 +605,9 @@ int tr_cmd_init(const trainOpts *o) {
     cfg.partition_bytes = o->partition_bytes;
     cfg.seed = o->seed;
     cfg.label_col = o->label_col;
+    pushFormat pf;
+    tr_parse_push(o->push_format, &pf); /* validated with the flags */
+    tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
     if (o->data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->data);
     if (o->csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->csv);
     if (o->test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->test_csv);
@@ -548,7 +647,8 @@ int tr_cmd_init(const trainOpts *o) {
                               "shard_size", nums[3], "partition_bytes", nums[4],
                               "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
                               "label_col", nums[5], "train_n", nums[6], "seed", nums[7],
-                              "momentum", nums[8], "limit", nums[9]};
+                              "momentum", nums[8], "limit", nums[9],
+                              "push_format", cfg.push_format};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
         size_t argl[sizeof(argv) / sizeof(argv[0])];
         for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
@@ -566,7 +666,7 @@ int tr_cmd_init(const trainOpts *o) {
     if (cfg.tasks < 0) goto undo;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
-    r = cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
+    r = tr_cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
     if (r == NULL) goto out;
     freeReplyObject(r);
     printf("ps-train %s: job %s: %d samples, %d epochs, shards of %d -> %lld tasks; batch %d\n",
@@ -586,168 +686,6 @@ undo:
     }
 out:
     ps_dataset_free(&ds);
-    psModelFree(m);
-    psClientFree(c);
-    return status;
-}
-
-/* ========================================================================
- * status
- * ====================================================================== */
-
-/* "host:port" of the master serving 'slot' according to CLUSTER SLOTS
- * reply 'slots', or "?". */
-static const char *slot_owner(const redisReply *slots, long long slot, char *buf, size_t len) {
-    snprintf(buf, len, "?");
-    if (slots == NULL || slots->type != REDIS_REPLY_ARRAY) return buf;
-    for (size_t i = 0; i < slots->elements; i++) {
-        const redisReply *e = slots->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3) continue;
-        if (slot >= e->element[0]->integer && slot <= e->element[1]->integer) {
-            const redisReply *n = e->element[2];
-            if (n->type == REDIS_REPLY_ARRAY && n->elements >= 2)
-                snprintf(buf, len, "%s:%lld", n->element[0]->str, n->element[1]->integer);
-            return buf;
-        }
-    }
-    return buf;
-}
-
-/* Prints every partition: key, rows, version, pushes and (cluster) node. */
-static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
-    redisReply *slots = c->cluster ? psCommand(c, NULL, "CLUSTER SLOTS") : NULL;
-    printf("partitions:\n");
-    for (int t = 0; t < psModelNumTensors(m); t++) {
-        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
-            const char *key = psModelPartitionKey(m, t, p);
-            uint64_t first, nrows;
-            long long version = -1, pushes = -1;
-            psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.INFO %s", key);
-            if (r && r->type == REDIS_REPLY_ARRAY) {
-                for (size_t i = 0; i + 1 < r->elements; i += 2) {
-                    if (r->element[i]->type != REDIS_REPLY_STRING) continue;
-                    if (!strcmp(r->element[i]->str, "version")) version = r->element[i + 1]->integer;
-                    if (!strcmp(r->element[i]->str, "pushes")) pushes = r->element[i + 1]->integer;
-                }
-            } else {
-                tr_err(o, "PS.INFO %s: %s", key, r ? r->str : c->errstr);
-            }
-            if (r) freeReplyObject(r);
-            char node[80] = "";
-            if (c->cluster) {
-                redisReply *s = psCommand(c, NULL, "CLUSTER KEYSLOT %s", key);
-                if (s && s->type == REDIS_REPLY_INTEGER) {
-                    char owner[64];
-                    snprintf(node, sizeof(node), "  slot %5lld on %s", s->integer,
-                             slot_owner(slots, s->integer, owner, sizeof(owner)));
-                }
-                if (s) freeReplyObject(s);
-            }
-            printf("  %-16s rows %5llu..%-5llu version %8lld pushes %8lld%s\n", key,
-                   (unsigned long long)first, (unsigned long long)(first + nrows - 1), version,
-                   pushes, node);
-        }
-    }
-    if (slots) freeReplyObject(slots);
-}
-
-int tr_cmd_status(const trainOpts *o) {
-    jobConfig cfg;
-    char tkey[128], pkey[128];
-    int status = TR_EXIT_FAIL;
-    psModel *m = NULL;
-    psClient *c = tr_connect(o, 0, 0);
-    if (c == NULL) return TR_EXIT_FAIL;
-    int rc = tr_load_config(c, o->job, &cfg);
-    if (rc != 0) {
-        if (rc == 1) tr_err(o, "--job %s: no such job (run ps-train init first)", o->job);
-        goto out;
-    }
-    if (strcmp(cfg.state, "ready") != 0) {
-        tr_err(o, "job %s: init did not finish (state %s); rerun init with --reset", o->job,
-               cfg.state);
-        goto out;
-    }
-    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks\n", o->job, cfg.state, cfg.layers, cfg.optim, cfg.lr,
-           cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks);
-    tr_key(tkey, sizeof(tkey), o->job, "tasks");
-    tr_key(pkey, sizeof(pkey), o->job, "progress");
-
-    long long acked = 0, samples = 0, pending = 0;
-    if (tr_progress(o, c, &acked, &samples) != 0) goto out;
-    redisReply *r = psCommand(c, pkey, "HGETALL %s", pkey);
-    redisReply *pend = psCommand(c, tkey, "XPENDING %s %s", tkey, TR_GROUP);
-    if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 1)
-        pending = pend->element[0]->integer;
-    printf("tasks: %lld total, %lld acked, %lld pending (taken, not acked), %lld not started\n",
-           cfg.tasks, acked, pending, cfg.tasks - acked - pending);
-    printf("samples trained: %lld\n", samples);
-    if (cfg.batch > 0 && cfg.shard_size > 0) {
-        /* Every task done once gives this many pushes per partition. */
-        long long per_epoch = 0;
-        for (long long s = 0; s < cfg.train_n; s += cfg.shard_size) {
-            long long n = cfg.train_n - s < cfg.shard_size ? cfg.train_n - s : cfg.shard_size;
-            per_epoch += (n + cfg.batch - 1) / cfg.batch;
-        }
-        printf("model pushes per partition when every task is trained once: %lld\n",
-               per_epoch * cfg.epochs);
-    }
-    if (r && r->type == REDIS_REPLY_ARRAY) {
-        printf("workers:\n");
-        for (size_t i = 0; i + 1 < r->elements; i += 2) {
-            const char *f = r->element[i]->str;
-            if (strncmp(f, "w:", 2) != 0) continue;
-            printf("  %-40s %s\n", f + 2, r->element[i + 1]->str);
-        }
-    }
-    if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 4 &&
-        pend->element[3]->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i < pend->element[3]->elements; i++) {
-            redisReply *e = pend->element[3]->element[i];
-            printf("  pending on %s: %s tasks\n", e->element[0]->str, e->element[1]->str);
-        }
-    }
-    if (r) freeReplyObject(r);
-    if (pend) freeReplyObject(pend);
-    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
-    print_partitions(o, c, m);
-    status = TR_EXIT_OK;
-out:
-    psModelFree(m);
-    psClientFree(c);
-    return status;
-}
-
-/* ========================================================================
- * snapshot
- * ====================================================================== */
-
-int tr_cmd_snapshot(const trainOpts *o) {
-    jobConfig cfg;
-    int status = TR_EXIT_FAIL, n = 0;
-    psModel *m = NULL;
-    psClient *c = tr_connect(o, 0, 0);
-    if (c == NULL) return TR_EXIT_FAIL;
-    int rc = tr_load_config(c, o->job, &cfg);
-    if (rc != 0) {
-        if (rc == 1) tr_err(o, "--job %s: no such job", o->job);
-        goto out;
-    }
-    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
-    for (int t = 0; t < psModelNumTensors(m); t++) {
-        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
-            const char *key = psModelPartitionKey(m, t, p);
-            redisReply *r = cmd_ok(o, c, key, "PS.SNAPSHOT %s %s", key, o->at);
-            if (r == NULL) goto out;
-            freeReplyObject(r);
-            n++;
-        }
-    }
-    printf("ps-train snapshot: %d partitions of job %s saved as '%s'\n", n, o->job, o->at);
-    status = TR_EXIT_OK;
-out:
     psModelFree(m);
     psClientFree(c);
     return status;

@@ -71,10 +71,14 @@ typedef struct trainOpts {
     int lease_ms;
     int window;
     int wait;
+    const char *on_degraded;    /* degrade | block | fail: a shard short of --wait replicas */
+    const char *on_lost_state;  /* stop | continue: a tensor vanished or rolled back */
+    psEventFn *on_event;        /* work: libps events (tr_connect passes them on) */
+    void *event_udata;
     int pull_every;             /* pull every K mini-batches (bounded staleness) */
     int overlap;                /* 1: next pull in flight while computing */
     const char *pull_format;    /* f32 | bf16 | f16 */
-    const char *push_format;    /* f32 | bf16 | f16 | i8 */
+    const char *push_format;    /* f32 | bf16 | f16 | i8 | topk[:K]; NULL: the job's */
     int interval_ms;
     const char *progress;       /* auto | tty | line | none */
     int max_tasks;              /* 0: no limit (tests) */
@@ -109,6 +113,7 @@ typedef struct jobConfig {
     double momentum;            /* < 0: server default */
     int limit;                  /* --limit as given, 0: none */
     int has_momentum, has_limit; /* fields present (jobs made before they were stored lack them) */
+    char push_format[32];       /* set at init ("" in jobs made before it was) */
     char state[16];             /* "init" while being created, then "ready" */
 } jobConfig;
 
@@ -116,6 +121,14 @@ typedef struct jobConfig {
 
 /* 1 when flag 'name' (e.g. "--epochs") was given on the command line. */
 int tr_given(const trainOpts *o, const char *name);
+/* A parsed --push-format. TOPK's k is either a fraction of every partition
+ * (topk_ratio) or a count over the whole model (topk_count, turned into a
+ * fraction by tr_push_apply(); libps rounds k up per partition, at least 1). */
+typedef struct pushFormat {
+    psWireFormat fmt;
+    double topk_ratio;          /* 0 < r <= 1 with topk_count 0 */
+    long long topk_count;       /* >= 1, or 0 */
+} pushFormat;
 
 /* ---- train_job.c ---- */
 
@@ -132,10 +145,28 @@ psModel *tr_model(psClient *c, const char *job, const jobConfig *cfg);
 /* Loads the train (train=1) or test split named by the config (or the
  * overrides in 'o' when not NULL). Returns 0 or -1 (printed). */
 int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train, ps_dataset *ds);
+/* Parses --on-degraded / --on-lost-state names into PS_DURABILITY_* /
+ * PS_LOST_STATE_*. Returns 0 or -1. */
+int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state);
+/* Runs a command routed by 'key': every %s of 'fmt' is one argument,
+ * literals split on spaces. Returns the reply, or NULL after printing the
+ * client error or the server error reply (which is freed). */
+redisReply *tr_cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...);
 /* Prints an error with the subcommand prefix. */
 /* Parses a --pull-format/--push-format name (case-insensitive) into *out;
  * 'push' also allows i8. Returns 0 or -1. */
 int tr_parse_wire(const char *name, int push, psWireFormat *out);
+/* Parses a --push-format: f32, bf16, f16, i8, or topk[:K] with K a fraction
+ * (0.01, needs a '.'), a percentage (1%) or a count (1000), case-insensitive.
+ * NULL is f32. Returns 0 or -1. */
+int tr_parse_push(const char *name, pushFormat *out);
+/* The canonical name of 'pf' (what init records), written into 'buf'. */
+const char *tr_push_name(const pushFormat *pf, char *buf, size_t len);
+/* 1 when 'a' and 'b' send the same bytes (same format and k). */
+int tr_push_same(const pushFormat *a, const pushFormat *b);
+/* Sets 'pf' as the push format of laid-out model 'm'. PS_OK or PS_ERR. */
+int tr_push_apply(psModel *m, const pushFormat *pf);
+/* Prints an error with the subcommand prefix. */
 void tr_err(const trainOpts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double tr_now(void);
 /* Wall clock (unix seconds), comparable between processes. */
@@ -148,6 +179,9 @@ int tr_check_test(const trainOpts *o, const jobConfig *cfg);
 /* Derived totals of the job: tasks done (fields of psjob:{J}:done) and
  * samples trained (sum of w:*:samples). Returns 0 or -1 (printed). */
 int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples);
+/* Refuses (printed, -1) an explicit --push-format that differs from the one
+ * job 'cfg' recorded at init; 0 when it matches or either is unset. */
+int tr_check_push_format(const trainOpts *o, const jobConfig *cfg);
 int tr_cmd_init(const trainOpts *o);
 int tr_cmd_status(const trainOpts *o);
 int tr_cmd_snapshot(const trainOpts *o);

@@ -68,6 +68,7 @@ typedef struct worker {
     char name[128];
     char tkey[128], pkey[128], dkey[128];
     int batch;
+    char push_name[32];     /* the push format in use (the job's) */
     int tty;                /* overwrite one line instead of printing lines */
     int quiet;
     /* counters */
@@ -91,6 +92,8 @@ typedef struct worker {
     int pull_inflight;      /* a psModelPullAsync into back is pending */
     int since_pull;         /* steps computed on the current params */
     int pushes_since_pull;
+    /* durability (libps events) */
+    char degraded[256];     /* "host:port host:port" of the shards degraded now */
     /* where the time of the steps goes (seconds) */
     double t_pull, t_grad, t_push, t_tasks, t_first, t_last;
 } worker;
@@ -231,6 +234,51 @@ static int renew_lease(worker *w, const task *t) {
 }
 
 /* ========================================================================
+ * Durability events
+ * ====================================================================== */
+
+/* libps announces a shard that cannot keep --wait replicas (once), its
+ * recovery, and lost-state events: each is a stderr line, and the set of
+ * degraded shards goes into the progress line and the progress hash. */
+static void on_event(void *udata, int ev, const char *node, const char *msg) {
+    worker *w = udata;
+    char *at = strstr(w->degraded, node);
+    size_t nl = strlen(node);
+    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
+    fflush(stderr);
+    if (ev == PS_EVENT_DEGRADED && at == NULL &&
+        strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
+        if (w->degraded[0]) strcat(w->degraded, " ");
+        strcat(w->degraded, node);
+    } else if (ev == PS_EVENT_RESTORED && at != NULL) {
+        size_t skip = nl + (at[nl] == ' ' ? 1 : 0);
+        memmove(at, at + skip, strlen(at + skip) + 1);
+        nl = strlen(w->degraded);
+        if (nl && w->degraded[nl - 1] == ' ') w->degraded[nl - 1] = '\0';
+    }
+}
+
+/* The durability state for the progress hash: "full", or the degraded
+ * shards and the pushes they did not replicate. */
+static void durability_text(const worker *w, char *buf, size_t len) {
+    unsigned long long unrep = (unsigned long long)w->c->stats.unreplicated_pushes;
+    if (w->o->wait <= 0) snprintf(buf, len, "no WAIT");
+    else if (w->degraded[0])
+        snprintf(buf, len, "degraded (%s): %llu pushes not replicated, policy %s", w->degraded,
+                 unrep, w->o->on_degraded);
+    else if (unrep)
+        snprintf(buf, len, "full (WAIT %d) again; %llu pushes not replicated earlier", w->o->wait,
+                 unrep);
+    else
+        snprintf(buf, len, "full (WAIT %d)", w->o->wait);
+    if (w->c->stats.lost_state) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, len - l, "; %llu lost-state events (policy %s)",
+                 (unsigned long long)w->c->stats.lost_state, w->o->on_lost_state);
+    }
+}
+
+/* ========================================================================
  * Progress
  * ====================================================================== */
 
@@ -239,7 +287,7 @@ static void print_progress(worker *w, int final) {
     double dt = now - w->last_print;
     if (w->quiet || (!final && dt * 1000 < w->o->interval_ms)) return;
     double rate = dt > 0 ? w->win_samples / dt : 0;
-    char line[320];
+    char line[640];
     snprintf(line, sizeof(line),
              "[%s] epoch %d | tasks %lld | samples %lld | %.0f samples/s | loss %.4f | "
              "version %llu | staleness %.2f | retries %llu | stale-rejects %llu",
@@ -249,18 +297,27 @@ static void print_progress(worker *w, int final) {
              w->win_stale_n ? w->win_stale / w->win_stale_n : 0.0,
              (unsigned long long)w->c->stats.retries,
              (unsigned long long)w->c->stats.stale_rejects);
+    if (w->degraded[0] || w->c->stats.unreplicated_pushes) {
+        size_t l = strlen(line);
+        snprintf(line + l, sizeof(line) - l, " | %s %s | unreplicated %llu",
+                 w->degraded[0] ? "degraded" : "durable", w->degraded[0] ? w->degraded : "again",
+                 (unsigned long long)w->c->stats.unreplicated_pushes);
+    }
     if (w->tty)
         printf("\r%s\033[K%s", line, final ? "\n" : "");
     else
         printf("%s\n", line);
     fflush(stdout);
     if (w->win_batches) {
-        char loss[32], rs[32], f1[160], f2[160];
+        char loss[32], rs[32], f1[160], f2[160], f3[160], dur[400];
         snprintf(loss, sizeof(loss), "%.4f", w->win_loss / w->win_batches);
         snprintf(rs, sizeof(rs), "%.0f", rate);
         snprintf(f1, sizeof(f1), "w:%s:loss", w->name);
         snprintf(f2, sizeof(f2), "w:%s:samples_per_s", w->name);
-        redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s", w->pkey, f1, loss, f2, rs);
+        snprintf(f3, sizeof(f3), "w:%s:durability", w->name);
+        durability_text(w, dur, sizeof(dur));
+        redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s %s %s", w->pkey, f1, loss,
+                                  f2, rs, f3, dur);
         if (r) freeReplyObject(r);
     }
     w->last_print = now;
@@ -378,7 +435,7 @@ static int step(worker *w, const int *rows, int nb) {
         tr_err(w->o, "[%s] gradient failed (bad label or batch)", w->name);
         return -1;
     }
-    if (psModelPush(w->c, w->m, (const float *const *)w->grads, w->vers, 1.0f) != PS_OK) {
+    if (psModelPush(w->c, w->m, (const float *const *)w->grads, NULL, 1.0f) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
@@ -546,11 +603,16 @@ static int setup(worker *w) {
         return -1;
     }
     int nt = psModelNumTensors(w->m);
-    psWireFormat pullf, pushf;
+    psWireFormat pullf;
+    pushFormat pushf;
+    /* The job's push format wins (all workers send alike); a job from before
+     * it was recorded takes the flag. */
+    if (tr_check_push_format(o, &w->cfg) != 0) return -1;
+    snprintf(w->push_name, sizeof(w->push_name), "%s",
+             w->cfg.push_format[0] ? w->cfg.push_format : o->push_format ? o->push_format : "f32");
     if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
-        tr_parse_wire(o->push_format, 1, &pushf) != 0 ||
-        psModelSetPullFormat(w->m, pullf) != PS_OK ||
-        psModelSetPushFormat(w->m, pushf, 0.01) != PS_OK) {
+        tr_parse_push(w->push_name, &pushf) != 0 ||
+        psModelSetPullFormat(w->m, pullf) != PS_OK || tr_push_apply(w->m, &pushf) != PS_OK) {
         tr_err(o, "bad --pull-format or --push-format");
         return -1;
     }
@@ -612,14 +674,17 @@ int tr_cmd_work(const trainOpts *o) {
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    w.c = tr_connect(o, o->window, o->wait);
+    trainOpts oe = *o;
+    oe.on_event = on_event;
+    oe.event_udata = &w;
+    w.c = tr_connect(&oe, o->window, o->wait);
     if (w.c == NULL) return TR_EXIT_FAIL;
     if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
     if (!w.quiet) {
-        printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d\n", w.name, o->job,
-               w.cfg.layers, w.batch, w.ds.n, o->window);
+        printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d, push %s\n",
+               w.name, o->job, w.cfg.layers, w.batch, w.ds.n, o->window, w.push_name);
         fflush(stdout);
     }
     for (;;) {
@@ -663,12 +728,21 @@ int tr_cmd_work(const trainOpts *o) {
         /* The span this worker trained (after connecting and loading its
          * data, until its last ack; not the wait for others' last tasks):
          * run reports samples/s over the union of the spans. */
-        char f1[160], f2[160], v1[32], v2[32];
+        char f1[160], f2[160], f3[160], f4[160], f5[160], v1[32], v2[32], v3[32], v4[32],
+            v5[32];
         snprintf(f1, sizeof(f1), "w:%s:train_start", w.name);
         snprintf(f2, sizeof(f2), "w:%s:train_end", w.name);
         snprintf(v1, sizeof(v1), "%.6f", w.t_first);
         snprintf(v2, sizeof(v2), "%.6f", w.t_last);
-        redisReply *r = psCommand(w.c, w.pkey, "HSET %s %s %s %s %s", w.pkey, f1, v1, f2, v2);
+        /* Gradient and model payload bytes (libps stats), for bytes per step. */
+        snprintf(f3, sizeof(f3), "w:%s:push_bytes", w.name);
+        snprintf(f4, sizeof(f4), "w:%s:pull_bytes", w.name);
+        snprintf(v3, sizeof(v3), "%llu", (unsigned long long)w.c->stats.bytes_sent);
+        snprintf(v4, sizeof(v4), "%llu", (unsigned long long)w.c->stats.bytes_received);
+        snprintf(f5, sizeof(f5), "w:%s:model_pushes", w.name);
+        snprintf(v5, sizeof(v5), "%lld", w.pushes);
+        redisReply *r = psCommand(w.c, w.pkey, "HSET %s %s %s %s %s %s %s %s %s %s %s", w.pkey,
+                                  f1, v1, f2, v2, f3, v3, f4, v4, f5, v5);
         if (r) freeReplyObject(r);
     }
     double secs = tr_now() - w.t0;
@@ -684,7 +758,7 @@ int tr_cmd_work(const trainOpts *o) {
                w.name, w.t_pull * 1e3 / w.pushes, w.t_grad * 1e3 / w.pushes,
                w.t_push * 1e3 / w.pushes, w.t_tasks * 1e3 / w.pushes,
                (w.t_last - w.t_first) * 1e3 / w.pushes, o->pull_every, o->overlap,
-               o->pull_format, o->push_format);
+               o->pull_format, w.push_name);
     /* For scripts and the fault tests: after the final drain every model
      * push is acknowledged, so each partition key got exactly model_pushes
      * pushes from this worker (partition_pushes = model_pushes * keys unless
@@ -694,12 +768,17 @@ int tr_cmd_work(const trainOpts *o) {
     for (int t = 0; t < psModelNumTensors(w.m); t++) keys += psModelNumPartitions(w.m, t);
     const psStats *st = &w.c->stats;
     printf("ACKED worker=%s model_pushes=%lld keys=%d partition_pushes=%llu stale_rejects=%llu "
-           "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu\n",
+           "wait_short=%llu retries=%llu reconnects=%llu refreshes=%llu moved=%llu ask=%llu "
+           "unreplicated=%llu degraded_events=%llu restored_events=%llu lost_state=%llu "
+           "push_bytes=%llu pull_bytes=%llu\n",
            w.name, w.pushes, keys, (unsigned long long)st->pushes,
            (unsigned long long)st->stale_rejects, (unsigned long long)st->wait_short,
            (unsigned long long)st->retries, (unsigned long long)st->reconnects,
            (unsigned long long)st->refreshes, (unsigned long long)st->moved,
-           (unsigned long long)st->ask);
+           (unsigned long long)st->ask, (unsigned long long)st->unreplicated_pushes,
+           (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
+           (unsigned long long)st->lost_state, (unsigned long long)st->bytes_sent,
+           (unsigned long long)st->bytes_received);
     status = TR_EXIT_OK;
     if (Stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "

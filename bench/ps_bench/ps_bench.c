@@ -95,15 +95,16 @@ static void setup_size(redisContext *ctl, size_t floats, const char *blob, cmdse
     const char *a_sgd[] = {"PS.PUSHGRAD", ksgd, blob};
     const char *a_adam[] = {"PS.PUSHGRAD", kadam, blob};
     const char *a_get[] = {"GET", kset};
-    const char *a_pull[] = {"PS.PULL", ksgd, "FORMAT", "F32"};
+    /* F32 is PS.PULL's default format: libps sends no FORMAT for it. */
+    const char *a_pull[] = {"PS.PULL", ksgd};
     size_t l_set[] = {3, strlen(kset), bytes};
     size_t l_sgd[] = {11, strlen(ksgd), bytes};
     size_t l_adam[] = {11, strlen(kadam), bytes};
     size_t l_get[] = {3, strlen(kset)};
-    size_t l_pull[] = {7, strlen(ksgd), 6, 3};
+    size_t l_pull[] = {7, strlen(ksgd)};
     const char **argvs[NOPS] = {a_set, a_sgd, a_adam, a_get, a_pull};
     const size_t *lens[NOPS] = {l_set, l_sgd, l_adam, l_get, l_pull};
-    const int argcs[NOPS] = {3, 3, 3, 2, 4};
+    const int argcs[NOPS] = {3, 3, 3, 2, 2};
     for (int op = 0; op < NOPS; op++) {
         int n = redisFormatCommandArgv(&cs->cmd[op], argcs[op], argvs[op], lens[op]);
         if (n < 0) {

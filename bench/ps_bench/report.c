@@ -174,6 +174,8 @@ void print_targets(const options *o, const cell *cells, int ncells)
                  OP_GET, 0.95);
     print_target(o, cells, ncells, "PUSHGRAD SGD 16 floats vs SET 64 B, ops/s, pipelined [>= 0.90]", 16, 1, 1,
                  OP_SGD, OP_SET, 0.90);
+    print_target(o, cells, ncells, "PULL F32 16 floats vs GET 64 B, ops/s, pipelined [>= 0.90]", 16, 1, 1,
+                 OP_PULL, OP_GET, 0.90);
     print_target(o, cells, ncells, "PUSHGRAD ADAM vs SGD, 1M floats [>= 0.80]", 1u << 20, 1, 0, OP_ADAM, OP_SGD,
                  0.80);
     print_target(o, cells, ncells, "PUSHGRAD ADAM vs SGD, 16M floats [>= 0.80]", 16u << 20, 1, 0, OP_ADAM, OP_SGD,

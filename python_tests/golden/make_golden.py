@@ -6,7 +6,8 @@ python_tests/:
     /usr/bin/python3 golden/make_golden.py v2     # -> golden/v2/dump.rdb, expected.json
 
 (v1: PS_ENCVER_FIRST; v2: PS_ENCVER_DEDUP_WINDOW, exactly-once entries with their seq
-window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, tensor g:twins.)
+window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, tensor g:twins;
+v4: PS_ENCVER_ACCUM, an ACCUM tensor with a sum and a pending take, tensor g:accum.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -86,6 +87,18 @@ def build_twins(c):
     x("PS.PUSHGRAD", "g:twins", f32(G), "ID", "t", 2)
 
 
+def build_accum(c):
+    """An ACCUM tensor (PS_ENCVER_ACCUM): mirrored values and version, a pending take of two
+    pushes under seq 41, and a sum of one more push after it."""
+    x = c.execute_command
+    x("PS.CREATE", "g:accum", "SHAPE", 3, 4, "OPTIM", "ACCUM")
+    x("PS.MIRROR", "g:accum", 3, f32(np.linspace(-1, 1, 12)))
+    x("PS.PUSHGRAD", "g:accum", f32(G), "ID", "r", 1)
+    x("PS.PUSHGRAD", "g:accum", f32(G * 2), "ID", "r", 2)
+    x("PS.TAKE", "g:accum", "SEQFLOOR", 41)
+    x("PS.PUSHGRAD", "g:accum", f32(-G), "ID", "s", 1)
+
+
 def describe(c, key):
     """What a loader must reproduce for 'key' (all hex strings / ints, JSON-able)."""
     x = c.execute_command
@@ -119,6 +132,8 @@ def main():
         build(c)
         if int(ver.lstrip("v")) >= 3:
             build_twins(c)
+        if int(ver.lstrip("v")) >= 4:
+            build_accum(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
         expected = {"encver": int(ver.lstrip("v")), "gradient": G.tolist(), "keys": {}}
         for k in keys:
@@ -132,6 +147,8 @@ def main():
                                ["g:adam", "v", 1, 3], ["g:adagrad-sync", "q", 1, 1]]
         if "g:twins" in keys:
             expected["replays"].append(["g:twins", "t", 2, 2])
+        if "g:accum" in keys:
+            expected["replays"].append(["g:accum", "r", 2, 3])
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
     print("wrote %s/dump.rdb (%d bytes, sha256 %s) and expected.json" % (

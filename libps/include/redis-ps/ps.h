@@ -56,6 +56,18 @@
  * and 'errstr' describing that push, after doing its own work. STALE
  * rejects are not errors: they are counted in stats.stale_rejects.
  *
+ * Lost state. libps remembers, per partition, the highest version it saw
+ * acknowledged (push replies, pull replies). A key that answers "no such
+ * key" after that, or a pull that answers a lower version, or a push whose
+ * VERSION the server says it never reached, means the server lost
+ * acknowledged writes: typically a master that restarted without
+ * persistence (empty) or from an AOF that lagged (appendfsync everysec)
+ * before a failover could happen, and whose replicas then resynced from it.
+ * Such an event is announced (PS_EVENT_LOST_STATE, with the key, the node,
+ * the version acknowledged and the version now), counted in
+ * stats.lost_state and handled per lost_state_policy. README "Operations"
+ * lists the server configurations that cannot lose acknowledged pushes.
+ *
  * A psClient and the models used with it are not thread safe: use one
  * client per thread (or process).
  *
@@ -87,6 +99,11 @@ extern "C" {
 #define PS_ERR_OOM 6        /* out of memory */
 #define PS_ERR_ARG 7        /* bad argument from the caller */
 #define PS_ERR_AUTH 8       /* AUTH failed */
+#define PS_ERR_DURABILITY 9 /* a node cannot keep wait_replicas replicas and the
+                               policy is PS_DURABILITY_FAIL */
+#define PS_ERR_LOST_STATE 10 /* a tensor this client saw vanished or went back
+                                below a version it saw acknowledged (see
+                                "Lost state" above) */
 
 /* Default option values (used when the psOptions field is 0). */
 #define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -98,10 +115,55 @@ extern "C" {
 #define PS_DEFAULT_PUSH_WINDOW 2
 #define PS_DEFAULT_WAIT_TIMEOUT_MS 1000
 #define PS_DEFAULT_PARTITION_BYTES (1024 * 1024)
+#define PS_DEFAULT_PROBE_MS 1000        /* re-probe of a degraded node's replicas */
+
+/* psOptions.durability_policy: what to do when a node cannot satisfy
+ * wait_replicas (a WAIT answers fewer replicas than asked: the node has no
+ * replica, e.g. a promoted replica whose master is dead, or they lag). Each
+ * node that turns degraded is announced once (PS_EVENT_DEGRADED), and again
+ * when it is back to full durability (PS_EVENT_RESTORED), which happens by
+ * itself when a replica (re)joins. */
+#define PS_DURABILITY_DEGRADE 0 /* default: keep going with reduced durability.
+                                   After the first short WAIT the node's pushes
+                                   are not WAITed for (no wait_timeout_ms per
+                                   push); they are counted in
+                                   stats.unreplicated_pushes, and the node's
+                                   replicas are re-probed (INFO replication)
+                                   every probe_ms */
+#define PS_DURABILITY_BLOCK 1   /* a push whose WAIT is short is not done: its
+                                   WAIT is repeated until the replicas answer, so
+                                   the push window fills and pushes block until
+                                   redundancy returns */
+#define PS_DURABILITY_FAIL 2    /* a short WAIT fails the call that reads it with
+                                   PS_ERR_DURABILITY (the pushes were applied on
+                                   the master, not known to be replicated) */
+
+/* psOptions.lost_state_policy */
+#define PS_LOST_STATE_STOP 0     /* default: the pull or push that finds the loss
+                                    fails with PS_ERR_LOST_STATE */
+#define PS_LOST_STATE_CONTINUE 1 /* announce and count it, then go on from what
+                                    the server has (a pull answers its data, a push
+                                    based on a version the server lost is resent as
+                                    based on the server's); a vanished key still
+                                    fails (there is nothing to go on from) */
+
+/* Events (psOptions.on_event). */
+#define PS_EVENT_DEGRADED 1     /* 'node' cannot satisfy wait_replicas */
+#define PS_EVENT_RESTORED 2     /* 'node' satisfies wait_replicas again */
+#define PS_EVENT_LOST_STATE 3   /* a lost-state event (also with policy STOP) */
+
+/* Called from inside libps calls (never from another thread) with a
+ * one-line message naming the node ("host:port") and what happened. 'node'
+ * and 'message' are valid during the call only. */
+typedef void psEventFn(void *udata, int event, const char *node, const char *message);
 
 /* psOptions.flags */
-#define PS_OPT_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
-#define PS_OPT_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+#define PS_FLAG_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
+#define PS_FLAG_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+/* Earlier names of the flags above, kept for source compatibility ("OPT"
+ * names optimizers and optional arguments elsewhere). */
+#define PS_OPT_NO_PUSH_ID PS_FLAG_NO_PUSH_ID
+#define PS_OPT_NO_PUSH_VERSION PS_FLAG_NO_PUSH_VERSION
 
 /* Connection options. Zero-initialize and set what you need: every field
  * left 0 / NULL takes the default named next to it. */
@@ -136,7 +198,12 @@ typedef struct psOptions {
                                  NULL: "<hostname>:<pid>:<random hex>" */
     size_t partition_bytes;   /* partition size for models that do not set
                                  their own; PS_DEFAULT_PARTITION_BYTES */
-    int flags;                /* PS_OPT_* */
+    int flags;                /* PS_FLAG_* */
+    int durability_policy;    /* PS_DURABILITY_*; used when wait_replicas > 0 */
+    int probe_ms;             /* PS_DEFAULT_PROBE_MS */
+    int lost_state_policy;    /* PS_LOST_STATE_* */
+    psEventFn *on_event;      /* NULL: libps writes each event to stderr */
+    void *event_udata;
 } psOptions;
 
 /* Counters, cumulative since psConnect(). */
@@ -153,6 +220,13 @@ typedef struct psStats {
     uint64_t wait_short;      /* WAITs that returned fewer replicas than asked */
     uint64_t bytes_sent;      /* tensor payload bytes sent (push blobs) */
     uint64_t bytes_received;  /* tensor payload bytes received (pull blobs) */
+    uint64_t unreplicated_pushes; /* partition pushes acknowledged by a master that
+                                     could not confirm wait_replicas replicas
+                                     (PS_DURABILITY_DEGRADE) */
+    uint64_t degraded_nodes;  /* nodes degraded now (announced, not restored) */
+    uint64_t degraded_events; /* PS_EVENT_DEGRADED announced */
+    uint64_t restored_events; /* PS_EVENT_RESTORED announced */
+    uint64_t lost_state;      /* lost-state events (keys vanished or rolled back) */
 } psStats;
 
 struct psClientPriv;
@@ -161,14 +235,14 @@ struct psClientPriv;
  * and read-only for the caller; the rest is private. */
 typedef struct psClient {
     int err;                  /* 0 or PS_ERR_* of the last call */
-    char errstr[128];         /* human readable message when err != 0 */
+    char errstr[256];         /* human readable message when err != 0 */
     int cluster;              /* 1 when talking to a Redis Cluster */
     char client_id[96];       /* the ID sent with pushes */
     psStats stats;
     struct psClientPriv *priv;
 } psClient;
 
-/* Wire formats for pushes (see DESIGN.md "Wire formats"). */
+/* Wire formats of pushes and pulls (docs/commands.md "Wire formats"). */
 typedef enum psWireFormat {
     PS_WIRE_F32 = 0,          /* raw float32 (default, lossless) */
     PS_WIRE_F16,
@@ -272,7 +346,8 @@ const char *psModelPartitionKey(const psModel *m, int t, int p);
 /* Rows [*first_row, *first_row + *nrows) of dimension 0, i.e. elements
  * [first_row * row_elems, (first_row + nrows) * row_elems) of the tensor. */
 void psModelPartitionRows(const psModel *m, int t, int p, uint64_t *first_row, uint64_t *nrows);
-/* Version of the partition seen by the last pull (0 if none); pushes send it
+/* Version of the partition's data in the last pull that completed
+ * (psModelPull() or psModelPullWait() returned; 0 if none); pushes send it
  * as VERSION when psModelPush() gets no versions. */
 uint64_t psModelPartitionVersion(const psModel *m, int t, int p);
 
@@ -297,11 +372,12 @@ int psModelDelete(psClient *c, psModel *m);
 /* Pull every partition (PS.PULL key [FORMAT f], pipelined to all nodes at
  * once, then gathered) into 'dst': dst[t] is an array of
  * psModelTensorElements(m, t) floats for tensor t (NULL: skip that tensor).
- * Each partition's data is decoded from hiredis's read buffer straight into
+ * Each partition's data is decoded from libps's read buffer straight into
  * dst (no reply copy). 'versions_out' (NULL or one per tensor) receives the
- * minimum version over the tensor's partitions; each partition's version is
- * kept in the model for the next push (psModelPartitionVersion()). Returns
- * PS_OK or PS_ERR. */
+ * minimum version over the tensor's partitions; each partition's own version
+ * is kept in the model for the next push (psModelPartitionVersion()): pass
+ * versions NULL to psModelPush() to send each partition the version its
+ * part of the gradient was computed from. Returns PS_OK or PS_ERR. */
 int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
 
 /* psModelPull() in two halves, to overlap a pull with computing: Async
@@ -311,18 +387,21 @@ int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
  * arrays until psModelPullWait() has returned. Wait reads the rest and
  * returns like psModelPull() (with the first error of the pull, also when
  * an earlier call read it). One pull per model may be in flight; the dst
- * pointer array itself is copied. Pushes sent meanwhile should pass
- * explicit 'versions' (those of the data they were computed from), because
- * the partition versions kept in the model move when the replies arrive. */
+ * pointer array itself is copied. The partition versions pushes send
+ * (versions NULL) move to those of this pull only when psModelPullWait()
+ * returns: pushes sent meanwhile carry the versions of the previous pull,
+ * the data a gradient computed before the wait came from. */
 int psModelPullAsync(psClient *c, psModel *m, float **dst);
 int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 
 /* Push gradients: grads[t] is an array of psModelTensorElements(m, t)
  * floats (NULL: skip the tensor). One PS.PUSHGRAD per partition:
  *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s]
- * where v is versions[t] when 'versions' is not NULL, else the partition's
- * version from the last pull (none if never pulled), and SCALE is sent when
- * 'scale' != 1. The gradient is encoded into a buffer the client keeps
+ * where v is versions[t] when 'versions' is not NULL (the same for every
+ * partition of tensor t), else the partition's own version from the last
+ * completed pull (none if never pulled; preferred: partitions of one tensor
+ * move apart, and a tensor's minimum overstates the staleness of the
+ * others), and SCALE is sent when 'scale' != 1. The gradient is encoded into a buffer the client keeps
  * until the push is acknowledged (for resends): the caller may reuse
  * 'grads' as soon as this returns. Returns once the commands are written
  * and no more than push_window pushes are outstanding (a partition of 16 KB
@@ -331,9 +410,11 @@ int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 int psModelPush(psClient *c, psModel *m, const float *const *grads,
                 const uint64_t *versions, float scale);
 
-/* Free a model (its keys on the server stay). Outstanding pushes of this
- * model must have been drained (psDrain) first, and a pull in flight
- * waited for (psModelPullWait). NULL is allowed. */
+/* Free a model (its keys on the server stay). Pushes of this model still
+ * in flight are waited for first (as psDrain() would; a failure is recorded
+ * on the client they were sent on) and a pull in flight is abandoned (no
+ * more data is written into its dst arrays). Safe after psClientFree() of
+ * that client too. NULL is allowed. */
 void psModelFree(psModel *m);
 
 #ifdef __cplusplus

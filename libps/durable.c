@@ -1,0 +1,135 @@
+/* durable.c -- libps durability: nodes that cannot satisfy wait_replicas
+ * (degraded), the policy that decides what a short WAIT does, the replica
+ * probes that notice a rejoined replica, lost-state events, and the one
+ * place events are announced.
+ *
+ * A node turns degraded at its first short WAIT and is announced once;
+ * under PS_DURABILITY_DEGRADE its pushes are then not WAITed for (each
+ * WAIT would cost the full wait_timeout_ms: a 600x slowdown was measured)
+ * but counted as unreplicated, and every probe_ms an "INFO replication"
+ * counts its online replicas; once there are enough, the node is restored
+ * (announced) and WAITs resume. Under BLOCK and FAIL every push keeps its
+ * WAIT, and the first full WAIT restores the node. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_internal.h"
+
+const char *psi_node_name(const psClient *c, int node, char *buf, size_t len) {
+    if (node < 0 || node >= c->priv->nnodes) snprintf(buf, len, "?");
+    else snprintf(buf, len, "%s:%d", c->priv->nodes[node].host, c->priv->nodes[node].port);
+    return buf;
+}
+
+void psi_event(psClient *c, int ev, int node, const char *fmt, ...) {
+    char msg[512], name[80];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    psi_node_name(c, node, name, sizeof(name));
+    if (ev == PS_EVENT_DEGRADED) c->stats.degraded_events++;
+    else if (ev == PS_EVENT_RESTORED) c->stats.restored_events++;
+    if (c->priv->on_event) c->priv->on_event(c->priv->event_udata, ev, name, msg);
+    else fprintf(stderr, "libps: %s\n", msg);
+}
+
+static const char *policy_name(int p) {
+    return p == PS_DURABILITY_BLOCK ? "block" : p == PS_DURABILITY_FAIL ? "fail" : "degrade";
+}
+
+static void set_degraded(psClient *c, int node, long long got) {
+    psClientPriv *pv = c->priv;
+    psNode *n = &pv->nodes[node];
+    char name[80];
+    n->probe_at = psi_mono_ms() + pv->probe_ms;
+    if (n->degraded) return;
+    n->degraded = 1;
+    c->stats.degraded_nodes++;
+    psi_node_name(c, node, name, sizeof(name));
+    psi_event(c, PS_EVENT_DEGRADED, node,
+              "durability degraded on %s: WAIT %d answered %lld replica%s (the shard has "
+              "no in-sync replica: a master lost and not replaced?); policy %s: %s", name,
+              pv->wait_replicas, got, got == 1 ? "" : "s", policy_name(pv->durability_policy),
+              pv->durability_policy == PS_DURABILITY_BLOCK
+                  ? "pushes to it block until a replica is back"
+              : pv->durability_policy == PS_DURABILITY_FAIL
+                  ? "stopping"
+                  : "training goes on, its pushes are counted as not replicated until a "
+                    "replica is back");
+}
+
+void psi_wait_full(psClient *c, int node) {
+    psNode *n = &c->priv->nodes[node];
+    char name[80];
+    if (!n->degraded) return;
+    n->degraded = 0;
+    c->stats.degraded_nodes--;
+    psi_event(c, PS_EVENT_RESTORED, node,
+              "durability restored on %s: %d replica%s in sync again; pushes are WAITed for again",
+              psi_node_name(c, node, name, sizeof(name)), c->priv->wait_replicas,
+              c->priv->wait_replicas == 1 ? "" : "s");
+}
+
+void psi_wait_short(psClient *c, int node, long long got) {
+    char name[80];
+    c->stats.wait_short++;
+    if (node < 0) return;
+    set_degraded(c, node, got);
+    if (c->priv->durability_policy == PS_DURABILITY_FAIL)
+        psi_set_error(c, PS_ERR_DURABILITY,
+                      "durability: WAIT %d on %s answered %lld replicas (policy fail): pushes "
+                      "there are applied but not replicated",
+                      c->priv->wait_replicas, psi_node_name(c, node, name, sizeof(name)), got);
+}
+
+/* Count the replicas in state "online" in an INFO replication reply
+ * ("slave0:ip=...,port=...,state=online,offset=...,lag=0" lines). -1 when
+ * the reply is not such a text. */
+static long long online_replicas(const redisReply *r) {
+    long long n = 0;
+    const char *p;
+    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_STATUS)) return -1;
+    for (p = r->str; (p = strstr(p, "\nslave")) != NULL; p++) {
+        const char *eol = strchr(p + 1, '\n'), *st = strstr(p, "state=online");
+        if (st && (eol == NULL || st < eol)) n++;
+    }
+    return n;
+}
+
+static void probe_done(psClient *c, void *udata, int node, redisReply *reply) {
+    psNode *n = &c->priv->nodes[node];
+    long long got = online_replicas(reply);
+    (void)udata;
+    n->probing = 0;
+    if (got >= c->priv->wait_replicas) psi_wait_full(c, node);
+    else n->probe_at = psi_mono_ms() + c->priv->probe_ms;
+    if (reply) freeReplyObject(reply);
+}
+
+int psi_wait_wanted(psClient *c, int node) {
+    psClientPriv *pv = c->priv;
+    psNode *n = &pv->nodes[node];
+    if (!n->degraded || pv->durability_policy != PS_DURABILITY_DEGRADE) return 1;
+    if (!n->probing && psi_mono_ms() >= n->probe_at && psi_submit_probe(c, node, probe_done, NULL) == 0)
+        n->probing = 1;
+    return 0;
+}
+
+void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int has_now,
+                    uint64_t now, char *msg, size_t msglen) {
+    char name[80], vnow[32];
+    psi_node_name(c, node, name, sizeof(name));
+    if (has_now) snprintf(vnow, sizeof(vnow), "went back to version %llu", (unsigned long long)now);
+    else snprintf(vnow, sizeof(vnow), "is gone (no such key)");
+    c->stats.lost_state++;
+    snprintf(msg, msglen,
+             "lost state: %.60s on %s %s, this client saw version %llu acknowledged; the node "
+             "likely restarted without persistence or from a lagging AOF (README Operations)",
+             key, name, vnow, (unsigned long long)acked);
+    psi_event(c, PS_EVENT_LOST_STATE, node, "%s%s", msg,
+              c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE
+                  ? "; policy continue: going on from the server's state" : "");
+}

@@ -1,0 +1,680 @@
+/* engine.c -- the libps request engine.
+ *
+ * A request (psReq, ps_internal.h) is an encoded command with a routing key
+ * and a completion callback; the engine knows nothing of models. Requests
+ * are appended to the connection of the node that owns their hash slot;
+ * every node keeps a FIFO of what its pending replies answer. psi_run
+ * writes every node's output first, then polls all sockets with pending
+ * replies and handles replies as they come, so a fan out to N nodes costs
+ * one round trip, not N.
+ *
+ * Bytes avoid copies: a request blob of 16 KB or more is written with one
+ * sendmsg straight from the submitter's buffer (after whatever hiredis has
+ * buffered before it); replies are read up to the size of the reply in
+ * flight (at least 256 KB of room) into the node's own buffer, where a
+ * request's sink may decode a bulk string straight into its destination
+ * before hiredis's reader builds the rest of the reply. The engine frames
+ * replies itself (RESP2), and hands hiredis only complete replies.
+ *
+ * Failure handling, per reply or connection:
+ *   MOVED slot addr   the slot map entry is updated, a full map refresh is
+ *                     scheduled, the request is resent (same bytes).
+ *   ASK slot addr     the request is resent once to addr, preceded by ASKING.
+ *   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
+ *                     resent after an exponential backoff, until both
+ *                     max_retries resends and retry_timeout_ms are used up.
+ *   I/O error/timeout the context is dead: it is freed, every request
+ *                     pending on it is resent in its original order after a
+ *                     backoff and (cluster) a map refresh.
+ *   standalone with several addresses: on errors the first address that
+ *                     answers ROLE as master becomes the node of every slot.
+ *   lost WAIT         its callback hears of it (NULL reply) and may resend
+ *                     the requests the WAIT covered (also a lost probe).
+ *   anything else     the request's callback, which may re-encode the
+ *                     request and have it resent (PSI_RESEND).
+ * Resends keep their order per node, so a sequence of commands on one key
+ * reaches the server in the order it was submitted.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ps_internal.h"
+
+#define PS_BACKOFF_CAP_MS 2000
+
+/* ========================================================================
+ * Node queues and the retry list
+ * ======================================================================== */
+
+static int q_push(psNode *n, psQent e) {
+    if (n->qlen == n->qcap) {
+        size_t cap = n->qcap ? n->qcap * 2 : 64, i;
+        psQent *nq = malloc(sizeof(*nq) * cap);
+        if (nq == NULL) return -1;
+        for (i = 0; i < n->qlen; i++) nq[i] = n->q[(n->qhead + i) % n->qcap];
+        free(n->q);
+        n->q = nq;
+        n->qcap = cap;
+        n->qhead = 0;
+    }
+    n->q[(n->qhead + n->qlen) % n->qcap] = e;
+    n->qlen++;
+    return 0;
+}
+
+static psQent q_pop(psNode *n) {
+    psQent e = n->q[n->qhead];
+    n->qhead = (n->qhead + 1) % n->qcap;
+    n->qlen--;
+    return e;
+}
+
+/* Finish 'r' as failed with an error naming its key. */
+static void fail_req(psClient *c, psReq *r, int code, const char *why) {
+    psi_set_error(c, code, "%.*s: %.100s", (int)(r->keylen > 40 ? 40 : r->keylen),
+                  r->key ? r->key : "(no key)", why);
+    r->failed = 1;
+    r->state = PSS_DONE;
+    r->done(c, r, NULL);
+}
+
+/* Put 'r' on the retry list. 'backoff': an error (sleeps before the
+ * resend; the request is given up once it was resent max_retries times
+ * and retry_timeout_ms passed since its first error, so a failover that
+ * takes longer than the backoff sequence is still waited for); otherwise
+ * a redirect. */
+static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
+    psClientPriv *pv = c->priv;
+    if (backoff) {
+        int64_t now = psi_mono_ms();
+        if (r->attempts == 0) r->first_err_ms = now;
+        if (++r->attempts > pv->max_retries &&
+            (pv->max_retries == 0 || now - r->first_err_ms >= pv->retry_timeout_ms)) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "%.80s (gave up after %d retries in %lld ms)", why,
+                     r->attempts - 1, (long long)(now - r->first_err_ms));
+            fail_req(c, r, c->cluster ? PS_ERR_CLUSTER : PS_ERR_IO, msg);
+            return;
+        }
+        if (r->attempts > pv->backoff_level) pv->backoff_level = r->attempts;
+        c->stats.retries++;
+    } else if (++r->redirects > PS_MAX_REDIRECTS) {
+        fail_req(c, r, PS_ERR_CLUSTER, "too many MOVED/ASK redirects");
+        return;
+    }
+    if (pv->nretry == pv->retrycap) {
+        size_t cap = pv->retrycap ? pv->retrycap * 2 : 64;
+        psReq **nr = realloc(pv->retry, sizeof(*nr) * cap);
+        if (nr == NULL) {
+            fail_req(c, r, PS_ERR_OOM, "out of memory");
+            return;
+        }
+        pv->retry = nr;
+        pv->retrycap = cap;
+    }
+    r->state = PSS_RETRY;
+    pv->retry[pv->nretry++] = r;
+}
+
+void psi_resend(psClient *c, psReq *r, const char *why) { retry_req(c, r, 1, why); }
+
+/* The connection of node 'i' is dead: free it and its unread bytes, and
+ * resend, in order, every request that was waiting on it. */
+static void node_fail(psClient *c, int i, const char *why) {
+    psClientPriv *pv = c->priv;
+    psNode *n = &pv->nodes[i];
+    char msg[128];
+    snprintf(msg, sizeof(msg), "%.50s:%d: %.60s", n->host, n->port, why);
+    if (n->ctx) {
+        redisFree(n->ctx);
+        n->ctx = NULL;
+    }
+    n->inlen = 0;
+    memset(&n->scan, 0, sizeof(n->scan));
+    n->gen++;
+    while (n->qlen) {
+        psQent e = q_pop(n);
+        if (e.kind == PSQ_REQ) retry_req(c, e.r, 1, msg);
+        else if (e.kind == PSQ_WAIT) e.wait_done(c, e.wait_udata, i, NULL);
+        n = &pv->nodes[i];
+    }
+    if (c->cluster || pv->nseeds > 1) pv->need_refresh = 1;
+}
+
+void psi_engine_free(psClient *c) {
+    psClientPriv *pv = c->priv;
+    int i;
+    for (i = 0; i < pv->nnodes; i++) {
+        free(pv->nodes[i].q);
+        free(pv->nodes[i].in);
+    }
+    free(pv->retry);
+}
+
+/* ========================================================================
+ * Dispatch
+ * ======================================================================== */
+
+static int route(psClient *c, psReq *r) {
+    psClientPriv *pv = c->priv;
+    int i;
+    if (r->ask_node >= 0) return r->ask_node;
+    if (r->slot >= 0) return pv->slots[r->slot];
+    if (pv->slots[0] >= 0) return pv->slots[0];
+    for (i = 0; i < pv->nnodes; i++)
+        if (pv->nodes[i].ctx) return i;
+    return pv->nnodes ? 0 : -1;
+}
+
+/* Write request 'r' on 'ctx' now: first what hiredis has buffered
+ * (commands before it), then cmd, blob and tail with sendmsg, the blob
+ * straight from the submitter's buffer. The socket is blocking with the
+ * command timeout. Returns 0, or -1 with a message in 'err'. */
+static int write_direct(redisContext *ctx, const psReq *r, char *err, size_t errlen) {
+    struct iovec iov[3];
+    int wdone = 0, k = 0;
+    while (!wdone) {
+        if (redisBufferWrite(ctx, &wdone) != REDIS_OK) {
+            snprintf(err, errlen, "%.100s", ctx->errstr);
+            return -1;
+        }
+    }
+    iov[0].iov_base = (void *)r->cmd;
+    iov[0].iov_len = r->cmdlen;
+    iov[1].iov_base = (void *)r->blob;
+    iov[1].iov_len = r->bloblen;
+    iov[2].iov_base = (void *)r->tail;
+    iov[2].iov_len = r->taillen;
+    while (k < 3) {
+        /* sendmsg, not writev: MSG_NOSIGNAL, a connection killed meanwhile is
+         * an EPIPE error (resend elsewhere), not a SIGPIPE. */
+        struct msghdr msg;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = iov + k;
+        msg.msg_iovlen = (size_t)(3 - k);
+        ssize_t w = sendmsg(ctx->fd, &msg, MSG_NOSIGNAL);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            snprintf(err, errlen, "%s", errno == EAGAIN || errno == EWOULDBLOCK
+                                        ? "timeout writing a command" : strerror(errno));
+            return -1;
+        }
+        while (k < 3 && (size_t)w >= iov[k].iov_len) {
+            w -= (ssize_t)iov[k].iov_len;
+            k++;
+        }
+        if (k < 3) {
+            iov[k].iov_base = (char *)iov[k].iov_base + w;
+            iov[k].iov_len -= (size_t)w;
+        }
+    }
+    return 0;
+}
+
+/* Append the bytes of 'r' to hiredis's output buffer of 'ctx'. */
+static int append_req(redisContext *ctx, const psReq *r) {
+    if (redisAppendFormattedCommand(ctx, r->cmd, r->cmdlen) != REDIS_OK) return -1;
+    if (r->bloblen && redisAppendFormattedCommand(ctx, (const char *)r->blob, r->bloblen) != REDIS_OK)
+        return -1;
+    if (r->taillen && redisAppendFormattedCommand(ctx, r->tail, r->taillen) != REDIS_OK)
+        return -1;
+    return 0;
+}
+
+/* Send request 'r' to the node that serves it (or put it back on the
+ * retry list). */
+static void dispatch(psClient *c, psReq *r) {
+    psClientPriv *pv = c->priv;
+    char err[128];
+    int i = route(c, r), asking = r->ask_node >= 0;
+    psNode *n;
+    psQent e = {PSQ_REQ, r, NULL, NULL};
+
+    r->ask_node = -1;
+    r->node = -1;
+    if (i < 0) {
+        pv->need_refresh = c->cluster || pv->nseeds > 1;
+        retry_req(c, r, 1, "no node serves this hash slot");
+        return;
+    }
+    if (psi_node_ensure(c, i, err, sizeof(err)) != 0) {
+        pv->need_refresh = c->cluster || pv->nseeds > 1;
+        retry_req(c, r, 1, err);
+        return;
+    }
+    n = &pv->nodes[i];
+    if (asking) {
+        psQent a = {PSQ_ASKING, NULL, NULL, NULL};
+        if (redisAppendCommand(n->ctx, "ASKING") != REDIS_OK || q_push(n, a) != 0) {
+            node_fail(c, i, "out of memory");
+            retry_req(c, r, 1, "out of memory");
+            return;
+        }
+    }
+    if (q_push(n, e) != 0) {
+        node_fail(c, i, "out of memory");
+        retry_req(c, r, 1, "out of memory");
+        return;
+    }
+    r->state = PSS_FLIGHT;
+    r->node = i;
+    if (r->bloblen >= PS_DIRECT_WRITE_MIN) {
+        /* Not copied twice into hiredis's output buffer: see write_direct. */
+        if (write_direct(n->ctx, r, err, sizeof(err)) != 0) node_fail(c, i, err);
+    } else if (append_req(n->ctx, r) != 0) {
+        node_fail(c, i, "out of memory");
+    }
+}
+
+/* Resend everything on the retry list, after a map refresh and a backoff
+ * when an error (not a redirect) put requests there. */
+static void run_retries(psClient *c) {
+    psClientPriv *pv = c->priv;
+    psReq **list;
+    size_t n, i;
+    if (pv->nretry == 0) return;
+    if (pv->backoff_level > 0) {
+        long ms = (long)pv->backoff_ms << (pv->backoff_level - 1 < 16 ? pv->backoff_level - 1 : 16);
+        psi_sleep_ms(ms > PS_BACKOFF_CAP_MS ? PS_BACKOFF_CAP_MS : ms);
+        pv->backoff_level = 0;
+    }
+    if (pv->need_refresh) {
+        int saved = c->err;
+        psi_refresh(c);
+        if (!saved) c->err = 0;   /* a failed refresh shows up as failed dispatches */
+    }
+    /* Take the list: dispatch may put requests back on a new one. */
+    list = pv->retry;
+    n = pv->nretry;
+    pv->retry = NULL;
+    pv->nretry = pv->retrycap = 0;
+    for (i = 0; i < n; i++) dispatch(c, list[i]);
+    free(list);
+}
+
+void psi_req_init(psReq *r, const char *key, size_t keylen) {
+    memset(r, 0, sizeof(*r));
+    r->key = key;
+    r->keylen = key ? keylen : 0;
+    r->slot = key ? (int)ps_key_hash_slot(key, keylen) : -1;
+    r->node = -1;
+    r->ask_node = -1;
+}
+
+void psi_submit(psClient *c, psReq *r) {
+    if (c->priv->nretry) run_retries(c);
+    r->attempts = r->redirects = 0;
+    r->first_err_ms = 0;
+    r->ask_node = -1;
+    r->failed = 0;
+    dispatch(c, r);
+}
+
+/* Queue control command 'cmd' (formatted by redisFormatCommand) on node
+ * 'i'; 'done' gets its reply (NULL when the connection dies first). 0, or
+ * -1 when nothing was queued (no connection, or out of memory: the
+ * connection is dropped then). */
+static int submit_ctl(psClient *c, int i, psWaitFn *done, void *udata, char *cmd, int len) {
+    psNode *n = &c->priv->nodes[i];
+    psQent e = {PSQ_WAIT, NULL, done, udata};
+    int rc = 0;
+    if (len < 0) return -1;
+    if (n->ctx == NULL) rc = -1;
+    else if (redisAppendFormattedCommand(n->ctx, cmd, (size_t)len) != REDIS_OK || q_push(n, e) != 0) {
+        node_fail(c, i, "out of memory");
+        rc = -1;
+    }
+    redisFreeCommand(cmd);
+    return rc;
+}
+
+int psi_submit_wait(psClient *c, int i, psWaitFn *done, void *udata) {
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", c->priv->wait_replicas,
+                                 c->priv->wait_timeout_ms);
+    return submit_ctl(c, i, done, udata, cmd, len);
+}
+
+int psi_submit_probe(psClient *c, int i, psWaitFn *done, void *udata) {
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "INFO replication");
+    return submit_ctl(c, i, done, udata, cmd, len);
+}
+
+/* ========================================================================
+ * Replies
+ *
+ * Bytes are read into the node's buffer, grown to hold the reply in
+ * flight, and framed here; a complete reply is handed to hiredis's reader
+ * (public API: redisReaderFeed, redisReaderGetReply), after the request's
+ * sink had the chance to take its bulk strings from the buffer, which
+ * saves hiredis's allocation and copy of a pulled tensor.
+ * ======================================================================== */
+
+/* The integer between 'p' and the "\r\n" at 'end'. 0, or -1 when malformed. */
+static int scan_int(const char *p, const char *end, long long *v) {
+    int neg = 0, digits = 0;
+    long long x = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    for (; p < end; p++, digits++) {
+        if (*p < '0' || *p > '9' || digits == 18) return -1;
+        x = x * 10 + (*p - '0');
+    }
+    if (digits == 0) return -1;
+    *v = neg ? -x : x;
+    return 0;
+}
+
+/* Advance scan 's' over the RESP2 reply at the start of 'buf' ('len'
+ * bytes, of which s->pos were scanned by earlier calls). Returns 1 when
+ * the reply is complete (s->pos is its length), 0 when more bytes are
+ * needed (s->need: at least that many), -1 on a protocol error. */
+static int scan_reply(psScan *s, const char *buf, size_t len) {
+    if (s->pos == 0 && s->pending == 0) s->pending = 1;
+    while (s->pending > 0) {
+        const char *p = buf + s->pos, *nl;
+        size_t hl;
+        long long v = 0;
+        if (s->pos >= len) {
+            s->need = s->pos + 3;
+            return 0;
+        }
+        nl = memchr(p, '\n', len - s->pos);
+        if (nl == NULL) {
+            s->need = len + 1;
+            return 0;
+        }
+        if (nl == p || nl[-1] != '\r') return -1;
+        hl = (size_t)(nl + 1 - p);
+        switch (*p) {
+        case '+':
+        case '-':
+            break;
+        case ':':
+            if (scan_int(p + 1, nl - 1, &v) != 0) return -1;
+            break;
+        case '$':
+            if (scan_int(p + 1, nl - 1, &v) != 0 || v < -1) return -1;
+            if (v >= 0) {
+                size_t end = s->pos + hl + (size_t)v + 2;
+                if (end > len) {
+                    s->need = end;
+                    return 0;
+                }
+                if (buf[end - 2] != '\r' || buf[end - 1] != '\n') return -1;
+                hl = end - s->pos;
+            }
+            break;
+        case '*':
+            if (scan_int(p + 1, nl - 1, &v) != 0 || v < -1 || v > INT32_MAX) return -1;
+            if (v > 0) s->pending += v;
+            break;
+        default:
+            return -1;
+        }
+        s->pos += hl;
+        s->pending--;
+    }
+    return 1;
+}
+
+#define PS_SINK_MAX 8   /* arrays of at most this many scalars are offered */
+
+/* Build the reply of 'r' from the complete RESP reply 'buf' ('len' bytes)
+ * with the reader of 'ctx', after offering its bulk strings to r's sink.
+ * Returns the reply, or NULL (protocol error or out of memory). */
+static redisReply *build_reply(psClient *c, redisContext *ctx, psReq *r, const char *buf,
+                               size_t len) {
+    redisReader *rd = ctx->reader;
+    size_t from[PS_SINK_MAX], to[PS_SINK_MAX], pos, done = 0;
+    int ntaken = 0;
+    void *reply = NULL;
+    long long n = 0;
+    const char *nl = memchr(buf, '\n', len);
+
+    if (r && r->sink && buf[0] == '*' && scan_int(buf + 1, nl - 1, &n) == 0 && n > 0 &&
+        n <= PS_SINK_MAX) {
+        pos = (size_t)(nl + 1 - buf);
+        for (int idx = 0; idx < n; idx++) {
+            long long v = 0;
+            const char *p = buf + pos;
+            size_t hl;
+            nl = memchr(p, '\n', len - pos);
+            hl = (size_t)(nl + 1 - p);
+            if (*p == '*') break;           /* nested: offer nothing more */
+            if (*p == '$' && scan_int(p + 1, nl - 1, &v) == 0 && v >= 0) {
+                if (r->sink(c, r, idx, (int)n, p + hl, (size_t)v)) {
+                    from[ntaken] = pos;
+                    to[ntaken++] = pos + hl + (size_t)v + 2;
+                }
+                hl += (size_t)v + 2;
+            }
+            pos += hl;
+        }
+    }
+    /* Feed the reply, an empty string in place of each bulk the sink took. */
+    for (int k = 0; k < ntaken; k++) {
+        if (redisReaderFeed(rd, buf + done, from[k] - done) != REDIS_OK ||
+            redisReaderFeed(rd, "$0\r\n\r\n", 6) != REDIS_OK)
+            return NULL;
+        done = to[k];
+    }
+    if (redisReaderFeed(rd, buf + done, len - done) != REDIS_OK ||
+        redisReaderGetReply(rd, &reply) != REDIS_OK)
+        return NULL;
+    return reply;
+}
+
+static int err_is(const redisReply *r, const char *code) {
+    size_t n = strlen(code);
+    return r->len >= n && strncmp(r->str, code, n) == 0 && (r->len == n || r->str[n] == ' ');
+}
+
+/* Handle one reply read from node 'i' for queue entry 'e'. */
+static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
+    psClientPriv *pv = c->priv;
+    psReq *r = e.r;
+    if (e.kind == PSQ_ASKING) {
+        freeReplyObject(reply);
+        return;
+    }
+    if (e.kind == PSQ_WAIT) {
+        e.wait_done(c, e.wait_udata, i, reply);
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int moved = err_is(reply, "MOVED"), ask = err_is(reply, "ASK");
+        if (moved || ask) {
+            /* "MOVED <slot> <host>:<port>" */
+            char *sp1 = strchr(reply->str, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
+            char *host;
+            int port, node = -1;
+            long slot = sp1 ? strtol(sp1 + 1, NULL, 10) : -1;
+            if (sp2 && psi_parse_addr(sp2 + 1, strlen(sp2 + 1), &host, &port) == 0) {
+                node = psi_node_find_or_add(c, host, strlen(host), port);
+                free(host);
+            }
+            if (node < 0 || slot < 0 || slot >= PS_CLUSTER_SLOTS) {
+                fail_req(c, r, PS_ERR_PROTOCOL, reply->str);
+                freeReplyObject(reply);
+                return;
+            }
+            if (moved) {
+                c->stats.moved++;
+                pv->slots[slot] = (int16_t)node;
+                pv->need_refresh = 1;
+            } else {
+                c->stats.ask++;
+                r->ask_node = node;
+            }
+            freeReplyObject(reply);
+            retry_req(c, r, 0, "redirect");
+            return;
+        }
+        if (err_is(reply, "TRYAGAIN") || err_is(reply, "CLUSTERDOWN") ||
+            err_is(reply, "LOADING") || err_is(reply, "MASTERDOWN") ||
+            err_is(reply, "READONLY")) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "%.100s", reply->str);
+            if (!err_is(reply, "TRYAGAIN") && !err_is(reply, "LOADING") &&
+                (c->cluster || pv->nseeds > 1))
+                pv->need_refresh = 1;
+            freeReplyObject(reply);
+            retry_req(c, r, 1, msg);
+            return;
+        }
+    }
+    r->state = PSS_DONE;
+    if (r->done(c, r, reply) == PSI_RESEND) retry_req(c, r, 0, "resent re-encoded");
+}
+
+/* Read what node 'i' has sent and handle every complete reply. */
+static void node_read(psClient *c, int i) {
+    psClientPriv *pv = c->priv;
+    psNode *n = &pv->nodes[i];
+    unsigned gen = n->gen;
+    size_t off = 0, want = n->inlen + PS_READ_CHUNK / 4;
+    ssize_t nr;
+
+    if (n->scan.need > want) want = n->scan.need;
+    if (n->incap < want) {
+        size_t cap = n->inlen + PS_READ_CHUNK > n->scan.need ? n->inlen + PS_READ_CHUNK : n->scan.need;
+        char *nb = realloc(n->in, cap);
+        if (nb == NULL) {
+            node_fail(c, i, "out of memory");
+            return;
+        }
+        n->in = nb;
+        n->incap = cap;
+    }
+    nr = read(n->ctx->fd, n->in + n->inlen, n->incap - n->inlen);
+    if (nr < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (nr <= 0) {
+        node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
+        return;
+    }
+    n->inlen += (size_t)nr;
+    while (n->qlen && off < n->inlen) {
+        psQent *head = &n->q[n->qhead];
+        redisReply *reply;
+        size_t len;
+        int rc = scan_reply(&n->scan, n->in + off, n->inlen - off);
+        if (rc < 0) {
+            node_fail(c, i, "protocol error in a reply");
+            return;
+        }
+        if (rc == 0) break;     /* s->need counts from the reply's start */
+        len = n->scan.pos;
+        memset(&n->scan, 0, sizeof(n->scan));
+        reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->in + off, len);
+        if (reply == NULL) {
+            node_fail(c, i, "protocol error in a reply");
+            return;
+        }
+        off += len;
+        handle_reply(c, i, q_pop(n), reply);
+        n = &pv->nodes[i];      /* a redirect may have added nodes */
+        if (n->gen != gen) return;      /* the callback dropped the connection */
+    }
+    if (off) {
+        memmove(n->in, n->in + off, n->inlen - off);
+        n->inlen -= off;
+    }
+}
+
+/* ========================================================================
+ * The engine loop
+ * ======================================================================== */
+
+/* Write every node's buffered commands. */
+static void write_all(psClient *c) {
+    psClientPriv *pv = c->priv;
+    int i, wdone;
+    for (i = 0; i < pv->nnodes; i++) {
+        if (pv->nodes[i].ctx == NULL) continue;
+        wdone = 0;
+        while (!wdone) {
+            if (redisBufferWrite(pv->nodes[i].ctx, &wdone) != REDIS_OK) {
+                node_fail(c, i, pv->nodes[i].ctx->errstr);
+                break;
+            }
+        }
+    }
+}
+
+int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
+    psClientPriv *pv = c->priv;
+    struct pollfd *fds = NULL;
+    int *idx = NULL, cap = 0, rc = -1;
+
+    for (;;) {
+        int i, nfds = 0, pr;
+        if (done(c, arg)) { rc = 0; break; }
+        if (pv->nretry) {
+            run_retries(c);
+            continue;
+        }
+        /* Write every node's buffered commands before waiting for any reply. */
+        write_all(c);
+        if (pv->nretry) continue;
+        if (cap < pv->nnodes) {
+            free(fds);
+            free(idx);
+            cap = pv->nnodes;
+            fds = malloc(sizeof(*fds) * (size_t)cap);
+            idx = malloc(sizeof(*idx) * (size_t)cap);
+            if (fds == NULL || idx == NULL) {
+                psi_set_error(c, PS_ERR_OOM, "out of memory");
+                break;
+            }
+        }
+        for (i = 0; i < pv->nnodes; i++) {
+            if (pv->nodes[i].ctx == NULL || pv->nodes[i].qlen == 0) continue;
+            fds[nfds].fd = pv->nodes[i].ctx->fd;
+            fds[nfds].events = POLLIN;
+            fds[nfds].revents = 0;
+            idx[nfds++] = i;
+        }
+        if (nfds == 0) break;   /* nothing pending and not done: cannot progress */
+        pr = poll(fds, (nfds_t)nfds, pv->command_timeout_ms > 0 ? pv->command_timeout_ms : -1);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            psi_set_error(c, PS_ERR_IO, "poll: %s", strerror(errno));
+            break;
+        }
+        if (pr == 0) {
+            for (i = 0; i < nfds; i++) node_fail(c, idx[i], "timeout waiting for a reply");
+            continue;
+        }
+        for (i = 0; i < nfds; i++)
+            if (fds[i].revents && pv->nodes[idx[i]].ctx) node_read(c, idx[i]);
+    }
+    free(fds);
+    free(idx);
+    return rc;
+}
+
+/* Send what is buffered (retries first) without waiting for replies, then
+ * handle whatever replies have already arrived. */
+void psi_flush(psClient *c) {
+    psClientPriv *pv = c->priv;
+    struct pollfd pfd;
+    int i;
+    if (pv->nretry) run_retries(c);
+    write_all(c);
+    for (i = 0; i < pv->nnodes; i++) {
+        if (pv->nodes[i].ctx == NULL || pv->nodes[i].qlen == 0) continue;
+        pfd.fd = pv->nodes[i].ctx->fd;
+        pfd.events = POLLIN;
+        pfd.revents = 0;
+        if (poll(&pfd, 1, 0) == 1) node_read(c, i);
+    }
+}

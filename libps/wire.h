@@ -1,0 +1,54 @@
+/* wire.h -- the RESP encoding of the commands libps sends for models.
+ *
+ * Pure: no hiredis, no allocation; callers pass every buffer. One encoder
+ * per command, so a new option of PS.PUSHGRAD or PS.PULL is added here and
+ * nowhere else. The bytes are exactly what hiredis's redisFormatCommandArgv
+ * would produce for the same arguments. */
+#ifndef PS_WIRE_H
+#define PS_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "codec.h"
+
+/* Flags of a psWirePush. */
+#define PS_WIRE_NO_ID (1 << 0)       /* leave out "ID client seq" */
+#define PS_WIRE_NO_VERSION (1 << 1)  /* leave out "VERSION v" */
+
+/* The arguments of one PS.PUSHGRAD besides its blob:
+ *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s] */
+typedef struct psWirePush {
+    const char *key;
+    size_t keylen;
+    size_t bloblen;             /* the blob is sent between head and tail */
+    ps_format fmt;
+    int has_version;            /* send VERSION (unless PS_WIRE_NO_VERSION) */
+    uint64_t version;
+    const char *client_id;      /* NUL-terminated */
+    uint64_t seq;
+    float scale;                /* SCALE is sent when != 1 */
+    int flags;                  /* PS_WIRE_NO_* */
+} psWirePush;
+
+/* Room the tail of any PS.PUSHGRAD needs with a client id of at most
+ * 'idlen' bytes. */
+#define PS_WIRE_PUSH_TAIL_MAX(idlen) (160 + (idlen))
+
+/* Encode the RESP text of PS.PUSHGRAD 'a' in two parts, the blob going in
+ * between: 'head' ends with the blob's "$<len>\r\n", 'tail' starts with the
+ * blob's "\r\n". Writes at most 'headcap' / 'tailcap' bytes. Returns 0 and
+ * the lengths, or -1 when a buffer is too small (*headlen then holds the
+ * head room needed). */
+int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *headlen,
+                     char *tail, size_t tailcap, size_t *taillen);
+
+/* Head room PS.PUSHGRAD needs for a key of 'keylen' bytes. */
+size_t ps_wire_pushgrad_head_size(size_t keylen);
+
+/* Encode "PS.PULL key" (F32) or "PS.PULL key FORMAT f" into 'buf' (room
+ * 'cap'). Returns the length, or the length needed when it exceeds 'cap'
+ * (nothing useful written then). */
+size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap);
+
+#endif /* PS_WIRE_H */

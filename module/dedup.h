@@ -1,0 +1,105 @@
+/* dedup.h -- the exactly-once table of a tensor: which pushes (client id,
+ * seq) were applied, bounded by DEDUPMAX entries.
+ *
+ * The entries live in the tensor's array t->dedup[0..dedup_len) in the
+ * order RDB, AOF rewrite and DEBUG DIGEST walk them; that order is the same
+ * as before the table had an index (an insert appends, an eviction moves
+ * the last entry into the victim's slot), so the persisted bytes of a table
+ * are unchanged. Beside the array, an index (built on demand, and rebuilt
+ * when the array was filled directly, as the RDB loader does) gives:
+ *   - lookup by client id in O(1): open addressing on the id's hash;
+ *   - eviction of the entry with the oldest version in O(log n): a 4-ary
+ *     min-heap keyed by (version, array position). The position breaks
+ *     ties exactly as the former linear scan did (the first entry with the
+ *     smallest version), so a replica or an AOF replay evicts the same
+ *     entry. Versions do not grow monotonically across entries (a sync
+ *     round gives several clients one version, PS._RESTORE sets any), so an
+ *     ordered list would not do.
+ * When the index cannot be allocated, every operation falls back to a scan
+ * of the array (same results, linear time).
+ *
+ * Pure core: no Redis calls; memory from PSTensor_Alloc. */
+
+#ifndef PS_DEDUP_H
+#define PS_DEDUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct PSTensor;
+
+/* Exactly-once table entry: the highest seq applied for a client id, which
+ * of the PS_DEDUP_WINDOW seqs below it were applied too (bit k of 'window':
+ * seq - 1 - k), and the version the newest push produced. A push that
+ * arrives late (a resend overtaken by a newer push after a redirect or a
+ * failover) is applied when its seq is inside the window and not yet
+ * marked; below the window it is treated as applied. 'version' is the
+ * newest version any applied push of the client produced, so a duplicate is
+ * answered with a version that includes the original. */
+#define PS_DEDUP_WINDOW 64
+typedef struct PSDedupEntry {
+    char *id;
+    uint64_t hash; /* PSTensor_DedupHash(id): compared first on lookup */
+    uint32_t idlen;
+    uint64_t seq;
+    uint64_t window;
+    uint64_t version;
+} PSDedupEntry;
+
+/* The index over a tensor's entry array (dedup.c). */
+typedef struct PSDedupIndex PSDedupIndex;
+
+/* Hash of a client id (FNV-1a 64), cached in each entry. */
+uint64_t PSTensor_DedupHash(const char *id, size_t idlen);
+
+/* Whether push 'seq' of an entry's client was already applied (or is too
+ * old to tell, below the window). */
+int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq);
+
+/* Marks 'seq' applied in a lone entry (advancing it when seq is the
+ * newest); 'version' is what the push produced. It may raise the entry's
+ * version, so an entry of a table goes through PSDedup_Applied instead. */
+void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version);
+
+/* Lookup: the entry for 'id', or NULL. O(1). The pointer is valid until the
+ * table next changes. */
+PSDedupEntry *PSTensor_DedupFind(struct PSTensor *t, const char *id, size_t idlen);
+
+/* Records (id, seq, window, version) as is (restoring a saved table):
+ * updates the entry of 'id', or inserts one, evicting the entry with the
+ * oldest version when the table is full. Returns PST_OK or PST_ERR_OOM
+ * (nothing changed). A bound of 0 records nothing. */
+int PSTensor_DedupRecord(struct PSTensor *t, const char *id, size_t idlen, uint64_t seq,
+                         uint64_t window, uint64_t version);
+
+/* Evicts the oldest entries until the table holds at most t->dedup_max
+ * (PS.CONFIG DEDUPMAX shrinking it). */
+void PSTensor_DedupShrink(struct PSTensor *t);
+
+/* The push path, in two steps so that everything that can fail happens
+ * before the tensor changes:
+ *   PSDedup_Prepare makes room for one more entry (growing the array and
+ *   the index) and returns a copy of 'id' the caller owns, or NULL on OOM
+ *   with the table unchanged;
+ *   PSDedup_Commit inserts it (taking ownership), evicting the oldest entry
+ *   when the table is full. */
+char *PSDedup_Prepare(struct PSTensor *t, const char *id, size_t idlen);
+void PSDedup_Commit(struct PSTensor *t, char *idcopy, size_t idlen, uint64_t seq,
+                    uint64_t window, uint64_t version);
+
+/* Marks push 'seq' of table entry 'e' applied with 'version' (keeps the
+ * eviction order right). */
+void PSDedup_Applied(struct PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version);
+
+/* Copies the table of 'src' into 'dst' (whose table is empty). Returns
+ * PST_OK or PST_ERR_OOM (dst's partial table is freed by PSDedup_Free). */
+int PSDedup_CopyInto(struct PSTensor *dst, const struct PSTensor *src);
+
+/* Frees the entries, the array and the index. */
+void PSDedup_Free(struct PSTensor *t);
+
+/* Bytes the table holds: the array, the ids, and the index counted as if
+ * built (so that MEMORY USAGE does not depend on whether a lookup ran). */
+size_t PSDedup_MemUsage(const struct PSTensor *t);
+
+#endif /* PS_DEDUP_H */

@@ -1,0 +1,345 @@
+"""ps-relay (the tree topology) against real servers: local workers' pushes reach the
+upstream exactly once while the relay is SIGKILLed at random points and at each step of
+its take / push / ack cycle, and while the local server (appendfsync always) is SIGKILLed;
+sync rounds and their timeout; a relay of a relay; and relays refused at start when the
+tensors do not fit.
+
+Gradients are small integers and the upstream tensors SGD with LR 1 from zeros, so the
+upstream values are exactly minus the sum of every gradient applied: a lost push or a
+doubled one changes them. The upstream version counts the upstream pushes applied; it
+must equal the number of takes the local server made (each acknowledged once)."""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import redis
+
+import psserver
+from pshelpers import f32, info, pull_np
+
+RELAY = os.environ.get("PS_RELAY") or os.path.join(psserver.REPO_ROOT, "build", "ps-relay")
+SHAPES = {"m:w:0": (4, 3), "m:b:0": (5,)}
+
+
+def grad(seq, key):
+    n = int(np.prod(SHAPES[key]))
+    return ((np.arange(n) + seq * 7 + len(key)) % 5 - 2).astype(np.float32)
+
+
+class Relay:
+    """One ps-relay process with its output in a file; stopped by pid."""
+
+    def __init__(self, d, local, up, name="relay-a", extra=(), env=None):
+        self.out = os.path.join(str(d), "%s.out" % name)
+        self.cmd = [RELAY, "--local", local.addr, "--upstream", up.addr, "--name", name,
+                    "--match", "m:*", "--poll-ms", "1", "--progress-ms", "0"] + list(extra)
+        self.env = dict(os.environ, **(env or {}))
+        self.proc = None
+
+    def starts(self):
+        return self.output().count("] relaying ") if os.path.exists(self.out) else 0
+
+    def start(self):
+        self.started = self.starts()
+        with open(self.out, "ab") as f:
+            self.proc = subprocess.Popen(self.cmd, stdout=f, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=self.env)
+        psserver._register(self.proc)
+        return self
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.wait()
+
+    def wait(self, timeout=30):
+        if self.proc:
+            self.proc.wait(timeout=timeout)
+            psserver._unregister(self.proc)
+        return self.proc.returncode
+
+    def stop(self):
+        """SIGTERM: the relay forwards what is summed, then exits 0. Sent once it runs its
+        cycle (its signal handler is installed by then)."""
+        psserver.wait_until(lambda: self.proc.poll() is not None or
+                            self.starts() > self.started, timeout=20, what="relay running")
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        return self.wait()
+
+    def output(self):
+        with open(self.out, errors="replace") as f:
+            return f.read()
+
+
+@pytest.fixture
+def relays():
+    started = []
+    yield started
+    for r in started:
+        r.kill()
+
+
+@pytest.fixture
+def tree(make_server, tmp_path, relays):
+    """(upstream, local, new_relay) with the upstream model created."""
+    if not os.path.exists(RELAY):
+        pytest.fail("%s not built: run make" % RELAY, pytrace=False)
+    up = make_server()
+    local = make_server(args=["--appendonly", "yes", "--appendfsync", "always"])
+    uc = up.client()
+    for k, shape in SHAPES.items():
+        uc.execute_command("PS.CREATE", k, "SHAPE", *shape, "OPTIM", "SGD", "LR", 1)
+
+    def new_relay(**kw):
+        r = Relay(tmp_path, local, kw.pop("up", up), **kw)
+        relays.append(r)
+        return r
+    return up, local, new_relay
+
+
+def wait_local_tensors(local):
+    c = local.client()
+    psserver.wait_until(lambda: all(c.exists(k) for k in SHAPES), timeout=10,
+                        what="the relay created the local tensors")
+
+
+class Pusher(threading.Thread):
+    """A local worker: pushes grad(seq, key) for seq 1..n with ID w seq, resending the same
+    (id, seq) after connection errors, so each push is summed locally exactly once."""
+
+    def __init__(self, port, n, pause=0.002):
+        super().__init__(daemon=True)
+        self.port, self.n, self.pause, self.done = port, n, pause, 0
+
+    def run(self):
+        c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        for seq in range(1, self.n + 1):
+            for k in SHAPES:
+                while True:
+                    try:
+                        c.execute_command("PS.PUSHGRAD", k, f32(grad(seq, k)), "ID", "w", seq)
+                        break
+                    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                        time.sleep(0.02)
+            self.done = seq
+            time.sleep(self.pause)
+
+
+def start_relay_and_pusher(tree, n, pause=0.003, **kw):
+    """A relay forwarding every 3 ms and a pusher of n pushes on its local server."""
+    up, local, new_relay = tree
+    r = new_relay(extra=["--every-ms", "3"], **kw).start()
+    wait_local_tensors(local)
+    p = Pusher(local.port, n, pause=pause)
+    p.start()
+    return r, p
+
+
+def expected_sum(n, key):
+    return sum(grad(s, key) for s in range(1, n + 1))
+
+
+def check_upstream_has_everything_once(up, local, n):
+    """Upstream values are minus the sum of all n local pushes per key; the local tensors
+    hold nothing summed or pending. Returns the upstream versions."""
+    uc, lc = up.client(), local.client()
+    versions = {}
+    for k in SHAPES:
+        li = info(lc, k)
+        assert (li["accum_pushes"], li["pending_pushes"]) == (0, 0), (k, li)
+        v, vals = pull_np(uc, k)
+        assert np.array_equal(vals, -expected_sum(n, k)), (k, vals, -expected_sum(n, k))
+        versions[k] = v
+    return versions
+
+
+def test_relay_forwards_sums_and_mirrors_upstream_values(tree):
+    up, local, new_relay = tree
+    r = new_relay(extra=["--every-ms", "20"]).start()
+    wait_local_tensors(local)
+    p = Pusher(local.port, 30)
+    p.run()
+    assert r.stop() == 0
+    versions = check_upstream_has_everything_once(up, local, 30)
+    lc = local.client()
+    for k in SHAPES:
+        li = info(lc, k)
+        assert versions[k] == li["takes"] == li["take_acks"], (k, li)
+        assert versions[k] < 30                     # fewer upstream pushes than local ones
+        # The local copy mirrors the upstream values and version.
+        lv, lvals = pull_np(lc, k)
+        uv, uvals = pull_np(up.client(), k)
+        assert lv == uv and np.array_equal(lvals, uvals)
+    out = r.output()
+    assert "local pushes in 60" in out and "stopped after" in out, out
+
+
+@pytest.mark.slow
+def test_relay_sigkilled_five_times_at_random_points_loses_and_doubles_nothing(tree):
+    up, local, _ = tree
+    rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
+    r, p = start_relay_and_pusher(tree, 400)
+    for _ in range(5):
+        time.sleep(rnd.uniform(0.05, 0.4))
+        r.kill()
+        time.sleep(rnd.uniform(0, 0.05))
+        r.start()
+    p.join(60)
+    assert not p.is_alive()
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, 400)
+    lc = local.client()
+    for k in SHAPES:
+        li = info(lc, k)
+        assert versions[k] == li["takes"] == li["take_acks"], (k, versions[k], li)
+    # (A kill may land during a restarted relay's setup, before it prints its first line.)
+    assert r.output().count("relaying 2 keys") >= 2
+
+
+@pytest.mark.parametrize("phase", ["take", "push", "ack"])
+def test_relay_killed_after_each_step_of_its_cycle_resends_exactly_once(tree, phase):
+    """PS_RELAY_FAULT kills the relay right after its 3rd take, upstream push or ack: the
+    restarted relay finds the pending slot (take, push) and resends it with its seq; after
+    a push the upstream exactly-once table answers it without applying it again."""
+    up, local, new_relay = tree
+    wait_pushes = 40
+    r = new_relay(extra=["--every-ms", "5"], env={"PS_RELAY_FAULT": phase + ":3"}).start()
+    wait_local_tensors(local)
+    p = Pusher(local.port, wait_pushes, pause=0.004)
+    p.start()
+    assert r.wait(timeout=30) == -signal.SIGKILL, r.output()
+    lc = local.client()
+    if phase != "ack":
+        assert any(info(lc, k)["pending_pushes"] > 0 for k in SHAPES)
+    r.env.pop("PS_RELAY_FAULT")
+    r.start()
+    p.join(30)
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, wait_pushes)
+    for k in SHAPES:
+        li = info(lc, k)
+        assert versions[k] == li["takes"] == li["take_acks"], (k, li)
+    if phase == "push":
+        # The second relay's first acknowledgements were of slots already applied upstream.
+        uc = up.client()
+        assert sum(info(uc, k)["dedup_hits"] for k in SHAPES) >= 1
+
+
+@pytest.mark.slow
+def test_local_server_sigkilled_with_appendfsync_always_loses_and_doubles_nothing(tree):
+    up, local, _ = tree
+    rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
+    r, p = start_relay_and_pusher(tree, 300)
+    for _ in range(3):
+        time.sleep(rnd.uniform(0.1, 0.4))
+        local.restart(kill=True, timeout=30)
+    p.join(90)
+    assert not p.is_alive()
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, 300)
+    # Counters restart with the server; the seqs do not: the relay (never restarted)
+    # numbered its takes floor, floor + 1, ... and each was applied upstream once.
+    floor = int(re.search(r"seq floor (\d+)", r.output()).group(1))
+    lc = local.client()
+    for k in SHAPES:
+        assert versions[k] == info(lc, k)["relay_seq"] - floor + 1, k
+
+
+@pytest.mark.slow
+def test_upstream_sigkilled_with_appendfsync_always_gets_every_round_once(make_server, tmp_path,
+                                                                          relays):
+    """The upstream killed and restarted under the relay: a round it applied but did not
+    acknowledge is resent with its seq and answered from the (persisted) exactly-once table."""
+    up = make_server(args=["--appendonly", "yes", "--appendfsync", "always"])
+    local = make_server()
+    for k, shape in SHAPES.items():
+        up.client().execute_command("PS.CREATE", k, "SHAPE", *shape, "OPTIM", "SGD", "LR", 1)
+    r = Relay(tmp_path, local, up, extra=["--every-ms", "3"]).start()
+    relays.append(r)
+    wait_local_tensors(local)
+    p = Pusher(local.port, 300, pause=0.003)
+    p.start()
+    rnd = random.Random(int(os.environ.get("PS_TEST_SEED", "0")) or None)
+    for _ in range(3):
+        time.sleep(rnd.uniform(0.1, 0.4))
+        up.restart(kill=True, timeout=30)
+    p.join(90)
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, 300)
+    lc = local.client()
+    for k in SHAPES:
+        assert versions[k] == info(lc, k)["takes"] == info(lc, k)["take_acks"], k
+
+
+def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree):
+    up, local, new_relay = tree
+    r = new_relay(extra=["--sync", "--workers", "3", "--round-timeout-ms", "400",
+                         "--mean"]).start()
+    wait_local_tensors(local)
+    lc, uc = local.client(), up.client()
+    k = "m:b:0"
+    for s in (1, 2, 3):
+        lc.execute_command("PS.PUSHGRAD", k, f32(grad(s, k)), "ID", "w", s)
+    psserver.wait_until(lambda: pull_np(uc, k)[0] == 1, timeout=5, what="a full round")
+    mean = (grad(1, k) + grad(2, k) + grad(3, k)) / np.float32(3)
+    assert np.array_equal(pull_np(uc, k)[1], -mean.astype(np.float32))
+    lc.execute_command("PS.PUSHGRAD", k, f32(grad(4, k)), "ID", "w", 4)
+    t0 = time.monotonic()
+    time.sleep(0.15)
+    assert pull_np(uc, k)[0] == 1                  # a round of 1 of 3 waits ...
+    psserver.wait_until(lambda: pull_np(uc, k)[0] == 2, timeout=5, what="the round timeout")
+    assert time.monotonic() - t0 >= 0.35           # ... for its timeout
+    assert r.stop() == 0
+
+
+def test_a_relay_of_a_relay_reaches_the_upstream_once(tree, make_server, relays):
+    up, mid, new_relay = tree
+    leaf = make_server()
+    r1 = new_relay(name="relay-mid", extra=["--every-ms", "5"]).start()
+    wait_local_tensors(mid)
+    r2 = Relay(r1.out.rsplit("/", 1)[0], leaf, mid, name="relay-leaf", extra=["--every-ms", "5"])
+    relays.append(r2.start())
+    wait_local_tensors(leaf)
+    assert info(leaf.client(), "m:w:0")["optimizer"] == b"accum"
+    Pusher(leaf.port, 25).run()
+    assert r2.stop() == 0
+    psserver.wait_until(lambda: all(info(mid.client(), k)["accum_pushes"] == 0 and
+                                    info(mid.client(), k)["pending_pushes"] == 0
+                                    for k in SHAPES), timeout=10, what="mid relay drained")
+    assert r1.stop() == 0
+    for k in SHAPES:
+        v, vals = pull_np(up.client(), k)
+        assert np.array_equal(vals, -expected_sum(25, k)), k
+
+
+@pytest.mark.parametrize("setup,extra,message", [
+    ("local-sgd", [], "local tensor m:b:0 has optimizer sgd"),
+    ("local-shape", [], "local tensor m:b:0 has shape [6] but the upstream one has shape [5]"),
+    ("none", ["--optim", "adam"], "has optimizer sgd, but --optim says adam"),
+    ("none", ["--keys", "m:nope:0"], "upstream key m:nope:0 is not a tensor"),
+])
+def test_relay_refuses_tensors_that_do_not_fit_and_changes_nothing(tree, setup, extra, message):
+    up, local, new_relay = tree
+    lc = local.client()
+    if setup == "local-sgd":
+        lc.execute_command("PS.CREATE", "m:b:0", "SHAPE", 5, "OPTIM", "SGD")
+    elif setup == "local-shape":
+        lc.execute_command("PS.CREATE", "m:b:0", "SHAPE", 6, "OPTIM", "ACCUM")
+    r = new_relay(extra=extra)
+    if "--keys" in extra:
+        i = r.cmd.index("--match")
+        del r.cmd[i:i + 2]
+    r.start()
+    assert r.wait(timeout=20) == 2, r.output()
+    assert message in r.output(), r.output()
+    assert all(pull_np(up.client(), k)[0] == 0 for k in SHAPES)
+    if setup == "local-sgd":
+        assert info(lc, "m:b:0")["optimizer"] == b"sgd"

@@ -1,0 +1,151 @@
+"""Sync-round timers (issue 11 item 3) and waiters of deleted keys (item 7, first bullet).
+
+A sync round has at most one live timer, stopped when the round closes by its n-th push or
+the tensor goes away (DEL, UNLINK, FLUSHALL [ASYNC], FLUSHDB, overwrite); INFO ps
+round_timers counts them. A pull blocked on MINVERSION without TIMEOUT is answered an error
+when its key is deleted or flushed instead of waiting forever."""
+
+import socket
+import time
+
+import numpy as np
+import pytest
+
+from psserver import RawClient, RespError, wait_until
+from pshelpers import create, f32, pull
+
+ONE = f32(np.ones(2, np.float32))
+
+
+def timers(r):
+    return r.info("ps")["ps_round_timers"]
+
+
+def test_100k_rounds_closed_by_pushes_leave_no_pending_timer(r):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    rounds = 100000
+    for start in range(0, rounds, 10000):
+        p = r.pipeline(transaction=False)
+        for _ in range(10000):
+            p.execute_command("PS.PUSHGRAD", "s", ONE)
+            p.execute_command("PS.PUSHGRAD", "s", ONE)
+        p.execute()
+    assert pull(r, "s")[0] == rounds
+    assert timers(r) == 0
+    assert r.info("ps")["ps_rounds_closed"] == rounds
+
+
+def test_open_round_has_exactly_one_timer(r):
+    create(r, "s", (2,), "SYNC", "3", "TIMEOUT", "600000")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    r.execute_command("PS.PULL", "s")                         # a pull re-arms nothing new
+    assert timers(r) == 1
+    r.execute_command("PS.PUSHGRAD", "s", ONE)                # n-th push closes it
+    assert timers(r) == 0
+
+
+@pytest.mark.parametrize("how", [["DEL", "s"], ["UNLINK", "s"], ["FLUSHALL"],
+                                 ["FLUSHALL", "ASYNC"], ["FLUSHDB"], ["SET", "s", "x"]])
+def test_key_going_away_stops_its_timer(r, how):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    create(r, "other", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    r.execute_command("PS.PUSHGRAD", "other", ONE)
+    assert timers(r) == 2
+    r.execute_command(*how)
+    flushed = how[0].startswith("FLUSH")
+    assert timers(r) == (0 if flushed else 1)
+
+
+def test_timer_of_a_flushed_db_only(r):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    c1 = r.connection_pool.get_connection("x")
+    try:
+        c1.send_command("SELECT", "1")
+        c1.read_response()
+        c1.send_command("PS.CREATE", "s", "SYNC", "2", "TIMEOUT", "600000", "SHAPE", "2")
+        c1.read_response()
+        c1.send_command("PS.PUSHGRAD", "s", ONE)
+        c1.read_response()
+        assert timers(r) == 2
+        c1.send_command("FLUSHDB")
+        c1.read_response()
+    finally:
+        r.connection_pool.release(c1)
+    assert timers(r) == 1
+
+
+def test_timer_still_closes_a_round_and_is_then_gone(r):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "100")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    wait_until(lambda: pull(r, "s")[0] == 1, timeout=5, what="round closed by its timer")
+    assert timers(r) == 0
+    # Renamed (then moved to db 1) while open: the timer follows the tensor, with no push
+    # or pull needed to find it again.
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    r.execute_command("RENAME", "s", "t")
+    assert timers(r) == 1
+    r.execute_command("MOVE", "t", "1")
+    c1 = r.connection_pool.get_connection("x")
+    try:
+        # No pull before the timer fires (a pull would also re-arm it under the new name).
+        wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
+        c1.send_command("SELECT", "1")
+        c1.read_response()
+        c1.send_command("PS.PULL", "t")
+        assert c1.read_response()[0] == 2          # the round was closed where the tensor is
+    finally:
+        c1.send_command("SELECT", "0")
+        c1.read_response()
+        r.connection_pool.release(c1)
+    assert timers(r) == 0
+
+
+def _block(server, key, *extra):
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(RawClient.encode(["PS.PULL", key, "MINVERSION", "100", *extra]))
+    return s
+
+
+def _reply(s):
+    s.settimeout(10)
+    data = b""
+    while not data.endswith(b"\r\n"):
+        data += s.recv(4096)
+    return data
+
+
+@pytest.mark.parametrize("how", [["DEL", "k"], ["UNLINK", "k"], ["FLUSHALL"],
+                                 ["FLUSHALL", "ASYNC"], ["RENAME", "k", "k2"]])
+def test_pull_waiting_without_timeout_is_answered_when_its_key_goes(server, r, how):
+    create(r, "k", (2,))
+    create(r, "other", (2,))
+    s = _block(server, "k")
+    o = _block(server, "other", "TIMEOUT", "60000")
+    try:
+        wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 2, what="blocked")
+        r.execute_command(*how)
+        rep = _reply(s)
+        assert rep.startswith(b"-ERR the key was deleted"), rep
+        if how[0].startswith("FLUSH"):
+            assert _reply(o).startswith(b"-ERR the key was deleted")
+        else:
+            assert r.info("ps")["ps_blocked_pulls_now"] == 1   # the other still waits
+    finally:
+        s.close()
+        o.close()
+    wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")
+    assert r.info("ps")["ps_blocked_timeouts"] == 0
+
+
+def test_pull_waiting_on_an_expiring_key_is_answered(server, r):
+    create(r, "k", (2,))
+    s = _block(server, "k")
+    try:
+        wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 1, what="blocked")
+        r.execute_command("PEXPIRE", "k", "50")
+        assert _reply(s).startswith(b"-ERR the key was deleted")
+    finally:
+        s.close()

@@ -1,0 +1,112 @@
+/* ps-relay.c -- command line of the tree topology's relay (relay.h):
+ *
+ *   ps-relay --local HOST:PORT --upstream ADDRS --name ID (--keys K1,K2 | --match PATTERN)
+ *            [--sync --workers N [--round-timeout-ms T]]
+ *            [--every-ms T] [--every-pushes K] [--mean] [--optim NAME]
+ *            [--pull-ms P] [--poll-ms P] [--progress-ms P]
+ *
+ * Exit codes: 0 stopped by SIGINT/SIGTERM after forwarding what was summed,
+ * 1 runtime failure, 2 usage error or tensors that do not fit. */
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "relay.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: ps-relay --local HOST:PORT --upstream HOST:PORT[,...] --name ID\n"
+            "                (--keys KEY[,KEY...] | --match PATTERN) [flags]\n\n"
+            "Relays the local workers' pushes to an upstream server, cluster or relay: creates\n"
+            "the local tensors as ACCUM tensors mirroring the upstream shapes, forwards their\n"
+            "summed gradient as one push per round (exactly once across relay crashes) and\n"
+            "mirrors the upstream values back after each push.\n\n"
+            "flags:\n"
+            "  --local HOST:PORT       the local server (ps module) the workers use (required)\n"
+            "  --upstream ADDRS        upstream server, cluster seeds or another relay's local\n"
+            "                          server (required)\n"
+            "  --name ID               this relay's exactly-once id upstream; unique per relay\n"
+            "                          and stable across its restarts (required)\n"
+            "  --keys K1,K2,...        the tensor keys to relay\n"
+            "  --match PATTERN         or: every ps-tensor key matching PATTERN upstream\n"
+            "                          (standalone upstream only)\n"
+            "  --sync                  sync mode: a round is --workers local pushes per key\n"
+            "  --workers N             sync: local workers per round\n"
+            "  --round-timeout-ms T    sync: close a short round (a dead worker) after T (2000)\n"
+            "  --every-ms T            async: forward every T ms (100)\n"
+            "  --every-pushes K        async: or as soon as K pushes are summed (0: time only)\n"
+            "  --mean                  forward the mean of the round instead of its sum\n"
+            "  --optim NAME            refuse upstream tensors with another optimizer\n"
+            "  --pull-ms P             pull upstream at least every P ms (200)\n"
+            "  --poll-ms P             idle poll of the local tensors (2)\n"
+            "  --progress-ms P         progress line every P ms (2000; 0: none)\n");
+}
+
+/* Strict integer in [lo, hi]; exits 2 with a message otherwise. */
+static long num(const char *flag, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ps-relay: %s: '%s' is not an integer in [%ld, %ld]\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
+int main(int argc, char **argv) {
+    relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 2,
+                   .progress_ms = 2000};
+    enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
+           O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_HELP };
+    static const struct option lo[] = {
+        {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
+        {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
+        {"match", 1, 0, O_MATCH},        {"sync", 0, 0, O_SYNC},
+        {"workers", 1, 0, O_WORKERS},    {"round-timeout-ms", 1, 0, O_RTO},
+        {"every-ms", 1, 0, O_EVERY},     {"every-pushes", 1, 0, O_EVERYP},
+        {"mean", 0, 0, O_MEAN},          {"optim", 1, 0, O_OPTIM},
+        {"pull-ms", 1, 0, O_PULL},       {"poll-ms", 1, 0, O_POLL},
+        {"progress-ms", 1, 0, O_PROGRESS}, {"help", 0, 0, O_HELP},
+        {0, 0, 0, 0}};
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case O_LOCAL: o.local = optarg; break;
+        case O_UP: o.upstream = optarg; break;
+        case O_NAME: o.name = optarg; break;
+        case O_KEYS: o.keys = optarg; break;
+        case O_MATCH: o.match = optarg; break;
+        case O_SYNC: o.sync = 1; break;
+        case O_WORKERS: o.workers = num("--workers", optarg, 1, 1 << 20); break;
+        case O_RTO: o.round_timeout_ms = num("--round-timeout-ms", optarg, 1, 1L << 30); break;
+        case O_EVERY: o.every_ms = num("--every-ms", optarg, 1, 1L << 30); break;
+        case O_EVERYP: o.every_pushes = num("--every-pushes", optarg, 0, 1L << 30); break;
+        case O_MEAN: o.mean = 1; break;
+        case O_OPTIM: o.optim = optarg; break;
+        case O_PULL: o.pull_ms = num("--pull-ms", optarg, 1, 1L << 30); break;
+        case O_POLL: o.poll_ms = num("--poll-ms", optarg, 1, 10000); break;
+        case O_PROGRESS: o.progress_ms = num("--progress-ms", optarg, 0, 1L << 30); break;
+        case 'h':
+        case O_HELP: usage(stdout); return 0;
+        default: usage(stderr); return 2;
+        }
+    }
+    const char *why = NULL;
+    if (optind < argc) why = "unexpected argument";
+    else if (!o.local) why = "--local is required";
+    else if (!o.upstream) why = "--upstream is required";
+    else if (!o.name || !*o.name || strlen(o.name) > 256) why = "--name is required (1..256 bytes)";
+    else if (!o.keys == !o.match) why = "give exactly one of --keys and --match";
+    else if (o.sync && !o.workers) why = "--sync needs --workers N";
+    else if (!o.sync && o.workers) why = "--workers is for --sync (async: --every-pushes)";
+    if (why) {
+        fprintf(stderr, "ps-relay: %s%s%s (see ps-relay --help)\n", why, optind < argc ? ": " : "",
+                optind < argc ? argv[optind] : "");
+        return 2;
+    }
+    return relay_run(&o);
+}

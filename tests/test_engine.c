@@ -1,0 +1,545 @@
+/* test_engine.c -- cmocka tests of the libps request engine (libps/engine.c)
+ * and of the model layer on top of it, against fake nodes (fake_node.h:
+ * RESP servers on loopback ports run by threads of this process, scripted
+ * per test). No redis-server is involved. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ps_internal.h"
+#include "wire.h"
+#include "fake_node.h"
+#include "client_helpers.h"
+
+/* ========================================================================
+ * The engine alone: requests with callbacks, no model
+ * ======================================================================== */
+
+typedef struct seen {
+    int calls;
+    redisReply *reply;
+    char sunk[16];
+    size_t sunklen;
+} seen;
+
+static int on_done(psClient *c, psReq *r, redisReply *reply) {
+    seen *s = r->udata;
+    (void)c;
+    s->calls++;
+    s->reply = reply;
+    return PSI_DONE;
+}
+
+static int on_bulk(psClient *c, psReq *r, int idx, int n, const char *data, size_t len) {
+    seen *s = r->udata;
+    (void)c;
+    if (idx != 1 || n != 2 || len > sizeof(s->sunk)) return 0;
+    memcpy(s->sunk, data, len);
+    s->sunklen = len;
+    return 1;
+}
+
+static int req_done(psClient *c, void *arg) {
+    (void)c;
+    return ((psReq *)arg)->state == PSS_DONE;
+}
+
+/* Submit the RESP text 'cmd' [+ 'blob' + 'tail'] routed by 'key', with
+ * 'sink' (or none), and run until it is done. */
+static void run_req(psClient *c, psReq *r, seen *s, const char *key, const char *cmd,
+                    const char *blob, const char *tail, psReqSinkFn *sink) {
+    memset(s, 0, sizeof(*s));
+    psi_req_init(r, key, strlen(key));
+    r->cmd = cmd;
+    r->cmdlen = strlen(cmd);
+    r->blob = (const unsigned char *)blob;
+    r->bloblen = blob ? strlen(blob) : 0;
+    r->tail = tail;
+    r->taillen = tail ? strlen(tail) : 0;
+    r->done = on_done;
+    r->sink = sink;
+    r->udata = s;
+    psi_submit(c, r);
+    assert_int_equal(psi_run(c, req_done, r), 0);
+    assert_int_equal(s->calls, 1);
+    assert_non_null(s->reply);
+}
+
+static void test_engine_completes_a_request_through_its_callback(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psReq r;
+    seen s;
+    (void)state;
+    run_req(c, &r, &s, "k1", "*2\r\n$3\r\nGET\r\n$2\r\nk1\r\n", NULL, NULL, NULL);
+    assert_string_equal(s.reply->str, "A=k1");
+    freeReplyObject(s.reply);
+    /* "GET kk" in three parts: command head, blob (the key), tail */
+    run_req(c, &r, &s, "kk", "*2\r\n$3\r\nGET\r\n$2\r\n", "kk", "\r\n", NULL);
+    assert_string_equal(s.reply->str, "A=kk");
+    freeReplyObject(s.reply);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_offers_bulk_strings_to_the_sink_before_the_reply(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psReq r;
+    seen s;
+    float x[2];
+    (void)state;
+    run_req(c, &r, &s, "j:w:2", "*2\r\n$7\r\nPS.PULL\r\n$5\r\nj:w:2\r\n", NULL, NULL, on_bulk);
+    assert_int_equal(s.sunklen, 8);
+    memcpy(x, s.sunk, 8);
+    assert_true(x[0] == 3.0f && x[1] == 3.0f);
+    /* the reply keeps its shape, with an empty string where the data was */
+    assert_int_equal(s.reply->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(s.reply->elements, 2);
+    assert_int_equal(s.reply->element[0]->integer, 20);
+    assert_int_equal(s.reply->element[1]->len, 0);
+    freeReplyObject(s.reply);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* Connect to 'a' (backoff 1 ms), GET k1 and expect 'want'. */
+static psClient *get_k1(fake *a, const char *want) {
+    psOptions o = {0};
+    o.backoff_ms = 1;
+    psClient *c = connect_to(a, &o);
+    redisReply *r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, want);
+    freeReplyObject(r);
+    return c;
+}
+
+static void test_engine_follows_moved_to_the_node_named(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->cluster = 1;
+    c = connect_to(a, NULL);
+    assert_int_equal(c->cluster, 1);
+    a->moved_port = b->port;            /* the slots moved to B */
+    a->slots_port = b->port;
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "B=k1");
+    assert_int_equal(c->stats.moved, 1);
+    assert_int_equal(fake_count(b, "GET k1"), 1);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_engine_sends_asking_before_an_ask_redirect(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    psClient *c;
+    (void)state;
+    a->cluster = 1;
+    a->ask_port = b->port;
+    c = get_k1(a, "B=k1");
+    assert_int_equal(c->stats.ask, 1);
+    assert_int_equal(c->stats.moved, 0);
+    assert_true(fake_find(b, "ASKING") >= 0);
+    assert_true(fake_find(b, "ASKING") < fake_find(b, "GET k1"));
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_engine_resends_after_tryagain(void **state) {
+    fake *a = fake_start("A");
+    psClient *c;
+    (void)state;
+    a->tryagain = 2;
+    c = get_k1(a, "A=k1");
+    assert_int_equal(c->stats.retries, 2);
+    assert_int_equal(fake_count(a, "GET k1"), 3);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_gives_up_after_max_retries_and_the_time_budget(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    struct timespec t0, t1;
+    long ms;
+    (void)state;
+    a->clusterdown = 1;
+    o.max_retries = 2;
+    o.retry_timeout_ms = 300;
+    o.backoff_ms = 5;
+    c = connect_to(a, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_null(psCommand(c, "k1", "GET %s", "k1"));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_int_equal(c->err, PS_ERR_IO);
+    assert_non_null(strstr(c->errstr, "CLUSTERDOWN"));
+    assert_non_null(strstr(c->errstr, "gave up"));
+    /* bounded by both: at least the time budget, not much more */
+    assert_true(ms >= 300);
+    assert_true(ms < 5000);
+    assert_true(fake_count(a, "GET k1") > 3);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_resends_on_a_new_connection_after_a_drop(void **state) {
+    fake *a = fake_start("A");
+    psClient *c;
+    (void)state;
+    a->drop_get = 1;
+    c = get_k1(a, "A=k1");
+    assert_int_equal(c->stats.reconnects, 1);
+    assert_int_equal(c->stats.retries, 1);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    enum { N = 40 };
+    const char *keys[N], *argv[N][2], **argvs[N];
+    size_t lens[N][2];
+    const size_t *lenp[N];
+    int argcs[N];
+    char kb[N][16];
+    redisReply *rep[N];
+    (void)state;
+    for (int i = 0; i < N; i++) {
+        snprintf(kb[i], sizeof(kb[i]), "k%d", i);
+        keys[i] = kb[i];
+        argv[i][0] = "GET";
+        argv[i][1] = kb[i];
+        lens[i][0] = 3;
+        lens[i][1] = strlen(kb[i]);
+        argvs[i] = argv[i];
+        lenp[i] = lens[i];
+        argcs[i] = 2;
+    }
+    assert_int_equal(psCommandBatchArgv(c, N, keys, argcs, argvs, lenp, rep), N);
+    for (int i = 0; i < N; i++) {
+        char want[16];
+        snprintf(want, sizeof(want), "A=k%d", i);
+        assert_string_equal(rep[i]->str, want);
+        freeReplyObject(rep[i]);
+    }
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* ========================================================================
+ * The wire encoder: the bytes hiredis would format for the same arguments
+ * ======================================================================== */
+
+static void expect_pushgrad(const psWirePush *a, const char *blob, int argc, const char **argv) {
+    char head[256], tail[256], *want = NULL, got[1024];
+    size_t hl, tl, argl[16];
+    int wl;
+    for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
+    wl = redisFormatCommandArgv(&want, argc, argv, argl);
+    assert_int_equal(ps_wire_pushgrad(a, head, sizeof(head), &hl, tail, sizeof(tail), &tl), 0);
+    assert_int_equal(hl + a->bloblen + tl, (size_t)wl);
+    memcpy(got, head, hl);
+    memcpy(got + hl, blob, a->bloblen);
+    memcpy(got + hl + a->bloblen, tail, tl);
+    assert_memory_equal(got, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+static void test_wire_pushgrad_matches_hiredis_formatting(void **state) {
+    psWirePush a = {"j:w:0", 5, 4, PS_FMT_BF16, 1, 42, "cid", 7, 1.0f, 0};
+    const char *full[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "VERSION", "42",
+                          "ID", "cid", "7"};
+    const char *bare[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "SCALE", "0.5"};
+    (void)state;
+    expect_pushgrad(&a, "abcd", 10, full);
+    a.scale = 0.5f;
+    a.flags = PS_WIRE_NO_ID | PS_WIRE_NO_VERSION;
+    expect_pushgrad(&a, "abcd", 7, bare);
+    /* F32 is the server's default: no FORMAT argument */
+    const char *f32[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "VERSION", "42", "ID", "cid", "7"};
+    psWirePush b = {"j:w:0", 5, 4, PS_FMT_F32, 1, 42, "cid", 7, 1.0f, 0};
+    expect_pushgrad(&b, "abcd", 8, f32);
+    /* a head buffer too small is refused with the room needed */
+    char h[8], t[256];
+    size_t hl, tl;
+    assert_int_equal(ps_wire_pushgrad(&a, h, sizeof(h), &hl, t, sizeof(t), &tl), -1);
+    assert_true(hl > sizeof(h) && hl <= ps_wire_pushgrad_head_size(a.keylen));
+}
+
+static void test_wire_pull_matches_hiredis_formatting(void **state) {
+    const char *f32[] = {"PS.PULL", "j:w:1"}, *f16[] = {"PS.PULL", "j:w:1", "FORMAT", "F16"};
+    size_t l32[] = {7, 5}, l16[] = {7, 5, 6, 3};
+    char buf[128], *want;
+    (void)state;
+    int wl = redisFormatCommandArgv(&want, 2, f32, l32);
+    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F32, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+    wl = redisFormatCommandArgv(&want, 4, f16, l16);
+    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F16, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+/* ========================================================================
+ * Models on the engine: versions, WAIT, roll-backs, freeing
+ * ======================================================================== */
+
+static void test_pull_decodes_every_partition_into_place(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8];
+    float *dst[1] = {w};
+    uint64_t v[1];
+    (void)state;
+    assert_int_equal(psModelPull(c, m, dst, v), PS_OK);
+    assert_int_equal(psModelNumPartitions(m, 0), 4);
+    for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
+    assert_int_equal(v[0], 10);         /* the minimum over the partitions */
+    for (int p = 0; p < 4; p++) assert_int_equal(psModelPartitionVersion(m, 0, p), 10 + 5 * p);
+    assert_int_equal(c->stats.pulls, 4);
+    close_all(a, c, m);
+}
+
+/* Replies cut at every byte boundary are framed the same. */
+static void test_pull_reads_replies_that_arrive_a_byte_at_a_time(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8];
+    float *dst[1] = {w};
+    (void)state;
+    a->trickle = 1;
+    assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
+    for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
+    assert_int_equal(psModelPartitionVersion(m, 0, 3), 25);
+    close_all(a, c, m);
+}
+
+/* 64 KB partitions: pipelined replies larger than a read, and pushes
+ * written with sendmsg straight from the push buffer. */
+static void test_big_partitions_pull_and_push_pipelined(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = psModelNew("j");
+    uint64_t dims[2] = {4, 16384};
+    size_t n = 4 * 16384;
+    float *w = malloc(n * sizeof(float)), *g = calloc(n, sizeof(float));
+    float *dst[1] = {w};
+    const float *grads[1] = {g};
+    (void)state;
+    psModelSetPartitionBytes(m, 65536);
+    assert_int_equal(psModelAddTensor(m, "w", 2, dims), 0);
+    a->pull_floats = 16384;
+    for (int round = 0; round < 3; round++) {
+        memset(w, 0, n * sizeof(float));
+        assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
+        for (size_t i = 0; i < n; i++) assert_true(w[i] == (float)(i / 16384 + 1));
+        assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    }
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(c->stats.pushes, 12);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:3 V25 "), 3);
+    psModelFree(m);
+    psClientFree(c);
+    free(w);
+    free(g);
+    fake_stop(a);
+}
+
+/* Push zeros without explicit versions and expect partition p's command to
+ * carry VERSION base + 5p. */
+static void push_expect_versions(psClient *c, psModel *m, fake *a, int base) {
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    char want[32];
+    assert_int_equal(psModelPush(c, m, grads, NULL, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    for (int p = 0; p < 4; p++) {
+        snprintf(want, sizeof(want), "PS.PUSHGRAD j:w:%d V%d ", p, base + 5 * p);
+        assert_int_equal(fake_count(a, want), 1);
+    }
+}
+
+/* Pushes without explicit versions carry, per partition, the version of
+ * the data of the last completed pull, also when the replies of a newer
+ * pull were read meanwhile (an overlapped pull). */
+static void test_push_sends_each_partition_the_version_of_the_last_completed_pull(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8], g[8] = {0}, w2[8];
+    float *dst[1] = {w}, *dst2[1] = {w2};
+    const float *grads[1] = {g};
+    redisReply *r;
+    (void)state;
+    assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
+    a->pull_version_add = 100;
+    assert_int_equal(psModelPullAsync(c, m, dst2), PS_OK);
+    r = psCommand(c, NULL, "PING");     /* reads the new pull's replies */
+    assert_non_null(r);
+    freeReplyObject(r);
+    push_expect_versions(c, m, a, 10);
+    assert_int_equal(psModelPullWait(c, m, NULL), PS_OK);
+    push_expect_versions(c, m, a, 110);
+    /* explicit versions are per tensor, as before */
+    uint64_t v[1] = {3};
+    assert_int_equal(psModelPush(c, m, grads, v, 1.0f), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:2 V3 "), 1);
+    close_all(a, c, m);
+}
+
+static void test_push_rolled_back_version_is_resent_with_the_servers(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    uint64_t v[1] = {30};
+    psOptions o = {0};
+    (void)state;
+    o.lost_state_policy = PS_LOST_STATE_CONTINUE;   /* stop: test_durability.c */
+    psClientFree(c);
+    c = connect_to(a, &o);
+    a->rollback = 1;
+    push_zeros(c, m, v);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V30 "), 1);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:0 V7 "), 1);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:1 V30 "), 1);
+    assert_int_equal(c->stats.pushes, 4);
+    assert_int_equal(c->stats.push_errors, 0);
+    close_all(a, c, m);
+}
+
+static void test_lost_wait_resends_its_pushes_with_the_same_seqs(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    psModel *m = model4();
+    char first[96];
+    (void)state;
+    o.wait_replicas = 1;
+    o.backoff_ms = 1;
+    a->drop_wait = 1;
+    c = connect_to(a, &o);
+    push_zeros(c, m, NULL);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "PS.PUSHGRAD j:w:3 "), 2);
+    /* both sends of a partition carry the same ID seq */
+    int at = fake_find(a, "PS.PUSHGRAD j:w:3 ");
+    assert_true(at >= 0);
+    snprintf(first, sizeof(first), "%s", a->log[at]);
+    assert_int_equal(fake_count(a, first), 2);
+    assert_int_equal(c->stats.pushes, 4);
+    assert_true(c->stats.wait_short >= 1);
+    /* The resent pushes are WAITed for on the node that applied them again. */
+    assert_int_equal(fake_count(a, "WAIT"), 2);
+    close_all(a, c, m);
+}
+
+/* psModelFree with pushes in flight waits for them (the engine points into
+ * the model and its batches until they are answered). */
+static void test_model_free_waits_for_its_pushes_in_flight(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    psModel *m = model4();
+    redisReply *r;
+    (void)state;
+    o.push_window = 4;
+    a->push_delay_ms = 20;
+    c = connect_to(a, &o);
+    push_zeros(c, m, NULL);
+    push_zeros(c, m, NULL);
+    psModelFree(m);
+    assert_int_equal(c->stats.pushes, 8);
+    assert_int_equal(psDrain(c), PS_OK);
+    r = psCommand(c, NULL, "PING");
+    assert_non_null(r);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* A pull in flight is abandoned by psModelFree: its replies, read later,
+ * write nothing (the destination may be gone already). */
+static void test_model_free_abandons_a_pull_in_flight(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float *w = calloc(8, sizeof(float));
+    float *dst[1] = {w};
+    redisReply *r;
+    (void)state;
+    assert_int_equal(psModelPullAsync(c, m, dst), PS_OK);
+    free(w);                            /* the caller gives up on the pull */
+    psModelFree(m);
+    r = psCommand(c, NULL, "PING");
+    assert_non_null(r);
+    assert_string_equal(r->str, "PONG");
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* Freeing the client first leaves the model safe to free. */
+static void test_model_free_after_client_free_is_safe(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8];
+    float *dst[1] = {w};
+    (void)state;
+    a->push_delay_ms = 20;
+    push_zeros(c, m, NULL);
+    assert_int_equal(psModelPullAsync(c, m, dst), PS_OK);
+    psClientFree(c);
+    psModelFree(m);
+    fake_stop(a);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_engine_completes_a_request_through_its_callback),
+        cmocka_unit_test(test_engine_offers_bulk_strings_to_the_sink_before_the_reply),
+        cmocka_unit_test(test_engine_follows_moved_to_the_node_named),
+        cmocka_unit_test(test_engine_sends_asking_before_an_ask_redirect),
+        cmocka_unit_test(test_engine_resends_after_tryagain),
+        cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
+        cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
+        cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
+        cmocka_unit_test(test_wire_pushgrad_matches_hiredis_formatting),
+        cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
+        cmocka_unit_test(test_pull_decodes_every_partition_into_place),
+        cmocka_unit_test(test_pull_reads_replies_that_arrive_a_byte_at_a_time),
+        cmocka_unit_test(test_big_partitions_pull_and_push_pipelined),
+        cmocka_unit_test(test_push_sends_each_partition_the_version_of_the_last_completed_pull),
+        cmocka_unit_test(test_push_rolled_back_version_is_resent_with_the_servers),
+        cmocka_unit_test(test_lost_wait_resends_its_pushes_with_the_same_seqs),
+        cmocka_unit_test(test_model_free_waits_for_its_pushes_in_flight),
+        cmocka_unit_test(test_model_free_abandons_a_pull_in_flight),
+        cmocka_unit_test(test_model_free_after_client_free_is_safe),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
