@@ -226,6 +226,12 @@ static int parse_changeable(RedisModuleCtx *ctx, RedisModuleString **argv, int a
  * PS.CREATE key EMBEDDING ...
  * ====================================================================== */
 
+/* Row initializers: keyword, PSE_INIT_*, numbers that follow. */
+static const struct {
+    const char *name;
+    int init, nargs;
+} EmbedInits[3] = {{"ZEROS", PSE_INIT_ZEROS, 0}, {"UNIFORM", PSE_INIT_UNIFORM, 2}, {"NORMAL", PSE_INIT_NORMAL, 2}};
+
 /* Replicates a create as its effect: every option spelled out. */
 static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, const PSEmbedConfig *c,
                              const GlueOpts *g) {
@@ -240,9 +246,8 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
     LIT("EMBEDDING");
     LIT("DIM");
     FMT("%u", c->dim);
-    static const char *const inits[] = {"ZEROS", "UNIFORM", "NORMAL"};
     LIT("INIT");
-    LIT(inits[c->init]);
+    LIT(EmbedInits[c->init].name);
     if (c->init != PSE_INIT_ZEROS) {
         FMT("%.17g", c->init_a);
         FMT("%.17g", c->init_b);
@@ -326,19 +331,12 @@ int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
             if (ps_arg_ll(ctx, val, "FILTER", PSE_MIN_FILTER_LOG2, PSE_MAX_FILTER_LOG2, &ll) != REDISMODULE_OK)
                 return REDISMODULE_OK;
             c.filter_log2 = (uint32_t)ll;
-        } else { /* INIT */
-            int nargs = 0;
-            if (ps_arg_is(val, "ZEROS")) {
-                c.init = PSE_INIT_ZEROS;
-            } else if (ps_arg_is(val, "UNIFORM")) {
-                c.init = PSE_INIT_UNIFORM;
-                nargs = 2;
-            } else if (ps_arg_is(val, "NORMAL")) {
-                c.init = PSE_INIT_NORMAL;
-                nargs = 2;
-            } else {
-                return ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(val, NULL));
-            }
+        } else { /* INIT: a name from EmbedInits, then its numbers */
+            int kind = 0;
+            while (kind < 3 && !ps_arg_is(val, EmbedInits[kind].name)) kind++;
+            if (kind == 3) return ps_reply_errorf(ctx, PSERR_SYNTAX_F, RedisModule_StringPtrLen(val, NULL));
+            c.init = EmbedInits[kind].init;
+            const int nargs = EmbedInits[kind].nargs;
             if (i + nargs > argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "INIT");
             if (nargs && (ps_arg_double(ctx, argv[i], "INIT", &c.init_a) != REDISMODULE_OK ||
                           ps_arg_double(ctx, argv[i + 1], "INIT", &c.init_b) != REDISMODULE_OK))
@@ -451,16 +449,6 @@ done:
  *             [VERSION v] [ID client seq]
  * ====================================================================== */
 
-/* One number of a VALUES list; "nan" parses so that it is refused as NaN. */
-static int values_number(RedisModuleString *arg, double *d) {
-    if (RedisModule_StringToDouble(arg, d) == REDISMODULE_OK) return 1;
-    if (ps_arg_is(arg, "nan") || ps_arg_is(arg, "-nan") || ps_arg_is(arg, "+nan")) {
-        *d = NAN;
-        return 1;
-    }
-    return 0;
-}
-
 int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     RedisModuleString *grad = NULL, *ids = NULL, *client = NULL;
@@ -469,7 +457,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     uint64_t version = 0, seq = 0;
     if (ps_arg_is(argv[2], "VALUES")) {
         double d;
-        for (i = 3; i < argc && values_number(argv[i], &d); i++) nvalues++;
+        for (i = 3; i < argc && ps_values_number(argv[i], &d); i++) nvalues++;
         if (!nvalues) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
         values_start = 3;
     } else {
@@ -527,7 +515,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
         }
         for (int j = 0; j < nvalues; j++) {
             double d = 0;
-            values_number(argv[values_start + j], &d);
+            ps_values_number(argv[values_start + j], &d);
             dst[j] = (float)d;
         }
         g = (const unsigned char *)dst;
@@ -595,24 +583,6 @@ done:
  * PS.INFO key (a table)
  * ====================================================================== */
 
-static void pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithLongLong(ctx, v);
-    *n += 2;
-}
-
-static void pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithDouble(ctx, v);
-    *n += 2;
-}
-
-static void pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithCString(ctx, v);
-    *n += 2;
-}
-
 /* PS.INFO key -> flat array of field/value pairs */
 int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
@@ -625,39 +595,39 @@ int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     static const char *const inits[] = {"zeros", "uniform", "normal"};
     long n = 0;
     RedisModule_ReplyWithArray(ctx, REDISMODULE_POSTPONED_LEN);
-    pair_s(ctx, "type", "embedding", &n);
-    pair_ll(ctx, "dim", c->dim, &n);
-    pair_s(ctx, "dtype", "float32", &n);
-    pair_ll(ctx, "version", (long long)st.version, &n);
-    pair_ll(ctx, "rows", (long long)st.nrows, &n);
-    pair_ll(ctx, "memory", (long long)PSEmbed_MemUsage(v->t), &n);
-    pair_s(ctx, "optimizer", PSEmbed_OptimName(c->optim), &n);
-#define E_INFO(K, f) pair_d(ctx, #f, c->f, &n);
+    ps_reply_pair_s(ctx, "type", "embedding", &n);
+    ps_reply_pair_ll(ctx, "dim", c->dim, &n);
+    ps_reply_pair_s(ctx, "dtype", "float32", &n);
+    ps_reply_pair_ll(ctx, "version", (long long)st.version, &n);
+    ps_reply_pair_ll(ctx, "rows", (long long)st.nrows, &n);
+    ps_reply_pair_ll(ctx, "memory", (long long)PSEmbed_MemUsage(v->t), &n);
+    ps_reply_pair_s(ctx, "optimizer", PSEmbed_OptimName(c->optim), &n);
+#define E_INFO(K, f) ps_reply_pair_d(ctx, #f, c->f, &n);
     PS_EMBED_HYPERPARAMS(E_INFO)
 #undef E_INFO
-    pair_s(ctx, "init", inits[c->init], &n);
-    pair_d(ctx, "init_a", c->init_a, &n);
-    pair_d(ctx, "init_b", c->init_b, &n);
-    pair_ll(ctx, "seed", (long long)c->seed, &n);
-    pair_s(ctx, "unknown", c->unknown_zeros ? "zeros" : "init", &n);
-    pair_ll(ctx, "admit", c->admit, &n);
-    pair_ll(ctx, "filter_log2", c->admit > 1 ? c->filter_log2 : 0, &n);
-    pair_ll(ctx, "capacity", (long long)c->capacity, &n);
-    pair_ll(ctx, "ttl", (long long)c->ttl, &n);
-    pair_ll(ctx, "created", (long long)st.stats.created, &n);
-    pair_ll(ctx, "dropped", (long long)st.stats.dropped, &n);
-    pair_ll(ctx, "evicted_ttl", (long long)st.stats.evicted_ttl, &n);
-    pair_ll(ctx, "evicted_capacity", (long long)st.stats.evicted_capacity, &n);
-    pair_ll(ctx, "evicted_explicit", (long long)st.stats.evicted_explicit, &n);
-    pair_ll(ctx, "maxstaleness", v->maxstale, &n);
-    pair_ll(ctx, "dedup_clients", v->dedup_len, &n);
-    pair_ll(ctx, "dedup_max", v->dedup_max, &n);
-    pair_ll(ctx, "pushes", (long long)v->pushes, &n);
-    pair_ll(ctx, "pulls", (long long)v->pulls, &n);
-    pair_ll(ctx, "ids_pulled", (long long)v->ids_pulled, &n);
-    pair_ll(ctx, "dedup_hits", (long long)v->dedup_hits, &n);
-    pair_ll(ctx, "stale_rejects", (long long)v->stale_rejects, &n);
-    pair_ll(ctx, "nonfinite_rejects", (long long)v->nonfinite_rejects, &n);
+    ps_reply_pair_s(ctx, "init", inits[c->init], &n);
+    ps_reply_pair_d(ctx, "init_a", c->init_a, &n);
+    ps_reply_pair_d(ctx, "init_b", c->init_b, &n);
+    ps_reply_pair_ll(ctx, "seed", (long long)c->seed, &n);
+    ps_reply_pair_s(ctx, "unknown", c->unknown_zeros ? "zeros" : "init", &n);
+    ps_reply_pair_ll(ctx, "admit", c->admit, &n);
+    ps_reply_pair_ll(ctx, "filter_log2", c->admit > 1 ? c->filter_log2 : 0, &n);
+    ps_reply_pair_ll(ctx, "capacity", (long long)c->capacity, &n);
+    ps_reply_pair_ll(ctx, "ttl", (long long)c->ttl, &n);
+    ps_reply_pair_ll(ctx, "created", (long long)st.stats.created, &n);
+    ps_reply_pair_ll(ctx, "dropped", (long long)st.stats.dropped, &n);
+    ps_reply_pair_ll(ctx, "evicted_ttl", (long long)st.stats.evicted_ttl, &n);
+    ps_reply_pair_ll(ctx, "evicted_capacity", (long long)st.stats.evicted_capacity, &n);
+    ps_reply_pair_ll(ctx, "evicted_explicit", (long long)st.stats.evicted_explicit, &n);
+    ps_reply_pair_ll(ctx, "maxstaleness", v->maxstale, &n);
+    ps_reply_pair_ll(ctx, "dedup_clients", v->dedup_len, &n);
+    ps_reply_pair_ll(ctx, "dedup_max", v->dedup_max, &n);
+    ps_reply_pair_ll(ctx, "pushes", (long long)v->pushes, &n);
+    ps_reply_pair_ll(ctx, "pulls", (long long)v->pulls, &n);
+    ps_reply_pair_ll(ctx, "ids_pulled", (long long)v->ids_pulled, &n);
+    ps_reply_pair_ll(ctx, "dedup_hits", (long long)v->dedup_hits, &n);
+    ps_reply_pair_ll(ctx, "stale_rejects", (long long)v->stale_rejects, &n);
+    ps_reply_pair_ll(ctx, "nonfinite_rejects", (long long)v->nonfinite_rejects, &n);
     RedisModule_ReplySetArrayLength(ctx, n);
     RedisModule_CloseKey(key);
     return REDISMODULE_OK;

@@ -35,7 +35,7 @@
 
 /* One number of a VALUES list. "nan" parses (as NaN) so that it is refused
  * and counted like a NaN in a blob, rather than ending the list. */
-static int values_number(RedisModuleString *arg, double *d) {
+int ps_values_number(RedisModuleString *arg, double *d) {
     if (RedisModule_StringToDouble(arg, d) == REDISMODULE_OK) return 1;
     if (ps_arg_is(arg, "nan") || ps_arg_is(arg, "-nan") || ps_arg_is(arg, "+nan")) {
         *d = NAN;
@@ -58,7 +58,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         values_start = 3;
         i = 3;
         double d;
-        while (i < argc && values_number(argv[i], &d)) i++;
+        while (i < argc && ps_values_number(argv[i], &d)) i++;
         nvalues = i - 3;
         if (nvalues == 0) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
     } else {
@@ -134,7 +134,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         }
         for (int k = 0; k < nvalues; k++) {
             double d = 0;
-            values_number(argv[values_start + k], &d);
+            ps_values_number(argv[values_start + k], &d);
             dst[k] = (float)d;
         }
         p.g = (const unsigned char *)dst;
