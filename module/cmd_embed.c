@@ -69,9 +69,22 @@ int ps_key_is_embed(RedisModuleCtx *ctx, RedisModuleString *keyname) {
     return is;
 }
 
+/* Whether argv[first_opt ..] holds the IDS keyword ("ID IDS 3" is a client
+ * named IDS, not the keyword). */
+static int has_ids(RedisModuleString **argv, int argc, int first_opt) {
+    for (int i = first_opt; i < argc; i++)
+        if (ps_arg_is(argv[i], "IDS") && !(i > 0 && ps_arg_is(argv[i - 1], "ID"))) return 1;
+    return 0;
+}
+
 int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first_opt,
                       RedisModuleCmdFunc handler) {
     if (argc < 2) return 0;
+    /* PS.PULL / PS.PUSHGRAD: only a command with IDS is a table command, so
+     * the tensor path pays no second key lookup (a table reached without IDS
+     * answers WRONGTYPE there). PS.INFO / PS.CONFIG go by the key's type. */
+    const int by_ids = first_opt >= 0;
+    if (by_ids && !has_ids(argv, argc, first_opt)) return 0;
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
     const int type = RedisModule_KeyType(key);
     const int is = type == REDISMODULE_KEYTYPE_MODULE && RedisModule_ModuleTypeGetType(key) == PSEmbedType;
@@ -80,15 +93,12 @@ int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         handler(ctx, argv, argc);
         return 1;
     }
+    if (!by_ids) return 0;
     /* IDS is the table's keyword: on a tensor it is a type error, as ROWS
-     * is on a table ("ID IDS 3" is a client named IDS, not the keyword). */
-    for (int i = first_opt; i < argc; i++) {
-        if (!ps_arg_is(argv[i], "IDS") || (i > 0 && ps_arg_is(argv[i - 1], "ID"))) continue;
-        if (type == REDISMODULE_KEYTYPE_EMPTY) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-        else RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-        return 1;
-    }
-    return 0;
+     * is on a table. */
+    if (type == REDISMODULE_KEYTYPE_EMPTY) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+    else RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+    return 1;
 }
 
 int ps_embed_reply_status(RedisModuleCtx *ctx, int status) {

@@ -434,7 +434,7 @@ void ps_reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long 
 /* PS.INFO key -> flat array of field/value pairs */
 int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, argc, PSEmbedInfo_RedisCommand)) return REDISMODULE_OK;
+    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedInfo_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
     if (!t) return REDISMODULE_OK;
@@ -499,7 +499,7 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
  * before any is applied. */
 int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, argc, PSEmbedConfig_RedisCommand)) return REDISMODULE_OK;
+    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedConfig_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!t) return REDISMODULE_OK;

@@ -153,7 +153,9 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 
 /* Dispatch from the shared verbs: returns 1 when the command was a table
  * command and has been answered, 0 when the tensor handler goes on.
- * 'first_opt' is the first argument index that may be an option keyword. */
+ * 'first_opt' is the first argument index that may be an option keyword
+ * (PS.PULL, PS.PUSHGRAD: dispatched by the IDS keyword), or -1 (PS.INFO,
+ * PS.CONFIG: dispatched by the key's type). */
 int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first_opt,
                       RedisModuleCmdFunc handler);
 

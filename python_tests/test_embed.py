@@ -287,6 +287,8 @@ def test_wrongtype_both_ways(raw):
     for cmd in (["PS.PULL", "t", "IDS", ids_blob([1])],
                 ["PS.PUSHGRAD", "t", f32(np.ones(4)), "IDS", ids_blob([1])],
                 ["PS.PULL", "e", "ROWS", b"\0\0\0\0"],
+                ["PS.PULL", "e"],
+                ["PS.PUSHGRAD", "e", f32(np.ones(4))],
                 ["PS.PUSHGRAD", "e", f32(np.ones(4)), "IDS", ids_blob([1]), "ROWS", b"\0\0\0\0"],
                 ["PS.SET", "e", f32(np.ones(4))],
                 ["PS.SNAPSHOT", "e", "s1"],
