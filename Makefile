@@ -46,7 +46,7 @@ TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_GLUE = $(filter module/module.c module/type.c module/cmd_%.c,$(wildcard module/*.c))
+MODULE_GLUE = $(filter module/module.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
 MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
 LIBPS_SRC   = $(wildcard libps/*.c)
 # Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
@@ -219,7 +219,7 @@ FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
-FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
 FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
 MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
@@ -232,6 +232,11 @@ $(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c $(wildcard common/codec*.c) common/shape
 
 # The RDB loader itself (module/type.c) against a fake RedisModuleIO.
 $(FUZZ_B)/fuzz_header: fuzz/fuzz_header.c module/type.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+# The ps-embeds RDB loader (module/type_embed.c) against a fake RedisModuleIO.
+$(FUZZ_B)/fuzz_embed: fuzz/fuzz_embed.c module/type_embed.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 

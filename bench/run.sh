@@ -14,6 +14,8 @@
 # persistence and is stopped by pid on exit. Exit status: 0 unless a program
 # failed (a missed target is reported, not an error).
 #
+# Part 2c (embedding tables vs a Redis hash, bench/embed_server_bench.py) fills
+# EMBED_BENCH_ROWS rows (default 10000000, about 40 s and 2.7 GB).
 # Environment overrides: REDIS_SERVER (redis-server), BENCH_PS_ARGS (extra
 # ps_bench flags, e.g. "--reps 3 --time-ms 200"), BENCH_TRAIN=0 (skip part 3),
 # BENCH_ACC (0.85), BENCH_MAX_EPOCHS (5), BENCH_DATA (Fashion-MNIST dir).
@@ -79,6 +81,14 @@ echo "redis-server pid $PID on 127.0.0.1:$PORT"
 echo
 echo "== 2b. exactly-once table: push with ID at DEDUPMAX 16 vs a full 2^20 table (build/bench/dedup_bench)"
 "$B/bench/dedup_bench" --port "$PORT" || { echo "bench: dedup_bench failed" >&2; fail=1; }
+stop_server
+
+echo
+echo "== 2c. embedding table vs a Redis hash of the same rows: pull/push of 4096 Zipf(1.1) ids (bench/embed_server_bench.py)"
+# EMBED_BENCH_ROWS: the 10M rows by default (about 40 s and 2.7 GB).
+start_server embed
+/usr/bin/python3 "$REPO/bench/embed_server_bench.py" --port "$PORT" --rows "${EMBED_BENCH_ROWS:-10000000}" ||
+    { echo "bench: embed_server_bench failed" >&2; fail=1; }
 stop_server
 
 if [ "${BENCH_TRAIN:-1}" = 0 ]; then

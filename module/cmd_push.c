@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "limits.h"
 #include "ps_module.h"
 
@@ -34,7 +35,7 @@
 
 /* One number of a VALUES list. "nan" parses (as NaN) so that it is refused
  * and counted like a NaN in a blob, rather than ending the list. */
-static int values_number(RedisModuleString *arg, double *d) {
+int ps_values_number(RedisModuleString *arg, double *d) {
     if (RedisModule_StringToDouble(arg, d) == REDISMODULE_OK) return 1;
     if (ps_arg_is(arg, "nan") || ps_arg_is(arg, "-nan") || ps_arg_is(arg, "+nan")) {
         *d = NAN;
@@ -47,6 +48,7 @@ static int values_number(RedisModuleString *arg, double *d) {
  *             [ID client seq] [SCALE s] -> new version */
 int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, 3, PSEmbedPush_RedisCommand)) return REDISMODULE_OK;
     PSPush p = {.scale = 1.0};
     RedisModuleString *grad = NULL, *rowsarg = NULL;
     int values_start = 0, nvalues = 0;
@@ -56,7 +58,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         values_start = 3;
         i = 3;
         double d;
-        while (i < argc && values_number(argv[i], &d)) i++;
+        while (i < argc && ps_values_number(argv[i], &d)) i++;
         nvalues = i - 3;
         if (nvalues == 0) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
     } else {
@@ -132,7 +134,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         }
         for (int k = 0; k < nvalues; k++) {
             double d = 0;
-            values_number(argv[values_start + k], &d);
+            ps_values_number(argv[values_start + k], &d);
             dst[k] = (float)d;
         }
         p.g = (const unsigned char *)dst;
@@ -391,6 +393,7 @@ static void *copybytes(const char *p, size_t len) {
  *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout) */
 int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, 2, PSEmbedPull_RedisCommand)) return REDISMODULE_OK;
     PullReq q = {.fmt = PS_FMT_F32};
     RedisModuleString *rows = NULL, *at = NULL;
     int have_timeout = 0;

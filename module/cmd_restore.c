@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* HEADER: a new tensor at 'key', replacing what is there. */
@@ -108,8 +109,13 @@ static int restore_snapshot(RedisModuleCtx *ctx, RedisModuleString **argv, PSTen
 }
 
 int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (argc < 3) return RedisModule_WrongArity(ctx);
     RedisModuleString *sub = argv[2];
+    /* The parts of a table (type_embed.c) start with E. */
+    if (ps_arg_is(sub, "EMBED") || ps_arg_is(sub, "EFILTER") || ps_arg_is(sub, "EROWS") ||
+        ps_arg_is(sub, "EEND") || ps_arg_is(sub, "EDEDUP"))
+        return PSEmbedRestore_RedisCommand(ctx, argv, argc);
+    if (argc < 4) return RedisModule_WrongArity(ctx);
     if (ps_arg_is(sub, "HEADER")) return restore_header(ctx, argv, argc);
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);

@@ -8,6 +8,7 @@
 
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -46,6 +47,14 @@ static RedisModuleCommandArg CreateArgs[] = {
     PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG_FLAG("nx", "NX"),
+    /* The table form (cmd_embed.c): PS.CREATE key EMBEDDING DIM d ... */
+    PS_ARG_FLAG("embedding", "EMBEDDING"),
+    PS_ARG("dim", "DIM", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("admit", "ADMIT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("filter", "FILTER", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("capacity", "CAPACITY", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("ttl", "TTL", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("unknown", "UNKNOWN", STRING, PS_ARG_OPTIONAL),
     {0}};
 static RedisModuleCommandArg SetArgs[] = {
     PS_ARG_KEY, PS_ARG("data", NULL, STRING, 0), PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
@@ -64,6 +73,7 @@ static RedisModuleCommandArg PushArgs[] = {
     PS_ARG("version", "VERSION", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("id", "ID", STRING, PS_ARG_OPTIONAL),
     PS_ARG("scale", "SCALE", DOUBLE, PS_ARG_OPTIONAL),
+    PS_ARG("ids", "IDS", STRING, PS_ARG_OPTIONAL), /* tables */
     {0}};
 static RedisModuleCommandArg PullArgs[] = {
     PS_ARG_KEY,
@@ -72,10 +82,17 @@ static RedisModuleCommandArg PullArgs[] = {
     PS_ARG("snapshot", "AT", STRING, PS_ARG_OPTIONAL),
     PS_ARG("minversion", "MINVERSION", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("ids", "IDS", STRING, PS_ARG_OPTIONAL), /* tables */
     {0}};
 static RedisModuleCommandArg CloseRoundArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg NameArgs[] = {PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg ScanRowsArgs[] = {
+    PS_ARG_KEY, PS_ARG("cursor", NULL, STRING, 0),
+    PS_ARG("since", "SINCE", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
 static RedisModuleCommandArg TakeArgs[] = {
     PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL), {0}};
@@ -114,7 +131,7 @@ static const PSCommandDef PSCommands[] = {
     {"ps.config", PSConfig_RedisCommand, "write", -4, WriteKey, ConfigArgs,
      "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
     /* cmd_restore.c */
-    {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -4, OverwriteKey, RestoreArgs,
+    {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -3, OverwriteKey, RestoreArgs,
      "Internal: rebuilds a tensor from an AOF rewrite", "O(N) where N is the size of the argument"},
     /* cmd_push.c */
     {"ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", -3, WriteKey, PushArgs,
@@ -134,6 +151,14 @@ static const PSCommandDef PSCommands[] = {
      "Restores values and optimizer state from a snapshot as a new version", "O(1)"},
     {"ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", 3, WriteKey, NameArgs,
      "Drops a snapshot", "O(S) where S is the number of snapshots"},
+    /* cmd_embed.c (the table forms of PS.CREATE/PULL/PUSHGRAD/INFO/CONFIG
+     * are dispatched from the handlers above) */
+    {"ps.scanrows", PSScanRows_RedisCommand, "readonly", -3, ReadKey, ScanRowsArgs,
+     "Export scan of an embedding table: rows changed since a version, by cursor",
+     "O(COUNT) per call, O(N) for a full scan where N is the number of rows"},
+    {"ps.evict", PSEvict_RedisCommand, "write", 4, WriteKey, EvictArgs,
+     "Removes the rows of an embedding table not pushed for AGE versions; returns how many",
+     "O(N) where N is the number of rows"},
     /* cmd_relay.c */
     {"ps.take", PSTake_RedisCommand, "write", -2, WriteKey, TakeArgs,
      "Moves the summed gradient of an ACCUM tensor into its pending slot (or answers the slot)",

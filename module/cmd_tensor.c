@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -191,6 +192,7 @@ static int create_fits(RedisModuleCtx *ctx, uint64_t bytes) {
  *           [OPTIM name] [LR x] ... [NX] */
 int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (ps_arg_is(argv[2], "EMBEDDING")) return PSEmbedCreate_RedisCommand(ctx, argv, argc);
     uint64_t dims[PS_MAX_DIMS];
     uint32_t ndim = 0;
     int have_shape = 0, have_init = 0, have_seed = 0, nx = 0, have_fmt = 0, sync_seen = 0;
@@ -411,19 +413,19 @@ done:
  * PS.INFO
  * ====================================================================== */
 
-static void reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n) {
+void ps_reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n) {
     RedisModule_ReplyWithCString(ctx, name);
     RedisModule_ReplyWithLongLong(ctx, v);
     *n += 2;
 }
 
-static void reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n) {
+void ps_reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n) {
     RedisModule_ReplyWithCString(ctx, name);
     RedisModule_ReplyWithDouble(ctx, v);
     *n += 2;
 }
 
-static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n) {
+void ps_reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n) {
     RedisModule_ReplyWithCString(ctx, name);
     RedisModule_ReplyWithCString(ctx, v);
     *n += 2;
@@ -432,6 +434,7 @@ static void reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, l
 /* PS.INFO key -> flat array of field/value pairs */
 int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedInfo_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
     if (!t) return REDISMODULE_OK;
@@ -441,43 +444,43 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     RedisModule_ReplyWithArray(ctx, t->ndim);
     for (uint32_t i = 0; i < t->ndim; i++) RedisModule_ReplyWithLongLong(ctx, (long long)t->dims[i]);
     n += 2;
-    reply_pair_s(ctx, "dtype", "float32", &n);
-    reply_pair_ll(ctx, "elements", (long long)t->n, &n);
-    reply_pair_ll(ctx, "bytes", (long long)(t->n * sizeof(float)), &n);
-    reply_pair_ll(ctx, "version", (long long)t->version, &n);
-    reply_pair_s(ctx, "optimizer", ps_optim_name(t->optim), &n);
-#define PS_HP_INFO(K, f, d, r, s) reply_pair_d(ctx, #f, t->h.f, &n);
+    ps_reply_pair_s(ctx, "dtype", "float32", &n);
+    ps_reply_pair_ll(ctx, "elements", (long long)t->n, &n);
+    ps_reply_pair_ll(ctx, "bytes", (long long)(t->n * sizeof(float)), &n);
+    ps_reply_pair_ll(ctx, "version", (long long)t->version, &n);
+    ps_reply_pair_s(ctx, "optimizer", ps_optim_name(t->optim), &n);
+#define PS_HP_INFO(K, f, d, r, s) ps_reply_pair_d(ctx, #f, t->h.f, &n);
     PS_HYPERPARAMS(PS_HP_INFO)
 #undef PS_HP_INFO
-    reply_pair_ll(ctx, "step", (long long)t->opt.step, &n);
-    reply_pair_ll(ctx, "maxstaleness", t->maxstale, &n);
-    reply_pair_s(ctx, "policy", t->policy == PS_POLICY_SCALE ? "scale" : "reject", &n);
-    reply_pair_s(ctx, "mode", t->sync_n ? "sync" : "async", &n);
-    reply_pair_ll(ctx, "sync_n", t->sync_n, &n);
-    reply_pair_ll(ctx, "sync_timeout_ms", t->sync_timeout_ms, &n);
-    reply_pair_ll(ctx, "round_pushes", t->round_count, &n);
-    reply_pair_ll(ctx, "snapshots", t->nsnap, &n);
-    reply_pair_ll(ctx, "max_snapshots", t->max_snapshots, &n);
-    reply_pair_ll(ctx, "dedup_clients", t->dedup_len, &n);
-    reply_pair_ll(ctx, "dedup_max", t->dedup_max, &n);
+    ps_reply_pair_ll(ctx, "step", (long long)t->opt.step, &n);
+    ps_reply_pair_ll(ctx, "maxstaleness", t->maxstale, &n);
+    ps_reply_pair_s(ctx, "policy", t->policy == PS_POLICY_SCALE ? "scale" : "reject", &n);
+    ps_reply_pair_s(ctx, "mode", t->sync_n ? "sync" : "async", &n);
+    ps_reply_pair_ll(ctx, "sync_n", t->sync_n, &n);
+    ps_reply_pair_ll(ctx, "sync_timeout_ms", t->sync_timeout_ms, &n);
+    ps_reply_pair_ll(ctx, "round_pushes", t->round_count, &n);
+    ps_reply_pair_ll(ctx, "snapshots", t->nsnap, &n);
+    ps_reply_pair_ll(ctx, "max_snapshots", t->max_snapshots, &n);
+    ps_reply_pair_ll(ctx, "dedup_clients", t->dedup_len, &n);
+    ps_reply_pair_ll(ctx, "dedup_max", t->dedup_max, &n);
     if (t->optim == PS_OPT_ACCUM) {
         /* The relay's view (accum.h): summed, pending, seq of the newest take. */
-        reply_pair_ll(ctx, "accum_pushes", (long long)t->acc.count, &n);
-        reply_pair_ll(ctx, "pending_pushes", (long long)t->acc.pend_count, &n);
-        reply_pair_ll(ctx, "relay_seq", (long long)t->acc.seq, &n);
-        reply_pair_ll(ctx, "takes", (long long)t->stats.takes, &n);
-        reply_pair_ll(ctx, "take_acks", (long long)t->stats.take_acks, &n);
+        ps_reply_pair_ll(ctx, "accum_pushes", (long long)t->acc.count, &n);
+        ps_reply_pair_ll(ctx, "pending_pushes", (long long)t->acc.pend_count, &n);
+        ps_reply_pair_ll(ctx, "relay_seq", (long long)t->acc.seq, &n);
+        ps_reply_pair_ll(ctx, "takes", (long long)t->stats.takes, &n);
+        ps_reply_pair_ll(ctx, "take_acks", (long long)t->stats.take_acks, &n);
     }
     const PSCounters *c = &t->stats;
-    reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);
-    reply_pair_ll(ctx, "pulls", (long long)c->pulls, &n);
-    reply_pair_ll(ctx, "sets", (long long)c->sets, &n);
-    reply_pair_ll(ctx, "stale_rejects", (long long)c->stale_rejects, &n);
-    reply_pair_ll(ctx, "scaled_pushes", (long long)c->scaled_pushes, &n);
-    reply_pair_ll(ctx, "dedup_hits", (long long)c->dedup_hits, &n);
-    reply_pair_ll(ctx, "nonfinite_rejects", (long long)c->nonfinite_rejects, &n);
-    reply_pair_ll(ctx, "rounds_closed", (long long)c->rounds_closed, &n);
-    reply_pair_ll(ctx, "rounds_timed_out", (long long)c->rounds_timed_out, &n);
+    ps_reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);
+    ps_reply_pair_ll(ctx, "pulls", (long long)c->pulls, &n);
+    ps_reply_pair_ll(ctx, "sets", (long long)c->sets, &n);
+    ps_reply_pair_ll(ctx, "stale_rejects", (long long)c->stale_rejects, &n);
+    ps_reply_pair_ll(ctx, "scaled_pushes", (long long)c->scaled_pushes, &n);
+    ps_reply_pair_ll(ctx, "dedup_hits", (long long)c->dedup_hits, &n);
+    ps_reply_pair_ll(ctx, "nonfinite_rejects", (long long)c->nonfinite_rejects, &n);
+    ps_reply_pair_ll(ctx, "rounds_closed", (long long)c->rounds_closed, &n);
+    ps_reply_pair_ll(ctx, "rounds_timed_out", (long long)c->rounds_timed_out, &n);
     RedisModule_ReplyWithCString(ctx, "staleness_histogram");
     RedisModule_ReplyWithArray(ctx, PS_STALE_BUCKETS);
     for (int i = 0; i < PS_STALE_BUCKETS; i++)
@@ -496,6 +499,7 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
  * before any is applied. */
 int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
+    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedConfig_RedisCommand)) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!t) return REDISMODULE_OK;

@@ -8,6 +8,7 @@
 
 #define PS_REDISMODULE_DEFINE
 #include "ps_module.h"
+#include "embed_glue.h"
 
 #include "fpguard.h"
 
@@ -377,6 +378,17 @@ static void infoFunc(RedisModuleInfoCtx *ctx, int for_crash_report) {
     RedisModule_InfoAddFieldULongLong(ctx, "round_timers", ps_round_timers_pending());
     RedisModule_InfoAddFieldULongLong(ctx, "scratch_bytes", ps_scratch_held());
 #undef F
+#define E(name) RedisModule_InfoAddFieldULongLong(ctx, "embed_" #name, PSEmbedCounters.name)
+    E(creates);
+    E(pushes);
+    E(pulls);
+    E(ids_pushed);
+    E(ids_pulled);
+    E(rows_created);
+    E(ids_dropped);
+    E(rows_evicted);
+    E(scans);
+#undef E
 }
 
 /* ========================================================================
@@ -411,9 +423,11 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
         return REDISMODULE_ERR;
     }
     PSTensor_SetAllocator(tryAllocHook, freeHook);
+    PSEmbed_SetAllocator(tryAllocHook, freeHook);
     RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS);
 
     if (PSType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
+    if (PSEmbedType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR || PSPushHooks_Register(ctx) == REDISMODULE_ERR)
         return REDISMODULE_ERR;

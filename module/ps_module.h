@@ -96,6 +96,16 @@ const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
  * NULL on OOM. Valid until the next call or ps_scratch_trim(). */
 float *ps_scratch(uint64_t n);
 
+/* One field/value pair of a flat PS.INFO reply; adds 2 to *n (cmd_tensor.c). */
+void ps_reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n);
+void ps_reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n);
+void ps_reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n);
+
+/* One number of a PS.PUSHGRAD VALUES list into *d; "nan" parses (as NaN) so
+ * that it is refused like a NaN in a blob. Returns 0 when 'arg' is not a
+ * number (cmd_push.c). */
+int ps_values_number(RedisModuleString *arg, double *d);
+
 /* Registers every command of the table in cmd_table.c (OnLoad). */
 int PSCommands_Register(RedisModuleCtx *ctx);
 

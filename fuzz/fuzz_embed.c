@@ -1,0 +1,275 @@
+/* fuzz_embed.c -- libFuzzer harness for the ps-embeds RDB loader: the real
+ * module/type_embed.c (PSEmbedType_RdbLoad: header decode, filter chunks,
+ * row blocks through PSEmbed_LoadBegin/LoadRow/LoadEnd, exactly-once
+ * entries) and the embedding core, linked against a fake RedisModuleIO that
+ * serves the fuzz input.
+ *
+ * Input: an RDB value in the fake encoding below (an unsigned = 8 bytes
+ * little-endian; a string buffer = 4-byte little-endian length + bytes).
+ * Reading past the end sets the I/O error flag, as Redis does with
+ * REDISMODULE_OPTIONS_HANDLE_IO_ERRORS.
+ *
+ * Invariants: a loaded value saves and loads back to the same bytes with the
+ * same digest; its copy has that digest; its AOF rewrite emits arguments
+ * under 64 MB; a push and a pull on it keep the digest of save -> load; it
+ * frees cleanly (ASan checks leaks and accesses). A refused input leaks
+ * nothing.
+ *
+ * PS_FUZZ_WRITE_SEEDS=<dir> writes the seed corpus (saved real tables) into
+ * <dir> and exits. */
+
+#define PS_REDISMODULE_DEFINE
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "embed_glue.h"
+#include "fuzz_util.h"
+
+/* ---------------------------------------------------------------- fake IO */
+
+struct RedisModuleIO {
+    const uint8_t *in;
+    size_t left;
+    int err;
+    uint8_t *buf; /* what is saved */
+    size_t used, cap;
+};
+
+static void put(RedisModuleIO *io, const void *p, size_t n) {
+    if (io->used + n > io->cap) {
+        io->cap = 2 * (io->used + n) + 256;
+        io->buf = realloc(io->buf, io->cap);
+        FZ_CHECK(io->buf != NULL);
+    }
+    memcpy(io->buf + io->used, p, n);
+    io->used += n;
+}
+
+static int take(RedisModuleIO *io, void *p, size_t n) {
+    if (io->err || io->left < n) {
+        io->err = 1;
+        memset(p, 0, n);
+        return -1;
+    }
+    memcpy(p, io->in, n);
+    io->in += n;
+    io->left -= n;
+    return 0;
+}
+
+static void fk_SaveUnsigned(RedisModuleIO *io, uint64_t v) { put(io, &v, 8); }
+static void fk_SaveStringBuffer(RedisModuleIO *io, const char *s, size_t len) {
+    uint32_t l = (uint32_t)len;
+    FZ_CHECK(l == len);
+    put(io, &l, 4);
+    put(io, s, len);
+}
+static uint64_t fk_LoadUnsigned(RedisModuleIO *io) {
+    uint64_t v;
+    take(io, &v, 8);
+    return v;
+}
+static char *fk_LoadStringBuffer(RedisModuleIO *io, size_t *lenp) {
+    uint32_t l;
+    if (take(io, &l, 4) || io->left < l) {
+        io->err = 1;
+        return NULL;
+    }
+    char *s = malloc(l ? l : 1);
+    FZ_CHECK(s != NULL);
+    take(io, s, l);
+    *lenp = l;
+    return s;
+}
+static int fk_IsIOError(RedisModuleIO *io) { return io->err; }
+static void fk_LogIOError(RedisModuleIO *io, const char *lvl, const char *fmt, ...) {
+    (void)io, (void)lvl, (void)fmt;
+}
+static void fk_Log(RedisModuleCtx *ctx, const char *lvl, const char *fmt, ...) {
+    (void)ctx, (void)lvl, (void)fmt;
+}
+
+/* AOF rewrite: every blob argument stays under the 64 MB argument cap. */
+static void fk_EmitAOF(RedisModuleIO *io, const char *cmd, const char *fmt, ...) {
+    (void)io;
+    FZ_CHECK(strcmp(cmd, "ps._restore") == 0);
+    va_list ap;
+    va_start(ap, fmt);
+    for (const char *f = fmt; *f; f++) {
+        if (*f == 's') (void)va_arg(ap, RedisModuleString *);
+        else if (*f == 'l') (void)va_arg(ap, long long);
+        else if (*f == 'c') (void)va_arg(ap, const char *);
+        else if (*f == 'b') {
+            (void)va_arg(ap, const char *);
+            FZ_CHECK(va_arg(ap, size_t) < (64u << 20));
+        } else FZ_CHECK(!"unknown EmitAOF format");
+    }
+    va_end(ap);
+}
+
+struct RedisModuleDigest {
+    uint64_t h;
+};
+static void mix(RedisModuleDigest *md, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) md->h = (md->h ^ ((const uint8_t *)p)[i]) * 1099511628211ull;
+}
+static void fk_DigestAddStringBuffer(RedisModuleDigest *md, const char *s, size_t n) { mix(md, s, n); }
+static void fk_DigestAddLongLong(RedisModuleDigest *md, long long v) { mix(md, &v, 8); }
+static void fk_DigestEndSequence(RedisModuleDigest *md) { mix(md, "|", 1); }
+
+/* Big requests fail, as TryAlloc does under maxmemory. */
+static void *fk_TryAlloc(size_t n) { return n > (256u << 20) ? NULL : malloc(n ? n : 1); }
+static void fk_Free(void *p) { free(p); }
+
+static RedisModuleTypeMethods TM;
+static RedisModuleType *fk_CreateDataType(RedisModuleCtx *ctx, const char *name, int encver,
+                                          RedisModuleTypeMethods *tm) {
+    (void)ctx;
+    FZ_CHECK(strcmp(name, PS_EMBED_TYPE_NAME) == 0 && encver == PS_EMBED_ENCVER_LATEST);
+    TM = *tm;
+    return (RedisModuleType *)&TM;
+}
+
+/* ------------------------------------------------------------- the checks */
+
+static uint64_t digest_of(void *v) {
+    RedisModuleDigest md = {1469598103934665603ull};
+    TM.digest(&md, v);
+    return md.h;
+}
+
+/* Saves 'v'; the caller frees io->buf. */
+static RedisModuleIO save(void *v) {
+    RedisModuleIO io = {0};
+    TM.rdb_save(&io, v);
+    return io;
+}
+
+static void *load(const uint8_t *p, size_t n) {
+    RedisModuleIO io = {.in = p, .left = n};
+    return TM.rdb_load(&io, PS_EMBED_ENCVER_LATEST);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    PSEmbedValue *v = load(data, size);
+    if (!v) return 0;
+    const uint64_t d = digest_of(v);
+    RedisModuleIO s1 = save(v);
+    PSEmbedValue *w = load(s1.buf, s1.used);
+    FZ_CHECK(w != NULL && digest_of(w) == d);
+    RedisModuleIO s2 = save(w);
+    FZ_CHECK(s2.used == s1.used && memcmp(s1.buf, s2.buf, s1.used) == 0);
+    void *c = TM.copy(NULL, NULL, v);
+    if (c) {
+        FZ_CHECK(digest_of(c) == d);
+        TM.free(c);
+    }
+    TM.aof_rewrite(NULL, NULL, v);
+    FZ_CHECK(TM.mem_usage(v) >= PSEmbed_MemUsage(v->t));
+    /* A loaded table keeps working: push the rows it has (and a new id),
+     * pull them; save -> load of the result keeps its digest. */
+    const uint32_t dim = PSEmbed_Config(v->t)->dim;
+    const uint64_t rows = PSEmbed_Rows(v->t);
+    size_t k = (rows < 8 ? (size_t)rows : 8) + 1;
+    if ((uint64_t)k * dim <= (1u << 20)) {
+        uint64_t *ids = malloc(k * sizeof(uint64_t));
+        float *g = malloc((size_t)k * dim * sizeof(float));
+        FZ_CHECK(ids && g);
+        for (size_t i = 0; i + 1 < k; i++) {
+            PSEmbedRow r;
+            PSEmbed_RowAt(v->t, i, &r);
+            ids[i] = r.id;
+        }
+        ids[k - 1] = 0x9e3779b97f4a7c15ULL;
+        for (size_t i = 0; i < (size_t)k * dim; i++) g[i] = (float)(i % 7) / 8 - 0.25f;
+        PSEmbedPushResult pr;
+        int st = PSEmbed_Push(v->t, (const unsigned char *)ids, k, (const unsigned char *)g, &pr);
+        FZ_CHECK(st == PSE_OK || st == PSE_ERR_OOM || st == PSE_ERR_FULL);
+        PSEmbed_Pull(v->t, (const unsigned char *)ids, k, g);
+        RedisModuleIO s3 = save(v);
+        PSEmbedValue *x = load(s3.buf, s3.used);
+        FZ_CHECK(x != NULL && digest_of(x) == digest_of(v));
+        TM.free(x);
+        free(s3.buf);
+        free(ids);
+        free(g);
+    }
+    free(s1.buf);
+    free(s2.buf);
+    TM.free(w);
+    TM.free(v);
+    return 0;
+}
+
+/* Seeds: saved real tables of every optimizer, with admission, evictions
+ * and exactly-once entries. */
+static void write_seeds(const char *dir) {
+    for (int opt = 0; opt < PSE_OPT_COUNT; opt++) {
+        PSEmbedConfig c;
+        PSEmbed_DefaultConfig(&c, 1 + (uint32_t)opt % 3);
+        c.optim = opt;
+        c.admit = opt % 2 ? 2 : 1;
+        c.filter_log2 = PSE_MIN_FILTER_LOG2;
+        c.capacity = opt == 3 ? 5 : 0;
+        c.ttl = opt == 4 ? 4 : 0;
+        if (opt != PSE_OPT_FTRL) {
+            c.init = PSE_INIT_UNIFORM;
+            c.init_a = -1;
+            c.init_b = 1;
+            c.seed = (uint64_t)opt;
+        }
+        PSEmbed *t = PSEmbed_New(&c, NULL);
+        FZ_CHECK(t != NULL);
+        PSEmbedValue *v = PSEmbedValue_New(t, -1, 4);
+        for (uint64_t p = 0; p < 8; p++) {
+            uint64_t ids[3] = {p % 5, (p * 7) % 11, p % 5};
+            float g[3 * 3];
+            for (int i = 0; i < 9; i++) g[i] = (float)((int)(p + (uint64_t)i) % 5 - 2) / 4;
+            FZ_CHECK(PSEmbed_Push(t, (const unsigned char *)ids, 3, (const unsigned char *)g, NULL) ==
+                     PSE_OK);
+            char id[8];
+            snprintf(id, sizeof(id), "w%d", (int)(p % 3));
+            PSEmbedValue_DedupRecord(v, id, strlen(id), p + 1, 0, PSEmbed_Version(t));
+        }
+        RedisModuleIO io = save(v);
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/seed-%d", dir, opt);
+        FILE *f = fopen(path, "wb");
+        FZ_CHECK(f != NULL);
+        fwrite(io.buf, 1, io.used, f);
+        fclose(f);
+        free(io.buf);
+        TM.free(v);
+    }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc, (void)argv;
+    RedisModule_SaveUnsigned = fk_SaveUnsigned;
+    RedisModule_SaveStringBuffer = fk_SaveStringBuffer;
+    RedisModule_LoadUnsigned = fk_LoadUnsigned;
+    RedisModule_LoadStringBuffer = fk_LoadStringBuffer;
+    RedisModule_IsIOError = fk_IsIOError;
+    RedisModule_LogIOError = fk_LogIOError;
+    RedisModule_Log = fk_Log;
+    RedisModule_EmitAOF = fk_EmitAOF;
+    RedisModule_DigestAddStringBuffer = fk_DigestAddStringBuffer;
+    RedisModule_DigestAddLongLong = fk_DigestAddLongLong;
+    RedisModule_DigestEndSequence = fk_DigestEndSequence;
+    RedisModule_TryAlloc = fk_TryAlloc;
+    RedisModule_Free = fk_Free;
+    RedisModule_CreateDataType = fk_CreateDataType;
+    PSEmbed_SetAllocator(fk_TryAlloc, fk_Free);
+    PSTensor_SetAllocator(fk_TryAlloc, fk_Free);
+    FZ_CHECK(PSEmbedType_Register(NULL) == REDISMODULE_OK);
+    const char *seeds = getenv("PS_FUZZ_WRITE_SEEDS");
+    if (seeds) {
+        write_seeds(seeds);
+        exit(0);
+    }
+    return 0;
+}

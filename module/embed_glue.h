@@ -1,0 +1,169 @@
+/* embed_glue.h -- what the embedding-table glue (type_embed.c, cmd_embed.c)
+ * shares with module.c and cmd_table.c: the registered type, the key value
+ * wrapped around the pure core (embed.h), the saved header layout and the
+ * command handlers. Not included by the pure cores.
+ *
+ * The value of a ps-embeds key is a PSEmbedValue: the core table plus what
+ * the glue adds on top of it (staleness bound, the exactly-once table of
+ * client ids, counters that pulls move and that are therefore never
+ * replicated, persisted or digested). */
+
+#ifndef PS_EMBED_GLUE_H
+#define PS_EMBED_GLUE_H
+
+#include <stdint.h>
+
+#include "embed.h"
+#include "ps_module.h"
+
+/* Module type names are exactly 9 characters: "ps-embeds". */
+#define PS_EMBED_TYPE_NAME "ps-embeds"
+extern RedisModuleType *PSEmbedType;
+
+/* Encoding versions of ps-embeds (its own ladder; encver.h holds the
+ * tensor's). The RDB value carries one as the type encoding version, PS._RESTORE
+ * EMBED (the AOF rewrite) as its ENCVER token. */
+#define PS_EMBED_ENCVER_FIRST 1 /* header words, filter chunks, row blocks, exactly-once entries */
+#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_FIRST
+
+/* Hyper-parameters of a table: PS.CREATE / PS.CONFIG keyword, PSEmbedConfig
+ * member. Parsing, the replicated PS.CREATE, PS.INFO and the saved header are
+ * generated from this list. */
+#define PS_EMBED_HYPERPARAMS(X) \
+    X(LR, lr)                   \
+    X(MOMENTUM, momentum)       \
+    X(BETA1, beta1)             \
+    X(BETA2, beta2)             \
+    X(EPS, eps)                 \
+    X(ALPHA, alpha)             \
+    X(BETA, beta)               \
+    X(L1, l1)                   \
+    X(L2, l2)
+
+/* The saved header: 8-byte words in this order, for RDB (each word one
+ * SaveUnsigned) and PS._RESTORE EMBED (one blob). u = integer config field,
+ * d = double config field (saved as its bit pattern), g = glue field,
+ * s = PSEmbedState field. */
+#define PS_EMBED_HEADER_FIELDS(X)                                             \
+    X(u, dim) X(u, optim) X(u, init) X(u, seed) X(u, unknown_zeros) X(u, admit) \
+    X(u, filter_log2) X(u, capacity) X(u, ttl)                                \
+    X(d, lr) X(d, momentum) X(d, beta1) X(d, beta2) X(d, eps) X(d, alpha)       \
+    X(d, beta) X(d, l1) X(d, l2) X(d, init_a) X(d, init_b)                     \
+    X(g, maxstale) X(g, dedup_max)                                            \
+    X(s, version) X(s, nrows) X(s, sweep_pos) X(s, created) X(s, dropped)     \
+    X(s, evicted_ttl) X(s, evicted_capacity) X(s, evicted_explicit)
+#define PS_EMBED_HDR_ONE(k, f) +1
+enum { PS_EMBED_HEADER_WORDS = 0 PS_EMBED_HEADER_FIELDS(PS_EMBED_HDR_ONE) };
+
+/* Bytes of one serialized row: id, last_version, pushes, rowacc, floats. */
+#define PS_EMBED_ROW_HDR 24u
+/* Bytes per RDB string / AOF argument of filter or rows: 32 MB (< 64 MB). */
+#define PS_EMBED_CHUNK_BYTES (32u << 20)
+/* Bound of the exactly-once table and of a client id. */
+#define PS_EMBED_MAX_DEDUP (1u << 20)
+#define PS_EMBED_MAX_CLIENT_ID 256u
+
+/* A table being rebuilt by PS._RESTORE EMBED (AOF replay): the header is
+ * known, the filter arrives in chunks, then the rows. */
+typedef struct PSEmbedPending {
+    PSEmbedConfig cfg;
+    PSEmbedState st;
+    uint8_t *filter; /* cfg's filter length, filled up to 'filled' */
+    size_t filter_len, filled;
+} PSEmbedPending;
+
+typedef struct PSEmbedValue {
+    PSEmbed *t;               /* NULL while 'pending' */
+    PSEmbedPending *pending;  /* a PS._RESTORE in progress, or NULL */
+    int restoring;            /* rows still arriving: commands refuse the key */
+    int64_t maxstale;         /* -1 = none: a push VERSION older than this is STALE */
+    uint32_t dedup_max;       /* bound of the exactly-once table */
+    uint32_t dedup_len, dedup_cap;
+    PSDedupEntry *dedup;      /* insertion order; oldest version evicted first */
+    /* Not persisted, not digested (pulls move them). */
+    uint64_t pushes, pulls, ids_pulled, dedup_hits, stale_rejects, nonfinite_rejects;
+} PSEmbedValue;
+
+/* A new value around 't' (owned), NULL on OOM. */
+PSEmbedValue *PSEmbedValue_New(PSEmbed *t, int64_t maxstale, uint32_t dedup_max);
+void PSEmbedValue_Free(PSEmbedValue *v);
+
+/* Exactly-once table (linear scan: bounded by DEDUPMAX, default 1024). */
+PSDedupEntry *PSEmbedValue_DedupFind(PSEmbedValue *v, const char *id, size_t idlen);
+/* Records (id, seq, window, version), evicting the entry with the oldest
+ * version (first such) when full. 0 or -1 on OOM (nothing changed). */
+int PSEmbedValue_DedupRecord(PSEmbedValue *v, const char *id, size_t idlen, uint64_t seq,
+                             uint64_t window, uint64_t version);
+/* The push path in two steps, so that nothing fails after the table
+ * changed: Prepare makes room for one more entry and returns a copy of 'id'
+ * (NULL on OOM, nothing changed); Commit inserts it (owning the copy),
+ * evicting the oldest entry when full. dedup_max must be > 0. */
+char *PSEmbedValue_DedupPrepare(PSEmbedValue *v, const char *id, size_t idlen);
+void PSEmbedValue_DedupCommit(PSEmbedValue *v, char *copy, size_t idlen, uint64_t seq,
+                              uint64_t window, uint64_t version);
+/* Evicts oldest entries until at most dedup_max remain. */
+void PSEmbedValue_DedupShrink(PSEmbedValue *v);
+
+/* Header words of a value / back. Decode checks every integer's range
+ * before narrowing (RESTORE payloads are hostile); the rest is checked by
+ * PSEmbed_LoadBegin. Returns NULL or why the header is bad. */
+void PSEmbed_HeaderEncode(const PSEmbedValue *v, uint64_t *w);
+const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedState *st,
+                                 int64_t *maxstale, uint32_t *dedup_max);
+
+/* Bytes of the admission filter of config 'c' (0 when ADMIT is 1). */
+size_t PSEmbed_FilterLen(const PSEmbedConfig *c);
+
+/* Rows of a serialized block 'blob' of 'len' bytes (whole rows, at most
+ * 'remaining') into table 't' under rebuild; 'scratch' holds one row's
+ * floats. Returns NULL or why the block is bad (rows before the bad one stay
+ * stored). */
+const char *PSEmbed_LoadBlock(PSEmbed *t, const unsigned char *blob, size_t len, float *scratch,
+                              uint64_t remaining);
+
+/* A PS._RESTORE EMBED in progress: frees it; turns a value whose filter is
+ * complete into a table under rebuild (NULL or why not). */
+void PSEmbedPending_Free(PSEmbedPending *p);
+const char *PSEmbedValue_PendingBegin(PSEmbedValue *v);
+
+/* Opens 'keyname' as a table. Empty: NULL, *empty = 1, no reply. Another
+ * type, or a table still being restored: replies the error, NULL. */
+PSEmbedValue *ps_open_embed(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
+                            RedisModuleKey **key, int *empty);
+/* Whether 'keyname' holds a table (no reply). */
+int ps_key_is_embed(RedisModuleCtx *ctx, RedisModuleString *keyname);
+/* Replies the error for a PSE_* status. */
+int ps_embed_reply_status(RedisModuleCtx *ctx, int status);
+
+int PSEmbedType_Register(RedisModuleCtx *ctx);
+
+/* PS._RESTORE key EMBED|EFILTER|EROWS|EEND|EDEDUP ... (cmd_embed_restore.c). */
+int PSEmbedRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+/* cmd_embed.c: the table forms of the shared verbs (dispatched from the
+ * tensor handlers when the key or the arguments say "table") and the
+ * table-only commands. */
+int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSEmbedPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+/* Dispatch from the shared verbs: returns 1 when the command was a table
+ * command and has been answered, 0 when the tensor handler goes on.
+ * 'first_opt' is the first argument index that may be an option keyword
+ * (PS.PULL, PS.PUSHGRAD: dispatched by the IDS keyword), or -1 (PS.INFO,
+ * PS.CONFIG: dispatched by the key's type). */
+int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first_opt,
+                      RedisModuleCmdFunc handler);
+
+/* INFO ps counters of tables. */
+typedef struct PSEmbedModuleStats {
+    unsigned long long creates, pushes, pulls, ids_pushed, ids_pulled, rows_created,
+        ids_dropped, rows_evicted, scans;
+} PSEmbedModuleStats;
+extern PSEmbedModuleStats PSEmbedCounters;
+
+#endif /* PS_EMBED_GLUE_H */
