@@ -7,6 +7,7 @@
  *   wire.c     RESP encoding of the model commands (wire.h)
  *   model.c, model_io.c   models and partitions: build requests, interpret
  *              replies in the callbacks
+ *   embed.c    sharded embedding tables: pulls and pushes by ids
  *   client.c   psConnect, generic commands, psDrain, psClientFree
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
  *              the policies), lost-state events, event announcements */
@@ -150,6 +151,9 @@ typedef struct psClientPriv {
     int nbatches;
     struct psModel **models;    /* models with requests on this client */
     int nmodels, modelcap;
+    /* embedding tables (embed.c) */
+    struct psEmbed **embeds;    /* tables with requests on this client */
+    int nembeds, embedcap;
 } psClientPriv;
 
 /* ------------------------------------------------------------------------
@@ -208,6 +212,15 @@ int psi_models_init(psClient *c);
 void psi_models_free(psClient *c);
 /* 1 when no push of any model is in flight on 'c'. */
 int psi_pushes_idle(psClient *c, void *arg);
+
+/* ------------------------------------------------------------------------
+ * embed.c (used by client.c)
+ * ------------------------------------------------------------------------ */
+
+/* 1 when no embedding push is in flight on 'c'. */
+int psi_embeds_idle(psClient *c, void *arg);
+/* Forget every table attached to 'c' (psClientFree). */
+void psi_embeds_free(psClient *c);
 
 /* ------------------------------------------------------------------------
  * durable.c
