@@ -212,3 +212,23 @@ def test_cluster_shards_sit_on_every_master_and_round_trip(cluster, tmp_path):
     # Python through RedisCluster, the same layout
     rc_ = redis_ps.connect(cluster.masters()[0].addr)
     assert Embedding(rc_, "cemb", DIM, 3).pull(ids).tobytes() == rows.tobytes()
+
+
+def test_torch_sparse_embedding_gradient_is_pushed_by_ids(server):
+    torch = pytest.importorskip("torch")
+    from redis_ps.torch import pull_embedding, push_embedding
+    r = server.client()
+    table = Embedding(r, "temb", DIM, 2)
+    table.create("OPTIM SGD LR 1 INIT UNIFORM -1 1 SEED 3")
+    ids = np.array([1000, 7, 2**40], dtype=np.uint64)
+    cache = torch.nn.Embedding(len(ids), DIM, sparse=True)
+    pull_embedding(table, cache, ids)
+    start = cache.weight.detach().numpy().copy()
+    assert np.array_equal(start, table.pull(ids))
+    batch = torch.tensor([[0, 2, 0]])           # row 0 (id 1000) twice, id 7 untouched
+    cache(batch).sum().backward()
+    push_embedding(table, cache, ids)
+    after = table.pull(ids)
+    assert np.array_equal(after[0], start[0] - 2)
+    assert np.array_equal(after[1], start[1])
+    assert np.array_equal(after[2], start[2] - 1)
