@@ -299,8 +299,9 @@ static void shard_seen(psEmbedShard *sh, uint64_t v) {
  * Create, delete
  * ======================================================================== */
 
-/* Run 'build' per shard (argv of one command, at most 64 arguments) as one
- * pipelined batch; 'count' tallies each reply. Returns the tally or PS_ERR. */
+/* Send to every shard, pipelined, "PS.CREATE key EMBEDDING DIM d 'opts'
+ * [NX]" ('create') or "DEL key". Returns the shards created (OK replies) or
+ * keys deleted, or PS_ERR (the first error reply recorded). */
 static int per_shard(psClient *c, psEmbed *e, const char *opts, int nx, int create) {
     psRawReq *qs = calloc((size_t)e->nshards, sizeof(*qs));
     char *optcopy = opts ? strdup(opts) : NULL;

@@ -40,6 +40,20 @@ static void put_u64(out *o, uint64_t v) {
     put_arg(o, b, (size_t)k);
 }
 
+/* The exactly-once options of a push: [VERSION v] [ID client seq]. */
+static void put_version_id(out *t, int version, uint64_t v, int id, const char *client,
+                           uint64_t seq) {
+    if (version) {
+        put_str(t, "VERSION");
+        put_u64(t, v);
+    }
+    if (id) {
+        put_str(t, "ID");
+        put_str(t, client);
+        put_u64(t, seq);
+    }
+}
+
 size_t ps_wire_pushgrad_head_size(size_t keylen) { return keylen + 96; }
 
 int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *headlen,
@@ -61,15 +75,7 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
         put_str(&t, "FORMAT");
         put_str(&t, ps_format_name(a->fmt));
     }
-    if (version) {
-        put_str(&t, "VERSION");
-        put_u64(&t, a->version);
-    }
-    if (id) {
-        put_str(&t, "ID");
-        put_str(&t, a->client_id);
-        put_u64(&t, a->seq);
-    }
+    put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     if (a->scale != 1.0f) {
         char b[32];
         int k = snprintf(b, sizeof(b), "%.9g", (double)a->scale);
@@ -120,15 +126,7 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
     }
     put_str(&t, "IDS");
     put_ids(&t, a->ids, a->nids);
-    if (version) {
-        put_str(&t, "VERSION");
-        put_u64(&t, a->version);
-    }
-    if (id) {
-        put_str(&t, "ID");
-        put_str(&t, a->client_id);
-        put_u64(&t, a->seq);
-    }
+    put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     *headlen = h.len;
     *taillen = t.len;
     return h.len <= headcap && t.len <= tailcap ? 0 : -1;
