@@ -564,11 +564,8 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
         /* The server lost pushes this client saw (restart, failover):
          * a lost-state event; policy continue resends the gradient as
          * computed from the server's version. */
-        const char *cur = strrchr(reply->str, ' ');
-        uint64_t now = cur ? strtoull(cur + 1, NULL, 10) : 0;
-        uint64_t saw = sh->has_acked && sh->acked_version > q->args.version ? sh->acked_version
-                                                                            : q->args.version;
-        psi_lost_state(c, r->node, sh->key, saw, 1, now, msg, sizeof(msg));
+        uint64_t now = psi_push_rollback(c, r->node, sh->key, reply->str, q->args.version,
+                                         sh->has_acked, sh->acked_version, msg, sizeof(msg));
         sh->acked_version = now;
         freeReplyObject(reply);
         reply = NULL;

@@ -248,4 +248,13 @@ int psi_wait_wanted(psClient *c, int node);
 void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int has_now,
                     uint64_t now, char *msg, size_t msglen);
 
+/* A push that sent VERSION 'sent' to 'key' on 'node' was answered
+ * 'errstr' = "ERR VERSION v is newer than the tensor's version now": the
+ * server lost pushes this client saw acknowledged ('acked' when
+ * 'has_acked'). Announces the lost-state event (message in 'msg') and
+ * returns the server's version now. */
+uint64_t psi_push_rollback(psClient *c, int node, const char *key, const char *errstr,
+                           uint64_t sent, int has_acked, uint64_t acked, char *msg,
+                           size_t msglen);
+
 #endif /* PS_INTERNAL_H */
