@@ -39,6 +39,7 @@ static struct {
     char seqs[64][48];                  /* "key seq" applied */
     int nseqs;
     char fmt[8];                        /* FORMAT of the last push ("" none) */
+    int nokey;                          /* answer "no such key" (a lost table) */
 } T;
 
 static float row_value(uint64_t id, int j) { return (float)(id % 1000) + 0.25f * (float)j; }
@@ -64,7 +65,9 @@ static int embed_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int 
         return 1;
     }
     pthread_mutex_lock(&T.mu);
-    if (!strcmp(argv[0], "PS.PULL")) {
+    if (T.nokey) {
+        out(f, fd, "-ERR no such key\r\n");
+    } else if (!strcmp(argv[0], "PS.PULL")) {
         float *x = malloc(sizeof(float) * DIM * (n ? n : 1));
         for (size_t i = 0; i < n; i++) {
             uint64_t id;
@@ -311,6 +314,31 @@ static void test_embed_bf16_push_sends_rounded_rows_with_format(void **state) {
     close_all(a, c, NULL);
 }
 
+static void test_embed_shard_gone_after_an_ack_is_lost_state(void **state) {
+    psOptions o = {0};
+    fake *a = embed_fake("A");
+    psClient *c;
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[2] = {1, 2};
+    float g[2 * DIM] = {0}, dst[2 * DIM];
+    (void)state;
+    o.on_event = NULL;
+    c = connect_to(a, &o);
+    /* never seen: a plain server error, not lost state */
+    T.nokey = 1;
+    assert_int_equal(psEmbedPull(c, e, ids, 2, dst), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_SERVER);
+    T.nokey = 0;
+    assert_int_equal(psEmbedPush(c, e, ids, 2, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    T.nokey = 1;                /* the shard vanished after acknowledging a push */
+    assert_int_equal(psEmbedPull(c, e, ids, 2, dst), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_LOST_STATE);
+    assert_int_equal(c->stats.lost_state, 1);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
 int main(void) {
     (void)model4;               /* client_helpers.h's model helpers: not used here */
     (void)push_zeros;
@@ -322,6 +350,7 @@ int main(void) {
         cmocka_unit_test_setup(test_embed_push_resent_after_a_lost_reply_keeps_its_seq, setup),
         cmocka_unit_test_setup(test_embed_requests_follow_moved_to_the_shards_new_node, setup),
         cmocka_unit_test_setup(test_embed_bf16_push_sends_rounded_rows_with_format, setup),
+        cmocka_unit_test_setup(test_embed_shard_gone_after_an_ack_is_lost_state, setup),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);
