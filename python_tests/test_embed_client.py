@@ -183,7 +183,6 @@ def test_pushes_count_once_across_client_kills(server, tmp_path):
     emb = Embedding(r, "kemb", DIM, nshards)
     assert [i["version"] for i in emb.info()] == [iters] * nshards
     assert np.array_equal(emb.pull(ids), np.full((len(ids), DIM), -0.5 * iters, np.float32))
-    assert sum(i["dedup_hits"] for i in emb.info()) >= 0
 
 
 @pytest.fixture(scope="module")
