@@ -107,6 +107,7 @@ void psClientFree(psClient *c) {
     pv = c->priv;
     if (pv) {
         psi_models_free(c);
+        psi_embeds_free(c);
         psi_engine_free(c);
         psi_topology_free(c);
         free(pv->user);
@@ -116,9 +117,14 @@ void psClientFree(psClient *c) {
     free(c);
 }
 
+/* Model and embedding pushes all answered. */
+static int all_pushes_idle(psClient *c, void *arg) {
+    return psi_pushes_idle(c, arg) && psi_embeds_idle(c, arg);
+}
+
 int psDrain(psClient *c) {
     psi_clear_error(c);
-    if (psi_run(c, psi_pushes_idle, NULL) != 0)
+    if (psi_run(c, all_pushes_idle, NULL) != 0)
         psi_set_error(c, PS_ERR_OTHER, "internal error: pushes left without replies");
     return c->err ? PS_ERR : PS_OK;
 }

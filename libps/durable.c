@@ -133,3 +133,12 @@ void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int 
               c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE
                   ? "; policy continue: going on from the server's state" : "");
 }
+
+uint64_t psi_push_rollback(psClient *c, int node, const char *key, const char *errstr,
+                           uint64_t sent, int has_acked, uint64_t acked, char *msg,
+                           size_t msglen) {
+    const char *cur = strrchr(errstr, ' ');
+    uint64_t now = cur ? strtoull(cur + 1, NULL, 10) : 0;
+    psi_lost_state(c, node, key, has_acked && acked > sent ? acked : sent, 1, now, msg, msglen);
+    return now;
+}

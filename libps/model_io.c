@@ -210,11 +210,8 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
          * lost acknowledged writes): a lost-state event. Policy continue:
          * the gradient is still good, resend it as computed from version c,
          * once per hop like a redirect. */
-        const char *cur = strrchr(reply->str, ' ');
-        uint64_t now = cur ? strtoull(cur + 1, NULL, 10) : 0;
-        uint64_t saw = p->has_acked && p->acked_version > q->args.version ? p->acked_version
-                                                                          : q->args.version;
-        psi_lost_state(c, r->node, p->key, saw, 1, now, msg, sizeof(msg));
+        uint64_t now = psi_push_rollback(c, r->node, p->key, reply->str, q->args.version,
+                                         p->has_acked, p->acked_version, msg, sizeof(msg));
         p->acked_version = now;
         if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
             q->args.version = now;

@@ -7,6 +7,7 @@
  *   wire.c     RESP encoding of the model commands (wire.h)
  *   model.c, model_io.c   models and partitions: build requests, interpret
  *              replies in the callbacks
+ *   embed.c    sharded embedding tables: pulls and pushes by ids
  *   client.c   psConnect, generic commands, psDrain, psClientFree
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
  *              the policies), lost-state events, event announcements */
@@ -150,6 +151,9 @@ typedef struct psClientPriv {
     int nbatches;
     struct psModel **models;    /* models with requests on this client */
     int nmodels, modelcap;
+    /* embedding tables (embed.c) */
+    struct psEmbed **embeds;    /* tables with requests on this client */
+    int nembeds, embedcap;
 } psClientPriv;
 
 /* ------------------------------------------------------------------------
@@ -210,6 +214,15 @@ void psi_models_free(psClient *c);
 int psi_pushes_idle(psClient *c, void *arg);
 
 /* ------------------------------------------------------------------------
+ * embed.c (used by client.c)
+ * ------------------------------------------------------------------------ */
+
+/* 1 when no embedding push is in flight on 'c'. */
+int psi_embeds_idle(psClient *c, void *arg);
+/* Forget every table attached to 'c' (psClientFree). */
+void psi_embeds_free(psClient *c);
+
+/* ------------------------------------------------------------------------
  * durable.c
  * ------------------------------------------------------------------------ */
 
@@ -234,5 +247,14 @@ int psi_wait_wanted(psClient *c, int node);
  * Announces and counts it, and writes the error message into 'msg'. */
 void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int has_now,
                     uint64_t now, char *msg, size_t msglen);
+
+/* A push that sent VERSION 'sent' to 'key' on 'node' was answered
+ * 'errstr' = "ERR VERSION v is newer than the tensor's version now": the
+ * server lost pushes this client saw acknowledged ('acked' when
+ * 'has_acked'). Announces the lost-state event (message in 'msg') and
+ * returns the server's version now. */
+uint64_t psi_push_rollback(psClient *c, int node, const char *key, const char *errstr,
+                           uint64_t sent, int has_acked, uint64_t acked, char *msg,
+                           size_t msglen);
 
 #endif /* PS_INTERNAL_H */

@@ -40,6 +40,20 @@ static void put_u64(out *o, uint64_t v) {
     put_arg(o, b, (size_t)k);
 }
 
+/* The exactly-once options of a push: [VERSION v] [ID client seq]. */
+static void put_version_id(out *t, int version, uint64_t v, int id, const char *client,
+                           uint64_t seq) {
+    if (version) {
+        put_str(t, "VERSION");
+        put_u64(t, v);
+    }
+    if (id) {
+        put_str(t, "ID");
+        put_str(t, client);
+        put_u64(t, seq);
+    }
+}
+
 size_t ps_wire_pushgrad_head_size(size_t keylen) { return keylen + 96; }
 
 int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *headlen,
@@ -61,15 +75,7 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
         put_str(&t, "FORMAT");
         put_str(&t, ps_format_name(a->fmt));
     }
-    if (version) {
-        put_str(&t, "VERSION");
-        put_u64(&t, a->version);
-    }
-    if (id) {
-        put_str(&t, "ID");
-        put_str(&t, a->client_id);
-        put_u64(&t, a->seq);
-    }
+    put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     if (a->scale != 1.0f) {
         char b[32];
         int k = snprintf(b, sizeof(b), "%.9g", (double)a->scale);
@@ -86,6 +92,54 @@ size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, si
     put_header(&o, '*', fmt == PS_FMT_F32 ? 2 : 4);
     put_str(&o, "PS.PULL");
     put_arg(&o, key, keylen);
+    if (fmt != PS_FMT_F32) {
+        put_str(&o, "FORMAT");
+        put_str(&o, ps_format_name(fmt));
+    }
+    return o.len;
+}
+
+/* The ids as one bulk string of little-endian uint64s (the host is
+ * little-endian: codec.h refuses to build otherwise). */
+static void put_ids(out *o, const uint64_t *ids, size_t n) {
+    put_header(o, '$', (unsigned long long)(8 * n));
+    put(o, ids, 8 * n);
+    put(o, "\r\n", 2);
+}
+
+int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
+                         char *tail, size_t tailcap, size_t *taillen) {
+    int version = a->has_version && !(a->flags & PS_WIRE_NO_VERSION);
+    int id = !(a->flags & PS_WIRE_NO_ID);
+    int fmtarg = a->fmt != PS_FMT_F32;
+    int argc = 5 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0);
+    out h = {head, headcap, 0}, t = {tail, tailcap, 0};
+
+    put_header(&h, '*', (unsigned long long)argc);
+    put_str(&h, "PS.PUSHGRAD");
+    put_arg(&h, a->key, a->keylen);
+    put_header(&h, '$', a->bloblen);
+    put(&t, "\r\n", 2);
+    if (fmtarg) {
+        put_str(&t, "FORMAT");
+        put_str(&t, ps_format_name(a->fmt));
+    }
+    put_str(&t, "IDS");
+    put_ids(&t, a->ids, a->nids);
+    put_version_id(&t, version, a->version, id, a->client_id, a->seq);
+    *headlen = h.len;
+    *taillen = t.len;
+    return h.len <= headcap && t.len <= tailcap ? 0 : -1;
+}
+
+size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
+                        ps_format fmt, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', fmt == PS_FMT_F32 ? 4 : 6);
+    put_str(&o, "PS.PULL");
+    put_arg(&o, key, keylen);
+    put_str(&o, "IDS");
+    put_ids(&o, ids, nids);
     if (fmt != PS_FMT_F32) {
         put_str(&o, "FORMAT");
         put_str(&o, ps_format_name(fmt));

@@ -51,4 +51,39 @@ size_t ps_wire_pushgrad_head_size(size_t keylen);
  * (nothing useful written then). */
 size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap);
 
+/* ---- embedding tables (embed.c) -------------------------------------- */
+
+/* The arguments of one PS.PUSHGRAD by ids besides its gradient blob:
+ *   PS.PUSHGRAD key grad [FORMAT f] IDS idblob [VERSION v] [ID client seq]
+ * 'ids' are the 'nids' row ids, sent as little-endian uint64 in the tail. */
+typedef struct psWirePushIds {
+    const char *key;
+    size_t keylen;
+    size_t bloblen;             /* the gradient blob, sent between head and tail */
+    ps_format fmt;              /* F32, F16 or BF16 */
+    const uint64_t *ids;
+    size_t nids;
+    int has_version;            /* send VERSION (unless PS_WIRE_NO_VERSION) */
+    uint64_t version;
+    const char *client_id;      /* NUL-terminated */
+    uint64_t seq;
+    int flags;                  /* PS_WIRE_NO_* */
+} psWirePushIds;
+
+/* Tail room PS.PUSHGRAD by ids needs for 'nids' ids and a client id of at
+ * most 'idlen' bytes. */
+#define PS_WIRE_PUSH_IDS_TAIL_MAX(nids, idlen) (192 + 8 * (size_t)(nids) + (idlen))
+
+/* Encode PS.PUSHGRAD by ids like ps_wire_pushgrad() (head, blob, tail).
+ * The head room is ps_wire_pushgrad_head_size(keylen). Returns 0, or -1
+ * when a buffer is too small. */
+int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
+                         char *tail, size_t tailcap, size_t *taillen);
+
+/* Encode "PS.PULL key IDS idblob [FORMAT f]" ('nids' ids as little-endian
+ * uint64; FORMAT left out for F32) into 'buf' (room 'cap'). Returns the
+ * length, or the length needed when it exceeds 'cap'. */
+size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
+                        ps_format fmt, char *buf, size_t cap);
+
 #endif /* PS_WIRE_H */

@@ -53,6 +53,9 @@ typedef struct fake {
     int wait_zero;              /* WAITs answer 0 replicas this many times (< 0: always) */
     int info_online;            /* INFO replication lists this many online replicas */
     int nokey;                  /* PS.PULL and PS.PUSHGRAD answer "no such key" */
+    /* > 0 set: offered every command first; returns 1 when it answered it
+     * (setting *close_it to drop the connection), 0 to go on as scripted */
+    int (*hook)(struct fake *f, int fd, int argc, char **argv, size_t *argl, int *close_it);
     /* log: "CMD key [VERSION v] [SEQ s]" per command */
     pthread_mutex_t mu;
     char log[LOGMAX][96];
@@ -107,7 +110,9 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
     if (f->nlog < LOGMAX) snprintf(f->log[f->nlog++], 96, "%s", entry);
     pthread_mutex_unlock(&f->mu);
 
-    if (!strcmp(cmd, "CLUSTER")) {
+    if (f->hook && f->hook(f, fd, argc, argv, argl, &close_it)) {
+        /* answered by the test's hook */
+    } else if (!strcmp(cmd, "CLUSTER")) {
         if (!f->cluster) out(f, fd, "-ERR This instance has cluster support disabled\r\n");
         else out(f, fd, "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n", f->slots_port);
     } else if (!strcmp(cmd, "ASKING") || !strcmp(cmd, "AUTH")) {

@@ -9,13 +9,15 @@
 
 Model partitions a job's tensors over keys exactly as libps does, so Python and C workers
 can train the same job; redis_ps.codec holds the wire formats, byte-identical to the C
-codecs; redis_ps.torch (needs PyTorch) pushes a torch model's gradients.
+codecs; Embedding shards an embedding table by id exactly as libps psEmbed does;
+redis_ps.torch (needs PyTorch) pushes a torch model's gradients.
 """
 
 from . import codec
 from .client import DEFAULT_PARTITION_BYTES, Model, Partition, Tensor, connect, push_args
+from .embed import Embedding
 from .errors import PSError, StaleError
 
 __version__ = "0.1.0"
-__all__ = ["codec", "connect", "Tensor", "Model", "Partition", "PSError", "StaleError",
+__all__ = ["codec", "connect", "Tensor", "Model", "Embedding", "Partition", "PSError", "StaleError",
            "push_args", "DEFAULT_PARTITION_BYTES"]

@@ -10,6 +10,7 @@
 Each parameter is a Model tensor named after named_parameters() ("fc1.weight", ...) and
 partitioned like libps. A torch.nn.Embedding with sparse=True gradients pushes only the
 rows it touched (push_rows); pull_rows() refreshes only the rows a batch needs.
+push_embedding()/pull_embedding() do the same against a sharded Embedding table by ids.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from .client import Client, Model
+from .embed import Embedding
 
 
 def _shape(p: torch.Tensor) -> tuple:
@@ -80,3 +82,43 @@ class ModulePS:
         vals = self.model.pull_rows(name, r)
         with torch.no_grad():
             self.params[name][torch.from_numpy(r.astype(np.int64))] = torch.from_numpy(vals)
+
+
+def _id_array(ids: Any) -> np.ndarray:
+    """Ids (a torch tensor, numpy array or sequence) as a flat uint64 numpy array."""
+    if isinstance(ids, torch.Tensor):
+        ids = ids.detach().cpu().numpy()
+    return np.asarray(ids).reshape(-1).astype(np.uint64)
+
+
+def pull_embedding(table: Embedding, module: torch.nn.Embedding, ids: Any) -> None:
+    """Fill rows 0 .. len(ids)-1 of 'module' (an nn.Embedding used as the batch's local
+    cache, at least len(ids) rows of table.dim) with the table's rows of 'ids': row i of
+    the module stands for ids[i]."""
+    a = _id_array(ids)
+    vals = table.pull(a)
+    with torch.no_grad():
+        module.weight[:len(a)] = torch.from_numpy(vals)
+
+
+def push_embedding(table: Embedding, module: torch.nn.Embedding, ids: Any = None,
+                   **push_kw: Any) -> List[int]:
+    """Push the gradient of 'module' (nn.Embedding, sparse=True or dense) to 'table' by ids:
+    module row i is ids[i] (ids None: the row number is the id). Only the rows the gradient
+    touched are sent; a sparse gradient's repeated rows are left for the server to sum (in
+    order). Keywords go to Embedding.push (fmt, version, sum_duplicates). Returns the shard
+    versions ([] without a gradient)."""
+    g = module.weight.grad
+    if g is None:
+        return []
+    if not g.is_sparse:
+        g = g.to_sparse(1)
+    # uncoalesced as autograd left it: the server sums repeated rows in this order
+    rows = (g.indices() if g.is_coalesced() else g._indices())[0].cpu().numpy()
+    vals = (g.values() if g.is_coalesced() else g._values()).detach().cpu().numpy()
+    vals = vals.astype(np.float32)
+    if ids is None:
+        keys = rows.astype(np.uint64)
+    else:
+        keys = _id_array(ids)[rows]
+    return table.push(keys, vals, **push_kw)

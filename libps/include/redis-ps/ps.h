@@ -227,6 +227,8 @@ typedef struct psStats {
     uint64_t degraded_events; /* PS_EVENT_DEGRADED announced */
     uint64_t restored_events; /* PS_EVENT_RESTORED announced */
     uint64_t lost_state;      /* lost-state events (keys vanished or rolled back) */
+    uint64_t rows_pulled;     /* embedding rows (ids) answered by shard pulls */
+    uint64_t rows_pushed;     /* embedding rows (ids) in acknowledged shard pushes */
 } psStats;
 
 struct psClientPriv;
@@ -252,6 +254,7 @@ typedef enum psWireFormat {
 } psWireFormat;
 
 typedef struct psModel psModel;   /* opaque */
+typedef struct psEmbed psEmbed;   /* opaque */
 
 /* ------------------------------------------------------------------------
  * Connection
@@ -416,6 +419,90 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads,
  * more data is written into its dst arrays). Safe after psClientFree() of
  * that client too. NULL is allowed. */
 void psModelFree(psModel *m);
+
+/* ------------------------------------------------------------------------
+ * Embedding tables (sharded)
+ *
+ * An embedding table 'name' of rows of 'dim' floats keyed by uint64 ids is
+ * stored in 'nshards' server tables (PS.CREATE key EMBEDDING, see
+ * docs/commands.md "Embedding tables"), one per shard, keys
+ *   "<name>:<s>{<t>}"   for s = 0 .. nshards-1
+ * where the hash tag t is the smallest non-negative integer (in decimal)
+ * whose hash slot lies in [s*16384/nshards, (s+1)*16384/nshards) (integer
+ * division): the shards sit on nshards different slots spread evenly over
+ * the slot space, so a cluster whose masters own equal slot ranges serves
+ * them from different masters. Id 'id' lives in shard
+ *   psEmbedShardOf(id, nshards) = mix64(id) % nshards, where
+ *   mix64(z): z ^= z >> 30; z *= 0xbf58476d1ce4e5b9; z ^= z >> 27;
+ *             z *= 0x94d049bb133111eb; z ^= z >> 31     (uint64 arithmetic)
+ * (the SplitMix64 finalizer). The Python package (redis_ps.Embedding) uses
+ * the same keys and hash, so C and Python workers share a table. Every
+ * process of a job must use the same nshards.
+ *
+ * Pulls send one "PS.PULL key IDS idblob [FORMAT f]" per shard that has
+ * ids, all in flight together, and scatter the rows back in the caller's
+ * order (repeated ids allowed). Pushes send one "PS.PUSHGRAD key grad
+ * [FORMAT f] IDS idblob [VERSION v] [ID client seq]" per shard, where v is
+ * the shard's version from the last pull and seq grows by one per (client,
+ * shard): a resend after a lost reply carries the same seq and is applied
+ * at most once. Pushes are asynchronous with up to push_window pushes of
+ * the table outstanding; psDrain() waits for them too. Lost state (a
+ * shard's key gone, or back below a version seen acknowledged) is handled
+ * per lost_state_policy as for models. wait_replicas is not applied to
+ * embedding pushes (no WAIT is sent for them).
+ * ------------------------------------------------------------------------ */
+
+/* psEmbedPush() flags */
+#define PS_EMBED_SUM_DUPLICATES (1 << 0) /* sum the rows of repeated ids client-side
+                                            (in the order given, as the server does)
+                                            and send each id once */
+
+/* The shard of 'id' in a table of 'nshards' shards (the hash above). */
+int psEmbedShardOf(uint64_t id, int nshards);
+
+/* A table handle 'name' (no '{' or '}') of 'dim' (1..65536) floats per
+ * row over 'nshards' (1..16384) shards. Nothing is sent. NULL when out of
+ * memory or on a bad argument. */
+psEmbed *psEmbedNew(const char *name, int dim, int nshards);
+
+/* Key of shard 's' (owned by the handle). */
+const char *psEmbedShardKey(const psEmbed *e, int s);
+
+/* Version of shard 's' seen by the last pull that reached it (0 if none). */
+uint64_t psEmbedShardVersion(const psEmbed *e, int s);
+
+/* Wire formats: pushes F32 (default), F16 or BF16 (rounded, without error
+ * feedback: rows differ from push to push); pulls F32 (default), F16 or
+ * BF16. PS_OK or PS_ERR (other formats). */
+int psEmbedSetPushFormat(psEmbed *e, psWireFormat fmt);
+int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt);
+
+/* PS.CREATE <shard key> EMBEDDING DIM dim <create_opts> [NX] on every
+ * shard, pipelined. 'create_opts' as for psModelCreateTensor(); a "SEED s"
+ * is sent unchanged to every shard, so a row's initial values depend on
+ * (s, id) only, not on the shard count (without SEED each shard draws its
+ * own). Returns the number of shards created or PS_ERR. */
+int psEmbedCreate(psClient *c, psEmbed *e, const char *create_opts, int nx);
+
+/* DEL every shard key. Returns the number deleted or PS_ERR. */
+int psEmbedDelete(psClient *c, psEmbed *e);
+
+/* Pull the rows of the 'n' ids into 'dst' (n * dim floats, row i for
+ * ids[i]). Ids not in the table answer their initial values (the server's
+ * UNKNOWN rule). Each shard's pull is bounded by the server's
+ * ps.max-tensor-bytes. Returns PS_OK or PS_ERR (dst partly written). */
+int psEmbedPull(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst);
+
+/* Push gradient rows: row i of 'grads' (n * dim floats) is the gradient
+ * of ids[i]. 'flags' PS_EMBED_*. The rows are encoded into buffers the
+ * handle keeps until acknowledged: 'ids' and 'grads' may be reused as soon
+ * as this returns. Returns once sent and no more than push_window pushes of
+ * this table are outstanding. PS_OK or PS_ERR. */
+int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const float *grads,
+                int flags);
+
+/* Free the handle (pushes in flight are waited for first). NULL allowed. */
+void psEmbedFree(psEmbed *e);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,357 @@
+/* test_embed_client.c -- cmocka tests of libps's sharded embedding tables
+ * (libps/embed.c) against fake nodes (fake_node.h) that play embedding
+ * tables through a hook: PS.PULL key IDS answers row values that are a
+ * function of the id (so a row scattered to the wrong place shows), and
+ * PS.PUSHGRAD key grad IDS ... records every (key, id, row) it applies,
+ * deduplicating by (key, seq) as the server's exactly-once table does. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_internal.h"
+#include "codec.h"
+#include "fake_node.h"
+#include "client_helpers.h"
+
+#define DIM 3
+#define MAXAPPLIED 4096
+
+/* What the fake tables saw, shared by every fake of a test. */
+static struct {
+    pthread_mutex_t mu;
+    int pulls, pushes, dups;            /* commands answered / pushes deduplicated */
+    int drop_push;                      /* this many pushes are applied, then the
+                                           connection is closed without a reply */
+    int moved_port;                     /* > 0: the first command of each key on a node
+                                           not 'moved_port' answers MOVED there */
+    size_t napplied;
+    char key[MAXAPPLIED][32];
+    uint64_t id[MAXAPPLIED];
+    float row[MAXAPPLIED][DIM];
+    char seqs[64][48];                  /* "key seq" applied */
+    int nseqs;
+    char fmt[8];                        /* FORMAT of the last push ("" none) */
+    int nokey;                          /* answer "no such key" (a lost table) */
+} T;
+
+static float row_value(uint64_t id, int j) { return (float)(id % 1000) + 0.25f * (float)j; }
+
+static const char *after(int argc, char **argv, const char *name, size_t *len, size_t *argl) {
+    for (int i = 2; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) {
+            if (len) *len = argl[i + 1];
+            return argv[i + 1];
+        }
+    return NULL;
+}
+
+static int embed_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int *close_it) {
+    size_t idlen = 0;
+    const char *ids = argc > 2 ? after(argc, argv, "IDS", &idlen, argl) : NULL;
+    const char *fmt = argc > 2 ? after(argc, argv, "FORMAT", NULL, argl) : NULL;
+    size_t n = idlen / 8;
+    if (ids == NULL || (strcmp(argv[0], "PS.PULL") && strcmp(argv[0], "PS.PUSHGRAD"))) return 0;
+    if (T.moved_port && f->port != T.moved_port) {
+        out(f, fd, "-MOVED %u 127.0.0.1:%d\r\n", ps_key_hash_slot(argv[1], argl[1]),
+            T.moved_port);
+        return 1;
+    }
+    pthread_mutex_lock(&T.mu);
+    if (T.nokey) {
+        out(f, fd, "-ERR no such key\r\n");
+    } else if (!strcmp(argv[0], "PS.PULL")) {
+        float *x = malloc(sizeof(float) * DIM * (n ? n : 1));
+        for (size_t i = 0; i < n; i++) {
+            uint64_t id;
+            memcpy(&id, ids + 8 * i, 8);
+            for (int j = 0; j < DIM; j++) x[i * DIM + j] = row_value(id, j);
+        }
+        T.pulls++;
+        out(f, fd, "*2\r\n:%d\r\n$%zu\r\n", 40 + T.pulls, sizeof(float) * DIM * n);
+        out_bytes(f, fd, x, sizeof(float) * DIM * n);
+        out(f, fd, "\r\n");
+        free(x);
+    } else {
+        const char *client = NULL, *seq = NULL;
+        char ks[48];
+        int seen = 0;
+        ps_format pf = PS_FMT_F32;
+        float *g = malloc(sizeof(float) * DIM * (n ? n : 1));
+        for (int i = 0; i + 2 < argc; i++)
+            if (!strcmp(argv[i], "ID")) client = argv[i + 1], seq = argv[i + 2];
+        snprintf(T.fmt, sizeof(T.fmt), "%s", fmt ? fmt : "");
+        if (fmt) ps_format_parse(fmt, strlen(fmt), &pf);
+        snprintf(ks, sizeof(ks), "%s %s", argv[1], seq ? seq : "-");
+        for (int i = 0; i < T.nseqs && client; i++) seen |= !strcmp(T.seqs[i], ks);
+        T.pushes++;
+        if (seen) {
+            T.dups++;
+        } else if (ps_decode(pf, (unsigned char *)argv[2], argl[2], n * DIM, g) == 0) {
+            if (client && T.nseqs < 64) snprintf(T.seqs[T.nseqs++], 48, "%s", ks);
+            for (size_t i = 0; i < n && T.napplied < MAXAPPLIED; i++) {
+                snprintf(T.key[T.napplied], 32, "%s", argv[1]);
+                memcpy(&T.id[T.napplied], ids + 8 * i, 8);
+                memcpy(T.row[T.napplied], g + i * DIM, sizeof(float) * DIM);
+                T.napplied++;
+            }
+        }
+        free(g);
+        if (T.drop_push > 0 && !seen) {
+            T.drop_push--;
+            *close_it = 1;
+        } else {
+            out(f, fd, ":%d\r\n", T.pushes);
+        }
+    }
+    pthread_mutex_unlock(&T.mu);
+    return 1;
+}
+
+static fake *embed_fake(const char *name) {
+    fake *f = fake_start(name);
+    f->hook = embed_hook;
+    return f;
+}
+
+static int setup(void **state) {
+    (void)state;
+    memset(&T, 0, sizeof(T));
+    pthread_mutex_init(&T.mu, NULL);
+    return 0;
+}
+
+/* Index of the applied row of 'id' in 'key' (NULL: any), -1 none. */
+static int applied(uint64_t id, const char *key) {
+    for (size_t i = 0; i < T.napplied; i++)
+        if (T.id[i] == id && (key == NULL || !strcmp(T.key[i], key))) return (int)i;
+    return -1;
+}
+
+static void test_embed_shard_of_is_splitmix64_mod_n(void **state) {
+    (void)state;
+    /* SplitMix64 finalizer values computed independently (Python) */
+    assert_int_equal(psEmbedShardOf(0, 3), 0);
+    assert_int_equal(psEmbedShardOf(1, 7), 6);
+    assert_int_equal(psEmbedShardOf(2, 3), 1);
+    assert_int_equal(psEmbedShardOf(3, 7), 4);
+    assert_int_equal(psEmbedShardOf(42, 3), 2);
+    assert_int_equal(psEmbedShardOf(42, 7), 3);
+    assert_int_equal(psEmbedShardOf(UINT64_MAX, 7), 0);
+    assert_int_equal(psEmbedShardOf(12345, 1), 0);
+}
+
+static void test_embed_shard_keys_sit_on_spread_slots(void **state) {
+    psEmbed *e = psEmbedNew("emb", DIM, 5);
+    (void)state;
+    assert_non_null(e);
+    for (int s = 0; s < 5; s++) {
+        const char *k = psEmbedShardKey(e, s);
+        unsigned slot = ps_key_hash_slot(k, strlen(k));
+        char prefix[16];
+        snprintf(prefix, sizeof(prefix), "emb:%d{", s);
+        assert_memory_equal(k, prefix, strlen(prefix));
+        assert_true(slot >= (unsigned)(s * 16384 / 5) && slot < (unsigned)((s + 1) * 16384 / 5));
+    }
+    /* slots of "0", "1", "2", "3": 13907, 9842, 5649, 1584 (redis-py's key_slot) */
+    assert_string_equal(psEmbedShardKey(e, 0), "emb:0{3}");
+    assert_string_equal(psEmbedShardKey(e, 1), "emb:1{2}");
+    psEmbedFree(e);
+    assert_null(psEmbedNew("bad{name}", DIM, 2));
+    assert_null(psEmbedNew("emb", 0, 2));
+    assert_null(psEmbedNew("emb", DIM, 0));
+}
+
+static void test_embed_pull_scatters_rows_to_the_callers_order_with_repeats(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 3);
+    uint64_t ids[9] = {5, 1, 5, 900, 2, 3, 42, 1, 77};
+    float dst[9 * DIM];
+    int per_shard[3] = {0};
+    (void)state;
+    for (int i = 0; i < 9; i++) per_shard[psEmbedShardOf(ids[i], 3)]++;
+    assert_int_equal(psEmbedPull(c, e, ids, 9, dst), PS_OK);
+    for (int i = 0; i < 9; i++)
+        for (int j = 0; j < DIM; j++) assert_true(dst[i * DIM + j] == row_value(ids[i], j));
+    /* one PS.PULL per shard that has ids, none for the others */
+    assert_int_equal(T.pulls, (per_shard[0] > 0) + (per_shard[1] > 0) + (per_shard[2] > 0));
+    assert_int_equal(fake_count(a, "PS.PULL"), T.pulls);
+    for (int s = 0; s < 3; s++) {
+        char entry[64];
+        snprintf(entry, sizeof(entry), "PS.PULL %s", psEmbedShardKey(e, s));
+        assert_int_equal(fake_find(a, entry) >= 0, per_shard[s] > 0);
+    }
+    assert_int_equal(c->stats.rows_pulled, 9);
+    for (int s = 0; s < 3; s++)
+        if (per_shard[s]) assert_true(psEmbedShardVersion(e, s) > 40);
+    assert_int_equal(psEmbedSetPullFormat(e, PS_WIRE_I8), PS_ERR);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+static void test_embed_push_splits_rows_per_shard_and_sums_repeats_on_request(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 3);
+    uint64_t ids[5] = {7, 8, 7, 100, 3};
+    float g[5 * DIM];
+    (void)state;
+    for (int i = 0; i < 5 * DIM; i++) g[i] = (float)(i + 1) * 0.5f;
+    assert_int_equal(psEmbedPush(c, e, ids, 5, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 5);
+    for (int i = 0; i < 5; i++) {
+        /* each row went to its id's shard, with its own values */
+        int at = applied(ids[i], psEmbedShardKey(e, psEmbedShardOf(ids[i], 3)));
+        assert_true(at >= 0);
+        if (ids[i] != 7) assert_memory_equal(T.row[at], g + i * DIM, sizeof(float) * DIM);
+    }
+    {
+        /* both 7s sent as they are, in the order given */
+        int first = applied(7, NULL);
+        assert_memory_equal(T.row[first], g, sizeof(float) * DIM);
+        int second = first + 1;
+        while (second < (int)T.napplied && T.id[second] != 7) second++;
+        assert_true(second < (int)T.napplied);
+        assert_memory_equal(T.row[second], g + 2 * DIM, sizeof(float) * DIM);
+    }
+    assert_int_equal(c->stats.rows_pushed, 5);
+    /* summed: id 7 once, its row the sum of rows 0 and 2 in that order */
+    T.napplied = 0;
+    assert_int_equal(psEmbedPush(c, e, ids, 5, g, PS_EMBED_SUM_DUPLICATES), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 4);
+    {
+        int at = applied(7, NULL);
+        assert_true(at >= 0);
+        for (int j = 0; j < DIM; j++) assert_true(T.row[at][j] == g[j] + g[2 * DIM + j]);
+        assert_memory_equal(T.row[applied(100, NULL)], g + 3 * DIM, sizeof(float) * DIM);
+    }
+    assert_int_equal(c->stats.rows_pushed, 9);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+static void test_embed_push_resent_after_a_lost_reply_keeps_its_seq(void **state) {
+    psOptions o = {0};
+    fake *a = embed_fake("A");
+    psClient *c;
+    psEmbed *e = psEmbedNew("emb", DIM, 2);
+    uint64_t ids[4] = {1, 2, 3, 4};
+    float g[4 * DIM] = {0};
+    (void)state;
+    o.backoff_ms = 1;
+    c = connect_to(a, &o);
+    T.drop_push = 1;            /* the first shard push is applied, its reply lost */
+    assert_int_equal(psEmbedPush(c, e, ids, 4, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.dups, 1);                /* the resend carried the same seq */
+    assert_int_equal(T.napplied, 4);            /* every row applied exactly once */
+    assert_int_equal(c->stats.rows_pushed, 4);
+    assert_true(c->stats.retries >= 1);
+    /* the next push of a shard takes the next seq: applied, not a duplicate */
+    assert_int_equal(psEmbedPush(c, e, ids, 4, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.dups, 1);
+    assert_int_equal(T.napplied, 8);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+static void test_embed_requests_follow_moved_to_the_shards_new_node(void **state) {
+    fake *a = embed_fake("A"), *b = embed_fake("B");
+    psClient *c;
+    psEmbed *e = psEmbedNew("emb", DIM, 3);
+    uint64_t ids[6] = {11, 12, 13, 14, 15, 16};
+    float dst[6 * DIM], g[6 * DIM];
+    (void)state;
+    a->cluster = b->cluster = 1;
+    c = connect_to(a, NULL);
+    assert_int_equal(c->cluster, 1);
+    T.moved_port = b->port;     /* every shard moved to B */
+    a->slots_port = b->port;
+    b->slots_port = b->port;
+    assert_int_equal(psEmbedPull(c, e, ids, 6, dst), PS_OK);
+    for (int i = 0; i < 6; i++) assert_true(dst[i * DIM + 1] == row_value(ids[i], 1));
+    assert_true(c->stats.moved >= 1);
+    for (int i = 0; i < 6 * DIM; i++) g[i] = (float)i;
+    assert_int_equal(psEmbedPush(c, e, ids, 6, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 6);
+    assert_int_equal(T.dups, 0);
+    psEmbedFree(e);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_embed_bf16_push_sends_rounded_rows_with_format(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[2] = {9, 10};
+    float g[2 * DIM] = {1.0f, 1.00390625f, -3.14159f, 0.1f, 2.0f, 65504.0f}, want[2 * DIM];
+    unsigned char enc[4 * DIM];
+    (void)state;
+    assert_int_equal(psEmbedSetPushFormat(e, PS_WIRE_BF16), PS_OK);
+    assert_int_equal(psEmbedPush(c, e, ids, 2, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_string_equal(T.fmt, "BF16");
+    ps_encode(PS_FMT_BF16, g, 2 * DIM, enc);
+    ps_decode(PS_FMT_BF16, enc, 2 * 2 * DIM, 2 * DIM, want);
+    assert_memory_equal(T.row[applied(9, NULL)], want, sizeof(float) * DIM);
+    assert_memory_equal(T.row[applied(10, NULL)], want + DIM, sizeof(float) * DIM);
+    assert_false(T.row[applied(9, NULL)][2] == g[2]);   /* rounded indeed */
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+static void test_embed_shard_gone_after_an_ack_is_lost_state(void **state) {
+    psOptions o = {0};
+    fake *a = embed_fake("A");
+    psClient *c;
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[2] = {1, 2};
+    float g[2 * DIM] = {0}, dst[2 * DIM];
+    (void)state;
+    o.on_event = NULL;
+    c = connect_to(a, &o);
+    /* never seen: a plain server error, not lost state */
+    T.nokey = 1;
+    assert_int_equal(psEmbedPull(c, e, ids, 2, dst), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_SERVER);
+    T.nokey = 0;
+    assert_int_equal(psEmbedPush(c, e, ids, 2, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    T.nokey = 1;                /* the shard vanished after acknowledging a push */
+    assert_int_equal(psEmbedPull(c, e, ids, 2, dst), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_LOST_STATE);
+    assert_int_equal(c->stats.lost_state, 1);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+int main(void) {
+    (void)model4;               /* client_helpers.h's model helpers: not used here */
+    (void)push_zeros;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_embed_shard_of_is_splitmix64_mod_n),
+        cmocka_unit_test(test_embed_shard_keys_sit_on_spread_slots),
+        cmocka_unit_test_setup(test_embed_pull_scatters_rows_to_the_callers_order_with_repeats, setup),
+        cmocka_unit_test_setup(test_embed_push_splits_rows_per_shard_and_sums_repeats_on_request, setup),
+        cmocka_unit_test_setup(test_embed_push_resent_after_a_lost_reply_keeps_its_seq, setup),
+        cmocka_unit_test_setup(test_embed_requests_follow_moved_to_the_shards_new_node, setup),
+        cmocka_unit_test_setup(test_embed_bf16_push_sends_rounded_rows_with_format, setup),
+        cmocka_unit_test_setup(test_embed_shard_gone_after_an_ack_is_lost_state, setup),
+    };
+    signal(SIGPIPE, SIG_IGN);
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
