@@ -23,10 +23,17 @@ def run(*args, timeout=300):
     return p.stdout.decode()
 
 
-def test_example_trains_and_logs_json_lines(tmp_path, module_path):
+def test_example_trains_and_logs_json_lines(tmp_path, module_path, request):
     log = tmp_path / "run.jsonl"
+    # The example starts its own server with --module; a sanitizer build of the module needs
+    # the ASan runtime preloaded into that server, which only psserver does, so under
+    # `make check-asan` the example trains against a psserver-started server instead.
+    if psserver.sanitizer_runtime(module_path):
+        where = ("--addr", request.getfixturevalue("server").addr)
+    else:
+        where = ("--module", module_path)
     out = run("--workers", 2, "--limit", 6000, "--epochs", 2, "--log", log, "--log-every", 10,
-              "--module", module_path)
+              *where)
     result = out.strip().splitlines()[-1]
     assert result.startswith("RESULT test_acc=")
     acc = float(result.split()[1].split("=")[1])
