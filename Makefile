@@ -194,7 +194,8 @@ ASAN_PYTEST_ARGS ?= -m "not slow"
 check-asan: check-deps
 	$(MAKE) --no-print-directory client ptools
 	$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined module unit
-	cd python_tests && PS_MODULE=$(abspath $(ASAN_B)/ps.so) $(PYTHON) -m pytest -q $(ASAN_PYTEST_ARGS) $(PYTEST_ARGS)
+	PS_MODULE=$(abspath $(ASAN_B)/ps.so) $(MAKE) --no-print-directory pytest \
+	  PYTEST_ARGS='$(ASAN_PYTEST_ARGS) $(PYTEST_ARGS)'
 
 # valgrind over the unit tests (definite leaks and invalid accesses fail) and
 # over a redis-server session with the module (fuzz/valgrind-session.sh).

@@ -12,7 +12,7 @@ When a test fails, the tail of every server's redis.log is printed in the teardo
 
 Sanitizer builds (PS_MODULE=build/asan/ps.so, see `make check-asan`): a test during which a
 server wrote an ASan/UBSan report fails at teardown, and so does the session (for servers
-stopped after the last test of a module).
+stopped after the last test of a module), with exit status 9, which `make pytest` does not rerun.
 """
 
 import os
@@ -50,11 +50,16 @@ def _no_sanitizer_reports():
         pytest.fail(_format_reports(new), pytrace=False)
 
 
+SANITIZER_EXIT = 9
+
+
 def pytest_sessionfinish(session, exitstatus):
     if psserver.SANITIZER_REPORTS:
         print("\n" + _format_reports(psserver.SANITIZER_REPORTS))
         print("\n%d sanitizer report(s): failing the run" % len(psserver.SANITIZER_REPORTS))
-        session.exitstatus = 1
+        # Not 1: `make pytest` reruns failed tests once when the exit status is 1 (async
+        # training spread), and a memory error or a server crash must not get a second try.
+        session.exitstatus = SANITIZER_EXIT
 
 
 @pytest.fixture(scope="session")

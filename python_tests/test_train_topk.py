@@ -21,11 +21,11 @@ def net_input(r):
 
 
 def run_job(server, job, fmt, *extra):
-    """'ps-train run' of 'job' with push format 'fmt' (1 epoch, SGD lr 0.1, 2 workers); returns
+    """'ps-train run' of 'job' with push format 'fmt' (2 epochs, SGD lr 0.1, 2 workers); returns
     (RESULT dict, bytes the server read per model push, as INFO stats counts them)."""
     r = server.client()
     before = net_input(r)
-    p = run(["run", "--addr", server.addr, "--job", job, "--workers", 2, "--epochs", 1,
+    p = run(["run", "--addr", server.addr, "--job", job, "--workers", 2, "--epochs", 2,
              "--optim", "sgd", "--lr", 0.1, "--push-format", fmt, "--progress", "none"]
             + list(extra), timeout=300)
     res = result_line(p.out)
@@ -38,7 +38,9 @@ def run_job(server, job, fmt, *extra):
 def test_topk_job_trains_to_080_and_pushes_about_50x_fewer_bytes_than_f32(ps_train, server):
     f32, f32_net = run_job(server, "dense", "f32")
     topk, topk_net = run_job(server, "sparse", "topk:0.01")
-    # Measured: F32 0.82, TOPK 1% 0.83 after one epoch (error feedback keeps what is not sent).
+    # Measured over 12 runs (6 with the ASan module): F32 0.818-0.840, TOPK 1% 0.837-0.845 after
+    # two epochs (error feedback keeps what is not sent). One epoch left F32 at 0.787-0.819 and
+    # TOPK at 0.804-0.833 (a CI run saw TOPK 0.785): too close to the bound.
     assert float(topk["test_acc"]) >= 0.80, topk
     assert float(topk["test_acc"]) >= float(f32["test_acc"]) - 0.03, (f32, topk)
     # libps payload: 4 bytes per float vs 8 bytes (index + value) per kept 1%, plus k.
