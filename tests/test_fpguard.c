@@ -49,6 +49,16 @@ static const char *check_with_mxcsr(unsigned bits) {
 /* The check refuses MXCSR with 'bits' set, naming 'name', and the mode is
  * back to the default afterwards. */
 static void assert_mxcsr_refused(unsigned bits, const char *name) {
+    /* valgrind does not emulate FTZ/DAZ: its MXCSR drops the bits, so there
+     * is nothing for the check to see (and no mode that could hurt). */
+    const unsigned saved = _mm_getcsr();
+    _mm_setcsr(saved | bits);
+    const int kept = (_mm_getcsr() & bits) == bits;
+    _mm_setcsr(saved);
+    if (!kept) {
+        print_message("MXCSR does not keep 0x%x here (valgrind?): skipped\n", bits);
+        skip();
+    }
     const char *why = check_with_mxcsr(bits);
     assert_non_null(why);
     assert_non_null(strstr(why, name));
