@@ -94,9 +94,11 @@ static const char *check_row(const PSEmbed *t, const PSEmbedRow *row) {
     const int opt = t->cfg.optim;
     if (row->last_version < 1 || row->last_version > t->version) return "row version out of range";
     if (row->pushes < 1 || row->pushes > row->last_version) return "row push count out of range";
-    for (uint32_t i = 0; i < t->nfloats; i++)
-        if (!isfinite(row->data[i])) return "row holds a non-finite value";
-    if (!isfinite(row->rowacc) || row->rowacc < 0) return "row accumulator out of range";
+    /* Values and optimizer state may be Inf or NaN: finite gradients can
+     * overflow them (g^2 in a float accumulator, a huge LR), as for tensors,
+     * and a table the server holds must load back from its own RDB. The
+     * row-wise accumulator only ever adds squares: never NaN, never below 0. */
+    if (isnan(row->rowacc) || row->rowacc < 0) return "row accumulator out of range";
     if (opt != PSE_OPT_ROWADAGRAD && row->rowacc != 0) return "row accumulator set";
     const float *s0 = row->data + dim, *s1 = row->data + 2 * (size_t)dim;
     for (uint32_t i = 0; i < dim; i++) {

@@ -196,7 +196,7 @@ CRAFTED = [
     ("duplicate-ids", payload(header(version=2, nrows=2), [row(5) + row(5, 2)])),
     ("row-version-beyond-table", payload(header(version=1, nrows=1), [row(5, 7)])),
     ("row-pushes-zero", payload(header(version=1, nrows=1), [row(5, 1, 0)])),
-    ("row-nan", payload(header(version=1, nrows=1), [row(5, vals=(float("nan"), 0.0))])),
+    ("row-accumulator-nan", payload(header(version=1, nrows=1), [row(5, acc=float("nan"))])),
     ("row-block-not-whole-rows", payload(header(version=1, nrows=1), [row(5)[:-1]])),
     ("rows-more-than-capacity", payload(header(version=2, nrows=2, capacity=1), [row(5) + row(6)])),
     ("sgd-row-with-accumulator", payload(header(version=1, nrows=1), [row(5, acc=1.0)])),
