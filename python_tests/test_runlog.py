@@ -61,20 +61,22 @@ def test_run_log_has_every_workers_progress_and_the_result_last(ps_train, server
     assert events.count("result") == 1 and events.count("done") == 2
     assert events[-2] == "eval"
     progress = [o for o in objs if o["event"] == "progress"]
+    done = {o["worker"]: o for o in objs if o["event"] == "done"}
+    assert set(done) == {"jl-w1", "jl-w2"}, done
+    # A worker that started late may find every task taken: no progress line, 0 samples.
     workers = {o["worker"] for o in progress}
-    assert workers == {"jl-w1", "jl-w2"}, workers
+    assert workers and workers == {w for w, d in done.items() if d["samples"] > 0}, done
     for o in progress:
         assert PROGRESS_FIELDS <= set(o), o
         assert o["samples"] > 0 and o["loss"] > 0 and o["epoch"] in (1, 2)
+    assert max(sum(o["worker"] == w for o in progress) for w in workers) >= 2
     for w in workers:
         mine = [o for o in progress if o["worker"] == w]
-        assert len(mine) >= 2, mine
         samples = [o["samples"] for o in mine]
         assert samples == sorted(samples) and len(set(samples)) == len(samples), samples
         ts = [o["t"] for o in mine]
         assert ts == sorted(ts)
-        done = [o for o in objs if o["event"] == "done" and o["worker"] == w][0]
-        assert done["samples"] == samples[-1] and done["interrupted"] is False
+        assert done[w]["samples"] == samples[-1] and done[w]["interrupted"] is False
     # t counts from the run's start in every process: workers start after "start".
     assert all(o["t"] >= objs[0]["t"] >= 0 for o in objs)
     res, text = objs[-1], result_numbers(p.out)
