@@ -51,6 +51,7 @@ MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
 LIBPS_SRC   = $(wildcard libps/*.c)
 # Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
 WORKER_PURE = worker/nn.c worker/data.c worker/sparse_data.c worker/ctr_model.c worker/ctr_gen.c worker/metrics.c worker/sparse_table.c
+WORKER_PURE += worker/runlog.c
 TRAIN_SRC   = $(filter-out $(WORKER_PURE),$(wildcard worker/*.c))
 RELAY_SRC   = $(wildcard relay/*.c)
 

@@ -20,7 +20,7 @@ def worker_role(job):
     return ["resetkeys", "~%s:*" % job, "~psjob:{%s}:*" % job, "resetchannels", "-@all",
             "+ps.pull", "+ps.pushgrad",
             "+xreadgroup", "+xack", "+xautoclaim", "+xclaim", "+xpending",
-            "+hgetall", "+hset", "+hincrby",
+            "+hgetall", "+hset",
             "+cluster|slots"]
 
 

@@ -2,7 +2,8 @@
 # plots.sh -- `make plots`: a real training run of ps-train (and, when PyTorch is installed,
 # of examples/torch_async_ps.py and bench/torch_ps_vs_rpc.py) against a private server,
 # then the curves and the throughput bars as PNG under $PLOTS_DIR (docs/img), drawn by
-# python/redis_ps/plot.py with gnuplot. The raw logs stay next to the pictures.
+# python/redis_ps/plot.py with gnuplot from ps-train's --log-json file (ps-train.jsonl; its
+# stdout is kept as ps-train.out). The raw logs stay next to the pictures.
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/private-server.sh
@@ -14,10 +15,12 @@ private_server_start plots "$PWD/build/ps.so"
 ADDR=127.0.0.1:$PS_PORT
 
 echo "plots: ps-train run, $EPOCHS epochs, 2 workers"
+rm -f "$OUT/ps-train.jsonl"
 build/ps-train run --addr "$ADDR" --job plots --reset --epochs "$EPOCHS" --workers 2 \
-    --progress line --interval-ms 100 --optim adam --lr 0.001 > "$OUT/ps-train.out"
+    --progress line --interval-ms 100 --optim adam --lr 0.001 \
+    --log-json "$OUT/ps-train.jsonl" > "$OUT/ps-train.out"
 tail -1 "$OUT/ps-train.out"
-set -- "$OUT/ps-train.out"
+set -- "$OUT/ps-train.jsonl"
 if "$PY" -c 'import torch' 2>/dev/null; then
     echo "plots: PyTorch workers on redis-ps, and the same next to PyTorch RPC"
     rm -f "$OUT/torch-ps.jsonl"
@@ -30,6 +33,10 @@ if "$PY" -c 'import torch' 2>/dev/null; then
     set -- "$@" "$OUT/torch-bench.out"
 else
     echo "plots: no PyTorch (apt-get install python3-torch): torch curves skipped"
+    if [ -f "$OUT/torch-bench.out" ]; then
+        echo "plots: the throughput bars keep the PyTorch bench of an earlier run ($OUT/torch-bench.out)"
+        set -- "$@" "$OUT/torch-bench.out"
+    fi
 fi
-PYTHONPATH=python "$PY" -m redis_ps.plot "$OUT/ps-train.out" -o "$OUT/train-ps-train.png"
+PYTHONPATH=python "$PY" -m redis_ps.plot "$OUT/ps-train.jsonl" -o "$OUT/train-ps-train.png"
 PYTHONPATH=python "$PY" -m redis_ps.plot --bench "$@" -o "$OUT/throughput.png"

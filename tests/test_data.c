@@ -7,7 +7,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,35 +15,9 @@
 #include <zlib.h>
 
 #include "data.h"
+#include "tmpdir_fixture.h"
 
 /* ============================== fixtures ================================== */
-
-static char tmpdir[256];
-
-static int group_setup(void **state)
-{
-    (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/test_data.XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(tmpdir) ? 0 : -1;
-}
-
-/* Removes every file of the temp directory, then the directory. */
-static int group_teardown(void **state)
-{
-    (void)state;
-    DIR *d = opendir(tmpdir);
-    if (d == NULL) return -1;
-    struct dirent *e;
-    char path[512];
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof(path), "%s/%s", tmpdir, e->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(tmpdir);
-}
 
 /* Returns a static path of 'name' inside the temp directory (two slots, so
  * an images path and a labels path can be live at once). */
@@ -483,5 +456,6 @@ int main(void)
         cmocka_unit_test(test_fashion_mnist_test_split_has_expected_shape),
         cmocka_unit_test(test_fashion_mnist_missing_dir_fails_with_message),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    tmpdir_prefix = "test_data";
+    return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);
 }

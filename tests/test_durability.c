@@ -47,6 +47,15 @@ static psClient *wait_client(fake *f, int policy, events *e) {
     return connect_to(f, &o);
 }
 
+/* Push zeros to model4() 'm' (with 'versions', or NULL) expecting an
+ * error: the failing reply may be read by the push itself or by the drain
+ * after it, so one of the two returns PS_ERR; c->err says which error. */
+static void push_zeros_fails(psClient *c, psModel *m, const uint64_t *versions) {
+    float g[8] = {0};
+    const float *grads[1] = {g};
+    if (psModelPush(c, m, grads, versions, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
+}
+
 static double mono_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -126,11 +135,8 @@ static void test_fail_reports_a_durability_error_naming_the_node(void **state) {
     psModel *m = model4();
     char want[64];
     (void)state;
-    float g[8] = {0};
-    const float *grads[1] = {g};
     a->wait_zero = -1;
-    /* The WAIT's reply may be read by the push itself or by the drain. */
-    if (psModelPush(c, m, grads, NULL, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
+    push_zeros_fails(c, m, NULL);       /* the short WAIT's reply */
     assert_int_equal(c->err, PS_ERR_DURABILITY);
     snprintf(want, sizeof(want), "127.0.0.1:%d", a->port);
     assert_non_null(strstr(c->errstr, want));
@@ -161,9 +167,7 @@ static void test_vanished_key_is_a_lost_state_error(void **state) {
     assert_non_null(strstr(c->errstr, want));
     assert_int_equal(c->stats.lost_state, 4);
     /* A push to it too. */
-    float g[8] = {0};
-    const float *grads[1] = {g};
-    if (psModelPush(c, m, grads, NULL, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
+    push_zeros_fails(c, m, NULL);
     assert_int_equal(c->err, PS_ERR_LOST_STATE);
     close_all(a, c, m);
 }
@@ -234,11 +238,8 @@ static void test_push_based_on_a_lost_version_stops(void **state) {
     psModel *m = model4();
     uint64_t v[1] = {30};
     (void)state;
-    float g[8] = {0};
-    const float *grads[1] = {g};
     a->rollback = 1;
-    /* The reply may be read by the push itself or by the drain. */
-    if (psModelPush(c, m, grads, v, 1.0f) == PS_OK) assert_int_equal(psDrain(c), PS_ERR);
+    push_zeros_fails(c, m, v);
     assert_int_equal(c->err, PS_ERR_LOST_STATE);
     assert_non_null(strstr(c->errstr, "went back to version 7"));
     assert_non_null(strstr(c->errstr, "saw version 30"));

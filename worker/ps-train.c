@@ -106,6 +106,8 @@ static const flagDef Flags[] = {
     {"--workers", F_INT, O(workers), 1, 256, C_RUN, "N", "local worker processes (2)"},
     {"--threads", F_INT, O(threads), 1, 1024, C_ALL, "N",
      "OpenBLAS threads (workers: 1)"},
+    {"--log-json", F_STR, O(log_json), 0, 0, C_WORK | C_EVAL | C_RUN, "FILE",
+     "append the run as JSON lines to FILE (progress, eval, result; python3 -m redis_ps.plot)"},
 };
 #define NFLAGS (sizeof(Flags) / sizeof(Flags[0]))
 _Static_assert(NFLAGS <= 64, "trainOpts.given has one bit per flag");

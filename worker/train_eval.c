@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runlog.h"
 #include "train_job.h"
 
 /* ========================================================================
@@ -114,14 +115,35 @@ out:
     return status;
 }
 
+int tr_open_log(const trainOpts *o, runLog **lg) {
+    char err[600];
+    *lg = NULL;
+    if (o->log_json == NULL) return 0;
+    if ((*lg = runlog_open(o->log_json, err, sizeof(err))) != NULL) return 0;
+    tr_err(o, "--log-json %s", err);
+    return -1;
+}
+
+static long long samples_trained(const trainOpts *o);
+
 int tr_cmd_eval(const trainOpts *o) {
     double loss = 0, acc = 0;
     uint64_t v = 0;
     int n = 0;
+    runLog *lg;
+    if (tr_open_log(o, &lg) != 0) return TR_EXIT_FAIL;
     if (o->threads > 0) openblas_set_num_threads(o->threads);
-    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
+    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) {
+        runlog_close(lg);
+        return TR_EXIT_FAIL;
+    }
     printf("eval job %s%s%s: test_loss=%.4f test_acc=%.4f on %d samples, model version %llu\n",
            o->job, o->at ? " at " : "", o->at ? o->at : "", loss, acc, n, (unsigned long long)v);
+    /* "samples": what the job's workers had trained when it was evaluated. */
+    RUNLOG(lg, "eval", RL_STR("job", o->job), o->at ? RL_STR("snapshot", o->at) : RL_NONE,
+           RL_NUM("test_acc", acc), RL_NUM("test_loss", loss), RL_INT("test_samples", n),
+           RL_INT("version", v), lg ? RL_INT("samples", samples_trained(o)) : RL_NONE);
+    runlog_close(lg);
     if (o->min_acc >= 0 && acc < o->min_acc) {
         tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->min_acc);
         return TR_EXIT_FAIL;
@@ -204,6 +226,10 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
         argv[n++] = "--user";
         argv[n++] = o->user;
     }
+    if (o->log_json) {
+        argv[n++] = "--log-json";
+        argv[n++] = o->log_json;
+    }
     argv[n] = NULL;
     fflush(stdout);
     fflush(stderr);
@@ -245,9 +271,8 @@ static long long samples_trained(const trainOpts *o) {
     return samples;
 }
 
-int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
-    (void)argc;
-    (void)argv;
+/* run with log 'lg' (may be NULL). Returns the exit code. */
+static int run_job(const trainOpts *o, runLog *lg) {
     double t0 = tr_now();
     int rc = tr_cmd_init(o);
     if (rc != TR_EXIT_OK) return rc;
@@ -260,6 +285,11 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         psClientFree(c);
         if (rc != 0) return TR_EXIT_FAIL;
         if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
+        RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
+               RL_STR("layers", cfg.layers), RL_STR("optim", cfg.optim), RL_NUM("lr", cfg.lr),
+               RL_INT("batch", o->batch > 0 ? o->batch : cfg.batch), RL_INT("epochs", cfg.epochs),
+               RL_INT("train_samples", cfg.train_n), RL_INT("tasks", cfg.tasks),
+               RL_STR("push_format", cfg.push_format));
     }
     long long samples0 = samples_trained(o);
 
@@ -316,6 +346,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
                   "(ps-train run --addr %s --job %s ...) to continue where it stopped, its "
                   "workers take back their unfinished tasks at once; 'ps-train status' shows "
                   "the progress", (int)Interrupted, o->job, o->addr, o->job);
+        RUNLOG(lg, "interrupted", RL_STR("job", o->job), RL_INT("signal", Interrupted));
         return TR_EXIT_INTERRUPTED;
     }
     if (failed == o->workers) {
@@ -363,6 +394,18 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
            o->workers, span, span > 0 ? samples / span : 0.0,
            steps > 0 ? push_bytes / steps : 0.0, steps > 0 ? pull_bytes / steps : 0.0);
     fflush(stdout);
+    /* The same numbers as the RESULT line; eval first, result last. */
+    RUNLOG(lg, "eval", RL_STR("job", o->job), RL_NUM("test_acc", acc), RL_NUM("test_loss", loss),
+           RL_INT("test_samples", n), RL_INT("version", v), RL_INT("samples", samples));
+    RUNLOG(lg, "result", RL_STR("job", o->job), RL_NUM("test_acc", acc),
+           RL_NUM("test_loss", loss), RL_NUM("total_seconds", total),
+           RL_NUM("train_seconds", train_secs), RL_INT("samples", samples),
+           RL_NUM("samples_per_s", train_secs > 0 ? samples / train_secs : 0.0),
+           RL_INT("workers", o->workers), RL_NUM("span_seconds", span),
+           RL_NUM("span_samples_per_s", span > 0 ? samples / span : 0.0),
+           RL_NUM("push_bytes_per_step", steps > 0 ? push_bytes / steps : 0.0),
+           RL_NUM("pull_bytes_per_step", steps > 0 ? pull_bytes / steps : 0.0),
+           RL_INT("failed_workers", failed));
     if (failed) {
         tr_err(o, "%d of %d workers failed", failed, o->workers);
         return TR_EXIT_FAIL;
@@ -372,4 +415,16 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         return TR_EXIT_FAIL;
     }
     return TR_EXIT_OK;
+}
+
+int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
+    runLog *lg;
+    (void)argc;
+    (void)argv;
+    if (tr_open_log(o, &lg) != 0) return TR_EXIT_FAIL;
+    /* The workers count "t" from the run's start too. */
+    if (lg && runlog_export_origin(lg) != 0) tr_err(o, "--log-json: cannot set %s", RUNLOG_T0_ENV);
+    int rc = run_job(o, lg);
+    runlog_close(lg);
+    return rc;
 }

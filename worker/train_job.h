@@ -89,6 +89,7 @@ typedef struct trainOpts {
     int workers;
     /* misc */
     int threads;                /* OpenBLAS threads, 0: default (1 for workers) */
+    const char *log_json;       /* --log-json FILE: JSON lines of the run (runlog.h), or NULL */
     uint64_t given;             /* bit i: Flags[i] of ps-train.c was on the command line */
 } trainOpts;
 
@@ -195,5 +196,9 @@ int tr_cmd_work(const trainOpts *o);
 int tr_evaluate(const trainOpts *o, double *loss, double *acc, uint64_t *version, int *ntest);
 int tr_cmd_eval(const trainOpts *o);
 int tr_cmd_run(const trainOpts *o, int argc, char **argv);
+/* Opens --log-json into *lg (NULL when the flag is not given). Returns 0, or
+ * -1 when the file cannot be opened (printed). */
+struct runLog;
+int tr_open_log(const trainOpts *o, struct runLog **lg);
 
 #endif

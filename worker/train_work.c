@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runlog.h"
 #include "train_job.h"
 
 /* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
@@ -62,6 +63,7 @@ typedef struct worker {
     float **params, **grads; /* params: the front buffer, mlp.W/mlp.b */
     float **back;           /* per tensor: the buffer an overlapped pull fills */
     FILE *trace;            /* PS_TRAIN_TRACE: one line per pull and per push */
+    runLog *log;            /* --log-json: a progress line per progress interval */
     float *xb;
     int32_t *yb;
     int *perm;
@@ -285,8 +287,18 @@ static void durability_text(const worker *w, char *buf, size_t len) {
 static void print_progress(worker *w, int final) {
     double now = tr_now();
     double dt = now - w->last_print;
-    if (w->quiet || (!final && dt * 1000 < w->o->interval_ms)) return;
+    if ((w->quiet && !w->log) || (!final && dt * 1000 < w->o->interval_ms)) return;
     double rate = dt > 0 ? w->win_samples / dt : 0;
+    if (w->win_batches)
+        RUNLOG(w->log, "progress", RL_STR("worker", w->name), RL_INT("epoch", w->cur_epoch),
+               RL_INT("tasks", w->tasks_done), RL_INT("samples", w->samples),
+               RL_NUM("samples_per_s", rate), RL_NUM("loss", w->win_loss / w->win_batches),
+               RL_INT("version", w->last_version),
+               RL_NUM("staleness", w->win_stale_n ? w->win_stale / w->win_stale_n : 0.0),
+               RL_INT("retries", w->c->stats.retries),
+               RL_INT("stale_rejects", w->c->stats.stale_rejects),
+               w->degraded[0] ? RL_STR("degraded", w->degraded) : RL_NONE);
+    if (w->quiet) goto reset;
     char line[640];
     snprintf(line, sizeof(line),
              "[%s] epoch %d | tasks %lld | samples %lld | %.0f samples/s | loss %.4f | "
@@ -320,6 +332,7 @@ static void print_progress(worker *w, int final) {
                                   f2, rs, f3, dur);
         if (r) freeReplyObject(r);
     }
+reset:
     w->last_print = now;
     w->win_samples = 0;
     w->win_loss = 0;
@@ -668,6 +681,7 @@ int tr_cmd_work(const trainOpts *o) {
     tr_key(w.dkey, sizeof(w.dkey), o->job, "done");
 
     int status = TR_EXIT_FAIL;
+    if (tr_open_log(o, &w.log) != 0) return TR_EXIT_FAIL;
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_stop;
@@ -678,7 +692,10 @@ int tr_cmd_work(const trainOpts *o) {
     oe.on_event = on_event;
     oe.event_udata = &w;
     w.c = tr_connect(&oe, o->window, o->wait);
-    if (w.c == NULL) return TR_EXIT_FAIL;
+    if (w.c == NULL) {
+        runlog_close(w.log);
+        return TR_EXIT_FAIL;
+    }
     if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
@@ -779,6 +796,10 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
            (unsigned long long)st->lost_state, (unsigned long long)st->bytes_sent,
            (unsigned long long)st->bytes_received);
+    RUNLOG(w.log, "done", RL_STR("worker", w.name), RL_INT("tasks", w.tasks_done),
+           RL_INT("claimed", w.claimed), RL_INT("lost", w.lost), RL_INT("samples", w.samples),
+           RL_NUM("seconds", secs), RL_NUM("samples_per_s", secs > 0 ? w.samples / secs : 0.0),
+           RL_INT("model_pushes", w.pushes), RL_BOOL("interrupted", Stop));
     status = TR_EXIT_OK;
     if (Stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
@@ -797,6 +818,7 @@ out:
     for (int t = 0; w.back && w.m && t < psModelNumTensors(w.m); t++) free(w.back[t]);
     free(w.back);
     if (w.trace) fclose(w.trace);
+    runlog_close(w.log);
     free(w.vers);
     free(w.params);
     free(w.grads);

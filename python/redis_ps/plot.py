@@ -1,17 +1,20 @@
 """Training curves and benchmark ratios as PNG or SVG, drawn by gnuplot (Debian gnuplot-nox).
 
     python3 -m redis_ps.plot run.jsonl -o train.png            # curves of one or more runs
+    ps-train run ... --log-json run.jsonl                      # writes such a file
     python3 -m redis_ps.plot ps-train.out -o train.png         # ps-train's stdout works too
     python3 -m redis_ps.plot --bench bench.out -o ratios.svg   # RESULT lines of benchmarks
 
 Inputs, any mix, one run per file:
-  * JSON lines (the format examples/torch_async_ps.py writes, and the one proposed for
-    ps-train's log flag): one object per line,
+  * JSON lines (the format examples/torch_async_ps.py --log and ps-train --log-json
+    write): one object per line,
       {"t": s, "worker": "w1", "epoch": 1, "samples": n, "loss": x, "version": v,
        "staleness": s, "test_acc": a (optional)}
     progress of one worker since the start of the run ('t' seconds, 'samples' that
     worker's samples so far); a line with "event": "result" holds the run's totals
-    (test_acc, test_loss, samples, samples_per_s, seconds).
+    (test_acc, test_loss, samples, samples_per_s, seconds). ps-train adds "event":
+    "progress" to progress lines and writes other events (start, done, eval) that are
+    not drawn.
   * ps-train's stdout: its progress lines
       [name] epoch E | tasks T | samples S | R samples/s | loss L | version V | staleness X | ...
     (no clock there: the x axis is then samples) and its final "RESULT k=v ..." line.
