@@ -55,6 +55,9 @@ typedef struct relayStats {
     uint64_t stale_sum;     /* sum of upstream staleness over the pushes */
     uint64_t up_version;    /* newest upstream version seen (of the first key) */
     uint64_t pulls;         /* upstream pulls mirrored */
+    uint64_t uneven_rounds; /* sync: rounds with other than --workers pushes on some key
+                               (closed short by the round timeout or a stop, or more:
+                               workers that do not wait for their round) */
 } relayStats;
 
 /* Runs the relay until SIGINT/SIGTERM (then forwards what is summed and
