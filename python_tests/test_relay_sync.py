@@ -109,3 +109,13 @@ def test_sync_rounds_worker_goes_on_after_its_wait_times_out(ps_train, make_serv
     for k in versions(local, "sr"):
         assert int(info(lc, k)["accum_pushes"]) == STEPS, k
     assert local.client().info("clients")["blocked_clients"] == 0
+
+
+def test_sync_rounds_refuses_overlap_and_pull_every_before_connecting(ps_train):
+    """--sync-rounds pulls after every push and waits for the round: an overlapped pull (sent
+    before the push) or a pull every K steps would wait for the wrong model."""
+    for extra in (["--overlap", "1"], ["--pull-every", "2"]):
+        p = run(["work", "--addr", "127.0.0.1:1", "--job", "sr", "--sync-rounds", 100] + extra,
+                check=False, timeout=30)
+        assert p.returncode == 2, p.out
+        assert "--sync-rounds pulls after every push" in p.out, p.out

@@ -40,7 +40,8 @@ typedef struct relayOpts {
     long every_ms;          /* async: forward every T ms (default 100) */
     long every_pushes;      /* async: or as soon as K pushes are summed (0: time only) */
     int mean;               /* forward the mean instead of the sum */
-    long pull_ms;           /* pull upstream at least this often (default 200) */
+    long pull_ms;           /* async: pull upstream at least this often (default 200);
+                               sync mirrors after each forwarded round only */
     long poll_ms;           /* idle poll of the local tensors (default 2) */
     long progress_ms;       /* progress line period (default 2000, 0: none) */
 } relayOpts;
