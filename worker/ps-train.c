@@ -81,7 +81,7 @@ static const flagDef Flags[] = {
      "pull the model every K mini-batches, push every one (1)"},
     {"--overlap", F_INT, O(overlap), 0, 1, C_WORK | C_RUN, "0|1",
      "send the next pull before computing the gradient (1)"},
-    {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK | C_RUN, "MS",
+    {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK, "MS",
      "behind ps-relay --sync: after each push wait up to MS for the round's new model "
      "(implies --overlap 0)"},
     {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, "FMT",
