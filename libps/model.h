@@ -31,6 +31,8 @@ typedef struct psPart {
     char *pullcmd;              /* its encoded PS.PULL */
     size_t pullcap;
     size_t direct;              /* bytes of the pull reply decoded by the sink */
+    uint64_t pull_min;          /* MINVERSION of the pull in flight (0: none) */
+    int pull_timed_out;         /* that pull's MINVERSION wait answered nil */
 } psPart;
 
 typedef struct psTensor {
@@ -61,6 +63,7 @@ struct psModel {
     int pull_pending;           /* partition pulls not yet finished */
     int pull_failed;            /* PS_ERR_* of the pull in flight's first failure, 0 none */
     char pull_errstr[256];
+    int pull_wait_ms;           /* TIMEOUT of the parts' MINVERSION waits (pull_min) */
     psClient *client;           /* the client its requests were last sent on, or NULL */
 };
 

@@ -488,6 +488,13 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
     size_t want = pull_blob_size(m, p);
     char msg[sizeof(c->errstr) + 64];
     m->pull_pending--;
+    if (reply != NULL && reply->type == REDIS_REPLY_NIL && p->pull_min > 0) {
+        /* The MINVERSION wait timed out: nothing decoded, the caller pulls again. */
+        p->pull_timed_out = 1;
+        p->direct = 0;
+        freeReplyObject(reply);
+        return PSI_DONE;
+    }
     if (reply == NULL) {
         /* fail_req recorded why, unless an earlier error was recorded first */
         snprintf(msg, sizeof(msg), "PS.PULL %.60s: %s", p->key,
@@ -546,14 +553,17 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
 
 /* Build the PS.PULL request of partition 'p'. 0 or -1 (out of memory). */
 static int pull_prepare(psModel *m, psPart *p) {
-    size_t len = ps_wire_pull(p->key, p->keylen, m->pull_fmt, p->pullcmd, p->pullcap);
+    size_t len = ps_wire_pull_min(p->key, p->keylen, m->pull_fmt, p->pull_min, m->pull_wait_ms,
+                                  p->pullcmd, p->pullcap);
     if (len > p->pullcap) {
         char *nc = realloc(p->pullcmd, len);
         if (nc == NULL) return -1;
         p->pullcmd = nc;
         p->pullcap = len;
-        ps_wire_pull(p->key, p->keylen, m->pull_fmt, p->pullcmd, p->pullcap);
+        ps_wire_pull_min(p->key, p->keylen, m->pull_fmt, p->pull_min, m->pull_wait_ms, p->pullcmd,
+                         p->pullcap);
     }
+    p->pull_timed_out = 0;
     psi_req_init(&p->pull, p->key, p->keylen);
     p->pull.cmd = p->pullcmd;
     p->pull.cmdlen = len;
@@ -569,7 +579,12 @@ static int pull_finished(psClient *c, void *arg) {
     return ((psModel *)arg)->pull_pending == 0;
 }
 
-int psModelPullAsync(psClient *c, psModel *m, float **dst) {
+/* psModelPullAsync() whose partition pulls wait (MINVERSION, TIMEOUT
+ * 'wait_ms') when 'wait_ms' > 0: for minversions[t], or with 'minversions'
+ * NULL for a version above the partition's last completed pull (a
+ * partition never pulled does not wait). */
+static int pull_begin(psClient *c, psModel *m, float **dst, int wait_ms,
+                      const uint64_t *minversions) {
     int t, p;
     psi_clear_error(c);
     if (psModelLayout(c, m) != PS_OK || model_attach(c, m) != 0) return PS_ERR;
@@ -582,12 +597,18 @@ int psModelPullAsync(psClient *c, psModel *m, float **dst) {
         psi_set_error(c, PS_ERR_OOM, "out of memory");
         return PS_ERR;
     }
+    m->pull_wait_ms = wait_ms;
     for (t = 0; t < m->ntensors; t++)
-        for (p = 0; dst[t] && p < m->tensors[t].nparts; p++)
-            if (pull_prepare(m, &m->tensors[t].parts[p]) != 0) {
+        for (p = 0; dst[t] && p < m->tensors[t].nparts; p++) {
+            psPart *pp = &m->tensors[t].parts[p];
+            pp->pull_min = wait_ms <= 0 ? 0
+                           : minversions ? minversions[t]
+                           : pp->has_pulled ? pp->pulled_version + 1 : 0;
+            if (pull_prepare(m, pp) != 0) {
                 psi_set_error(c, PS_ERR_OOM, "out of memory");
                 return PS_ERR;
             }
+        }
     memcpy(m->pull_dstv, dst, sizeof(float *) * (size_t)m->ntensors);
     m->pull_dst = m->pull_dstv;
     m->pull_failed = 0;
@@ -611,6 +632,10 @@ int psModelPullAsync(psClient *c, psModel *m, float **dst) {
         return PS_ERR;
     }
     return PS_OK;
+}
+
+int psModelPullAsync(psClient *c, psModel *m, float **dst) {
+    return pull_begin(c, m, dst, 0, NULL);
 }
 
 int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out) {
@@ -644,4 +669,26 @@ int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out) {
 int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out) {
     if (psModelPullAsync(c, m, dst) != PS_OK) return PS_ERR;
     return psModelPullWait(c, m, versions_out);
+}
+
+int psModelPullMinVersion(psClient *c, psModel *m, float **dst, const uint64_t *minversions,
+                          int timeout_ms, uint64_t *versions_out) {
+    psi_clear_error(c);
+    int limit = c->priv ? c->priv->command_timeout_ms : -1;
+    if (timeout_ms <= 0 || (limit > 0 && timeout_ms >= limit)) {
+        psi_set_error(c, PS_ERR_ARG, "psModelPullMinVersion: timeout_ms %d must be > 0 and below "
+                      "the command timeout (%d ms)", timeout_ms, limit);
+        return PS_ERR;
+    }
+    if (pull_begin(c, m, dst, timeout_ms, minversions) != PS_OK ||
+        psModelPullWait(c, m, versions_out) != PS_OK)
+        return PS_ERR;
+    int late = 0;
+    for (int t = 0; t < m->ntensors; t++)
+        for (int p = 0; dst[t] && p < m->tensors[t].nparts; p++)
+            late += m->tensors[t].parts[p].pull_timed_out;
+    /* Some waits timed out: their data was not sent; one plain pull of the
+     * whole model gives the caller a consistent current copy. */
+    if (late && psModelPull(c, m, dst, versions_out) != PS_OK) return PS_ERR;
+    return late;
 }

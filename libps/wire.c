@@ -88,13 +88,25 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
 }
 
 size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap) {
+    return ps_wire_pull_min(key, keylen, fmt, 0, 0, buf, cap);
+}
+
+size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t minversion,
+                        int timeout_ms, char *buf, size_t cap) {
     out o = {buf, cap, 0};
-    put_header(&o, '*', fmt == PS_FMT_F32 ? 2 : 4);
+    int wait = minversion > 0;
+    put_header(&o, '*', 2 + (fmt != PS_FMT_F32 ? 2 : 0) + (wait ? 4 : 0));
     put_str(&o, "PS.PULL");
     put_arg(&o, key, keylen);
     if (fmt != PS_FMT_F32) {
         put_str(&o, "FORMAT");
         put_str(&o, ps_format_name(fmt));
+    }
+    if (wait) {
+        put_str(&o, "MINVERSION");
+        put_u64(&o, minversion);
+        put_str(&o, "TIMEOUT");
+        put_u64(&o, (uint64_t)(timeout_ms > 0 ? timeout_ms : 0));
     }
     return o.len;
 }

@@ -51,6 +51,12 @@ size_t ps_wire_pushgrad_head_size(size_t keylen);
  * (nothing useful written then). */
 size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap);
 
+/* ps_wire_pull() that waits on the server: "... MINVERSION v TIMEOUT ms"
+ * is added when 'minversion' > 0 (0 waits for nothing: every version is
+ * >= 0, so the plain pull is sent); TIMEOUT 0 waits without a limit. */
+size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t minversion,
+                        int timeout_ms, char *buf, size_t cap);
+
 /* ---- embedding tables (embed.c) -------------------------------------- */
 
 /* The arguments of one PS.PUSHGRAD by ids besides its gradient blob:

@@ -287,7 +287,8 @@ def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree
     lc, uc = local.client(), up.client()
     k = "m:b:0"
     for s in (1, 2, 3):
-        lc.execute_command("PS.PUSHGRAD", k, f32(grad(s, k)), "ID", "w", s)
+        for key in SHAPES:                         # a round is due once every key has 3
+            lc.execute_command("PS.PUSHGRAD", key, f32(grad(s, key)), "ID", "w", s)
     psserver.wait_until(lambda: pull_np(uc, k)[0] == 1, timeout=5, what="a full round")
     mean = (grad(1, k) + grad(2, k) + grad(3, k)) / np.float32(3)
     assert np.array_equal(pull_np(uc, k)[1], -mean.astype(np.float32))
@@ -298,6 +299,7 @@ def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree
     psserver.wait_until(lambda: pull_np(uc, k)[0] == 2, timeout=5, what="the round timeout")
     assert time.monotonic() - t0 >= 0.35           # ... for its timeout
     assert r.stop() == 0
+    assert "rounds not of N 1)" in r.output(), r.output()
 
 
 def test_a_relay_of_a_relay_reaches_the_upstream_once(tree, make_server, relays):
@@ -358,10 +360,11 @@ def test_demo_tree_refuses_a_bad_workers_per_relay_before_starting_anything(per)
 
 
 @pytest.mark.slow
-def test_demo_tree_with_4_workers_per_relay_checks_bytes_against_a_quarter():
-    # Accuracy is not pinned here (docs/benchmarks.md: N = 4 misses it); the
-    # bytes per sample must be checked against 1/4, not the N = 2 half.
-    env = dict(os.environ, DEMO_PER_RELAY="4", DEMO_EPOCHS="2", DEMO_TREE_MAX_GAP="1")
+def test_demo_tree_with_4_workers_per_relay_meets_a_quarter_of_the_bytes_and_the_accuracy():
+    # Exact sync rounds: the bytes per sample are checked against 1/4 (not the
+    # N = 2 half) and the accuracy within the demo's 1 point (2 epochs: -0.4 and
+    # +0.04 points measured; free workers lost 5-7 at 10 epochs).
+    env = dict(os.environ, DEMO_PER_RELAY="4", DEMO_EPOCHS="2")
     p = subprocess.run([DEMO_TREE], env=env, capture_output=True, text=True, timeout=600)
     out = p.stdout + p.stderr
     assert "8 workers" in out and "4 workers each" in out, out

@@ -40,7 +40,9 @@ static void usage(FILE *out) {
             "  --every-pushes K        async: or as soon as K pushes are summed (0: time only)\n"
             "  --mean                  forward the mean of the round instead of its sum\n"
             "  --optim NAME            refuse upstream tensors with another optimizer\n"
-            "  --pull-ms P             pull upstream at least every P ms (200)\n"
+            "  --pull-ms P             async: pull upstream at least every P ms (200); sync\n"
+            "                          mirrors after each forwarded round only, so the local\n"
+            "                          version moves once per round (ps-train --sync-rounds)\n"
             "  --poll-ms P             idle poll of the local tensors (2)\n"
             "  --progress-ms P         progress line every P ms (2000; 0: none)\n");
 }

@@ -334,10 +334,11 @@ static void progress(relay *r, const char *what) {
     double saved = s->bytes_local ? 100.0 * (1.0 - (double)s->bytes_up / (double)s->bytes_local) : 0;
     fprintf(stdout,
             "[relay %s] %s%.1fs | local pushes in %" PRIu64 " | upstream pushes out %" PRIu64
-            " (resent %" PRIu64 ") | bytes in %.1f MB out %.1f MB saved %.1f%% | upstream "
-            "version %" PRIu64 " | upstream staleness %.2f\n",
+            " (resent %" PRIu64 ", rounds not of N %" PRIu64 ") | bytes in %.1f MB out %.1f MB "
+            "saved %.1f%% | upstream version %" PRIu64 " | upstream staleness %.2f\n",
             r->o->name, what, (double)(mono_ms() - r->start_ms) / 1000.0, s->local_pushes,
-            s->up_pushes, s->resends, (double)s->bytes_local / 1e6, (double)s->bytes_up / 1e6, saved,
+            s->up_pushes, s->resends, s->uneven_rounds, (double)s->bytes_local / 1e6,
+            (double)s->bytes_up / 1e6, saved,
             s->up_version, s->up_pushes ? (double)s->stale_sum / (double)s->up_pushes : 0.0);
     fflush(stdout);
 }
@@ -378,28 +379,33 @@ static void free_replies(batch *b) {
         if (b->rep[i]) freeReplyObject(b->rep[i]);
 }
 
-/* Whether a round is due: a pending slot is there (to resend), or some key
- * has summed at least the round's count. A round is decided once for all
- * keys, so a worker's push of the whole model lands in one upstream push
- * per round and one pull follows it (not one per key). A peek is a PS.TAKE
- * whose MINCOUNT cannot be met: it changes nothing. Sets *summed when any
- * key has something summed. */
+/* Whether a round is due: a pending slot is there (to resend), or enough
+ * is summed: async, some key has the round's count; sync, EVERY key has
+ * the N pushes (a worker pushes its keys one after the other, and a round
+ * taken between two of them would split that model push over two rounds).
+ * A round is decided once for all keys, so a worker's push of the whole
+ * model lands in one upstream push per round and one pull follows it (not
+ * one per key). A peek is a PS.TAKE whose MINCOUNT cannot be met: it
+ * changes nothing. Sets *summed when any key has something summed. */
 static int round_due(relay *r, batch *tk, long long need, int *summed) {
     static char peekb[24], floorb[24];
     snprintf(peekb, sizeof(peekb), "%lld", 1LL << 62);
     snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
     if (take_all(r, tk, peekb, floorb) != 0) return 0;
-    long long most = 0;
+    long long most = 0, least = 1LL << 62;
     int pending = 0;
     for (int i = 0; i < tk->n; i++) {
         const redisReply *t = tk->rep[i];
         if (t && t->type == REDIS_REPLY_ARRAY) pending = 1;
         if (t && t->type == REDIS_REPLY_INTEGER && t->integer > most) most = t->integer;
+        if (t && t->type == REDIS_REPLY_INTEGER && t->integer < least) least = t->integer;
         if (t && t->type == REDIS_REPLY_ERROR) pending = 1; /* the take below reports it */
     }
     free_replies(tk);
     *summed = most > 0;
-    return pending || (most > 0 && most >= need);
+    /* need 1 is a closing round (timeout, stop): whatever any key has. */
+    long long have = r->o->sync && need > 1 ? least : most;
+    return pending || (most > 0 && have >= need);
 }
 
 /* One cycle over every key. Returns the number of upstream pushes
@@ -457,6 +463,11 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
         pu->keys[j] = k->name, pu->argc[j] = 6, pu->argv[j] = a, pu->argl[j] = pargl[i];
         pu->idx[j] = i;
     }
+    for (int j = 0; r->o->sync && j < pu->n; j++)
+        if (counts[pu->idx[j]] != (uint64_t)r->o->workers) {
+            r->st.uneven_rounds++;
+            break;
+        }
     if (pu->n) fault_point(r, "take");
     int acked = 0;
     if (pu->n && psCommandBatchArgv(r->up, pu->n, pu->keys, pu->argc, pu->argv, pu->argl,
@@ -575,7 +586,11 @@ int relay_run(const relayOpts *o) {
         int n = cycle(&r, b[0], b[1], b[2]);
         if (n < 0) goto out;
         long long now = mono_ms();
-        if (n > 0 || now - r.last_pull_ms >= o->pull_ms) pull_and_mirror(&r, b[0]);
+        /* Sync: the local version moves only after a forwarded round, so a
+         * worker waiting for the version above its model's (ps-train
+         * --sync-rounds, MINVERSION) wakes when its own round is upstream,
+         * never on a periodic pull of the other relays' progress. */
+        if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms)) pull_and_mirror(&r, b[0]);
         if (o->progress_ms > 0 && now - r.last_progress_ms >= o->progress_ms) {
             progress(&r, "");
             r.last_progress_ms = now;

@@ -40,7 +40,8 @@ typedef struct relayOpts {
     long every_ms;          /* async: forward every T ms (default 100) */
     long every_pushes;      /* async: or as soon as K pushes are summed (0: time only) */
     int mean;               /* forward the mean instead of the sum */
-    long pull_ms;           /* pull upstream at least this often (default 200) */
+    long pull_ms;           /* async: pull upstream at least this often (default 200);
+                               sync mirrors after each forwarded round only */
     long poll_ms;           /* idle poll of the local tensors (default 2) */
     long progress_ms;       /* progress line period (default 2000, 0: none) */
 } relayOpts;
@@ -55,6 +56,9 @@ typedef struct relayStats {
     uint64_t stale_sum;     /* sum of upstream staleness over the pushes */
     uint64_t up_version;    /* newest upstream version seen (of the first key) */
     uint64_t pulls;         /* upstream pulls mirrored */
+    uint64_t uneven_rounds; /* sync: rounds with other than --workers pushes on some key
+                               (closed short by the round timeout or a stop, or more:
+                               workers that do not wait for their round) */
 } relayStats;
 
 /* Runs the relay until SIGINT/SIGTERM (then forwards what is summed and

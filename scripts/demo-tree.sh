@@ -10,23 +10,27 @@
 #
 # It prints, for each, the upstream server's bytes (INFO stats net_input_bytes
 # + net_output_bytes over the training) per training sample, and the test
-# accuracy of the upstream model. It fails when the tree's bytes per sample
-# exceed 1/N of the star's (N workers per relay) or its accuracy is more than
-# DEMO_TREE_MAX_GAP (0.01) below the star's.
+# accuracy of the upstream model (the tree's bytes counted from the relays'
+# first mirror of the model, their setup). It fails when the tree's bytes per
+# sample exceed 1/N of the star's (N workers per relay) or its accuracy is
+# more than DEMO_TREE_MAX_GAP (0.01) below the star's.
 #
-# SGD (lr 0.02) by default: a relay's round sums the k gradients its workers
-# pushed meanwhile (k was ~5 here: the workers outpace the relay's round trip on
-# 2 cores), and one SGD step with the sum is k SGD steps to first order, so the
-# tree follows the star (0.854-0.855 vs 0.855-0.856 in 3 runs). With Adam one
-# step of the sum is ONE step of a k times larger batch: DEMO_OPTIM=adam
-# DEMO_LR=0.001 measured 0.857-0.863 vs the star's 0.879-0.883, and a larger
-# DEMO_TREE_LR did not close the gap (docs/design.md). DEMO_PER_RELAY=4 meets
-# the bytes target (0.08-0.09 of the star's) but k grows to ~11.5 and the tree
-# lands 5.5-6.8 points below the star (docs/benchmarks.md "Tree topology").
+# Exact sync rounds: each tree worker runs `ps-train work --sync-rounds`: it
+# pushes one gradient and waits (PS.PULL MINVERSION) for the model its round
+# produced, so every round is N gradients computed on the newest model and
+# the relay sends one upstream push (and one pull) per N worker steps:
+# exactly 1/N of the star's per-step traffic. SGD (lr 0.02) by default; the
+# relay sends the round's sum, one SGD step of which is N steps to first
+# order; with Adam (DEMO_OPTIM=adam DEMO_LR=0.001) it is one step of an N
+# times larger batch. Both stay within 1 point of the star at N = 2 and 4
+# (docs/benchmarks.md "Tree topology"). DEMO_TREE_SYNC=0 runs the workers
+# free instead: a round then sums the k gradients that came meanwhile (k ~5
+# at N = 2, ~11.5 at N = 4 on 2 cores), fewer bytes, but N = 4 with SGD and
+# Adam at N = 2 lose 1.5-7 points (docs/design.md).
 #
 # Environment: REDIS_SERVER, DEMO_PER_RELAY (2), DEMO_EPOCHS (10, even), DEMO_OPTIM (sgd),
 # DEMO_LR (0.02), DEMO_TREE_LR (DEMO_LR), DEMO_BATCH (64), DEMO_LAYERS
-# (784,128,10), DEMO_DATA, DEMO_TREE_MAX_GAP (0.01).
+# (784,128,10), DEMO_DATA, DEMO_TREE_MAX_GAP (0.01), DEMO_TREE_SYNC (1).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -77,6 +81,15 @@ LR=${DEMO_LR:-0.02}
 TREE_LR=${DEMO_TREE_LR:-$LR}
 JOB_FLAGS=(--layers "${DEMO_LAYERS:-784,128,10}" --optim "${DEMO_OPTIM:-sgd}" --batch "${DEMO_BATCH:-64}" ${DEMO_DATA:+--data "$DEMO_DATA"})
 WORK_FLAGS=(--overlap 0 --interval-ms 5000 --progress line)
+# Exact sync rounds: each tree worker pushes once and waits (MINVERSION) for
+# the model its round produced upstream, longer than the relay's round
+# timeout, so a round is N gradients of the same model. The round timeout is
+# for a dead worker; it is long here because a round closed short by a late
+# (loaded, not dead) worker costs one more upstream push and pull, and exact
+# rounds leave the bytes no slack below 1/N. DEMO_TREE_SYNC=0
+# lets the workers run free (a round sums whatever came meanwhile).
+TREE_WORK_FLAGS=("${WORK_FLAGS[@]}")
+[ "${DEMO_TREE_SYNC:-1}" = 0 ] || TREE_WORK_FLAGS+=(--sync-rounds 10000)
 
 # eval_acc PORT JOB -> test accuracy of the model on that server
 eval_acc() {
@@ -114,28 +127,32 @@ echo "demo-tree: tree: upstream 127.0.0.1:$UP; relays in front of 127.0.0.1:$L1 
 # before its workers' init, which then leaves those tensors alone (NX).
 "$PS_TRAIN" init --addr "127.0.0.1:$UP" --job tree --epochs "$EPOCHS" "${JOB_FLAGS[@]}" \
     --lr "$TREE_LR" >/dev/null
-b0=$(net_bytes "$UP")
 R=()
 for i in 1 2; do
     port=$([ "$i" = 1 ] && echo "$L1" || echo "$L2")
     "$PS_RELAY" --local "127.0.0.1:$port" --upstream "127.0.0.1:$UP" --name "relay-$i" \
-        --match 'tree:*' --sync --workers "$PER" --round-timeout-ms 500 --progress-ms 5000 \
+        --match 'tree:*' --sync --workers "$PER" --round-timeout-ms 5000 --progress-ms 5000 \
         > "$DIR/relay-$i.log" 2>&1 &
     R+=($!)
     PIDS+=($!)
 done
-for port in "$L1" "$L2"; do
+for i in 1 2; do
+    port=$([ "$i" = 1 ] && echo "$L1" || echo "$L2")
     for _ in $(seq 200); do
-        [ "$(redis-cli -p "$port" exists tree:b1:0)" = 1 ] && break
+        grep -q '] relaying ' "$DIR/relay-$i.log" 2>/dev/null && break
         sleep 0.05
     done
     "$PS_TRAIN" init --addr "127.0.0.1:$port" --job tree --epochs $((EPOCHS / 2)) \
         "${JOB_FLAGS[@]}" --lr "$TREE_LR" > /dev/null
 done
+# Counted from here: each relay's start-up (SCAN, PS.INFO, the first mirror
+# of the model) is the tree's setup, as init is the star's. Counting it adds
+# one model pull per relay: 2 x 407 KB over 600k samples, +1.4 bytes/sample.
+b0=$(net_bytes "$UP")
 W=()
 for i in $(seq "$NW"); do
     port=$([ "$i" -le "$PER" ] && echo "$L1" || echo "$L2")
-    "$PS_TRAIN" work --addr "127.0.0.1:$port" --job tree --name "tree-w$i" "${WORK_FLAGS[@]}" \
+    "$PS_TRAIN" work --addr "127.0.0.1:$port" --job tree --name "tree-w$i" "${TREE_WORK_FLAGS[@]}" \
         > "$DIR/tree-w$i.log" 2>&1 &
     W+=($!)
 done

@@ -298,6 +298,16 @@ static void test_wire_pull_matches_hiredis_formatting(void **state) {
     assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F16, buf, sizeof(buf)), (size_t)wl);
     assert_memory_equal(buf, want, (size_t)wl);
     redisFreeCommand(want);
+    /* MINVERSION 0 waits for nothing: the plain pull */
+    assert_int_equal(ps_wire_pull_min("j:w:1", 5, PS_FMT_F16, 0, 50, buf, sizeof(buf)),
+                     (size_t)wl);
+    const char *mv[] = {"PS.PULL", "j:w:1", "FORMAT", "F16", "MINVERSION", "12", "TIMEOUT", "250"};
+    size_t lmv[] = {7, 5, 6, 3, 10, 2, 7, 3};
+    wl = redisFormatCommandArgv(&want, 8, mv, lmv);
+    assert_int_equal(ps_wire_pull_min("j:w:1", 5, PS_FMT_F16, 12, 250, buf, sizeof(buf)),
+                     (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
 }
 
 /* ========================================================================
@@ -333,6 +343,60 @@ static void test_pull_reads_replies_that_arrive_a_byte_at_a_time(void **state) {
     assert_int_equal(psModelPull(c, m, dst, NULL), PS_OK);
     for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
     assert_int_equal(psModelPartitionVersion(m, 0, 3), 25);
+    close_all(a, c, m);
+}
+
+/* PS.PULL MINVERSION seen by the fake: per partition the last value asked
+ * and its TIMEOUT (pulls without MINVERSION leave them); partition 2
+ * answers nil (a timed out wait). */
+static long long MinAsked[4], TimeoutAsked[4];
+
+static int minversion_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int *close_it) {
+    (void)argl;
+    (void)close_it;
+    if (strcmp(argv[0], "PS.PULL") != 0) return 0;
+    int p = key_part(argv[1]);
+    const char *mv = arg_after(argc, argv, "MINVERSION"), *to = arg_after(argc, argv, "TIMEOUT");
+    if (!mv) return 0;
+    MinAsked[p] = atoll(mv);
+    TimeoutAsked[p] = to ? atoll(to) : -1;
+    if (p != 2) return 0;
+    out(f, fd, "$-1\r\n");
+    return 1;
+}
+
+static void test_pull_min_version_waits_above_the_last_pull_and_repulls_after_a_timeout(
+    void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    psModel *m = model4();
+    float w[8];
+    float *dst[1] = {w};
+    uint64_t v[1];
+    (void)state;
+    a->hook = minversion_hook;
+    /* Never pulled: nothing to wait for, a plain pull. */
+    assert_int_equal(psModelPullMinVersion(c, m, dst, NULL, 100, v), 0);
+    for (int p = 0; p < 4; p++) assert_int_equal(MinAsked[p], 0);
+    /* Then each partition waits for one above its version (10 + 5p); the
+     * nil of partition 2 makes one plain pull of the whole model follow. */
+    memset(w, 0, sizeof(w));
+    assert_int_equal(psModelPullMinVersion(c, m, dst, NULL, 100, v), 1);
+    assert_int_equal(fake_count(a, "PS.PULL "), 12);
+    for (int i = 0; i < 8; i++) assert_true(w[i] == (float)(i / 2 + 1));
+    assert_int_equal(v[0], 10);
+    for (int p = 0; p < 4; p++) {
+        assert_int_equal(MinAsked[p], 11 + 5 * p);
+        assert_int_equal(TimeoutAsked[p], 100);
+    }
+    /* Explicit minimum versions per tensor; a bad timeout changes nothing. */
+    uint64_t want[1] = {12};
+    assert_int_equal(psModelPullMinVersion(c, m, dst, want, 250, NULL), 1);
+    assert_int_equal(fake_count(a, "PS.PULL "), 20);
+    for (int p = 0; p < 4; p++) assert_true(MinAsked[p] == 12 && TimeoutAsked[p] == 250);
+    assert_int_equal(psModelPullMinVersion(c, m, dst, NULL, 0, NULL), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_ARG);
+    assert_int_equal(fake_count(a, "PS.PULL "), 20);
     close_all(a, c, m);
 }
 
@@ -529,6 +593,7 @@ int main(void) {
         cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
         cmocka_unit_test(test_pull_decodes_every_partition_into_place),
         cmocka_unit_test(test_pull_reads_replies_that_arrive_a_byte_at_a_time),
+        cmocka_unit_test(test_pull_min_version_waits_above_the_last_pull_and_repulls_after_a_timeout),
         cmocka_unit_test(test_big_partitions_pull_and_push_pipelined),
         cmocka_unit_test(test_push_sends_each_partition_the_version_of_the_last_completed_pull),
         cmocka_unit_test(test_push_rolled_back_version_is_resent_with_the_servers),

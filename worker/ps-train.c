@@ -81,6 +81,9 @@ static const flagDef Flags[] = {
      "pull the model every K mini-batches, push every one (1)"},
     {"--overlap", F_INT, O(overlap), 0, 1, C_WORK | C_RUN, "0|1",
      "send the next pull before computing the gradient (1)"},
+    {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK, "MS",
+     "behind ps-relay --sync: after each push wait up to MS for the round's new model "
+     "(implies --overlap 0)"},
     {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, "FMT",
      "model on the wire: f32, bf16 or f16 (f32)"},
     {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, "FMT",
@@ -311,6 +314,12 @@ static int validate(trainOpts *o, int bit) {
             return -1;
         }
     }
+    if (o->sync_rounds && (o->pull_every != 1 || (tr_given(o, "--overlap") && o->overlap))) {
+        fprintf(stderr, "ps-train %s: --sync-rounds pulls after every push: it needs "
+                        "--pull-every 1 and --overlap 0\n", c);
+        return -1;
+    }
+    if (o->sync_rounds) o->overlap = 0;
     if (o->progress && strcmp(o->progress, "auto") && strcmp(o->progress, "tty") &&
         strcmp(o->progress, "line") && strcmp(o->progress, "none")) {
         fprintf(stderr, "ps-train %s: --progress: '%s' is not auto, tty, line or none\n", c,

@@ -77,6 +77,8 @@ typedef struct trainOpts {
     void *event_udata;
     int pull_every;             /* pull every K mini-batches (bounded staleness) */
     int overlap;                /* 1: next pull in flight while computing */
+    int sync_rounds;            /* > 0: each pull waits up to this many ms for a model newer
+                                   than the last one (a relay's sync round, MINVERSION) */
     const char *pull_format;    /* f32 | bf16 | f16 */
     const char *push_format;    /* f32 | bf16 | f16 | i8 | topk[:K]; NULL: the job's */
     int interval_ms;

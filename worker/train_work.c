@@ -394,6 +394,10 @@ static int fresh_params(worker *w) {
         w->pull_inflight = 0;
         rc = psModelPullWait(w->c, w->m, w->vers);
         if (rc == PS_OK) swap_buffers(w);
+    } else if (w->have_params && w->o->sync_rounds) {
+        /* A relay's sync round: wait for the model our last push went into. */
+        rc = psModelPullMinVersion(w->c, w->m, w->params, NULL, w->o->sync_rounds, w->vers);
+        rc = rc >= 0 ? PS_OK : rc;
     } else if (!w->have_params || w->since_pull >= w->o->pull_every) {
         rc = psModelPull(w->c, w->m, w->params, w->vers);
     } else {

@@ -397,6 +397,22 @@ int psModelPull(psClient *c, psModel *m, float **dst, uint64_t *versions_out);
 int psModelPullAsync(psClient *c, psModel *m, float **dst);
 int psModelPullWait(psClient *c, psModel *m, uint64_t *versions_out);
 
+/* psModelPull() that first waits for a newer model: each partition's
+ * PS.PULL carries "MINVERSION v TIMEOUT timeout_ms" (docs/commands.md
+ * "Blocking pulls"), so the server answers once the partition's version is
+ * >= v. v is minversions[t] for every partition of tensor t, or, with
+ * 'minversions' NULL, one above the partition's version in the last
+ * completed pull (a partition never pulled does not wait): "the next
+ * model". A synchronous worker behind a relay in sync mode (ps-relay
+ * --sync) uses it to wait until its round's summed gradient went upstream
+ * and the result was mirrored back. 'timeout_ms' must be > 0 and below the
+ * client's command timeout. When some partition's wait timed out, the
+ * whole model is pulled again without waiting, so 'dst' always holds one
+ * consistent current copy. Returns the number of partitions whose wait
+ * timed out (0: every one reached its version), or PS_ERR. */
+int psModelPullMinVersion(psClient *c, psModel *m, float **dst, const uint64_t *minversions,
+                          int timeout_ms, uint64_t *versions_out);
+
 /* Push gradients: grads[t] is an array of psModelTensorElements(m, t)
  * floats (NULL: skip the tensor). One PS.PUSHGRAD per partition:
  *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s]
