@@ -3,7 +3,7 @@
  * ps-train.c parses the command line into a trainOpts and dispatches to one
  * of the train_*.c files:
  *   train_job.c    job keys, config hash, init, status, snapshot, helpers
- *   train_work.c   the worker loop (work)
+ *   train_work.c   the worker loop (work); train_tasks.c its task stream
  *   train_eval.c   eval and run
  *
  * Keys of job J. The model tensors are libps model "J" (keys "J:W0:0",
