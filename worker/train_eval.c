@@ -117,7 +117,8 @@ out:
 int tr_cmd_eval(const trainOpts *o) {
     double loss = 0, acc = 0;
     uint64_t v = 0;
-    int n = 0;
+    int n = 0, sparse = tr_sparse_job(o);
+    if (sparse) return sparse < 0 ? TR_EXIT_FAIL : tr_sparse_cmd_eval(o);
     if (o->threads > 0) openblas_set_num_threads(o->threads);
     if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
     printf("eval job %s%s%s: test_loss=%.4f test_acc=%.4f on %d samples, model version %llu\n",
@@ -249,7 +250,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
     (void)argc;
     (void)argv;
     double t0 = tr_now();
-    int rc = tr_cmd_init(o);
+    int rc = tr_cmd_init(o), sparse = 0;
     if (rc != TR_EXIT_OK) return rc;
     {
         /* The final eval's data must fit before anything trains. */
@@ -259,7 +260,9 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         rc = tr_load_config(c, o->job, &cfg);
         psClientFree(c);
         if (rc != 0) return TR_EXIT_FAIL;
-        if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
+        sparse = cfg.sp.model[0] != 0;
+        if ((sparse ? tr_sparse_check_test(o, &cfg) : tr_check_test(o, &cfg)) != 0)
+            return TR_EXIT_USAGE;
     }
     long long samples0 = samples_trained(o);
 
@@ -349,6 +352,7 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
         steps += progress_double(o, f);
     }
 
+    if (sparse) return tr_sparse_run_result(o, t0, train_secs, samples, span, failed);
     double loss = 0, acc = 0;
     uint64_t v = 0;
     int n = 0;

@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train_work.h"
+#include "train_sparse.h"
 
 /* ========================================================================
  * Progress
@@ -250,6 +250,7 @@ static int setup(worker *w) {
         tr_err(o, "--job %s: init has not finished (state %s)", o->job, w->cfg.state);
         return -1;
     }
+    if (w->cfg.sp.model[0]) return tr_sparse_setup(w);
     w->batch = o->batch > 0 ? o->batch : w->cfg.batch;
     if ((w->m = tr_model(w->c, o->job, &w->cfg)) == NULL) return -1;
     if (tr_load_data(&w->cfg, NULL, 1, &w->ds) != 0) return -1;
@@ -337,7 +338,7 @@ int tr_cmd_work(const trainOpts *o) {
     if (setup(&w) != 0 || tw_load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
-    if (!w.quiet) {
+    if (!w.quiet && !w.sp) {
         printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d, push %s\n",
                w.name, o->job, w.cfg.layers, w.batch, w.ds.n, o->window, w.push_name);
         fflush(stdout);
@@ -352,7 +353,7 @@ int tr_cmd_work(const trainOpts *o) {
         if (rc < 0) goto out;
         if (rc == 0) break;
         snprintf(w.cur_task, sizeof(w.cur_task), "%s", t.id);
-        rc = run_task(&w, &t);
+        rc = w.sp ? tr_sparse_task(&w, &t) : run_task(&w, &t);
         if (rc == -2) break;
         if (rc < 0) goto out;
         if (rc == 0) {
@@ -362,7 +363,7 @@ int tr_cmd_work(const trainOpts *o) {
             continue;
         }
         tt0 = tr_now();
-        if (tw_ack_task(&w, &t, t.count) != 0) goto out;
+        if (tw_ack_task(&w, &t, w.sp ? t.samples : t.count) != 0) goto out;
         w.cur_task[0] = '\0';
         w.t_tasks += tr_now() - tt0;
     }
@@ -434,6 +435,7 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
            (unsigned long long)st->lost_state, (unsigned long long)st->bytes_sent,
            (unsigned long long)st->bytes_received);
+    if (w.sp) tr_sparse_report(&w);
     status = TR_EXIT_OK;
     if (tw_stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
@@ -460,6 +462,7 @@ out:
     free(w.perm);
     ps_mlp_free(&w.mlp);
     ps_dataset_free(&w.ds);
+    tr_sparse_free(&w);
     psModelFree(w.m);
     psClientFree(w.c);
     return status;

@@ -14,6 +14,8 @@
 
 #include "train_job.h"
 
+struct sparseWork;
+
 /* A task of the stream: for dense jobs samples [start, start + count) of
  * the train split, for sparse jobs bytes [start, start + count) of the
  * train file. */
@@ -21,6 +23,7 @@ typedef struct task {
     char id[64];
     int epoch;
     long long start, count;
+    long long samples;      /* sparse: samples the byte range held (set by its run) */
 } task;
 
 typedef struct worker {
@@ -67,6 +70,7 @@ typedef struct worker {
     char degraded[256];     /* "host:port host:port" of the shards degraded now */
     /* where the time of the steps goes (seconds) */
     double t_pull, t_grad, t_push, t_tasks, t_first, t_last;
+    struct sparseWork *sp;  /* sparse jobs: the table state (train_sparse.c), else NULL */
 } worker;
 
 /* ---- train_tasks.c ---- */
