@@ -11,8 +11,8 @@ import re
 
 import pytest
 
-import psserver
 from pshelpers import PS_TRAIN, run_ps_train as run
+from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 from test_train_standalone import result_line
 
 # gen-ctr data: 8 fields of 30 ids each from a planted FM (truth test AUC 0.81 with this
@@ -177,13 +177,6 @@ def test_bad_train_file_fails_init_and_leaves_no_job(server, tmp_path):
              str(bad)], check=False)
     assert p.returncode == 2 and "bad.libsvm:2" in p.out, p.out
     assert server.client().keys("*sbad*") == []
-
-
-@pytest.fixture
-def cluster(module_path):
-    c = psserver.RedisClusterHelper(masters=3, replicas=0)
-    yield c
-    c.cleanup()
 
 
 def test_cluster_run_spreads_table_shards_over_masters_and_reaches_the_bound(cluster, data):

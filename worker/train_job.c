@@ -460,8 +460,7 @@ long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, l
     return n;
 }
 
-/* Appends "<what>" to 'out' (comma separated). */
-static void add_diff(char *out, size_t len, const char *fmt, ...) {
+void tr_add_diff(char *out, size_t len, const char *fmt, ...) {
     size_t n = strlen(out);
     va_list ap;
     if (n + 3 >= len) return;
@@ -481,7 +480,7 @@ static void add_diff(char *out, size_t len, const char *fmt, ...) {
 static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
     int n = 0;
     out[0] = '\0';
-#define DIFF(cond, ...) do { if (cond) { add_diff(out, len, __VA_ARGS__); n++; } } while (0)
+#define DIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
     if (tr_given(o, "--layers")) {
         int sizes[TR_MAX_LAYERS], k = ps_parse_layers(o->layers, sizes, TR_MAX_LAYERS, NULL, 0);
         int same = k == cfg->nsizes && !memcmp(sizes, cfg->sizes, (size_t)k * sizeof(int));

@@ -214,6 +214,9 @@ int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *sa
 /* Refuses (printed, -1) an explicit --push-format that differs from the one
  * job 'cfg' recorded at init; 0 when it matches or either is unset. */
 int tr_check_push_format(const trainOpts *o, const jobConfig *cfg);
+/* Appends printf-formatted text to 'out' of 'len' bytes, comma separated
+ * from what it holds (the "--flag given (job: stored)" lists). */
+void tr_add_diff(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* XADDs one task per shard of [0, total) in pieces of 'per' (samples or
  * bytes) per epoch of 'cfg', shard order shuffled per epoch from its seed;
  * creates the stream and group. Returns the number of tasks or -1. */

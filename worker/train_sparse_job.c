@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,24 +140,10 @@ int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
     return 1;
 }
 
-/* Appends "<what>" to 'out' (comma separated). */
-static void append(char *out, size_t len, const char *fmt, ...) {
-    size_t n = strlen(out);
-    va_list ap;
-    if (n + 3 >= len) return;
-    if (n) {
-        strcpy(out + n, ", ");
-        n += 2;
-    }
-    va_start(ap, fmt);
-    vsnprintf(out + n, len - n, fmt, ap);
-    va_end(ap);
-}
-
 int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
     const sparseConfig *sp = &cfg->sp;
     int n = 0;
-#define SDIFF(cond, ...) do { if (cond) { append(out, len, __VA_ARGS__); n++; } } while (0)
+#define SDIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
     SDIFF(o->model && strcasecmp(o->model, sp->model), "--model %s (job: %s)", o->model,
           sp->model[0] ? sp->model : "none, a dense MLP");
     if (!sp->model[0]) return n;
