@@ -102,6 +102,13 @@ def test_two_workers_reach_the_auc_bound_and_every_table_push_counts_once(server
     # eval sees the same model.
     ev = run(["eval", "--addr", server.addr, "--job", "s" + model]).out
     assert "test_auc=%s" % res["test_auc"] in ev, (ev, res)
+    # status lists every shard with its version; snapshots are refused for tables.
+    st = run(["status", "--addr", server.addr, "--job", "s" + model]).out
+    for key, v in versions.values():
+        assert re.search(r"^  %s +rows +\d+ version +%d " % (re.escape(key), v), st, re.M), st
+    snap = run(["snapshot", "--addr", server.addr, "--job", "s" + model, "--at", "x"],
+               check=False)
+    assert snap.returncode == 1 and "no snapshots" in snap.out, snap.out
 
 
 def test_mlp_trains_embeddings_and_dense_layers_in_one_job(server, data):

@@ -256,6 +256,10 @@ int tr_sparse_job(const trainOpts *o);
 /* Checks the test file run will evaluate (opens, parses a batch). 0 or -1. */
 int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg);
 int tr_sparse_cmd_eval(const trainOpts *o);
+/* status of a sparse job: prints its sparse settings and every table shard
+ * (rows, version), and returns its dense tensors as a laid-out model for
+ * the partition list (NULL on error, printed). */
+psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg);
 /* run after its workers: evaluates and prints the RESULT line. TR_EXIT_*. */
 int tr_sparse_run_result(const trainOpts *o, double total_t0, double train_secs,
                          long long samples, double span, int failed);

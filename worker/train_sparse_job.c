@@ -555,6 +555,41 @@ int tr_sparse_delete(const trainOpts *o, psClient *c, const jobConfig *cfg) {
     return rc;
 }
 
+psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    const sparseConfig *sp = &cfg->sp;
+    ps_ctr_config mc;
+    ps_ctr_model m;
+    char err[256];
+    psModel *dm = NULL;
+    if (ts_ctr_config(cfg, 1, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, 1, err, sizeof(err)) != 0) {
+        tr_err(o, "job %s: %s", o->job, err);
+        return NULL;
+    }
+    printf("sparse: model %s (row dim %d), %s %s (%lld bytes) in tasks of %lld bytes, test %s; "
+           "table rows %s lr %g, admit %d, capacity %lld\n", sp->model, ps_ctr_row_dim(&m),
+           sp->format, sp->train, sp->train_bytes, sp->shard_bytes, sp->test[0] ? sp->test : "-",
+           sp->table_optim, sp->table_lr, sp->admit, sp->capacity);
+    psEmbed *e = ts_table(o->job, cfg, ps_ctr_row_dim(&m));
+    printf("table shards:\n");
+    for (int s = 0; e && s < sp->shards; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        redisReply *r = tr_cmd_ok(o, c, key, "PS.INFO %s", key);
+        if (r == NULL) continue;
+        printf("  %-24s rows %10lld version %8lld created %10lld evicted %10lld\n", key,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "rows") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "version") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "created") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "evicted_ttl") +
+                   info_field(r, "evicted_capacity") + info_field(r, "evicted_explicit") : -1);
+        freeReplyObject(r);
+    }
+    if (e) dm = ts_dense_model(c, o->job, &m);
+    psEmbedFree(e);
+    ps_ctr_free(&m);
+    return dm;
+}
+
 /* ========================================================================
  * eval, run
  * ====================================================================== */
