@@ -13,23 +13,26 @@
 set -euo pipefail
 
 # ---- settings (environment overrides) --------------------------------------
+# Chosen with bench/sparse_baseline on this data (truth test AUC 0.748): one
+# epoch of Adagrad lr 0.05 from N(0, 0.005^2) rows came within 0.022 of the
+# truth; a second epoch overfits the rare ids (gap 0.031 at lr 0.03).
 SAMPLES=${DEMO_SAMPLES:-1000000}    # train samples (test: a fifth)
 FIELDS=${DEMO_FIELDS:-26}
 VOCAB=${DEMO_VOCAB:-1000000}        # ids per field
-ZIPF=${DEMO_ZIPF:-1.1}              # Zipf exponent of the id ranks
+ZIPF=${DEMO_ZIPF:-1.3}              # Zipf exponent of the id ranks
 HEAD=${DEMO_HEAD:-20}               # ranks above it carry parameters scaled by head/rank
 SEED=${DEMO_SEED:-7}
 WORKERS=${DEMO_WORKERS:-2}
 EPOCHS=${DEMO_EPOCHS:-1}
 DIM=${DEMO_DIM:-4}                  # FM factors per id
 OPTIM=${DEMO_OPTIM:-adagrad}        # table rows: sgd momentum adagrad rowadagrad adam ftrl
-LR=${DEMO_LR:-0.02}
-INIT_STD=${DEMO_INIT_STD:-0.01}     # rows start N(0, std^2) from (seed, id)
+LR=${DEMO_LR:-0.05}
+INIT_STD=${DEMO_INIT_STD:-0.005}    # rows start N(0, std^2) from (seed, id)
 BATCH=${DEMO_BATCH:-256}
 ADMIT=${DEMO_ADMIT:-2}              # an id becomes a row on its 2nd push
 CAPACITY=${DEMO_CAPACITY:-}         # empty: no bound (e.g. 1000000 to see eviction)
 SHARDS=${DEMO_SHARDS:-4}
-MIN_AUC=${DEMO_MIN_AUC:-0.6}        # the run fails below it
+MIN_AUC=${DEMO_MIN_AUC:-0.65}       # the run fails below it
 # -----------------------------------------------------------------------------
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
