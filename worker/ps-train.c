@@ -162,7 +162,7 @@ static const cmdDef Cmds[] = {
 
 static void usage_main(FILE *out) {
     fprintf(out, "usage: ps-train <command> --addr HOST:PORT --job NAME [flags]\n\n"
-                 "Trains an MLP with the redis-ps parameter server.\n\ncommands:\n");
+                 "Trains an MLP, or a sparse CTR model (--model), with the redis-ps parameter\nserver.\n\ncommands:\n");
     for (size_t i = 0; i < NCMDS; i++) fprintf(out, "  %-9s %s\n", Cmds[i].name, Cmds[i].summary);
     fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
                  "exit codes: 0 ok, 1 runtime failure, 2 usage error (or settings that differ\n"
