@@ -23,6 +23,7 @@
 #include "train_sparse.h"
 
 #define TS_HLL_FLUSH 65536      /* ids per PFADD of the distinct-id estimate */
+#define TS_SEEN_MAX (1u << 22)  /* ids the seen-set holds before it starts over */
 
 struct sparseWork {
     ps_ctr_model m;
@@ -41,6 +42,15 @@ struct sparseWork {
     char ikey[128];             /* psjob:{J}:ids */
     uint64_t *hll;              /* epoch-1 ids waiting for their PFADD */
     size_t nhll;
+    const char **hll_argv;      /* PFADD arguments (TS_HLL_FLUSH + 2, reused) */
+    size_t *hll_argl;
+    /* Ids this worker sent to the PFADD already: an open-addressing set
+     * (slot value id + 1, 0 empty; id UINT64_MAX kept in 'seen_max'),
+     * emptied when it holds TS_SEEN_MAX ids, so it bounds the memory
+     * (64 MiB) while each id usually goes to the server once. */
+    uint64_t *seen;
+    size_t seen_n, seen_cap;
+    int seen_max;
     long long wait_short;       /* shard WAITs that saw fewer than --wait replicas */
 };
 
@@ -85,7 +95,10 @@ int tr_sparse_setup(worker *w) {
     sp->shard_pushes = calloc((size_t)sp->nshards, sizeof(long long));
     sp->hit = calloc((size_t)sp->nshards, 1);
     sp->hll = malloc(TS_HLL_FLUSH * sizeof(uint64_t));
-    if (sp->shard_pushes == NULL || sp->hit == NULL || sp->hll == NULL) {
+    sp->hll_argv = malloc((TS_HLL_FLUSH + 2) * sizeof(char *));
+    sp->hll_argl = malloc((TS_HLL_FLUSH + 2) * sizeof(size_t));
+    if (sp->shard_pushes == NULL || sp->hit == NULL || sp->hll == NULL || sp->hll_argv == NULL ||
+        sp->hll_argl == NULL) {
         tr_err(o, "out of memory");
         return -1;
     }
@@ -110,6 +123,9 @@ void tr_sparse_free(worker *w) {
     free(sp->shard_pushes);
     free(sp->hit);
     free(sp->hll);
+    free(sp->hll_argv);
+    free(sp->hll_argl);
+    free(sp->seen);
     free(sp);
     w->sp = NULL;
 }
@@ -122,28 +138,56 @@ void tr_sparse_free(worker *w) {
  * a warning). */
 static void hll_flush(worker *w) {
     struct sparseWork *sp = w->sp;
+    const char **argv = sp->hll_argv;
+    size_t *argl = sp->hll_argl;
     if (sp->nhll == 0) return;
-    size_t n = sp->nhll + 2;
-    const char **argv = malloc(n * sizeof(char *));
-    size_t *argl = malloc(n * sizeof(size_t));
-    if (argv && argl) {
-        argv[0] = "PFADD";
-        argl[0] = 5;
-        argv[1] = sp->ikey;
-        argl[1] = strlen(sp->ikey);
-        for (size_t i = 0; i < sp->nhll; i++) {
-            argv[i + 2] = (const char *)&sp->hll[i];
-            argl[i + 2] = sizeof(uint64_t);
-        }
-        redisReply *r = psCommandArgv(w->c, sp->ikey, (int)n, argv, argl);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR)
-            fprintf(stderr, "[%s] PFADD %s: %s\n", w->name, sp->ikey,
-                    r ? r->str : w->c->errstr);
-        if (r) freeReplyObject(r);
+    argv[0] = "PFADD";
+    argl[0] = 5;
+    argv[1] = sp->ikey;
+    argl[1] = strlen(sp->ikey);
+    for (size_t i = 0; i < sp->nhll; i++) {
+        argv[i + 2] = (const char *)&sp->hll[i];
+        argl[i + 2] = sizeof(uint64_t);
     }
-    free(argv);
-    free(argl);
+    redisReply *r = psCommandArgv(w->c, sp->ikey, (int)sp->nhll + 2, argv, argl);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "[%s] PFADD %s: %s\n", w->name, sp->ikey, r ? r->str : w->c->errstr);
+    if (r) freeReplyObject(r);
     sp->nhll = 0;
+}
+
+/* Adds 'id' to the seen-set. Returns 1 when it is new (or the set could not
+ * grow: then the id is sent again, harmless), 0 when seen before. */
+static int seen_add(struct sparseWork *sp, uint64_t id) {
+    if (id == UINT64_MAX) {
+        int was = sp->seen_max;
+        sp->seen_max = 1;
+        return !was;
+    }
+    if (sp->seen_n >= TS_SEEN_MAX) {
+        memset(sp->seen, 0, sp->seen_cap * sizeof(uint64_t));
+        sp->seen_n = 0;
+    }
+    if (2 * (sp->seen_n + 1) > sp->seen_cap) {
+        size_t cap = sp->seen_cap ? 2 * sp->seen_cap : 1 << 16;
+        uint64_t *t = calloc(cap, sizeof(uint64_t));
+        if (t == NULL) return 1;
+        for (size_t i = 0; i < sp->seen_cap; i++) {
+            if (sp->seen[i] == 0) continue;
+            size_t h = (size_t)((sp->seen[i] * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+            while (t[h]) h = (h + 1) & (cap - 1);
+            t[h] = sp->seen[i];
+        }
+        free(sp->seen);
+        sp->seen = t;
+        sp->seen_cap = cap;
+    }
+    size_t h = (size_t)(((id + 1) * 0x9E3779B97F4A7C15ULL) >> 20) & (sp->seen_cap - 1);
+    while (sp->seen[h] && sp->seen[h] != id + 1) h = (h + 1) & (sp->seen_cap - 1);
+    if (sp->seen[h]) return 0;
+    sp->seen[h] = id + 1;
+    sp->seen_n++;
+    return 1;
 }
 
 /* Waits for --wait replicas on every shard's node (one pipelined round
@@ -227,6 +271,7 @@ static int step(worker *w, int epoch) {
     if (w->o->wait > 0 && wait_tables(w) != 0) return -1;
     if (epoch == 1) {
         for (size_t i = 0; i < sp->u.n; i++) {
+            if (!seen_add(sp, sp->u.ids[i])) continue;
             sp->hll[sp->nhll++] = sp->u.ids[i];
             if (sp->nhll == TS_HLL_FLUSH) hll_flush(w);
         }
