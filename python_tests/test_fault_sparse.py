@@ -2,8 +2,9 @@
 of 4 shards, byte-range tasks): a worker SIGKILLed mid-run (its task is claimed by the other
 and every line of the file is still trained once per epoch), every worker connection killed
 three times (resent table pushes are applied once: each shard's version equals the pushes
-the workers saw acknowledged), and the master killed with --wait 1 and a replica promoted
-(nothing acknowledged is lost, nothing applied twice)."""
+the workers saw acknowledged), and the master killed with --wait 1, on one server with a
+replica promoted by hand and on a 3-master cluster by failover (nothing acknowledged is
+lost, nothing applied twice)."""
 
 import os
 import re
@@ -14,6 +15,8 @@ import pytest
 
 from faultlib import now, progress_acked, report, wait_until, workers  # noqa: F401
 from pshelpers import PS_TRAIN, run_ps_train as run
+# 3 masters + 1 replica each (node timeout 2 s), and the live owner of a key.
+from test_fault_cluster import cluster, owner  # noqa: F401
 
 # 26 fields of 1000 ids, 60000 lines (~34 MB): 2 epochs of tasks of 500 kB, 2 workers with
 # --batch 64 take a few seconds, long enough to inject faults mid-run.
@@ -160,3 +163,46 @@ def test_master_killed_with_wait_1_replica_promoted_nothing_lost(
     assert lost == 0 and twice == 0, (versions, want)
     assert samples_trained(r1.client(), job) == EPOCHS * LINES
     assert auc(r1.addr, job) >= AUC_BOUND
+
+
+@pytest.mark.slow
+def test_cluster_master_of_a_table_shard_killed_with_wait_1_nothing_lost(
+        cluster, data, workers):
+    seeds = ",".join(n.addr for n in cluster.nodes)
+    job = "spc"
+    init(seeds, job, data, "--shards", 3)
+    job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
+    keys = [k.decode() for m in cluster.masters() for k in m.client().keys("%s:emb:*" % job)]
+    assert len(keys) == 3, keys
+    # A master with a table shard but not the job's bookkeeping: the kill hits rows only.
+    victim = next(cluster.node_for_key(k) for k in keys
+                  if cluster.node_for_key(k).port != job_node.port)
+    (replica,) = cluster.replicas_of(victim)
+    ws = [workers(seeds, job, "w%d" % i, "--wait", 1, "--on-lost-state", "stop")
+          for i in range(2)]
+    wait_until(lambda: progress_acked(job_node.client(), job) >= 8, 60, "8 tasks acked")
+    t_kill = now()
+    victim.kill()
+    rc = replica.client()
+    wait_until(lambda: rc.info("replication")["role"] == "master", 30, "replica promoted")
+    failover_s = now() - t_kill
+    victim.start()                      # rejoins as a replica: WAIT 1 satisfiable again
+    cluster.wait_ok(timeout=30, n_replicas=3)
+    acked = [w.wait(timeout=180) for w in ws]
+    pushes = [table_acked(w) for w in ws]
+    versions = {}
+    for k in keys:
+        s = int(re.match(r"^.*:emb:(\d+)\{", k).group(1))
+        info = owner(cluster, k).client().execute_command("PS.INFO", k)
+        versions[s] = int(dict(zip(info[::2], info[1::2]))[b"version"])
+    want = {s: sum(p[s] for p in pushes) for s in versions}
+    lost = sum(max(0, want[s] - versions[s]) for s in versions)
+    twice = sum(max(0, versions[s] - want[s]) for s in versions)
+    report("sparse-cluster-master-kill", failover_s="%.1f" % failover_s, lost=lost,
+           twice=twice, versions=versions, acked=want,
+           retries=sum(a["retries"] for a in acked),
+           refreshes=sum(a["refreshes"] for a in acked))
+    assert sum(a["refreshes"] for a in acked) > 0        # the kill was noticed
+    assert lost == 0 and twice == 0, (versions, want)
+    assert samples_trained(job_node.client(), job) == EPOCHS * LINES
+    assert auc(seeds, job) >= AUC_BOUND
