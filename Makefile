@@ -280,6 +280,10 @@ demo: check-deps all
 demo-cluster: check-deps all
 	scripts/demo-cluster.sh
 
+.PHONY: demo-sparse
+demo-sparse: check-deps all
+	scripts/demo-sparse.sh
+
 # ---- Python package, plots ---------------------------------------------------
 
 .PHONY: pyinstall plots

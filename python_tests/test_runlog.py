@@ -129,3 +129,20 @@ def test_unwritable_log_fails_before_anything_is_created(ps_train, server, tmp_p
         assert "--log-json FILE" in run([cmd, "--help"]).out
     p = run(["init", "--addr", server.addr, "--job", "jbad", "--log-json", "x"], check=False)
     assert p.returncode == 2 and "does not apply to init" in p.out
+
+
+def test_sparse_run_logs_auc_and_logloss(ps_train, server, tmp_path):
+    prefix = str(tmp_path / "ctr")
+    run(["gen-ctr", "--out", prefix, "--samples", 20000, "--vocab", 200])
+    log = tmp_path / "sparse.jsonl"
+    p = run(["run", "--addr", server.addr, "--job", "sj", "--model", "fm",
+             "--train", prefix + ".train.libsvm", "--test", prefix + ".test.libsvm",
+             "--workers", 2, "--interval-ms", 10, "--progress", "none", "--log-json", log])
+    objs = read_log(log)
+    assert objs[0]["event"] == "start" and objs[0]["model"] == "fm"
+    assert objs[-1]["event"] == "result" and objs[-2]["event"] == "eval"
+    res = result_numbers(p.out)
+    assert objs[-1]["test_auc"] == pytest.approx(float(res["test_auc"]), abs=1e-5)
+    assert objs[-1]["test_logloss"] == pytest.approx(float(res["test_logloss"]), abs=1e-5)
+    assert objs[-1]["samples"] == int(res["samples"]) > 0
+    assert any(o["event"] == "progress" and "loss" in o for o in objs)

@@ -111,6 +111,39 @@ static const flagDef Flags[] = {
      "OpenBLAS threads (workers: 1)"},
     {"--log-json", F_STR, O(log_json), 0, 0, C_WORK | C_EVAL | C_RUN, "FILE",
      "append the run as JSON lines to FILE (progress, eval, result; python3 -m redis_ps.plot)"},
+    /* sparse CTR jobs (train_sparse_job.c) */
+    {"--model", F_STR, O(model), 0, 0, C_INIT | C_RUN, "lr|fm|mlp",
+     "sparse CTR model over an embedding table (makes the job sparse)"},
+    {"--train", F_STR, O(train), 0, 0, C_INIT | C_RUN, "FILE",
+     "sparse: train file, libsvm or Criteo TSV, plain or gzip"},
+    {"--test", F_STR, O(test), 0, 0, C_INIT | C_EVAL | C_RUN, "FILE",
+     "sparse: test file (eval: instead of the job's)"},
+    {"--format", F_STR, O(format), 0, 0, C_INIT | C_RUN, "libsvm|criteo",
+     "sparse: file format (libsvm; ids carry their field in the top 8 bits)"},
+    {"--dim", F_INT, O(dim), 1, 1024, C_INIT | C_RUN, "K",
+     "sparse: FM factors per id, MLP embedding dim (4)"},
+    {"--fields", F_INT, O(fields), 1, 256, C_INIT | C_RUN, "F",
+     "sparse mlp: field slots of the input (26; criteo 39)"},
+    {"--hidden", F_STR, O(hidden), 0, 0, C_INIT | C_RUN, "W1,W2,...",
+     "sparse mlp: hidden widths (64,32)"},
+    {"--table-optim", F_STR, O(table_optim), 0, 0, C_INIT | C_RUN, "NAME",
+     "sparse: row optimizer: sgd momentum adagrad rowadagrad adam ftrl (adagrad)"},
+    {"--table-lr", F_DBL, O(table_lr), 1e-12, 1e6, C_INIT | C_RUN, "X",
+     "sparse: row learning rate, FTRL's alpha (0.05); dense tensors default to it"},
+    {"--ftrl-beta", F_DBL, O(ftrl_beta), 1e-12, 1e6, C_INIT | C_RUN, "X", "FTRL beta (1)"},
+    {"--l1", F_DBL, O(l1), 0, 1e6, C_INIT | C_RUN, "X", "FTRL L1 (0)"},
+    {"--l2", F_DBL, O(l2), 0, 1e6, C_INIT | C_RUN, "X", "FTRL L2 (0)"},
+    {"--init-std", F_DBL, O(init_std), 0, 1e6, C_INIT | C_RUN, "S",
+     "sparse: rows start N(0, S^2) from (seed, id) (fm/mlp 0.1; lr and ftrl 0)"},
+    {"--admit", F_INT, O(admit), 1, 255, C_INIT | C_RUN, "N",
+     "sparse: an id becomes a row on its N-th push, earlier gradients dropped (1)"},
+    {"--capacity", F_LL, O(capacity), 1, 67108863LL * 1024, C_INIT | C_RUN, "N",
+     "sparse: keep about N rows (N/shards per shard, least recently pushed evicted)"},
+    {"--shards", F_INT, O(shards), 1, 1024, C_INIT | C_RUN, "N", "sparse: table shards (4)"},
+    {"--shard-bytes", F_LL, O(shard_bytes), 1, 1LL << 40, C_INIT | C_RUN, "N",
+     "sparse: bytes of the train file per task (4194304)"},
+    {"--min-auc", F_DBL, O(min_auc), 0, 1, C_EVAL | C_RUN, "A",
+     "sparse: exit 1 when the test AUC is below A"},
 };
 #define NFLAGS (sizeof(Flags) / sizeof(Flags[0]))
 _Static_assert(NFLAGS <= 64, "trainOpts.given has one bit per flag");
@@ -122,7 +155,7 @@ typedef struct cmdDef {
 } cmdDef;
 
 static const cmdDef Cmds[] = {
-    {"init", C_INIT, "create the model tensors, the job config and its task stream"},
+    {"init", C_INIT, "create the model tensors (or tables), the job config and its task stream"},
     {"work", C_WORK, "one worker: take tasks from the stream, train, push, ack"},
     {"eval", C_EVAL, "pull the model (or a snapshot) and report test loss/accuracy"},
     {"run", C_RUN, "init + N local workers + eval; prints accuracy, time, samples/s"},
@@ -134,7 +167,7 @@ static const cmdDef Cmds[] = {
 
 static void usage_main(FILE *out) {
     fprintf(out, "usage: ps-train <command> --addr HOST:PORT --job NAME [flags]\n\n"
-                 "Trains an MLP with the redis-ps parameter server.\n\ncommands:\n");
+                 "Trains an MLP, or a sparse CTR model (--model), with the redis-ps parameter\nserver.\n\ncommands:\n");
     for (size_t i = 0; i < NCMDS; i++) fprintf(out, "  %-9s %s\n", Cmds[i].name, Cmds[i].summary);
     fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
                  "exit codes: 0 ok, 1 runtime failure, 2 usage error (or settings that differ\n"
@@ -176,6 +209,17 @@ static void set_defaults(trainOpts *o) {
     o->progress = "auto";
     o->min_acc = -1;
     o->workers = 2;
+    o->format = "libsvm";
+    o->dim = 4;
+    o->hidden = "64,32";
+    o->table_optim = "adagrad";
+    o->table_lr = 0.05;
+    o->ftrl_beta = 1;
+    o->init_std = -1;
+    o->admit = 1;
+    o->shards = 4;
+    o->shard_bytes = 4 << 20;
+    o->min_auc = -1;
 }
 
 /* Parses one flag value into 'o'. Returns 0 or -1 (message printed). */
@@ -287,6 +331,7 @@ static int validate(trainOpts *o, int bit) {
             return -1;
         }
     }
+    if (tr_sparse_validate(o, (bit & (C_INIT | C_RUN)) != 0) != 0) return -1;
     if (bit == C_SNAP && !o->at) {
         fprintf(stderr, "ps-train snapshot: --at NAME is required\n");
         return -1;

@@ -277,6 +277,11 @@ ps_sparse_reader *ps_sparse_open(const char *path, const ps_sparse_opts *o, char
         return NULL;
     }
     gzbuffer(r->f, 1 << 17);
+    /* zlib decides plain vs gzip at the first read; until then gzseek()
+     * cannot lseek a plain file and reads up to the offset instead, so a
+     * task late in a large file would read all of it. gzdirect() decides
+     * now. */
+    (void)gzdirect(r->f);
     if (o->start > 0) {
         /* Land on the byte before 'start' and drop the rest of its line: a
          * range starting right after a '\n' keeps its first line, one starting

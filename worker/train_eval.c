@@ -129,9 +129,15 @@ static long long samples_trained(const trainOpts *o);
 int tr_cmd_eval(const trainOpts *o) {
     double loss = 0, acc = 0;
     uint64_t v = 0;
-    int n = 0;
+    int n = 0, sparse = tr_sparse_job(o);
+    if (sparse < 0) return TR_EXIT_FAIL;
     runLog *lg;
     if (tr_open_log(o, &lg) != 0) return TR_EXIT_FAIL;
+    if (sparse) {
+        int rc = tr_sparse_cmd_eval(o, lg);
+        runlog_close(lg);
+        return rc;
+    }
     if (o->threads > 0) openblas_set_num_threads(o->threads);
     if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) {
         runlog_close(lg);
@@ -274,7 +280,7 @@ static long long samples_trained(const trainOpts *o) {
 /* run with log 'lg' (may be NULL). Returns the exit code. */
 static int run_job(const trainOpts *o, runLog *lg) {
     double t0 = tr_now();
-    int rc = tr_cmd_init(o);
+    int rc = tr_cmd_init(o), sparse = 0;
     if (rc != TR_EXIT_OK) return rc;
     {
         /* The final eval's data must fit before anything trains. */
@@ -284,12 +290,19 @@ static int run_job(const trainOpts *o, runLog *lg) {
         rc = tr_load_config(c, o->job, &cfg);
         psClientFree(c);
         if (rc != 0) return TR_EXIT_FAIL;
-        if (tr_check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
-        RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
-               RL_STR("layers", cfg.layers), RL_STR("optim", cfg.optim), RL_NUM("lr", cfg.lr),
-               RL_INT("batch", o->batch > 0 ? o->batch : cfg.batch), RL_INT("epochs", cfg.epochs),
-               RL_INT("train_samples", cfg.train_n), RL_INT("tasks", cfg.tasks),
-               RL_STR("push_format", cfg.push_format));
+        sparse = cfg.sp.model[0] != 0;
+        if ((sparse ? tr_sparse_check_test(o, &cfg) : tr_check_test(o, &cfg)) != 0)
+            return TR_EXIT_USAGE;
+        if (sparse)
+            RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
+                   RL_STR("model", cfg.sp.model), RL_INT("epochs", cfg.epochs),
+                   RL_INT("tasks", cfg.tasks));
+        else
+            RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
+                   RL_STR("layers", cfg.layers), RL_STR("optim", cfg.optim), RL_NUM("lr", cfg.lr),
+                   RL_INT("batch", o->batch > 0 ? o->batch : cfg.batch),
+                   RL_INT("epochs", cfg.epochs), RL_INT("train_samples", cfg.train_n),
+                   RL_INT("tasks", cfg.tasks), RL_STR("push_format", cfg.push_format));
     }
     long long samples0 = samples_trained(o);
 
@@ -380,6 +393,7 @@ static int run_job(const trainOpts *o, runLog *lg) {
         steps += progress_double(o, f);
     }
 
+    if (sparse) return tr_sparse_run_result(o, lg, t0, train_secs, samples, span, failed);
     double loss = 0, acc = 0;
     uint64_t v = 0;
     int n = 0;

@@ -268,10 +268,12 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         } else if (!strcmp(f, "limit")) {
             cfg->limit = atoi(num);
             cfg->has_limit = 1;
+        } else {
+            tr_sparse_field(cfg, f, v);
         }
     }
     freeReplyObject(r);
-    if (strcmp(cfg->state, "ready") == 0) {
+    if (strcmp(cfg->state, "ready") == 0 && !cfg->sp.model[0]) {
         char err[256];
         cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));
         pushFormat pf;
@@ -383,6 +385,7 @@ static int delete_job(const trainOpts *o, psClient *c) {
         }
         printf("ps-train %s: --reset: deleted %d tensor keys of job %s\n", o->cmd, n, o->job);
     }
+    if (rc == 0 && cfg.sp.model[0] && tr_sparse_delete(o, c, &cfg) != 0) return -1;
     tr_key(k[0], 128, o->job, "config");
     tr_key(k[1], 128, o->job, "tasks");
     tr_key(k[2], 128, o->job, "progress");
@@ -415,9 +418,8 @@ static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const job
     return 0;
 }
 
-/* XADDs one task per shard per epoch, shard order shuffled per epoch.
- * Returns the number of tasks or -1. */
-static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long total,
+                        long long per) {
     char key[128];
     tr_key(key, sizeof(key), o->job, "tasks");
     redisReply *r = psCommand(c, key, "XGROUP CREATE %s %s 0 MKSTREAM", key, TR_GROUP);
@@ -427,23 +429,22 @@ static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cf
         return -1;
     }
     freeReplyObject(r);
-    int nshards = (cfg->train_n + cfg->shard_size - 1) / cfg->shard_size;
-    int *order = malloc((size_t)nshards * sizeof(int));
+    long long nshards = (total + per - 1) / per;
+    long long *order = malloc((size_t)nshards * sizeof(long long));
     if (order == NULL) return -1;
     PSRng rng;
     ps_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
     long long n = 0;
     for (int e = 1; e <= cfg->epochs; e++) {
-        for (int i = 0; i < nshards; i++) order[i] = i;
-        for (int i = nshards - 1; i > 0; i--) {
-            int j = (int)ps_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+        for (long long i = 0; i < nshards; i++) order[i] = i;
+        for (long long i = nshards - 1; i > 0; i--) {
+            long long j = (long long)ps_rng_below(&rng, (uint64_t)i + 1), t = order[i];
             order[i] = order[j];
             order[j] = t;
         }
-        for (int i = 0; i < nshards; i++) {
-            long long start = (long long)order[i] * cfg->shard_size;
-            long long cnt = cfg->train_n - start < cfg->shard_size ? cfg->train_n - start
-                                                                   : cfg->shard_size;
+        for (long long i = 0; i < nshards; i++) {
+            long long start = order[i] * per;
+            long long cnt = total - start < per ? total - start : per;
             r = psCommand(c, key, "XADD %s * epoch %d start %lld count %lld", key, e, start, cnt);
             if (r == NULL || r->type == REDIS_REPLY_ERROR) {
                 tr_err(o, "XADD %s: %s", key, r ? r->str : c->errstr);
@@ -459,8 +460,7 @@ static long long fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cf
     return n;
 }
 
-/* Appends "<what>" to 'out' (comma separated). */
-static void add_diff(char *out, size_t len, const char *fmt, ...) {
+void tr_add_diff(char *out, size_t len, const char *fmt, ...) {
     size_t n = strlen(out);
     va_list ap;
     if (n + 3 >= len) return;
@@ -480,7 +480,7 @@ static void add_diff(char *out, size_t len, const char *fmt, ...) {
 static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
     int n = 0;
     out[0] = '\0';
-#define DIFF(cond, ...) do { if (cond) { add_diff(out, len, __VA_ARGS__); n++; } } while (0)
+#define DIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
     if (tr_given(o, "--layers")) {
         int sizes[TR_MAX_LAYERS], k = ps_parse_layers(o->layers, sizes, TR_MAX_LAYERS, NULL, 0);
         int same = k == cfg->nsizes && !memcmp(sizes, cfg->sizes, (size_t)k * sizeof(int));
@@ -514,7 +514,7 @@ static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size
     DIFF(tr_given(o, "--limit") && cfg->has_limit && o->limit != cfg->limit,
          "--limit %d (job: %d)", o->limit, cfg->limit);
 #undef DIFF
-    return n;
+    return n + tr_sparse_diff(o, cfg, out, len);
 }
 
 int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples) {
@@ -590,6 +590,11 @@ int tr_cmd_init(const trainOpts *o) {
         goto out;
     }
 
+    if (o->model) {
+        /* A sparse job (train_sparse_job.c) makes its own config and keys. */
+        if ((status = tr_sparse_init(o, c)) == TR_EXIT_OK) goto out;
+        goto undo;
+    }
     /* Fresh job: build the config from the flags and the data. */
     memset(&cfg, 0, sizeof(cfg));
     snprintf(cfg.layers, sizeof(cfg.layers), "%s", o->layers);
@@ -662,7 +667,7 @@ int tr_cmd_init(const trainOpts *o) {
     }
     if ((m = tr_model(c, o->job, &cfg)) == NULL) goto undo;
     if (create_tensors(o, c, m, &cfg) != 0) goto undo;
-    cfg.tasks = fill_tasks(o, c, &cfg);
+    cfg.tasks = tr_fill_tasks(o, c, &cfg, cfg.train_n, cfg.shard_size);
     if (cfg.tasks < 0) goto undo;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);

@@ -3,7 +3,7 @@
  * ps-train.c parses the command line into a trainOpts and dispatches to one
  * of the train_*.c files:
  *   train_job.c    job keys, config hash, init, status, snapshot, helpers
- *   train_work.c   the worker loop (work)
+ *   train_work.c   the worker loop (work); train_tasks.c its task stream
  *   train_eval.c   eval and run
  *
  * Keys of job J. The model tensors are libps model "J" (keys "J:W0:0",
@@ -93,7 +93,38 @@ typedef struct trainOpts {
     int threads;                /* OpenBLAS threads, 0: default (1 for workers) */
     const char *log_json;       /* --log-json FILE: JSON lines of the run (runlog.h), or NULL */
     uint64_t given;             /* bit i: Flags[i] of ps-train.c was on the command line */
+    /* sparse CTR jobs (train_sparse.c): --model makes the job sparse */
+    const char *model;          /* lr | fm | mlp; NULL: the dense MLP */
+    const char *train, *test;   /* libsvm or Criteo files (test: also eval's override) */
+    const char *format;         /* libsvm | criteo */
+    int dim;                    /* fm: factors per id; mlp: embedding dim */
+    int fields;                 /* mlp: field slots of the input */
+    const char *hidden;         /* mlp: hidden widths "64,32" */
+    const char *table_optim;    /* server optimizer of the table rows */
+    double table_lr;            /* its LR (FTRL: ALPHA) */
+    double ftrl_beta, l1, l2;   /* FTRL */
+    double init_std;            /* rows start N(0, init_std^2); < 0: per model */
+    int admit;                  /* ADMIT n */
+    long long capacity;         /* CAPACITY n, 0: none */
+    int shards;                 /* table shards (keys) */
+    long long shard_bytes;      /* train-file bytes per task */
+    double min_auc;             /* < 0: no requirement */
 } trainOpts;
+
+/* The sparse settings of a job (fields of psjob:{J}:config; model "" for
+ * a dense job). */
+typedef struct sparseConfig {
+    char model[8];              /* lr | fm | mlp */
+    char train[512], test[512];
+    char format[8];             /* libsvm | criteo */
+    int dim, fields;
+    char hidden[64];
+    char table_optim[16];       /* upper case PS.CREATE OPTIM name */
+    double table_lr, ftrl_beta, l1, l2, init_std;
+    int admit, shards;
+    long long capacity, shard_bytes;
+    long long train_bytes;      /* bytes of the (uncompressed) train file the tasks tile */
+} sparseConfig;
 
 /* The job configuration as stored in psjob:{J}:config. */
 typedef struct jobConfig {
@@ -118,6 +149,7 @@ typedef struct jobConfig {
     int has_momentum, has_limit; /* fields present (jobs made before they were stored lack them) */
     char push_format[32];       /* set at init ("" in jobs made before it was) */
     char state[16];             /* "init" while being created, then "ready" */
+    sparseConfig sp;            /* sparse jobs */
 } jobConfig;
 
 /* ---- ps-train.c ---- */
@@ -185,6 +217,14 @@ int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *sa
 /* Refuses (printed, -1) an explicit --push-format that differs from the one
  * job 'cfg' recorded at init; 0 when it matches or either is unset. */
 int tr_check_push_format(const trainOpts *o, const jobConfig *cfg);
+/* Appends printf-formatted text to 'out' of 'len' bytes, comma separated
+ * from what it holds (the "--flag given (job: stored)" lists). */
+void tr_add_diff(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* XADDs one task per shard of [0, total) in pieces of 'per' (samples or
+ * bytes) per epoch of 'cfg', shard order shuffled per epoch from its seed;
+ * creates the stream and group. Returns the number of tasks or -1. */
+long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long total,
+                        long long per);
 int tr_cmd_init(const trainOpts *o);
 int tr_cmd_status(const trainOpts *o);
 int tr_cmd_snapshot(const trainOpts *o);
@@ -202,5 +242,35 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv);
  * -1 when the file cannot be opened (printed). */
 struct runLog;
 int tr_open_log(const trainOpts *o, struct runLog **lg);
+
+/* ---- train_sparse_job.c (sparse CTR jobs: init, eval, run's result) ---- */
+/* Checks the sparse flags of subcommand 'cmd' ("init", "run", ...). 0 or -1 (printed). */
+int tr_sparse_validate(const trainOpts *o, int init_or_run);
+/* Takes config hash field 'f' with value 'v' into cfg->sp: 1 when it is a
+ * sparse field, else 0. */
+int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v);
+/* Appends to 'out' ("--flag given (job: stored)", comma separated) every
+ * sparse setting given that differs from job 'cfg'. Returns how many. */
+int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len);
+/* Fresh sparse job after init's HSETNX: writes the config, creates the
+ * table shards and dense tensors (NX), fills the task stream. Deletes the
+ * tables and tensors it made when it fails. Returns TR_EXIT_*. */
+int tr_sparse_init(const trainOpts *o, psClient *c);
+/* DEL the tables and tensors of sparse job 'cfg'. 0 or -1 (printed). */
+int tr_sparse_delete(const trainOpts *o, psClient *c, const jobConfig *cfg);
+/* 1 when o->job is a sparse job, 0 when dense or absent, -1 on error. */
+int tr_sparse_job(const trainOpts *o);
+/* Checks the test file run will evaluate (opens, parses a batch). 0 or -1. */
+int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg);
+/* eval of a sparse job; 'lg' (may be NULL) gets the eval line. */
+int tr_sparse_cmd_eval(const trainOpts *o, struct runLog *lg);
+/* status of a sparse job: prints its sparse settings and every table shard
+ * (rows, version), and returns its dense tensors as a laid-out model for
+ * the partition list (NULL on error, printed). */
+psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg);
+/* run after its workers: evaluates and prints the RESULT line (and the eval
+ * and result lines to 'lg', may be NULL). TR_EXIT_*. */
+int tr_sparse_run_result(const trainOpts *o, struct runLog *lg, double total_t0, double train_secs,
+                         long long samples, double span, int failed);
 
 #endif

@@ -130,7 +130,8 @@ int tr_cmd_status(const trainOpts *o) {
     }
     if (r) freeReplyObject(r);
     if (pend) freeReplyObject(pend);
-    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
+    if ((m = cfg.sp.model[0] ? tr_sparse_status(o, c, &cfg) : tr_model(c, o->job, &cfg)) == NULL)
+        goto out;
     print_partitions(o, c, m);
     status = TR_EXIT_OK;
 out:
@@ -152,6 +153,11 @@ int tr_cmd_snapshot(const trainOpts *o) {
     int rc = tr_load_config(c, o->job, &cfg);
     if (rc != 0) {
         if (rc == 1) tr_err(o, "--job %s: no such job", o->job);
+        goto out;
+    }
+    if (cfg.sp.model[0]) {
+        tr_err(o, "job %s is a sparse job: embedding tables have no snapshots (PS.SNAPSHOT "
+                  "answers WRONGTYPE; COPY the shard keys for a point-in-time copy)", o->job);
         goto out;
     }
     if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;

@@ -6,7 +6,7 @@
  * on its shard (per mini-batch: pull the model, compute the mean gradient,
  * push it with the versions of the pull), then record it and XACK it. Only
  * a worker that still owns the task records it, with idempotent writes (see
- * ack_task), so every task is counted once even when a slow worker and a
+ * tw_ack_task in train_tasks.c), so every task is counted once even when a slow worker and a
  * claimer both finish it, or a reply is lost and the command resent. While
  * a task runs its lease is renewed (XCLAIM ... JUSTID by its owner) every
  * third of the lease; a worker that finds its task owned by another
@@ -24,267 +24,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runlog.h"
-#include "train_job.h"
-
-/* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
- * its pushes and exits TR_EXIT_INTERRUPTED, leaving its task pending. A
- * second signal a second or more after the first kills it at once (one
- * Ctrl-C under run arrives twice: from the terminal and forwarded by run). */
-static volatile sig_atomic_t Stop;
-static volatile sig_atomic_t StopAt; /* CLOCK_MONOTONIC seconds of the first */
-
-static void on_stop(int sig) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (Stop && ts.tv_sec > StopAt + 1) {
-        signal(sig, SIG_DFL);
-        raise(sig);
-    }
-    if (!Stop) {
-        StopAt = (sig_atomic_t)ts.tv_sec;
-        Stop = sig;
-    }
-}
-
-typedef struct task {
-    char id[64];
-    int epoch;
-    long long start, count;
-} task;
-
-typedef struct worker {
-    const trainOpts *o;
-    psClient *c;
-    psModel *m;
-    jobConfig cfg;
-    ps_dataset ds;
-    ps_mlp mlp;
-    float **params, **grads; /* params: the front buffer, mlp.W/mlp.b */
-    float **back;           /* per tensor: the buffer an overlapped pull fills */
-    FILE *trace;            /* PS_TRAIN_TRACE: one line per pull and per push */
-    runLog *log;            /* --log-json: a progress line per progress interval */
-    float *xb;
-    int32_t *yb;
-    int *perm;
-    char name[128];
-    char tkey[128], pkey[128], dkey[128];
-    int batch;
-    char push_name[32];     /* the push format in use (the job's) */
-    int tty;                /* overwrite one line instead of printing lines */
-    int quiet;
-    /* counters */
-    long long tasks_done, samples, claimed, lost;
-    long long pushes;       /* model pushes: one PS.PUSHGRAD per partition each */
-    long long my_tasks, my_samples; /* w:<name>:tasks/samples, over restarts */
-    double t0, last_print;
-    long long win_samples;  /* since last print */
-    double win_loss;
-    long long win_batches;
-    double win_stale;
-    long long win_stale_n;
-    uint64_t last_version;
-    int cur_epoch;
-    int own_done;           /* own pending entries (XREADGROUP ... 0) all taken back */
-    int waiting;            /* "waiting for" was printed for the current wait */
-    char cur_task[64];      /* id of the task being trained, "" between tasks */
-    /* pulls */
-    uint64_t *vers;         /* per tensor: versions of the model in params */
-    int have_params;        /* params hold a pulled model */
-    int pull_inflight;      /* a psModelPullAsync into back is pending */
-    int since_pull;         /* steps computed on the current params */
-    int pushes_since_pull;
-    /* durability (libps events) */
-    char degraded[256];     /* "host:port host:port" of the shards degraded now */
-    /* where the time of the steps goes (seconds) */
-    double t_pull, t_grad, t_push, t_tasks, t_first, t_last;
-} worker;
-
-/* ========================================================================
- * Stream replies
- * ====================================================================== */
-
-/* Fills 't' from a stream entry [id, [field, value, ...]]. Returns 0, or -1
- * for an entry that is nil (deleted) or malformed. */
-static int parse_entry(const redisReply *e, task *t) {
-    memset(t, 0, sizeof(*t));
-    t->count = -1;
-    if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-        e->element[0]->type != REDIS_REPLY_STRING || e->element[1]->type != REDIS_REPLY_ARRAY)
-        return -1;
-    snprintf(t->id, sizeof(t->id), "%s", e->element[0]->str);
-    const redisReply *f = e->element[1];
-    for (size_t i = 0; i + 1 < f->elements; i += 2) {
-        const char *k = f->element[i]->str, *v = f->element[i + 1]->str;
-        if (!strcmp(k, "epoch")) t->epoch = atoi(v);
-        else if (!strcmp(k, "start")) t->start = atoll(v);
-        else if (!strcmp(k, "count")) t->count = atoll(v);
-    }
-    return t->count >= 0 ? 0 : -1;
-}
-
-/* Takes the next task. Returns 1 with 't' filled, 0 when the job is done,
- * -1 on error. Waits (polling) while tasks are pending on live workers. */
-static int next_task(worker *w, task *t) {
-    while (!w->own_done && !Stop) {
-        /* A worker restarted under its name first takes back the tasks it
-         * held (its pending entries: id 0), instead of waiting --lease-ms
-         * for XAUTOCLAIM to hand them out. */
-        redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s 0",
-                                  TR_GROUP, w->name, w->tkey);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
-        int ok = -1;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
-            const redisReply *entries = r->element[0]->element[1];
-            if (entries->elements >= 1) ok = parse_entry(entries->element[0], t);
-        }
-        freeReplyObject(r);
-        /* None left (or one deleted from the stream: XAUTOCLAIM clears those). */
-        if (ok != 0) {
-            w->own_done = 1;
-            break;
-        }
-        /* Said even under --progress none: it explains a resume's first task. */
-        printf("[%s] taking back my pending task %s (epoch %d, samples %lld..%lld)\n", w->name,
-               t->id, t->epoch, t->start, t->start + t->count - 1);
-        return 1;
-    }
-    for (;;) {
-        if (Stop) return 0;
-        redisReply *r = psCommand(w->c, w->tkey, "XREADGROUP GROUP %s %s COUNT 1 STREAMS %s >",
-                                  TR_GROUP, w->name, w->tkey);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1) {
-            const redisReply *entries = r->element[0]->element[1];
-            int ok = entries->elements == 1 ? parse_entry(entries->element[0], t) : -1;
-            freeReplyObject(r);
-            if (ok == 0) {
-                w->waiting = 0;
-                return 1;
-            }
-            continue;
-        }
-        freeReplyObject(r);
-
-        r = psCommand(w->c, w->tkey, "XAUTOCLAIM %s %s %s %d 0-0 COUNT 1", w->tkey, TR_GROUP,
-                      w->name, w->o->lease_ms);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) goto fail;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2 &&
-            r->element[1]->type == REDIS_REPLY_ARRAY && r->element[1]->elements >= 1) {
-            int ok = parse_entry(r->element[1]->element[0], t);
-            freeReplyObject(r);
-            if (ok == 0) {
-                w->claimed++;
-                w->waiting = 0;
-                if (!w->quiet)
-                    printf("[%s] claimed task %s (epoch %d, samples %lld..%lld) idle > %d ms\n",
-                           w->name, t->id, t->epoch, t->start, t->start + t->count - 1,
-                           w->o->lease_ms);
-                return 1;
-            }
-            continue;
-        }
-        freeReplyObject(r);
-
-        r = psCommand(w->c, w->tkey, "XPENDING %s %s", w->tkey, TR_GROUP);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) goto fail;
-        long long pending = r->element[0]->integer;
-        if (pending > 0 && !w->waiting) {
-            /* Say once what this worker waits for, even under --progress none:
-             * a silent wait of --lease-ms looks like a hang. */
-            char who[256] = "";
-            const redisReply *cs = r->elements >= 4 ? r->element[3] : NULL;
-            for (size_t i = 0; cs && cs->type == REDIS_REPLY_ARRAY && i < cs->elements; i++) {
-                const redisReply *e = cs->element[i];
-                size_t n = strlen(who);
-                if (e->type == REDIS_REPLY_ARRAY && e->elements >= 2 && n + 80 < sizeof(who))
-                    snprintf(who + n, sizeof(who) - n, "%s%s (%s)", n ? ", " : "",
-                             e->element[0]->str, e->element[1]->str);
-            }
-            fprintf(stderr, "[%s] no new task: waiting for %lld pending on %s to be acked, or "
-                            "to be claimed here once idle for --lease-ms %d\n",
-                    w->name, pending, who, w->o->lease_ms);
-            w->waiting = 1;
-        }
-        freeReplyObject(r);
-        if (pending == 0) return 0;
-        /* Others hold tasks within their lease: wait for them to finish or die. */
-        tr_sleep_ms(w->o->lease_ms < 200 ? w->o->lease_ms / 4 + 1 : 50);
-    }
-fail:
-    tr_err(w->o, "[%s] reading tasks: %s", w->name,
-           w->c->err ? w->c->errstr : "server error or unexpected reply");
-    return -1;
-}
-
-/* Renews the lease of 't' if this worker still owns it. Returns 1 when
- * owned, 0 when another worker took it (or it was acked), -1 on error. */
-static int renew_lease(worker *w, const task *t) {
-    redisReply *r = psCommand(w->c, w->tkey, "XPENDING %s %s %s %s 1", w->tkey, TR_GROUP, t->id,
-                              t->id);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    int mine = r->elements == 1 && r->element[0]->elements >= 2 &&
-               strcmp(r->element[0]->element[1]->str, w->name) == 0;
-    freeReplyObject(r);
-    if (!mine) return 0;
-    r = psCommand(w->c, w->tkey, "XCLAIM %s %s %s 0 %s JUSTID", w->tkey, TR_GROUP, w->name, t->id);
-    if (r) freeReplyObject(r);
-    return 1;
-}
-
-/* ========================================================================
- * Durability events
- * ====================================================================== */
-
-/* libps announces a shard that cannot keep --wait replicas (once), its
- * recovery, and lost-state events: each is a stderr line, and the set of
- * degraded shards goes into the progress line and the progress hash. */
-static void on_event(void *udata, int ev, const char *node, const char *msg) {
-    worker *w = udata;
-    char *at = strstr(w->degraded, node);
-    size_t nl = strlen(node);
-    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
-    fflush(stderr);
-    if (ev == PS_EVENT_DEGRADED && at == NULL &&
-        strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
-        if (w->degraded[0]) strcat(w->degraded, " ");
-        strcat(w->degraded, node);
-    } else if (ev == PS_EVENT_RESTORED && at != NULL) {
-        size_t skip = nl + (at[nl] == ' ' ? 1 : 0);
-        memmove(at, at + skip, strlen(at + skip) + 1);
-        nl = strlen(w->degraded);
-        if (nl && w->degraded[nl - 1] == ' ') w->degraded[nl - 1] = '\0';
-    }
-}
-
-/* The durability state for the progress hash: "full", or the degraded
- * shards and the pushes they did not replicate. */
-static void durability_text(const worker *w, char *buf, size_t len) {
-    unsigned long long unrep = (unsigned long long)w->c->stats.unreplicated_pushes;
-    if (w->o->wait <= 0) snprintf(buf, len, "no WAIT");
-    else if (w->degraded[0])
-        snprintf(buf, len, "degraded (%s): %llu pushes not replicated, policy %s", w->degraded,
-                 unrep, w->o->on_degraded);
-    else if (unrep)
-        snprintf(buf, len, "full (WAIT %d) again; %llu pushes not replicated earlier", w->o->wait,
-                 unrep);
-    else
-        snprintf(buf, len, "full (WAIT %d)", w->o->wait);
-    if (w->c->stats.lost_state) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, len - l, "; %llu lost-state events (policy %s)",
-                 (unsigned long long)w->c->stats.lost_state, w->o->on_lost_state);
-    }
-}
+#include "train_sparse.h"
 
 /* ========================================================================
  * Progress
  * ====================================================================== */
 
-static void print_progress(worker *w, int final) {
+void print_progress(worker *w, int final) {
     double now = tr_now();
     double dt = now - w->last_print;
     if ((w->quiet && !w->log) || (!final && dt * 1000 < w->o->interval_ms)) return;
@@ -327,7 +73,7 @@ static void print_progress(worker *w, int final) {
         snprintf(f1, sizeof(f1), "w:%s:loss", w->name);
         snprintf(f2, sizeof(f2), "w:%s:samples_per_s", w->name);
         snprintf(f3, sizeof(f3), "w:%s:durability", w->name);
-        durability_text(w, dur, sizeof(dur));
+        tw_durability_text(w, dur, sizeof(dur));
         redisReply *r = psCommand(w->c, w->pkey, "HSET %s %s %s %s %s %s %s", w->pkey, f1, loss,
                                   f2, rs, f3, dur);
         if (r) freeReplyObject(r);
@@ -470,7 +216,7 @@ static int step(worker *w, const int *rows, int nb) {
 }
 
 /* Trains on task 't'. Returns 1 done, 0 abandoned (lease lost), -1 error,
- * -2 interrupted (Stop). */
+ * -2 interrupted (tw_stop). */
 static int run_task(worker *w, const task *t) {
     if (t->start < 0 || t->count < 0 || t->start + t->count > w->ds.n) {
         tr_err(w->o, "[%s] task %s covers samples %lld..%lld but the data has %d", w->name, t->id,
@@ -490,11 +236,11 @@ static int run_task(worker *w, const task *t) {
     double renew_at = tr_now() + w->o->lease_ms / 3000.0;
     for (int s = 0; s < n; s += w->batch) {
         int nb = n - s < w->batch ? n - s : w->batch;
-        if (Stop) return -2;
+        if (tw_stop) return -2;
         if (step(w, w->perm + s, nb) != 0) return -1;
         print_progress(w, 0);
         if (tr_now() >= renew_at) {
-            int own = renew_lease(w, t);
+            int own = tw_renew_lease(w, t);
             if (own < 0) {
                 tr_err(w->o, "[%s] renewing the lease of %s: %s", w->name, t->id, w->c->errstr);
                 return -1;
@@ -506,94 +252,6 @@ static int run_task(worker *w, const task *t) {
     return 1;
 }
 
-/* Records task 't' as done by this worker, then XACKs it. Every command is
- * idempotent, so a resend after a lost reply (libps retries on timeouts
- * and reconnects) changes nothing: the done hash field is set to 1 (one
- * field per task: the number of fields is the number of tasks done), this
- * worker's counters are written as absolute values, and an XACK answering
- * 0 because the first one was applied is fine since the task is recorded
- * already. Only a worker that still owns the task (its pending entry)
- * records it; one whose task was claimed by another counts it as lost.
- * PS_TRAIN_RESEND_ACKS=1 sends the commands twice, as a resend after a
- * lost reply does (tests). Returns 0 or -1. */
-static int ack_task(worker *w, const task *t) {
-    if (psDrain(w->c) != PS_OK) {
-        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
-        return -1;
-    }
-    int own = renew_lease(w, t);
-    if (own < 0) {
-        tr_err(w->o, "[%s] XPENDING %s: %s", w->name, t->id, w->c->errstr);
-        return -1;
-    }
-    if (own == 0) {
-        w->lost++;
-        if (!w->quiet)
-            printf("[%s] task %s was claimed by another worker; not counted here\n", w->name,
-                   t->id);
-        return 0;
-    }
-    char ft[160], fs[160], nt[32], ns[32];
-    snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
-    snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
-    snprintf(nt, sizeof(nt), "%lld", w->my_tasks + 1);
-    snprintf(ns, sizeof(ns), "%lld", w->my_samples + t->count);
-    /* In one round trip (pipelined; all in slot {job}). */
-    const char *done[] = {"HSET", w->dkey, t->id, "1"};
-    const char *prog[] = {"HSET", w->pkey, ft, nt, fs, ns};
-    const char *ack[] = {"XACK", w->tkey, TR_GROUP, t->id};
-    enum { NC = 3 };
-    const char *const keys[NC] = {w->dkey, w->pkey, w->tkey};
-    const char **argvs[NC] = {done, prog, ack};
-    const int argcs[NC] = {4, 6, 4};
-    size_t argl[NC][6];
-    const size_t *argls[NC];
-    for (int i = 0; i < NC; i++) {
-        for (int k = 0; k < argcs[i]; k++) argl[i][k] = strlen(argvs[i][k]);
-        argls[i] = argl[i];
-    }
-    int times = getenv("PS_TRAIN_RESEND_ACKS") ? 2 : 1;
-    for (int n = 0; n < times; n++) {
-        redisReply *rs[NC] = {NULL, NULL, NULL};
-        int got = psCommandBatchArgv(w->c, NC, keys, argcs, argvs, argls, rs);
-        int bad = got != NC;
-        if (bad) tr_err(w->o, "[%s] recording task %s: %s", w->name, t->id, w->c->errstr);
-        for (int i = 0; i < NC; i++) {
-            if (!bad && rs[i]->type == REDIS_REPLY_ERROR) {
-                tr_err(w->o, "[%s] %s %s: %s", w->name, argvs[i][0], keys[i], rs[i]->str);
-                bad = 1;
-            }
-            if (rs[i]) freeReplyObject(rs[i]);
-        }
-        if (bad) return -1;
-    }
-    w->my_tasks++;
-    w->my_samples += t->count;
-    w->tasks_done++;
-    w->t_last = tr_wall();
-    return 0;
-}
-
-/* Reads this worker's counters (w:<name>:tasks, w:<name>:samples) so that a
- * worker restarted under its name continues them. Returns 0 or -1. */
-static int load_counters(worker *w) {
-    char ft[160], fs[160];
-    snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
-    snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
-    redisReply *r = psCommand(w->c, w->pkey, "HGETALL %s", w->pkey);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        tr_err(w->o, "[%s] HGETALL %s: %s", w->name, w->pkey,
-               r ? (r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply") : w->c->errstr);
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        if (!strcmp(r->element[i]->str, ft)) w->my_tasks = atoll(r->element[i + 1]->str);
-        if (!strcmp(r->element[i]->str, fs)) w->my_samples = atoll(r->element[i + 1]->str);
-    }
-    freeReplyObject(r);
-    return 0;
-}
 
 static int setup(worker *w) {
     const trainOpts *o = w->o;
@@ -607,6 +265,7 @@ static int setup(worker *w) {
         tr_err(o, "--job %s: init has not finished (state %s)", o->job, w->cfg.state);
         return -1;
     }
+    if (w->cfg.sp.model[0]) return tr_sparse_setup(w);
     w->batch = o->batch > 0 ? o->batch : w->cfg.batch;
     if ((w->m = tr_model(w->c, o->job, &w->cfg)) == NULL) return -1;
     if (tr_load_data(&w->cfg, NULL, 1, &w->ds) != 0) return -1;
@@ -686,39 +345,34 @@ int tr_cmd_work(const trainOpts *o) {
 
     int status = TR_EXIT_FAIL;
     if (tr_open_log(o, &w.log) != 0) return TR_EXIT_FAIL;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop;
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    tw_catch_signals();
     trainOpts oe = *o;
-    oe.on_event = on_event;
+    oe.on_event = tw_on_event;
     oe.event_udata = &w;
     w.c = tr_connect(&oe, o->window, o->wait);
     if (w.c == NULL) {
         runlog_close(w.log);
         return TR_EXIT_FAIL;
     }
-    if (setup(&w) != 0 || load_counters(&w) != 0) goto out;
+    if (setup(&w) != 0 || tw_load_counters(&w) != 0) goto out;
     w.t0 = w.last_print = tr_now();
     w.t_first = tr_wall();
-    if (!w.quiet) {
+    if (!w.quiet && !w.sp) {
         printf("[%s] job %s: layers %s, batch %d, %d samples, push window %d, push %s\n",
                w.name, o->job, w.cfg.layers, w.batch, w.ds.n, o->window, w.push_name);
         fflush(stdout);
     }
     for (;;) {
         if (o->max_tasks > 0 && w.tasks_done + w.lost >= o->max_tasks) break;
-        if (Stop) break;
+        if (tw_stop) break;
         task t;
         double tt0 = tr_now();
-        int rc = next_task(&w, &t);
+        int rc = tw_next_task(&w, &t);
         w.t_tasks += tr_now() - tt0;
         if (rc < 0) goto out;
         if (rc == 0) break;
         snprintf(w.cur_task, sizeof(w.cur_task), "%s", t.id);
-        rc = run_task(&w, &t);
+        rc = w.sp ? tr_sparse_task(&w, &t) : run_task(&w, &t);
         if (rc == -2) break;
         if (rc < 0) goto out;
         if (rc == 0) {
@@ -728,7 +382,7 @@ int tr_cmd_work(const trainOpts *o) {
             continue;
         }
         tt0 = tr_now();
-        if (ack_task(&w, &t) != 0) goto out;
+        if (tw_ack_task(&w, &t, w.sp ? t.samples : t.count) != 0) goto out;
         w.cur_task[0] = '\0';
         w.t_tasks += tr_now() - tt0;
     }
@@ -800,16 +454,17 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->degraded_events, (unsigned long long)st->restored_events,
            (unsigned long long)st->lost_state, (unsigned long long)st->bytes_sent,
            (unsigned long long)st->bytes_received);
+    if (w.sp) tr_sparse_report(&w);
     RUNLOG(w.log, "done", RL_STR("worker", w.name), RL_INT("tasks", w.tasks_done),
            RL_INT("claimed", w.claimed), RL_INT("lost", w.lost), RL_INT("samples", w.samples),
            RL_NUM("seconds", secs), RL_NUM("samples_per_s", secs > 0 ? w.samples / secs : 0.0),
-           RL_INT("model_pushes", w.pushes), RL_BOOL("interrupted", Stop));
+           RL_INT("model_pushes", w.pushes), RL_BOOL("interrupted", tw_stop));
     status = TR_EXIT_OK;
-    if (Stop) {
+    if (tw_stop) {
         fprintf(stderr, "[%s] interrupted (signal %d)%s%s%s; the job is resumable: rerun "
                         "'ps-train work --job %s --name %s' to take %s back at once (another "
                         "worker claims it after --lease-ms %d)\n",
-                w.name, (int)Stop, w.cur_task[0] ? ": task " : "", w.cur_task,
+                w.name, (int)tw_stop, w.cur_task[0] ? ": task " : "", w.cur_task,
                 w.cur_task[0] ? " stays pending" : "", o->job, w.name,
                 w.cur_task[0] ? "it" : "its tasks", o->lease_ms);
         status = TR_EXIT_INTERRUPTED;
@@ -831,6 +486,7 @@ out:
     free(w.perm);
     ps_mlp_free(&w.mlp);
     ps_dataset_free(&w.ds);
+    tr_sparse_free(&w);
     psModelFree(w.m);
     psClientFree(w.c);
     return status;

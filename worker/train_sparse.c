@@ -1,0 +1,362 @@
+/* train_sparse.c -- ps-train work for sparse CTR jobs (train_sparse.h).
+ *
+ * The task stream, leases, recording and XACK are the dense worker's
+ * (train_tasks.c); train_work.c calls here for the parts that differ. A
+ * task is a byte range of the train file; per batch of --batch lines:
+ *   1. the batch's distinct ids (ps_ctr_unique_build);
+ *   2. the dense tensors' pull is sent, then their rows are pulled by id
+ *      from the table shards (both in flight together), then the dense
+ *      pull is waited for;
+ *   3. forward, logloss and the gradients (ps_ctr_grad: sums over the
+ *      batch, one gradient row per distinct id);
+ *   4. the gradient rows are pushed by id (one PS.PUSHGRAD IDS per shard
+ *      that has ids, asynchronous within --window, ID exactly-once) and
+ *      the dense gradients pushed like a dense model's.
+ * With --wait N every step ends by WAITing for N replicas on each shard's
+ * node after its pushes are acknowledged (libps applies --wait to the
+ * dense tensors itself, not to tables). */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_sparse.h"
+
+#define TS_HLL_FLUSH 65536      /* ids per PFADD of the distinct-id estimate */
+#define TS_SEEN_MAX (1u << 22)  /* ids the seen-set holds before it starts over */
+
+struct sparseWork {
+    ps_ctr_model m;
+    int have_model;
+    psEmbed *e;
+    int nshards;
+    ps_sparse_opts so;
+    ps_sparse_batch b;
+    ps_ctr_unique u;
+    float *rows, *grows;        /* u.n x dim: pulled rows and their gradients */
+    size_t cap;
+    float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* the model's dense values (pull targets) */
+    float *dgrad[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* and gradients (push sources) */
+    long long *shard_pushes;    /* per shard: table pushes sent (acknowledged after the drain) */
+    unsigned char *hit;         /* scratch: shards a push reaches */
+    char ikey[128];             /* psjob:{J}:ids */
+    uint64_t *hll;              /* epoch-1 ids waiting for their PFADD */
+    size_t nhll;
+    const char **hll_argv;      /* PFADD arguments (TS_HLL_FLUSH + 2, reused) */
+    size_t *hll_argl;
+    /* Ids this worker sent to the PFADD already: an open-addressing set
+     * (slot value id + 1, 0 empty; id UINT64_MAX kept in 'seen_max'),
+     * emptied when it holds TS_SEEN_MAX ids, so it bounds the memory
+     * (64 MiB) while each id usually goes to the server once. */
+    uint64_t *seen;
+    size_t seen_n, seen_cap;
+    int seen_max;
+    long long wait_short;       /* shard WAITs that saw fewer than --wait replicas */
+};
+
+/* ========================================================================
+ * Setup
+ * ====================================================================== */
+
+int tr_sparse_setup(worker *w) {
+    const trainOpts *o = w->o;
+    struct sparseWork *sp;
+    ps_ctr_config mc;
+    psWireFormat pullf;
+    char err[256];
+    w->batch = o->batch > 0 ? o->batch : w->cfg.batch;
+    if (tr_check_push_format(o, &w->cfg) != 0) return -1;
+    snprintf(w->push_name, sizeof(w->push_name), "f32");
+    if ((w->sp = sp = calloc(1, sizeof(*sp))) == NULL) {
+        tr_err(o, "out of memory");
+        return -1;
+    }
+    if (ts_ctr_config(&w->cfg, w->batch, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&sp->m, &mc, w->cfg.seed, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        return -1;
+    }
+    sp->have_model = 1;
+    sp->nshards = w->cfg.sp.shards;
+    if ((sp->e = ts_table(o->job, &w->cfg, ps_ctr_row_dim(&sp->m))) == NULL ||
+        (w->m = ts_dense_model(w->c, o->job, &sp->m)) == NULL) {
+        if (sp->e == NULL) tr_err(o, "job %s: bad table (%d shards)", o->job, sp->nshards);
+        return -1;
+    }
+    if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
+        psEmbedSetPullFormat(sp->e, pullf) != PS_OK || psModelSetPullFormat(w->m, pullf) != PS_OK) {
+        tr_err(o, "bad --pull-format");
+        return -1;
+    }
+    ts_dense_arrays(&sp->m, 0, sp->dense);
+    ts_dense_arrays(&sp->m, 1, sp->dgrad);
+    ts_reader_opts(&w->cfg, &sp->so);
+    tr_key(sp->ikey, sizeof(sp->ikey), o->job, "ids");
+    sp->shard_pushes = calloc((size_t)sp->nshards, sizeof(long long));
+    sp->hit = calloc((size_t)sp->nshards, 1);
+    sp->hll = malloc(TS_HLL_FLUSH * sizeof(uint64_t));
+    sp->hll_argv = malloc((TS_HLL_FLUSH + 2) * sizeof(char *));
+    sp->hll_argl = malloc((TS_HLL_FLUSH + 2) * sizeof(size_t));
+    if (sp->shard_pushes == NULL || sp->hit == NULL || sp->hll == NULL || sp->hll_argv == NULL ||
+        sp->hll_argl == NULL) {
+        tr_err(o, "out of memory");
+        return -1;
+    }
+    if (!w->quiet) {
+        printf("[%s] job %s: model %s (row dim %d), table %s:emb of %d shards, %s, batch %d, "
+               "push window %d\n", w->name, o->job, w->cfg.sp.model, ps_ctr_row_dim(&sp->m),
+               o->job, sp->nshards, w->cfg.sp.train, w->batch, o->window);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+void tr_sparse_free(worker *w) {
+    struct sparseWork *sp = w->sp;
+    if (sp == NULL) return;
+    psEmbedFree(sp->e);
+    if (sp->have_model) ps_ctr_free(&sp->m);
+    ps_sparse_batch_free(&sp->b);
+    ps_ctr_unique_free(&sp->u);
+    free(sp->rows);
+    free(sp->grows);
+    free(sp->shard_pushes);
+    free(sp->hit);
+    free(sp->hll);
+    free(sp->hll_argv);
+    free(sp->hll_argl);
+    free(sp->seen);
+    free(sp);
+    w->sp = NULL;
+}
+
+/* ========================================================================
+ * Steps
+ * ====================================================================== */
+
+/* PFADDs the buffered ids to psjob:{J}:ids (a report, so a failure is only
+ * a warning). */
+static void hll_flush(worker *w) {
+    struct sparseWork *sp = w->sp;
+    const char **argv = sp->hll_argv;
+    size_t *argl = sp->hll_argl;
+    if (sp->nhll == 0) return;
+    argv[0] = "PFADD";
+    argl[0] = 5;
+    argv[1] = sp->ikey;
+    argl[1] = strlen(sp->ikey);
+    for (size_t i = 0; i < sp->nhll; i++) {
+        argv[i + 2] = (const char *)&sp->hll[i];
+        argl[i + 2] = sizeof(uint64_t);
+    }
+    redisReply *r = psCommandArgv(w->c, sp->ikey, (int)sp->nhll + 2, argv, argl);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR)
+        fprintf(stderr, "[%s] PFADD %s: %s\n", w->name, sp->ikey, r ? r->str : w->c->errstr);
+    if (r) freeReplyObject(r);
+    sp->nhll = 0;
+}
+
+/* Adds 'id' to the seen-set. Returns 1 when it is new (or the set could not
+ * grow: then the id is sent again, harmless), 0 when seen before. */
+static int seen_add(struct sparseWork *sp, uint64_t id) {
+    if (id == UINT64_MAX) {
+        int was = sp->seen_max;
+        sp->seen_max = 1;
+        return !was;
+    }
+    if (sp->seen_n >= TS_SEEN_MAX) {
+        memset(sp->seen, 0, sp->seen_cap * sizeof(uint64_t));
+        sp->seen_n = 0;
+    }
+    if (2 * (sp->seen_n + 1) > sp->seen_cap) {
+        size_t cap = sp->seen_cap ? 2 * sp->seen_cap : 1 << 16;
+        uint64_t *t = calloc(cap, sizeof(uint64_t));
+        if (t == NULL) return 1;
+        for (size_t i = 0; i < sp->seen_cap; i++) {
+            if (sp->seen[i] == 0) continue;
+            size_t h = (size_t)((sp->seen[i] * 0x9E3779B97F4A7C15ULL) >> 20) & (cap - 1);
+            while (t[h]) h = (h + 1) & (cap - 1);
+            t[h] = sp->seen[i];
+        }
+        free(sp->seen);
+        sp->seen = t;
+        sp->seen_cap = cap;
+    }
+    size_t h = (size_t)(((id + 1) * 0x9E3779B97F4A7C15ULL) >> 20) & (sp->seen_cap - 1);
+    while (sp->seen[h] && sp->seen[h] != id + 1) h = (h + 1) & (sp->seen_cap - 1);
+    if (sp->seen[h]) return 0;
+    sp->seen[h] = id + 1;
+    sp->seen_n++;
+    return 1;
+}
+
+/* Waits for --wait replicas on every shard's node (one pipelined round
+ * trip) once the pushes sent so far are acknowledged. 0 or -1. */
+static int wait_tables(worker *w) {
+    struct sparseWork *sp = w->sp;
+    enum { MAXW = 64 };
+    char n[16];
+    const char *argv[3] = {"WAIT", n, "2000"};
+    size_t argl[3];
+    if (psDrain(w->c) != PS_OK) {
+        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    snprintf(n, sizeof(n), "%d", w->o->wait);
+    for (int i = 0; i < 3; i++) argl[i] = strlen(argv[i]);
+    for (int s0 = 0; s0 < sp->nshards; s0 += MAXW) {
+        int k = sp->nshards - s0 < MAXW ? sp->nshards - s0 : MAXW;
+        const char *keys[MAXW];
+        const char **argvs[MAXW];
+        const size_t *argls[MAXW];
+        int argcs[MAXW];
+        redisReply *rs[MAXW];
+        for (int i = 0; i < k; i++) {
+            keys[i] = psEmbedShardKey(sp->e, s0 + i);
+            argvs[i] = argv;
+            argls[i] = argl;
+            argcs[i] = 3;
+            rs[i] = NULL;
+        }
+        int got = psCommandBatchArgv(w->c, k, keys, argcs, argvs, argls, rs);
+        for (int i = 0; i < k; i++) {
+            if (rs[i] && rs[i]->type == REDIS_REPLY_INTEGER && rs[i]->integer < w->o->wait)
+                sp->wait_short++;
+            if (rs[i]) freeReplyObject(rs[i]);
+        }
+        if (got != k) {
+            tr_err(w->o, "[%s] WAIT: %s", w->name, w->c->errstr);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One step on the batch in sp->b (train_sparse.h). Returns 0 or -1. */
+static int step(worker *w, int epoch) {
+    struct sparseWork *sp = w->sp;
+    int dim = ps_ctr_row_dim(&sp->m), nb = sp->b.n;
+    char err[256];
+    double loss, t0 = tr_now();
+    if (ps_ctr_unique_build(&sp->u, &sp->b) != 0) goto oom;
+    size_t need = (sp->u.n ? sp->u.n : 1) * (size_t)dim;
+    if (need > sp->cap) {
+        free(sp->rows);
+        free(sp->grows);
+        sp->rows = malloc(need * sizeof(float));
+        sp->grows = malloc(need * sizeof(float));
+        if (sp->rows == NULL || sp->grows == NULL) goto oom;
+        sp->cap = need;
+    }
+    if (psModelPullAsync(w->c, w->m, sp->dense) != PS_OK ||
+        psEmbedPull(w->c, sp->e, sp->u.ids, sp->u.n, sp->rows) != PS_OK ||
+        psModelPullWait(w->c, w->m, NULL) != PS_OK) {
+        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    double t1 = tr_now();
+    if (ps_ctr_grad(&sp->m, &sp->b, &sp->u, sp->rows, sp->grows, &loss, err, sizeof(err)) != 0) {
+        tr_err(w->o, "[%s] %s", w->name, err);
+        return -1;
+    }
+    double t2 = tr_now();
+    if (psEmbedPush(w->c, sp->e, sp->u.ids, sp->u.n, sp->grows, 0) != PS_OK ||
+        psModelPush(w->c, w->m, (const float *const *)sp->dgrad, NULL, 1.0f) != PS_OK) {
+        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
+        return -1;
+    }
+    memset(sp->hit, 0, (size_t)sp->nshards);
+    for (size_t i = 0; i < sp->u.n; i++) sp->hit[psEmbedShardOf(sp->u.ids[i], sp->nshards)] = 1;
+    for (int s = 0; s < sp->nshards; s++) sp->shard_pushes[s] += sp->hit[s];
+    if (w->o->wait > 0 && wait_tables(w) != 0) return -1;
+    if (epoch == 1) {
+        for (size_t i = 0; i < sp->u.n; i++) {
+            if (!seen_add(sp, sp->u.ids[i])) continue;
+            sp->hll[sp->nhll++] = sp->u.ids[i];
+            if (sp->nhll == TS_HLL_FLUSH) hll_flush(w);
+        }
+    }
+    w->t_pull += t1 - t0;
+    w->t_grad += t2 - t1;
+    w->t_push += tr_now() - t2;
+    w->pushes++;
+    w->win_loss += nb ? loss / nb : 0.0;
+    w->win_batches++;
+    w->win_samples += nb;
+    w->samples += nb;
+    /* The progress line's version: pushes the table's shards applied. */
+    uint64_t v = 0;
+    for (int s = 0; s < sp->nshards; s++) v += psEmbedShardVersion(sp->e, s);
+    w->last_version = v;
+    return 0;
+oom:
+    tr_err(w->o, "[%s] out of memory", w->name);
+    return -1;
+}
+
+int tr_sparse_task(worker *w, task *t) {
+    struct sparseWork *sp = w->sp;
+    char err[512];
+    int got, rc = 1;
+    if (t->start < 0 || t->count < 1 || t->start + t->count > w->cfg.sp.train_bytes) {
+        tr_err(w->o, "[%s] task %s covers bytes %lld..%lld but %s has %lld", w->name, t->id,
+               t->start, t->start + t->count - 1, w->cfg.sp.train, w->cfg.sp.train_bytes);
+        return -1;
+    }
+    w->cur_epoch = t->epoch;
+    t->samples = 0;
+    sp->so.start = (uint64_t)t->start;
+    sp->so.end = (uint64_t)(t->start + t->count);
+    ps_sparse_reader *r = ps_sparse_open(w->cfg.sp.train, &sp->so, err, sizeof(err));
+    if (r == NULL) {
+        tr_err(w->o, "[%s] %s", w->name, err);
+        return -1;
+    }
+    double renew_at = tr_now() + w->o->lease_ms / 3000.0;
+    while ((got = ps_sparse_read(r, &sp->b, w->batch, err, sizeof(err))) > 0) {
+        if (tw_stop) {
+            rc = -2;
+            break;
+        }
+        if (step(w, t->epoch) != 0) {
+            rc = -1;
+            break;
+        }
+        t->samples += got;
+        print_progress(w, 0);
+        if (tr_now() >= renew_at) {
+            int own = tw_renew_lease(w, t);
+            if (own <= 0) {
+                if (own < 0)
+                    tr_err(w->o, "[%s] renewing the lease of %s: %s", w->name, t->id,
+                           w->c->errstr);
+                rc = own;
+                break;
+            }
+            renew_at = tr_now() + w->o->lease_ms / 3000.0;
+        }
+    }
+    if (got < 0) {
+        tr_err(w->o, "[%s] %s", w->name, err);
+        rc = -1;
+    }
+    ps_sparse_close(r);
+    if (rc == 1) hll_flush(w);
+    return rc;
+}
+
+void tr_sparse_report(worker *w) {
+    struct sparseWork *sp = w->sp;
+    char list[4096] = "";
+    size_t n = 0;
+    for (int s = 0; s < sp->nshards && n + 24 < sizeof(list); s++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%lld", s ? "," : "",
+                              sp->shard_pushes[s]);
+    /* After the final drain every table push is acknowledged: a shard's
+     * version minus the sum over the workers counts pushes lost (< 0) or
+     * applied twice (> 0), as the dense ACKED line does for partitions. */
+    printf("ACKED_TABLE worker=%s table=%s:emb shards=%d shard_pushes=%s rows_pulled=%llu "
+           "rows_pushed=%llu wait_short=%lld\n", w->name, w->o->job, sp->nshards, list,
+           (unsigned long long)w->c->stats.rows_pulled,
+           (unsigned long long)w->c->stats.rows_pushed, sp->wait_short);
+}

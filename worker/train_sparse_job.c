@@ -1,0 +1,792 @@
+/* train_sparse_job.c -- ps-train for sparse CTR jobs: flags, config, init,
+ * eval and run's RESULT line (the worker loop is train_sparse.c; keys and
+ * layout in train_sparse.h).
+ *
+ * init --model lr|fm|mlp --train FILE writes the job config (the sparse
+ * settings next to the dense ones: the dense tensors take --optim/--lr,
+ * ADAGRAD with the table's LR unless given), creates the table shards and
+ * the dense tensors with NX, and one task per --shard-bytes of the train
+ * file per epoch. Like dense jobs, a second init (or run) whose settings
+ * differ from the stored ones is refused (exit 2). */
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <zlib.h>
+
+#include "metrics.h"
+#include "train_sparse.h"
+
+#define TS_FILTER_LOG2 22       /* admission filter: 4M one-byte counters per shard */
+
+/* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
+static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",
+                                          "ftrl"};
+
+/* Flags that only a sparse job takes (init/run without --model refuses them). */
+static const char *const SparseFlags[] = {
+    "--train", "--format", "--dim", "--fields", "--hidden", "--table-optim", "--table-lr",
+    "--ftrl-beta", "--l1", "--l2", "--init-std", "--admit", "--capacity", "--shards",
+    "--shard-bytes"};
+
+/* ========================================================================
+ * Flags and config
+ * ====================================================================== */
+
+/* The default row init std: LR weights and FTRL rows start at 0 (FTRL
+ * requires it), FM factors and MLP embeddings need random starts. */
+static double default_init_std(const char *model, const char *optim) {
+    return !strcasecmp(model, "lr") || !strcasecmp(optim, "ftrl") ? 0.0 : 0.1;
+}
+
+int tr_sparse_validate(const trainOpts *o, int init_or_run) {
+    const char *c = o->cmd;
+    if (!init_or_run) return 0;
+    if (o->model == NULL) {
+        for (size_t i = 0; i < sizeof(SparseFlags) / sizeof(SparseFlags[0]); i++)
+            if (tr_given(o, SparseFlags[i])) {
+                fprintf(stderr, "ps-train %s: %s is for sparse jobs: add --model lr|fm|mlp\n", c,
+                        SparseFlags[i]);
+                return -1;
+            }
+        if (o->test) {
+            fprintf(stderr, "ps-train %s: --test is for sparse jobs (--model); dense CSV jobs "
+                            "take --test-csv\n", c);
+            return -1;
+        }
+        return 0;
+    }
+    int ok = 0;
+    if (ps_ctr_parse_model(o->model) < 0) {
+        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, o->model);
+        return -1;
+    }
+    if (o->train == NULL) {
+        fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)\n", c);
+        return -1;
+    }
+    if (!strcmp(c, "run") && o->test == NULL) {
+        fprintf(stderr, "ps-train run: --model needs --test FILE (run evaluates on it)\n");
+        return -1;
+    }
+    if (o->data || o->csv || o->test_csv) {
+        fprintf(stderr, "ps-train %s: --data/--csv/--test-csv are for dense jobs, not with "
+                        "--model\n", c);
+        return -1;
+    }
+    if (strcmp(o->format, "libsvm") && strcmp(o->format, "criteo")) {
+        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->format);
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
+        if (!strcasecmp(o->table_optim, TableOptims[i])) ok = 1;
+    if (!ok) {
+        fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (sgd momentum adagrad "
+                        "rowadagrad adam ftrl)\n", c, o->table_optim);
+        return -1;
+    }
+    if (!strcasecmp(o->table_optim, "ftrl") && o->init_std > 0) {
+        fprintf(stderr, "ps-train %s: --table-optim ftrl rows start at 0: --init-std must be "
+                        "0\n", c);
+        return -1;
+    }
+    if (!strcasecmp(o->model, "mlp")) {
+        int sizes[PS_CTR_MAX_HIDDEN + 2];
+        char spec[80], err[256];
+        snprintf(spec, sizeof(spec), "1,%s", o->hidden);
+        if (ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, sizeof(err)) < 0) {
+            fprintf(stderr, "ps-train %s: --hidden: %s\n", c, err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Copies reply string 'v' into 'dst' of 'cap' bytes (truncated). */
+static void copy_reply(char *dst, size_t cap, const redisReply *v) {
+    size_t n = v->len < cap - 1 ? v->len : cap - 1;
+    memcpy(dst, v->str, n);
+    dst[n] = '\0';
+}
+
+int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
+    sparseConfig *sp = &cfg->sp;
+    char num[64];
+    if (v->type != REDIS_REPLY_STRING) return 0;
+    copy_reply(num, sizeof(num), v);
+    if (!strcmp(f, "model")) copy_reply(sp->model, sizeof(sp->model), v);
+    else if (!strcmp(f, "train")) copy_reply(sp->train, sizeof(sp->train), v);
+    else if (!strcmp(f, "test")) copy_reply(sp->test, sizeof(sp->test), v);
+    else if (!strcmp(f, "format")) copy_reply(sp->format, sizeof(sp->format), v);
+    else if (!strcmp(f, "hidden")) copy_reply(sp->hidden, sizeof(sp->hidden), v);
+    else if (!strcmp(f, "table_optim")) copy_reply(sp->table_optim, sizeof(sp->table_optim), v);
+    else if (!strcmp(f, "dim")) sp->dim = atoi(num);
+    else if (!strcmp(f, "fields")) sp->fields = atoi(num);
+    else if (!strcmp(f, "table_lr")) sp->table_lr = strtod(num, NULL);
+    else if (!strcmp(f, "ftrl_beta")) sp->ftrl_beta = strtod(num, NULL);
+    else if (!strcmp(f, "l1")) sp->l1 = strtod(num, NULL);
+    else if (!strcmp(f, "l2")) sp->l2 = strtod(num, NULL);
+    else if (!strcmp(f, "init_std")) sp->init_std = strtod(num, NULL);
+    else if (!strcmp(f, "admit")) sp->admit = atoi(num);
+    else if (!strcmp(f, "shards")) sp->shards = atoi(num);
+    else if (!strcmp(f, "capacity")) sp->capacity = atoll(num);
+    else if (!strcmp(f, "shard_bytes")) sp->shard_bytes = atoll(num);
+    else if (!strcmp(f, "train_bytes")) sp->train_bytes = atoll(num);
+    else return 0;
+    return 1;
+}
+
+int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
+    const sparseConfig *sp = &cfg->sp;
+    int n = 0;
+#define SDIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
+    SDIFF(o->model && strcasecmp(o->model, sp->model), "--model %s (job: %s)", o->model,
+          sp->model[0] ? sp->model : "none, a dense MLP");
+    if (!sp->model[0]) return n;
+    SDIFF(tr_given(o, "--train") && strcmp(o->train, sp->train), "--train %s (job: %s)",
+          o->train, sp->train);
+    SDIFF(tr_given(o, "--test") && strcmp(o->test, sp->test), "--test %s (job: %s)", o->test,
+          sp->test[0] ? sp->test : "none");
+    SDIFF(tr_given(o, "--format") && strcmp(o->format, sp->format), "--format %s (job: %s)",
+          o->format, sp->format);
+    SDIFF(tr_given(o, "--dim") && o->dim != sp->dim, "--dim %d (job: %d)", o->dim, sp->dim);
+    SDIFF(tr_given(o, "--fields") && o->fields != sp->fields, "--fields %d (job: %d)", o->fields,
+          sp->fields);
+    SDIFF(tr_given(o, "--hidden") && strcmp(o->hidden, sp->hidden), "--hidden %s (job: %s)",
+          o->hidden, sp->hidden);
+    SDIFF(tr_given(o, "--table-optim") && strcasecmp(o->table_optim, sp->table_optim),
+          "--table-optim %s (job: %s)", o->table_optim, sp->table_optim);
+    SDIFF(tr_given(o, "--table-lr") && o->table_lr != sp->table_lr, "--table-lr %g (job: %g)",
+          o->table_lr, sp->table_lr);
+    SDIFF(tr_given(o, "--ftrl-beta") && o->ftrl_beta != sp->ftrl_beta,
+          "--ftrl-beta %g (job: %g)", o->ftrl_beta, sp->ftrl_beta);
+    SDIFF(tr_given(o, "--l1") && o->l1 != sp->l1, "--l1 %g (job: %g)", o->l1, sp->l1);
+    SDIFF(tr_given(o, "--l2") && o->l2 != sp->l2, "--l2 %g (job: %g)", o->l2, sp->l2);
+    SDIFF(tr_given(o, "--init-std") && o->init_std != sp->init_std, "--init-std %g (job: %g)",
+          o->init_std, sp->init_std);
+    SDIFF(tr_given(o, "--admit") && o->admit != sp->admit, "--admit %d (job: %d)", o->admit,
+          sp->admit);
+    SDIFF(tr_given(o, "--capacity") && o->capacity != sp->capacity, "--capacity %lld (job: %lld)",
+          o->capacity, sp->capacity);
+    SDIFF(tr_given(o, "--shards") && o->shards != sp->shards, "--shards %d (job: %d)", o->shards,
+          sp->shards);
+    SDIFF(tr_given(o, "--shard-bytes") && o->shard_bytes != sp->shard_bytes,
+          "--shard-bytes %lld (job: %lld)", o->shard_bytes, sp->shard_bytes);
+#undef SDIFF
+    return n;
+}
+
+/* ========================================================================
+ * Shared with the worker: model, table, dense tensors
+ * ====================================================================== */
+
+int ts_ctr_config(const jobConfig *cfg, int max_batch, ps_ctr_config *mc, char *err,
+                  size_t errlen) {
+    const sparseConfig *sp = &cfg->sp;
+    memset(mc, 0, sizeof(*mc));
+    mc->model = ps_ctr_parse_model(sp->model);
+    mc->k = sp->dim;
+    mc->emb_dim = sp->dim;
+    mc->fields = sp->fields;
+    mc->max_batch = max_batch;
+    if (mc->model < 0) {
+        snprintf(err, errlen, "job has an unknown model '%s'", sp->model);
+        return -1;
+    }
+    if (mc->model == PS_CTR_MLP) {
+        int sizes[PS_CTR_MAX_HIDDEN + 2];
+        char spec[80];
+        snprintf(spec, sizeof(spec), "1,%s", sp->hidden);
+        int ns = ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, errlen);
+        if (ns < 0) return -1;
+        mc->nhidden = ns - 1;
+        memcpy(mc->hidden, sizes + 1, (size_t)mc->nhidden * sizeof(int));
+    }
+    return 0;
+}
+
+void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so) {
+    memset(so, 0, sizeof(*so));
+    so->format = !strcmp(cfg->sp.format, "criteo") ? PS_SPARSE_CRITEO : PS_SPARSE_LIBSVM;
+    so->field_bits = PS_SPARSE_FIELD_BITS;
+}
+
+psEmbed *ts_table(const char *job, const jobConfig *cfg, int dim) {
+    char name[TR_JOB_MAX + 8];
+    snprintf(name, sizeof(name), "%s:emb", job);
+    return psEmbedNew(name, dim, cfg->sp.shards);
+}
+
+void ts_dense_arrays(ps_ctr_model *m, int grads, float **out) {
+    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
+        float *g;
+        float *v = ps_ctr_dense(m, i, NULL, &g, NULL);
+        out[i] = grads ? g : v;
+    }
+}
+
+psModel *ts_dense_model(psClient *c, const char *job, ps_ctr_model *m) {
+    psModel *dm = psModelNew(job);
+    if (dm == NULL) return NULL;
+    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
+        const char *name;
+        size_t len;
+        ps_ctr_dense(m, i, &len, NULL, &name);
+        /* MLP weights are out x in matrices (He init by fan-in). */
+        uint64_t d[2] = {(uint64_t)len, 1};
+        int nd = 1;
+        if (m->c.model == PS_CTR_MLP && i % 2 == 0) {
+            d[0] = (uint64_t)m->mlp.sizes[i / 2 + 1];
+            d[1] = (uint64_t)m->mlp.sizes[i / 2];
+            nd = 2;
+        }
+        if (psModelAddTensor(dm, name, nd, d) < 0) goto fail;
+    }
+    if (psModelLayout(c, dm) != PS_OK) goto fail;
+    return dm;
+fail:
+    fprintf(stderr, "ps-train: dense tensors layout failed: %s\n", c->err ? c->errstr : "shape");
+    psModelFree(dm);
+    return NULL;
+}
+
+/* Reads integer field 'f' of a flat PS.INFO reply (0 when absent). */
+static long long info_field(const redisReply *r, const char *f) {
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && !strcmp(r->element[i]->str, f)) {
+            const redisReply *v = r->element[i + 1];
+            return v->type == REDIS_REPLY_INTEGER ? v->integer
+                   : v->type == REDIS_REPLY_STRING ? atoll(v->str) : 0;
+        }
+    return 0;
+}
+
+int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti) {
+    memset(ti, 0, sizeof(*ti));
+    for (int s = 0;; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        if (key == NULL) break;
+        redisReply *r = tr_cmd_ok(o, c, key, "PS.INFO %s", key);
+        if (r == NULL) return -1;
+        if (r->type == REDIS_REPLY_ARRAY) {
+            ti->rows += info_field(r, "rows");
+            ti->created += info_field(r, "created");
+            ti->dropped += info_field(r, "dropped");
+            ti->evicted += info_field(r, "evicted_ttl") + info_field(r, "evicted_capacity") +
+                           info_field(r, "evicted_explicit");
+            ti->version += info_field(r, "version");
+        }
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+/* ========================================================================
+ * init
+ * ====================================================================== */
+
+/* Bytes of 'path' once uncompressed (gzip files are read through once).
+ * Returns them, or -1 after printing why not. */
+static long long file_bytes(const trainOpts *o, const char *path) {
+    struct stat st;
+    unsigned char magic[2] = {0, 0};
+    FILE *f = fopen(path, "rb");
+    if (f == NULL || fstat(fileno(f), &st) != 0) {
+        tr_err(o, "%s: %s", path, strerror(errno));
+        if (f) fclose(f);
+        return -1;
+    }
+    size_t got = fread(magic, 1, 2, f);
+    fclose(f);
+    if (got < 2 || magic[0] != 0x1f || magic[1] != 0x8b) return (long long)st.st_size;
+    gzFile g = gzopen(path, "rb");
+    long long n = 0;
+    int k;
+    static char buf[1 << 16];
+    if (g == NULL) {
+        tr_err(o, "%s: cannot open", path);
+        return -1;
+    }
+    while ((k = gzread(g, buf, sizeof(buf))) > 0) n += k;
+    gzclose(g);
+    if (k < 0) {
+        tr_err(o, "%s: gzip read error", path);
+        return -1;
+    }
+    return n;
+}
+
+/* Reads the first batch of 'path' with model 'm''s rules: a parse error or
+ * a field the MLP does not have is caught before anything trains. 0 or -1. */
+static int check_file(const trainOpts *o, const jobConfig *cfg, ps_ctr_model *m,
+                      const char *path) {
+    ps_sparse_opts so;
+    ps_sparse_batch b = {0};
+    ps_ctr_unique u = {0};
+    char err[512];
+    int rc = -1;
+    ts_reader_opts(cfg, &so);
+    ps_sparse_reader *r = ps_sparse_open(path, &so, err, sizeof(err));
+    if (r == NULL) {
+        tr_err(o, "%s", err);
+        return -1;
+    }
+    int n = ps_sparse_read(r, &b, m->c.max_batch, err, sizeof(err));
+    float *rows = NULL;
+    if (n < 0) tr_err(o, "%s", err);
+    else if (n == 0) tr_err(o, "%s: no samples", path);
+    else if (ps_ctr_unique_build(&u, &b) != 0 ||
+             (rows = calloc(u.n * (size_t)ps_ctr_row_dim(m) + 1, sizeof(float))) == NULL)
+        tr_err(o, "out of memory");
+    else if (ps_ctr_predict(m, &b, &u, rows, err, sizeof(err)) != 0)
+        tr_err(o, "%s: %s", path, err);
+    else
+        rc = 0;
+    free(rows);
+    ps_ctr_unique_free(&u);
+    ps_sparse_batch_free(&b);
+    ps_sparse_close(r);
+    return rc;
+}
+
+/* PS.CREATE options of the job's table rows. */
+static void table_opts(const sparseConfig *sp, uint64_t seed, char *buf, size_t len) {
+    size_t n;
+    if (sp->init_std > 0)
+        n = (size_t)snprintf(buf, len, "INIT NORMAL 0 %.17g SEED %llu", sp->init_std,
+                             (unsigned long long)seed);
+    else
+        n = (size_t)snprintf(buf, len, "INIT ZEROS SEED %llu", (unsigned long long)seed);
+    if (!strcmp(sp->table_optim, "FTRL"))
+        n += (size_t)snprintf(buf + n, len - n, " OPTIM FTRL ALPHA %.17g BETA %.17g L1 %.17g "
+                              "L2 %.17g", sp->table_lr, sp->ftrl_beta, sp->l1, sp->l2);
+    else
+        n += (size_t)snprintf(buf + n, len - n, " OPTIM %s LR %.17g", sp->table_optim,
+                              sp->table_lr);
+    if (sp->admit > 1)
+        n += (size_t)snprintf(buf + n, len - n, " ADMIT %d FILTER %d", sp->admit, TS_FILTER_LOG2);
+    if (sp->capacity > 0) /* the job's bound, shared by its shards */
+        snprintf(buf + n, len - n, " CAPACITY %lld", (sp->capacity + sp->shards - 1) / sp->shards);
+}
+
+/* Creates the table shards and the dense tensors (NX). 0 or -1 (printed). */
+static int create_keys(const trainOpts *o, psClient *c, const jobConfig *cfg, psEmbed *e,
+                       psModel *dm) {
+    char opts[512], wopts[256], bopts[256];
+    table_opts(&cfg->sp, cfg->seed, opts, sizeof(opts));
+    int n = psEmbedCreate(c, e, opts, 1);
+    if (n < 0) {
+        tr_err(o, "creating table %s:emb: %s", o->job, c->errstr);
+        return -1;
+    }
+    snprintf(wopts, sizeof(wopts), "INIT HE SEED %llu OPTIM %s LR %.17g",
+             (unsigned long long)cfg->seed, cfg->optim, cfg->lr);
+    snprintf(bopts, sizeof(bopts), "INIT ZEROS OPTIM %s LR %.17g", cfg->optim, cfg->lr);
+    for (int t = 0; t < psModelNumTensors(dm); t++) {
+        const char *name = psModelTensorName(dm, t);
+        if (psModelCreateTensor(c, dm, t, name[0] == 'W' ? wopts : bopts, 1) < 0) {
+            tr_err(o, "creating tensor %s: %s", name, c->errstr);
+            return -1;
+        }
+    }
+    printf("ps-train %s: table %s:emb: %d shards (%d created): %s\n", o->cmd, o->job,
+           cfg->sp.shards, n, opts);
+    return 0;
+}
+
+/* Upper-cases 's' into 'dst' of 'cap' bytes. */
+static void upper(char *dst, size_t cap, const char *s) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < cap; i++)
+        dst[i] = (char)(s[i] >= 'a' && s[i] <= 'z' ? s[i] - 32 : s[i]);
+    dst[i] = '\0';
+}
+
+int tr_sparse_init(const trainOpts *o, psClient *c) {
+    jobConfig cfg;
+    sparseConfig *sp = &cfg.sp;
+    ps_ctr_model m;
+    ps_ctr_config mc;
+    psEmbed *e = NULL;
+    psModel *dm = NULL;
+    char err[512], ckey[128];
+    int status = TR_EXIT_FAIL, have_model = 0, made = 0;
+    memset(&cfg, 0, sizeof(cfg));
+    snprintf(sp->model, sizeof(sp->model), "%s", o->model);
+    for (char *p = sp->model; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
+    snprintf(sp->train, sizeof(sp->train), "%s", o->train);
+    if (o->test) snprintf(sp->test, sizeof(sp->test), "%s", o->test);
+    snprintf(sp->format, sizeof(sp->format), "%s", o->format);
+    snprintf(sp->hidden, sizeof(sp->hidden), "%s", o->hidden);
+    upper(sp->table_optim, sizeof(sp->table_optim), o->table_optim);
+    sp->dim = o->dim;
+    sp->fields = tr_given(o, "--fields") ? o->fields
+                 : !strcmp(o->format, "criteo") ? PS_CRITEO_FIELDS : 26;
+    sp->table_lr = o->table_lr;
+    sp->ftrl_beta = o->ftrl_beta;
+    sp->l1 = o->l1;
+    sp->l2 = o->l2;
+    sp->init_std = o->init_std >= 0 ? o->init_std : default_init_std(o->model, o->table_optim);
+    sp->admit = o->admit;
+    sp->capacity = o->capacity;
+    sp->shards = o->shards;
+    sp->shard_bytes = o->shard_bytes;
+    /* The dense tensors: per-element Adagrad at the table's rate unless given. */
+    upper(cfg.optim, sizeof(cfg.optim), tr_given(o, "--optim") ? o->optim : "adagrad");
+    cfg.lr = tr_given(o, "--lr") ? o->lr : o->table_lr;
+    cfg.batch = o->batch > 0 ? o->batch : 256;
+    cfg.epochs = o->epochs;
+    cfg.seed = o->seed;
+    snprintf(cfg.push_format, sizeof(cfg.push_format), "f32");
+
+    if (ts_ctr_config(&cfg, cfg.batch, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, cfg.seed, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        return TR_EXIT_USAGE;
+    }
+    have_model = 1;
+    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) goto out;
+    if (check_file(o, &cfg, &m, sp->train) != 0 ||
+        (sp->test[0] && check_file(o, &cfg, &m, sp->test) != 0)) {
+        status = TR_EXIT_USAGE;
+        goto out;
+    }
+
+    tr_key(ckey, sizeof(ckey), o->job, "config");
+    char nums[16][32];
+    snprintf(nums[0], 32, "%.17g", cfg.lr);
+    snprintf(nums[1], 32, "%d", cfg.batch);
+    snprintf(nums[2], 32, "%d", cfg.epochs);
+    snprintf(nums[3], 32, "%llu", (unsigned long long)cfg.seed);
+    snprintf(nums[4], 32, "%d", sp->dim);
+    snprintf(nums[5], 32, "%d", sp->fields);
+    snprintf(nums[6], 32, "%.17g", sp->table_lr);
+    snprintf(nums[7], 32, "%.17g", sp->ftrl_beta);
+    snprintf(nums[8], 32, "%.17g", sp->l1);
+    snprintf(nums[9], 32, "%.17g", sp->l2);
+    snprintf(nums[10], 32, "%.17g", sp->init_std);
+    snprintf(nums[11], 32, "%d", sp->admit);
+    snprintf(nums[12], 32, "%d", sp->shards);
+    snprintf(nums[13], 32, "%lld", sp->capacity);
+    snprintf(nums[14], 32, "%lld", sp->shard_bytes);
+    snprintf(nums[15], 32, "%lld", sp->train_bytes);
+    {
+        const char *argv[] = {"HSET", ckey, "optim", cfg.optim, "lr", nums[0], "batch", nums[1],
+                              "epochs", nums[2], "seed", nums[3], "push_format", cfg.push_format,
+                              "model", sp->model, "train", sp->train, "test", sp->test,
+                              "format", sp->format, "hidden", sp->hidden,
+                              "table_optim", sp->table_optim, "dim", nums[4], "fields", nums[5],
+                              "table_lr", nums[6], "ftrl_beta", nums[7], "l1", nums[8],
+                              "l2", nums[9], "init_std", nums[10], "admit", nums[11],
+                              "shards", nums[12], "capacity", nums[13], "shard_bytes", nums[14],
+                              "train_bytes", nums[15]};
+        int argc = (int)(sizeof(argv) / sizeof(argv[0]));
+        size_t argl[sizeof(argv) / sizeof(argv[0])];
+        for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
+        redisReply *r = psCommandArgv(c, ckey, argc, argv, argl);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            tr_err(o, "HSET %s: %s", ckey, r ? r->str : c->errstr);
+            if (r) freeReplyObject(r);
+            goto out;
+        }
+        freeReplyObject(r);
+    }
+    if ((e = ts_table(o->job, &cfg, ps_ctr_row_dim(&m))) == NULL ||
+        (dm = ts_dense_model(c, o->job, &m)) == NULL) {
+        if (e == NULL) tr_err(o, "--shards %d: cannot make the table handle", sp->shards);
+        goto out;
+    }
+    made = 1;
+    if (create_keys(o, c, &cfg, e, dm) != 0) goto out;
+    if ((cfg.tasks = tr_fill_tasks(o, c, &cfg, sp->train_bytes, sp->shard_bytes)) < 0) goto out;
+    char ntasks[32];
+    snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
+    redisReply *r = tr_cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
+    if (r == NULL) goto out;
+    freeReplyObject(r);
+    printf("ps-train %s: job %s: model %s (row dim %d), %s %s of %lld bytes, %d epochs, tasks "
+           "of %lld bytes -> %lld tasks; batch %d; dense tensors %s lr %g\n", o->cmd, o->job,
+           sp->model, ps_ctr_row_dim(&m), sp->format, sp->train, sp->train_bytes, cfg.epochs,
+           sp->shard_bytes, cfg.tasks, cfg.batch, cfg.optim, cfg.lr);
+    status = TR_EXIT_OK;
+out:
+    if (status != TR_EXIT_OK && made) {
+        /* Leave no half-made job: the caller deletes config and stream. */
+        if (e) psEmbedDelete(c, e);
+        if (dm) psModelDelete(c, dm);
+    }
+    psEmbedFree(e);
+    psModelFree(dm);
+    if (have_model) ps_ctr_free(&m);
+    return status;
+}
+
+int tr_sparse_delete(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    ps_ctr_config mc;
+    ps_ctr_model m;
+    char err[256], ikey[128];
+    int rc = -1;
+    if (ts_ctr_config(cfg, 1, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, 1, err, sizeof(err)) != 0) {
+        tr_err(o, "job %s: %s", o->job, err);
+        return -1;
+    }
+    psEmbed *e = ts_table(o->job, cfg, ps_ctr_row_dim(&m));
+    psModel *dm = ts_dense_model(c, o->job, &m);
+    int nt = e ? psEmbedDelete(c, e) : -1;
+    int nd = nt >= 0 && dm ? psModelDelete(c, dm) : -1;
+    tr_key(ikey, sizeof(ikey), o->job, "ids");
+    redisReply *r = nd >= 0 ? tr_cmd_ok(o, c, ikey, "DEL %s", ikey) : NULL;
+    if (r) {
+        freeReplyObject(r);
+        printf("ps-train %s: --reset: deleted %d table shards and %d tensor keys of job %s\n",
+               o->cmd, nt, nd, o->job);
+        rc = 0;
+    } else if (nd < 0) {
+        tr_err(o, "deleting the table and tensors: %s", c->errstr);
+    }
+    psEmbedFree(e);
+    psModelFree(dm);
+    ps_ctr_free(&m);
+    return rc;
+}
+
+psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    const sparseConfig *sp = &cfg->sp;
+    ps_ctr_config mc;
+    ps_ctr_model m;
+    char err[256];
+    psModel *dm = NULL;
+    if (ts_ctr_config(cfg, 1, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, 1, err, sizeof(err)) != 0) {
+        tr_err(o, "job %s: %s", o->job, err);
+        return NULL;
+    }
+    printf("sparse: model %s (row dim %d), %s %s (%lld bytes) in tasks of %lld bytes, test %s; "
+           "table rows %s lr %g, admit %d, capacity %lld\n", sp->model, ps_ctr_row_dim(&m),
+           sp->format, sp->train, sp->train_bytes, sp->shard_bytes, sp->test[0] ? sp->test : "-",
+           sp->table_optim, sp->table_lr, sp->admit, sp->capacity);
+    psEmbed *e = ts_table(o->job, cfg, ps_ctr_row_dim(&m));
+    printf("table shards:\n");
+    for (int s = 0; e && s < sp->shards; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        redisReply *r = tr_cmd_ok(o, c, key, "PS.INFO %s", key);
+        if (r == NULL) continue;
+        printf("  %-24s rows %10lld version %8lld created %10lld evicted %10lld\n", key,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "rows") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "version") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "created") : -1,
+               r->type == REDIS_REPLY_ARRAY ? info_field(r, "evicted_ttl") +
+                   info_field(r, "evicted_capacity") + info_field(r, "evicted_explicit") : -1);
+        freeReplyObject(r);
+    }
+    if (e) dm = ts_dense_model(c, o->job, &m);
+    psEmbedFree(e);
+    ps_ctr_free(&m);
+    return dm;
+}
+
+/* ========================================================================
+ * eval, run
+ * ====================================================================== */
+
+int tr_sparse_job(const trainOpts *o) {
+    jobConfig cfg;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return -1;
+    int rc = tr_load_config(c, o->job, &cfg);
+    psClientFree(c);
+    return rc < 0 ? -1 : rc == 1 ? 0 : cfg.sp.model[0] != 0;
+}
+
+int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg) {
+    ps_ctr_config mc;
+    ps_ctr_model m;
+    char err[256];
+    const char *path = o->test ? o->test : cfg->sp.test;
+    if (!path[0]) {
+        tr_err(o, "job %s has no test file: give --test FILE", o->job);
+        return -1;
+    }
+    if (ts_ctr_config(cfg, 256, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, 1, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        return -1;
+    }
+    int rc = check_file(o, cfg, &m, path);
+    ps_ctr_free(&m);
+    return rc;
+}
+
+/* What an evaluation found. */
+typedef struct evalResult {
+    double auc, logloss;
+    long long n;
+    tableInfo ti;
+    long long distinct;   /* HyperLogLog estimate of the ids of epoch 1, -1 unknown */
+} evalResult;
+
+/* Pulls the dense tensors, streams the test file (--test or the job's) in
+ * batches, pulls each batch's rows and scores it. 0 or -1 (printed). */
+static int evaluate(const trainOpts *o, evalResult *res) {
+    enum { EVAL_BATCH = 4096 };
+    jobConfig cfg;
+    ps_ctr_config mc;
+    ps_ctr_model m;
+    ps_sparse_opts so;
+    ps_sparse_batch b = {0};
+    ps_ctr_unique u = {0};
+    ps_metrics met = {0};
+    psEmbed *e = NULL;
+    psModel *dm = NULL;
+    ps_sparse_reader *r = NULL;
+    float *rows = NULL, *dense[2 * (PS_CTR_MAX_HIDDEN + 1)];
+    size_t cap = 0;
+    char err[512], ikey[128];
+    int status = -1, have_model = 0, got;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return -1;
+    if (tr_load_config(c, o->job, &cfg) != 0 || strcmp(cfg.state, "ready") != 0) {
+        tr_err(o, "--job %s: no such job, or its init has not finished", o->job);
+        goto out;
+    }
+    const char *path = o->test ? o->test : cfg.sp.test;
+    if (!path[0]) {
+        tr_err(o, "job %s has no test file: give --test FILE", o->job);
+        goto out;
+    }
+    if (ts_ctr_config(&cfg, EVAL_BATCH, &mc, err, sizeof(err)) != 0 ||
+        ps_ctr_init(&m, &mc, cfg.seed, err, sizeof(err)) != 0) {
+        tr_err(o, "%s", err);
+        goto out;
+    }
+    have_model = 1;
+    if ((e = ts_table(o->job, &cfg, ps_ctr_row_dim(&m))) == NULL ||
+        (dm = ts_dense_model(c, o->job, &m)) == NULL)
+        goto out;
+    ts_dense_arrays(&m, 0, dense);
+    if (psModelPull(c, dm, dense, NULL) != PS_OK) {
+        tr_err(o, "pull: %s", c->errstr);
+        goto out;
+    }
+    ts_reader_opts(&cfg, &so);
+    if ((r = ps_sparse_open(path, &so, err, sizeof(err))) == NULL) {
+        tr_err(o, "%s", err);
+        goto out;
+    }
+    while ((got = ps_sparse_read(r, &b, EVAL_BATCH, err, sizeof(err))) > 0) {
+        size_t need = u.n;
+        if (ps_ctr_unique_build(&u, &b) != 0) goto oom;
+        need = u.n * (size_t)ps_ctr_row_dim(&m);
+        if (need > cap) {
+            free(rows);
+            if ((rows = malloc(need * sizeof(float))) == NULL) goto oom;
+            cap = need;
+        }
+        if (psEmbedPull(c, e, u.ids, u.n, rows) != PS_OK) {
+            tr_err(o, "pull: %s", c->errstr);
+            goto out;
+        }
+        if (ps_ctr_predict(&m, &b, &u, rows, err, sizeof(err)) != 0) {
+            tr_err(o, "%s: %s", path, err);
+            goto out;
+        }
+        for (int i = 0; i < b.n; i++)
+            if (ps_metrics_add(&met, m.p[i], b.label[i] > 0.5f) != 0) goto oom;
+    }
+    if (got < 0) {
+        tr_err(o, "%s", err);
+        goto out;
+    }
+    res->auc = ps_metrics_auc(&met);
+    res->logloss = ps_metrics_logloss(&met);
+    res->n = (long long)met.n;
+    if (ts_table_info(o, c, e, &res->ti) != 0) goto out;
+    tr_key(ikey, sizeof(ikey), o->job, "ids");
+    redisReply *hr = tr_cmd_ok(o, c, ikey, "PFCOUNT %s", ikey);
+    res->distinct = hr && hr->type == REDIS_REPLY_INTEGER ? hr->integer : -1;
+    if (hr) freeReplyObject(hr);
+    status = 0;
+    goto out;
+oom:
+    tr_err(o, "out of memory");
+out:
+    if (r) ps_sparse_close(r);
+    free(rows);
+    ps_metrics_free(&met);
+    ps_ctr_unique_free(&u);
+    ps_sparse_batch_free(&b);
+    psEmbedFree(e);
+    psModelFree(dm);
+    if (have_model) ps_ctr_free(&m);
+    psClientFree(c);
+    return status;
+}
+
+/* "table_rows=R rows_created=C rows_dropped=D rows_evicted=E distinct_ids=N table_version=V" */
+static void table_text(const evalResult *res, char *buf, size_t len) {
+    snprintf(buf, len, "table_rows=%lld rows_created=%lld rows_dropped=%lld rows_evicted=%lld "
+             "distinct_ids=%lld table_version=%lld", res->ti.rows, res->ti.created,
+             res->ti.dropped, res->ti.evicted, res->distinct, res->ti.version);
+}
+
+static int check_auc(const trainOpts *o, double auc) {
+    if (o->min_auc >= 0 && !(auc >= o->min_auc)) {
+        tr_err(o, "test AUC %.4f is below --min-auc %.4f", auc, o->min_auc);
+        return TR_EXIT_FAIL;
+    }
+    return TR_EXIT_OK;
+}
+
+/* The --log-json fields of an evaluation (eval and result events). */
+#define SPARSE_EVAL_FIELDS(res)                                                                \
+    RL_NUM("test_auc", (res).auc), RL_NUM("test_logloss", (res).logloss),                      \
+        RL_INT("test_samples", (res).n), RL_INT("table_rows", (res).ti.rows),                  \
+        RL_INT("distinct_ids", (res).distinct)
+
+int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg) {
+    evalResult res;
+    char tab[320];
+    if (evaluate(o, &res) != 0) return TR_EXIT_FAIL;
+    table_text(&res, tab, sizeof(tab));
+    printf("eval job %s: test_auc=%.5f test_logloss=%.5f on %lld samples; %s\n", o->job, res.auc,
+           res.logloss, res.n, tab);
+    RUNLOG(lg, "eval", RL_STR("job", o->job), SPARSE_EVAL_FIELDS(res));
+    return check_auc(o, res.auc);
+}
+
+int tr_sparse_run_result(const trainOpts *o, runLog *lg, double total_t0, double train_secs,
+                         long long samples, double span, int failed) {
+    evalResult res;
+    char tab[320];
+    if (evaluate(o, &res) != 0) return TR_EXIT_FAIL;
+    table_text(&res, tab, sizeof(tab));
+    double total = tr_now() - total_t0;
+    printf("ps-train run: job %s: test_auc=%.5f test_logloss=%.5f (%lld test samples); table "
+           "rows %lld of %lld distinct ids seen (created %lld, dropped %lld below admission, "
+           "evicted %lld)\n", o->job, res.auc, res.logloss, res.n, res.ti.rows, res.distinct,
+           res.ti.created, res.ti.dropped, res.ti.evicted);
+    printf("RESULT test_auc=%.5f test_logloss=%.5f total_seconds=%.2f train_seconds=%.2f "
+           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f "
+           "%s\n", res.auc, res.logloss, total, train_secs, samples,
+           train_secs > 0 ? samples / train_secs : 0.0, o->workers, span,
+           span > 0 ? samples / span : 0.0, tab);
+    fflush(stdout);
+    RUNLOG(lg, "eval", RL_STR("job", o->job), SPARSE_EVAL_FIELDS(res), RL_INT("samples", samples));
+    RUNLOG(lg, "result", RL_STR("job", o->job), SPARSE_EVAL_FIELDS(res),
+           RL_NUM("total_seconds", total), RL_NUM("train_seconds", train_secs),
+           RL_INT("samples", samples),
+           RL_NUM("samples_per_s", train_secs > 0 ? samples / train_secs : 0.0),
+           RL_INT("workers", o->workers), RL_NUM("span_seconds", span),
+           RL_NUM("span_samples_per_s", span > 0 ? samples / span : 0.0),
+           RL_INT("failed_workers", failed));
+    if (failed) {
+        tr_err(o, "%d of %d workers failed", failed, o->workers);
+        return TR_EXIT_FAIL;
+    }
+    return check_auc(o, res.auc);
+}
