@@ -17,6 +17,7 @@ struct ps_ctr_gen {
     ps_ctr_gen_config c;
     double *cdf;      /* vocab entries: P(rank <= r + 1) */
     double sw, sv;    /* the truth's weight scales */
+    double norm;      /* 1 / sqrt(E[scale^2]) over the Zipf ranks (1 without a head) */
     double *v;        /* fields * k factors of the sample being scored */
 };
 
@@ -62,6 +63,20 @@ ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
     }
     for (uint32_t r = 0; r < c->vocab; r++) g->cdf[r] /= sum;
     g->cdf[c->vocab - 1] = 1.0;
+    /* With a head, the mean squared scale of a drawn id is E = sum_r P(r) s(r)^2
+     * < 1; dividing every scale by sqrt(E) keeps the linear and pairwise parts
+     * at variance about 1 (each is a sum of products of independent per-field
+     * terms), so the truth's AUC stays comparable whatever the head. */
+    g->norm = 1.0;
+    if (c->head > 0 && c->head < c->vocab) {
+        double e = 0.0, prev = 0.0;
+        for (uint32_t r = 0; r < c->vocab; r++) {
+            double s = r + 1 > c->head ? (double)c->head / (r + 1.0) : 1.0;
+            e += (g->cdf[r] - prev) * s * s;
+            prev = g->cdf[r];
+        }
+        g->norm = 1.0 / sqrt(e);
+    }
     g->sw = 1.0 / sqrt((double)c->fields);
     double pairs = (double)c->fields * (double)(c->fields - 1) / 2.0;
     g->sv = g->c.k > 0 && pairs > 0 ? pow(pairs * g->c.k, -0.25) : 0.0;
@@ -89,7 +104,7 @@ double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n)
         /* The truth's row of an id: normals from a PSRng seeded by (seed, id). */
         PSRng r;
         uint64_t id = ps_sparse_id_u64((uint32_t)f, ranks[f]);
-        double scale = g->c.head && ranks[f] > g->c.head ? (double)g->c.head / ranks[f] : 1.0;
+        double scale = g->norm * (g->c.head && ranks[f] > g->c.head ? (double)g->c.head / ranks[f] : 1.0);
         ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ id);
         z += scale * g->sw * ps_rng_normal(&r);
         for (int t = 0; t < k; t++) {

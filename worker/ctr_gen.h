@@ -10,7 +10,9 @@
  * parts of the logit each have variance about 1, plus a bias. With a head
  * H > 0, an id of rank r > H has its parameters scaled by H / r: rare ids
  * carry little signal, as in real click logs, so that a trainer that sees
- * each of them only a few times can still approach the truth. The label is
+ * each of them only a few times can still approach the truth. All scales are
+ * then divided by sqrt(E[s^2]), the mean squared scale of a drawn id, so the
+ * two parts keep variance about 1 (the truth's AUC does not sink with H). The label is
  * drawn from Bernoulli(sigmoid(logit)). The truth's own logloss and AUC on
  * the test samples are the ceiling a trainer can reach.
  *
