@@ -157,10 +157,10 @@ static void test_ranks_follow_the_zipf_exponent(void **state)
     }
 }
 
-/* With a head H, ranks above H carry parameters scaled by H / rank, and all
- * scales are divided by one constant: logits at ranks up to H are a fixed
- * multiple (> 1) of the head-less ones, and past H that multiple times
- * H / rank. */
+/* With a head H, ranks above H carry parameters scaled by (H / rank)^decay,
+ * and all scales are divided by one constant: logits at ranks up to H are a
+ * fixed multiple (> 1) of the head-less ones, and past H that multiple times
+ * (H / rank)^decay. */
 static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
 {
     (void)state;
@@ -181,6 +181,16 @@ static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
     double zf = ps_ctr_gen_logit(full, &r, 1), zh = ps_ctr_gen_logit(head, &r, 1);
     assert_true(zf != 0.0);
     assert_true(fabs(zh - norm * zf * 10.0 / 500.0) < 1e-12);
+    /* decay 2: (10 / 500)^2 past the head, with its own normalization. */
+    c.decay = 2.0;
+    ps_ctr_gen *d2 = ps_ctr_gen_new(&c, err, sizeof(err));
+    assert_non_null(d2);
+    r = 1;
+    double norm2 = ps_ctr_gen_logit(d2, &r, 1) / ps_ctr_gen_logit(full, &r, 1);
+    assert_true(norm2 > 1.0 && norm2 != norm);
+    r = 500;
+    assert_true(fabs(ps_ctr_gen_logit(d2, &r, 1) - norm2 * zf * 0.02 * 0.02) < 1e-12);
+    ps_ctr_gen_free(d2);
     ps_ctr_gen_free(full);
     ps_ctr_gen_free(head);
 }
@@ -240,6 +250,9 @@ static void test_bad_configurations_are_refused(void **state)
     assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
     c = FM;
     c.zipf = NAN;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    c = FM;
+    c.decay = -1.0;
     assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
     ps_ctr_gen_result r;
     char prefix[300];
