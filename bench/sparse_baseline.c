@@ -4,7 +4,10 @@
  * libsvm or Criteo files with no parameter server: the embedding table is a
  * local id -> row table (worker/sparse_table.c) applying Adagrad,
  * FTRL-Proximal or SGD per row, reached only through ps_row_store (pull rows
- * by id, push gradient rows by id), the calls a server answers. The dense
+ * by id, push gradient rows by id), the calls a server answers; with --store
+ * core (implied by --admit, --filter, --unknown, --capacity) the rows live in
+ * the module's own pure embedding-table core instead (module/embed.c), so
+ * admission, UNKNOWN ZEROS and CAPACITY act exactly as on a server. The dense
  * tensors (bias, MLP layers) take per-element Adagrad (SGD with --optim sgd).
  * Its samples/s is the yardstick of distributed sparse training; its test
  * AUC, next to the planted truth's (--truth, from `ps-train gen-ctr`),
@@ -15,6 +18,8 @@
  *                   [--hidden 64,32] [--dense] [--optim adagrad|ftrl|sgd] [--lr X]
  *                   [--dense-lr X] [--eps X] [--alpha X] [--beta X] [--l1 X] [--l2 X]
  *                   [--init-std X] [--batch B] [--epochs E] [--seed S] [--threads N]
+ *                   [--store table|core] [--admit N] [--filter K] [--unknown init|zeros]
+ *                   [--capacity N]
  *
  * Prints one line per epoch and finally:
  *   RESULT samples_per_s=... test_auc=... test_logloss=... train_logloss=...
