@@ -34,7 +34,7 @@ done
 
 # ---- settings: the data and FM training settings recommended for demo-sparse
 SAMPLES=${BENCH_SPARSE_SAMPLES:-1000000}
-FIELDS=26 VOCAB=1000000 ZIPF=1.5 HEAD=20 DECAY=2 SEED=7
+FIELDS=26 VOCAB=1000000 ZIPF=1.5 HEAD=20 DECAY=1 SEED=7
 EPOCHS=${BENCH_SPARSE_EPOCHS:-3}
 # FILTER 24 for the one baseline table: what 4 shards of 2^22 counters hold.
 K=4 LR=0.05 INIT_STD=0.01 ADMIT=255 FILTER=24 BATCH=256 SHARDS=4
