@@ -9,7 +9,12 @@
 #   3. training: build/bench/baseline (one process, no server) against
 #      `ps-train run --workers 1` and `--workers 2` (same MLP, batch, optimizer
 #      and learning rate) on a fresh private server: samples/s, the ratio to
-#      the baseline, and the time to 0.85 test accuracy.
+#      the baseline, and the time to 0.85 test accuracy;
+#   4. sparse CTR (bench/sparse_bench.sh): a planted-truth FM data set from
+#      `ps-train gen-ctr`, build/bench/sparse_baseline against `ps-train run
+#      --model fm --workers 2` (skipped with a message while ps-train has no
+#      sparse path): samples/s ratio, test AUC vs the truth's, and FTRL's zero
+#      fraction at Adagrad's logloss.
 # Each private server runs on a free loopback port in a temp dir without
 # persistence and is stopped by pid on exit. Exit status: 0 unless a program
 # failed (a missed target is reported, not an error).
@@ -18,7 +23,8 @@
 # EMBED_BENCH_ROWS rows (default 10000000, about 40 s and 2.7 GB).
 # Environment overrides: REDIS_SERVER (redis-server), BENCH_PS_ARGS (extra
 # ps_bench flags, e.g. "--reps 3 --time-ms 200"), BENCH_TRAIN=0 (skip part 3),
-# BENCH_ACC (0.85), BENCH_MAX_EPOCHS (5), BENCH_DATA (Fashion-MNIST dir).
+# BENCH_ACC (0.85), BENCH_MAX_EPOCHS (5), BENCH_DATA (Fashion-MNIST dir),
+# BENCH_SPARSE=0 (skip part 4; its own overrides are in bench/sparse_bench.sh).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,7 +37,7 @@ LAYERS=784,128,10
 BATCH=64
 LR=0.1
 for f in "$MODULE" "$B/ps-train" "$B/bench/ps_bench" "$B/bench/apply_bench" "$B/bench/codec_bench" \
-         "$B/bench/baseline"; do
+         "$B/bench/baseline" "$B/bench/sparse_baseline"; do
     [ -f "$f" ] || { echo "bench: $f is missing: run make first" >&2; exit 1; }
 done
 command -v "$REDIS_SERVER" >/dev/null || { echo "bench: $REDIS_SERVER not found" >&2; exit 1; }
@@ -91,8 +97,20 @@ start_server embed
     { echo "bench: embed_server_bench failed" >&2; fail=1; }
 stop_server
 
+# Part 4 in its own script: its private server and data cache are its own.
+run_sparse() {
+    echo
+    echo "== 4. sparse CTR: FM on planted-truth data, build/bench/sparse_baseline vs ps-train 2 workers (bench/sparse_bench.sh)"
+    if [ "${BENCH_SPARSE:-1}" = 0 ]; then
+        echo "bench: sparse benchmark skipped (BENCH_SPARSE=0)"
+        return
+    fi
+    "$REPO/bench/sparse_bench.sh" || { echo "bench: sparse_bench failed" >&2; fail=1; }
+}
+
 if [ "${BENCH_TRAIN:-1}" = 0 ]; then
     echo; echo "bench: training benchmark skipped (BENCH_TRAIN=0)"
+    run_sparse
     exit $fail
 fi
 
@@ -180,6 +198,8 @@ if [ -n "${SPS[ps-train-w2]:-}" ] && [ "$base" != 0 ]; then
     awk -v a="${SPS[ps-train-w2]}" -v b="$base" -v ref="$ref" 'BEGIN { r = a / b;
         printf "target: ps-train 2 workers >= 0.80x %s samples/s: %.2fx  %s\n", ref, r, (r >= 0.8) ? "PASS" : "MISS" }'
 fi
+
+run_sparse
 
 echo
 echo "load:   $(cut -d' ' -f1-3 /proc/loadavg) (after the run)"

@@ -4,7 +4,10 @@
  * libsvm or Criteo files with no parameter server: the embedding table is a
  * local id -> row table (worker/sparse_table.c) applying Adagrad,
  * FTRL-Proximal or SGD per row, reached only through ps_row_store (pull rows
- * by id, push gradient rows by id), the calls a server answers. The dense
+ * by id, push gradient rows by id), the calls a server answers; with --store
+ * core (implied by --admit, --filter, --unknown, --capacity) the rows live in
+ * the module's own pure embedding-table core instead (module/embed.c), so
+ * admission, UNKNOWN ZEROS and CAPACITY act exactly as on a server. The dense
  * tensors (bias, MLP layers) take per-element Adagrad (SGD with --optim sgd).
  * Its samples/s is the yardstick of distributed sparse training; its test
  * AUC, next to the planted truth's (--truth, from `ps-train gen-ctr`),
@@ -15,6 +18,8 @@
  *                   [--hidden 64,32] [--dense] [--optim adagrad|ftrl|sgd] [--lr X]
  *                   [--dense-lr X] [--eps X] [--alpha X] [--beta X] [--l1 X] [--l2 X]
  *                   [--init-std X] [--batch B] [--epochs E] [--seed S] [--threads N]
+ *                   [--store table|core] [--admit N] [--filter K] [--unknown init|zeros]
+ *                   [--capacity N]
  *
  * Prints one line per epoch and finally:
  *   RESULT samples_per_s=... test_auc=... test_logloss=... train_logloss=...
@@ -30,6 +35,7 @@
 #include <time.h>
 
 #include "ctr_model.h"
+#include "embed.h"
 #include "metrics.h"
 #include "nn.h"
 #include "sparse_data.h"
@@ -44,6 +50,9 @@ typedef struct options {
     double lr, dense_lr, reg, eps, alpha, beta, l1, l2, init_std;
     int batch, epochs, threads;
     uint64_t seed;
+    int core;            /* rows in the module's pure embed core, not sparse_table */
+    int admit, filter_log2, unknown_zeros;
+    long long capacity;
 } options;
 
 static void usage(FILE *out)
@@ -53,13 +62,18 @@ static void usage(FILE *out)
             "         [--field-bits B] [--model lr|fm|mlp] [--k K] [--dim D] [--fields F]\n"
             "         [--hidden 64,32] [--dense] [--optim adagrad|ftrl|sgd] [--lr X] [--dense-lr X]\n"
             "         [--reg X] [--eps X] [--alpha X] [--beta X] [--l1 X] [--l2 X] [--init-std X]\n"
-            "         [--batch B] [--epochs E] [--seed S] [--threads N]\n"
+            "         [--batch B] [--epochs E] [--seed S] [--threads N] [--store table|core]\n"
+            "         [--admit N] [--filter K] [--unknown init|zeros] [--capacity N]\n"
             "Trains a CTR model in one process (no server) and prints a RESULT line.\n"
             "Defaults: libsvm, field bits 8 (gen-ctr files), fm, k 4, dim 8, fields 26 (39 for\n"
             "criteo), hidden 64,32, adagrad lr 0.1 eps 1e-8 (dense-lr = lr), ftrl alpha 0.05\n"
             "beta 1 l1 1 l2 1, reg 0 (L2: adds reg * row to each pushed gradient row), init std\n"
             "0.1 (0 for lr and ftrl), batch 256, 1 epoch, seed 1. --dense gives Criteo's\n"
-            "integers to the MLP as dense features too.\n");
+            "integers to the MLP as dense features too.\n"
+            "--store core keeps the rows in the server's own embedding-table core\n"
+            "(module/embed.c: the rules of PS.CREATE EMBEDDING, including ADMIT n with a\n"
+            "2^FILTER counting filter (default 20), UNKNOWN ZEROS and CAPACITY); --admit,\n"
+            "--filter, --unknown and --capacity imply it. Default: table (worker/sparse_table.c).\n");
 }
 
 static int num(const char *v, double lo, double hi, double *out)
@@ -94,6 +108,8 @@ static int parse_options(int argc, char **argv, options *o)
     o->batch = 256;
     o->epochs = 1;
     o->seed = 1;
+    o->admit = 1;
+    o->filter_log2 = 20;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
@@ -134,6 +150,26 @@ static int parse_options(int argc, char **argv, options *o)
         else if (!strcmp(a, "--l1")) bad = num(v, 0, 1e6, &o->l1);
         else if (!strcmp(a, "--l2")) bad = num(v, 0, 1e6, &o->l2);
         else if (!strcmp(a, "--init-std")) bad = num(v, 0, 1e6, &o->init_std);
+        else if (!strcmp(a, "--store")) {
+            bad = strcmp(v, "core") && strcmp(v, "table");
+            o->core = !strcmp(v, "core");
+        } else if (!strcmp(a, "--admit")) {
+            bad = num(v, 1, PSE_MAX_ADMIT, &d);
+            o->admit = (int)d;
+            o->core = 1;
+        } else if (!strcmp(a, "--filter")) {
+            bad = num(v, PSE_MIN_FILTER_LOG2, PSE_MAX_FILTER_LOG2, &d);
+            o->filter_log2 = (int)d;
+            o->core = 1;
+        } else if (!strcmp(a, "--unknown")) {
+            bad = strcmp(v, "zeros") && strcmp(v, "init");
+            o->unknown_zeros = !strcmp(v, "zeros");
+            o->core = 1;
+        } else if (!strcmp(a, "--capacity")) {
+            bad = num(v, 1, PSE_MAX_ROWS, &d);
+            o->capacity = (long long)d;
+            o->core = 1;
+        }
         else {
             fprintf(stderr, "sparse_baseline: unknown option %s\n", a);
             return -1;
@@ -215,6 +251,66 @@ static void l2_rows(batchWork *w, int dim, float reg)
     for (size_t t = 0; t < n; t++) w->grows[t] = w->grows[t] + reg * w->rows[t];
 }
 
+/* ========= rows in the module's embedding-table core (--store core) ========= */
+
+/* The ids go to the core as its little-endian id blob: a uint64 array on the
+ * little-endian hosts this builds on. */
+static int core_pull(void *self, const uint64_t *ids, size_t k, float *out)
+{
+    PSEmbed_Pull(self, (const unsigned char *)ids, k, out);
+    return 0;
+}
+
+static int core_push(void *self, const uint64_t *ids, size_t k, const float *grad)
+{
+    if (k == 0) return 0;
+    return PSEmbed_Push(self, (const unsigned char *)ids, k, (const unsigned char *)grad, NULL) ==
+                   PSE_OK
+               ? 0
+               : -1;
+}
+
+/* The core table of the options, as PS.CREATE key EMBEDDING DIM dim ... would
+ * make it. Returns NULL with a message in 'err'. */
+static PSEmbed *core_new(const options *o, int dim, char *err, size_t errlen)
+{
+    PSEmbedConfig c;
+    PSEmbed_DefaultConfig(&c, (uint32_t)dim);
+    c.optim = o->optim == PS_TAB_FTRL      ? PSE_OPT_FTRL
+              : o->optim == PS_TAB_ADAGRAD ? PSE_OPT_ADAGRAD
+                                           : PSE_OPT_SGD;
+    c.lr = o->lr;
+    c.eps = o->eps;
+    c.alpha = o->alpha;
+    c.beta = o->beta;
+    c.l1 = o->l1;
+    c.l2 = o->l2;
+    c.init = o->init_std > 0 ? PSE_INIT_NORMAL : PSE_INIT_ZEROS;
+    c.init_a = 0.0;
+    c.init_b = o->init_std;
+    c.seed = o->seed;
+    c.unknown_zeros = o->unknown_zeros;
+    c.admit = (uint32_t)o->admit;
+    c.filter_log2 = (uint32_t)o->filter_log2;
+    c.capacity = (uint64_t)o->capacity;
+    const char *why = NULL;
+    PSEmbed *t = PSEmbed_New(&c, &why);
+    if (t == NULL) snprintf(err, errlen, "embedding core: %s", why ? why : "out of memory");
+    return t;
+}
+
+/* Values of the core's rows that are exactly 0. */
+static uint64_t core_zeros(const PSEmbed *t, int dim)
+{
+    uint64_t z = 0, n = PSEmbed_Rows(t);
+    for (uint64_t i = 0; i < n; i++) {
+        PSEmbedRow r;
+        PSEmbed_RowAt(t, i, &r);
+        for (int j = 0; j < dim; j++) z += r.data[j] == 0.0f;
+    }
+    return z;
+}
+
 /* Reads the truth's test AUC and logloss from a gen-ctr .truth file. */
 static int read_truth(const char *path, double *auc, double *loss)
 {
@@ -265,13 +361,19 @@ int main(int argc, char **argv)
                           .eps = (float)o.eps, .alpha = (float)o.alpha, .beta = (float)o.beta,
                           .l1 = (float)o.l1, .l2 = (float)o.l2, .init_std = (float)o.init_std,
                           .seed = o.seed};
-    ps_sparse_table *tab = ps_table_new(&tc, err, sizeof(err));
-    if (tab == NULL) {
+    ps_sparse_table *tab = NULL;
+    PSEmbed *core = NULL;
+    if (o.core)
+        core = core_new(&o, tc.dim, err, sizeof(err));
+    else
+        tab = ps_table_new(&tc, err, sizeof(err));
+    if (tab == NULL && core == NULL) {
         fprintf(stderr, "sparse_baseline: %s\n", err);
         ps_ctr_free(&m);
         return 2;
     }
-    ps_row_store st = ps_table_store(tab);
+    ps_row_store st = {.self = core, .dim = tc.dim, .pull = core_pull, .push = core_push};
+    if (tab != NULL) st = ps_table_store(tab);
     int status = 1, nd = ps_ctr_dense_count(&m);
     batchWork w;
     memset(&w, 0, sizeof(w));
@@ -340,17 +442,20 @@ int main(int argc, char **argv)
         printf("epoch %d/%d train_logloss=%.5f test_logloss=%.5f test_auc=%.5f rows=%llu "
                "samples_per_s=%.0f epoch_seconds=%.2f\n",
                epoch, o.epochs, train_loss, test_loss, test_auc,
-               (unsigned long long)ps_table_rows(tab), (double)n / secs, secs);
+               (unsigned long long)(tab ? ps_table_rows(tab) : PSEmbed_Rows(core)), (double)n / secs, secs);
         fflush(stdout);
     }
-    uint64_t rows = ps_table_rows(tab);
-    double zero_frac = rows ? (double)ps_table_zeros(tab) / ((double)rows * tc.dim) : 0.0;
+    uint64_t rows = tab ? ps_table_rows(tab) : PSEmbed_Rows(core);
+    uint64_t zeros = tab ? ps_table_zeros(tab) : core_zeros(core, tc.dim);
+    double zero_frac = rows ? (double)zeros / ((double)rows * tc.dim) : 0.0;
     printf("RESULT samples_per_s=%.0f test_auc=%.5f test_logloss=%.5f train_logloss=%.5f "
            "zero_frac=%.4f rows=%llu seconds=%.3f epochs=%d batch=%d model=%s optim=%s",
            train_seconds > 0 ? (double)samples / train_seconds : 0.0, test_auc, test_loss,
            train_loss, zero_frac, (unsigned long long)rows, train_seconds, o.epochs, o.batch,
            ps_ctr_model_name(o.model),
            o.optim == PS_TAB_FTRL ? "ftrl" : o.optim == PS_TAB_ADAGRAD ? "adagrad" : "sgd");
+    if (core != NULL)
+        printf(" store=core admit=%d unknown=%s", o.admit, o.unknown_zeros ? "zeros" : "init");
     double tauc, tloss;
     if (o.truth && read_truth(o.truth, &tauc, &tloss) == 0)
         printf(" truth_auc=%.5f truth_logloss=%.5f auc_gap=%.5f", tauc, tloss, tauc - test_auc);
@@ -369,6 +474,7 @@ out:
     free(w.grows);
     for (int i = 0; i < nd; i++) free(acc[i]);
     ps_table_free(tab);
+    PSEmbed_Free(core);
     ps_ctr_free(&m);
     return status;
 }

@@ -157,9 +157,10 @@ static void test_ranks_follow_the_zipf_exponent(void **state)
     }
 }
 
-/* With a head H, ranks above H carry parameters scaled by H / rank: the
- * same ranks give the same logit as without a head up to H, and a logit
- * closer to the bias past it. */
+/* With a head H, ranks above H carry parameters scaled by (H / rank)^decay,
+ * and all scales are divided by one constant: logits at ranks up to H are a
+ * fixed multiple (> 1) of the head-less ones, and past H that multiple times
+ * (H / rank)^decay. */
 static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
 {
     (void)state;
@@ -171,14 +172,67 @@ static void test_head_scales_down_the_parameters_of_rare_ids(void **state)
     ps_ctr_gen *head = ps_ctr_gen_new(&c, err, sizeof(err));
     assert_non_null(full);
     assert_non_null(head);
-    uint32_t r = 10;
-    assert_true(ps_ctr_gen_logit(full, &r, 1) == ps_ctr_gen_logit(head, &r, 1));
+    uint32_t r = 1;
+    double norm = ps_ctr_gen_logit(head, &r, 1) / ps_ctr_gen_logit(full, &r, 1);
+    assert_true(norm > 1.0);
+    r = 10;
+    assert_true(fabs(ps_ctr_gen_logit(head, &r, 1) - norm * ps_ctr_gen_logit(full, &r, 1)) < 1e-12);
     r = 500;
     double zf = ps_ctr_gen_logit(full, &r, 1), zh = ps_ctr_gen_logit(head, &r, 1);
     assert_true(zf != 0.0);
-    assert_true(fabs(zh - zf * 10.0 / 500.0) < 1e-12);
+    assert_true(fabs(zh - norm * zf * 10.0 / 500.0) < 1e-12);
+    /* decay 2: (10 / 500)^2 past the head, with its own normalization. */
+    c.decay = 2.0;
+    ps_ctr_gen *d2 = ps_ctr_gen_new(&c, err, sizeof(err));
+    assert_non_null(d2);
+    r = 1;
+    double norm2 = ps_ctr_gen_logit(d2, &r, 1) / ps_ctr_gen_logit(full, &r, 1);
+    assert_true(norm2 > 1.0 && norm2 != norm);
+    r = 500;
+    assert_true(fabs(ps_ctr_gen_logit(d2, &r, 1) - norm2 * zf * 0.02 * 0.02) < 1e-12);
+    ps_ctr_gen_free(d2);
     ps_ctr_gen_free(full);
     ps_ctr_gen_free(head);
+}
+
+/* Variance of the logit over 'n' drawn samples. */
+static double logit_variance(ps_ctr_gen *g, int fields, int n)
+{
+    PSRng rng;
+    ps_rng_seed(&rng, 99);
+    uint32_t ranks[PS_SPARSE_MAX_FIELDS];
+    uint64_t ids[PS_SPARSE_MAX_FIELDS];
+    double sum = 0.0, sq = 0.0;
+    for (int i = 0; i < n; i++) {
+        int y;
+        ps_ctr_gen_sample(g, &rng, ranks, ids, &y);
+        double z = ps_ctr_gen_logit(g, ranks, fields);
+        sum += z;
+        sq += z * z;
+    }
+    return sq / n - (sum / n) * (sum / n);
+}
+
+/* The head moves signal to the frequent ids without shrinking it: the
+ * logit's variance over drawn samples stays about what it is without a
+ * head (unnormalized, a head of 10 in 1000 Zipf(1) ids keeps about half). */
+static void test_head_keeps_the_logit_variance(void **state)
+{
+    (void)state;
+    char err[256];
+    for (int model = PS_CTR_LR; model <= PS_CTR_FM; model++) {
+        ps_ctr_gen_config c = {.model = model, .fields = 26, .vocab = 1000, .zipf = 1.0,
+                               .k = 4, .bias = 0.0, .seed = 5};
+        ps_ctr_gen *full = ps_ctr_gen_new(&c, err, sizeof(err));
+        c.head = 10;
+        ps_ctr_gen *head = ps_ctr_gen_new(&c, err, sizeof(err));
+        assert_non_null(full);
+        assert_non_null(head);
+        double ratio = logit_variance(head, 26, 20000) / logit_variance(full, 26, 20000);
+        assert_true(ratio > 0.75 && ratio < 1.33);
+        ps_ctr_gen_free(full);
+        ps_ctr_gen_free(head);
+    }
 }
 
 static void test_bad_configurations_are_refused(void **state)
@@ -197,6 +251,9 @@ static void test_bad_configurations_are_refused(void **state)
     c = FM;
     c.zipf = NAN;
     assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
+    c = FM;
+    c.decay = -1.0;
+    assert_null(ps_ctr_gen_new(&c, err, sizeof(err)));
     ps_ctr_gen_result r;
     char prefix[300];
     snprintf(prefix, sizeof(prefix), "%s/no/such/dir/x", tmpdir);
@@ -211,6 +268,7 @@ int main(void)
         cmocka_unit_test(test_files_parse_back_with_fields_and_the_truth_metrics),
         cmocka_unit_test(test_ranks_follow_the_zipf_exponent),
         cmocka_unit_test(test_head_scales_down_the_parameters_of_rare_ids),
+        cmocka_unit_test(test_head_keeps_the_logit_variance),
         cmocka_unit_test(test_bad_configurations_are_refused),
     };
     tmpdir_prefix = "test_ctr_gen";

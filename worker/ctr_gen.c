@@ -17,10 +17,20 @@ struct ps_ctr_gen {
     ps_ctr_gen_config c;
     double *cdf;      /* vocab entries: P(rank <= r + 1) */
     double sw, sv;    /* the truth's weight scales */
+    double norm;      /* 1 / sqrt(E[scale^2]) over the Zipf ranks (1 without a head) */
     double *v;        /* fields * k factors of the sample being scored */
 };
 
 #define seterr ps_sparse_seterr
+
+/* The scale of rank r's parameters before normalization: 1 up to the head,
+ * (head / r)^decay past it. */
+static double head_scale(const ps_ctr_gen *g, uint32_t r)
+{
+    if (g->c.head == 0 || r <= g->c.head) return 1.0;
+    double q = (double)g->c.head / r;
+    return g->c.decay == 1.0 ? q : pow(q, g->c.decay);
+}
 
 ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
 {
@@ -44,6 +54,10 @@ ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
         seterr(err, errlen, "k %d must be 1..%d", c->k, PS_GEN_MAX_K);
         return NULL;
     }
+    if (!(c->decay >= 0 && c->decay <= 16)) {
+        seterr(err, errlen, "head decay %g must be 0..16 (0: 1)", c->decay);
+        return NULL;
+    }
     if (!isfinite(c->bias) || fabs(c->bias) > 100) {
         seterr(err, errlen, "bias %g must be within -100..100", c->bias);
         return NULL;
@@ -52,6 +66,7 @@ ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
     if (g == NULL) goto oom;
     g->c = *c;
     if (c->model == PS_CTR_LR) g->c.k = 0;
+    if (c->decay == 0) g->c.decay = 1.0;
     g->cdf = malloc((size_t)c->vocab * sizeof(double));
     g->v = malloc(((size_t)c->fields * (size_t)(g->c.k + 1)) * sizeof(double));
     if (g->cdf == NULL || g->v == NULL) goto oom;
@@ -62,6 +77,20 @@ ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
     }
     for (uint32_t r = 0; r < c->vocab; r++) g->cdf[r] /= sum;
     g->cdf[c->vocab - 1] = 1.0;
+    /* With a head, the mean squared scale of a drawn id is E = sum_r P(r) s(r)^2
+     * < 1; dividing every scale by sqrt(E) keeps the linear and pairwise parts
+     * at variance about 1 (each is a sum of products of independent per-field
+     * terms), so the truth's AUC stays comparable whatever the head. */
+    g->norm = 1.0;
+    if (c->head > 0 && c->head < c->vocab) {
+        double e = 0.0, prev = 0.0;
+        for (uint32_t r = 0; r < c->vocab; r++) {
+            double s = head_scale(g, r + 1);
+            e += (g->cdf[r] - prev) * s * s;
+            prev = g->cdf[r];
+        }
+        g->norm = 1.0 / sqrt(e);
+    }
     g->sw = 1.0 / sqrt((double)c->fields);
     double pairs = (double)c->fields * (double)(c->fields - 1) / 2.0;
     g->sv = g->c.k > 0 && pairs > 0 ? pow(pairs * g->c.k, -0.25) : 0.0;
@@ -89,7 +118,7 @@ double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n)
         /* The truth's row of an id: normals from a PSRng seeded by (seed, id). */
         PSRng r;
         uint64_t id = ps_sparse_id_u64((uint32_t)f, ranks[f]);
-        double scale = g->c.head && ranks[f] > g->c.head ? (double)g->c.head / ranks[f] : 1.0;
+        double scale = g->norm * head_scale(g, ranks[f]);
         ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ id);
         z += scale * g->sw * ps_rng_normal(&r);
         for (int t = 0; t < k; t++) {
@@ -265,10 +294,10 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
     fprintf(f,
             "TRUTH model=%s fields=%d vocab=%u zipf=%g k=%d bias=%g head=%u seed=%llu train=%lld "
             "test=%lld truth_test_logloss=%.6f truth_test_auc=%.6f truth_train_logloss=%.6f "
-            "train_ctr=%.4f test_ctr=%.4f\n",
+            "train_ctr=%.4f test_ctr=%.4f decay=%g\n",
             ps_ctr_model_name(c->model), c->fields, c->vocab, c->zipf, g->c.k, c->bias, c->head,
             (unsigned long long)c->seed, train, test, res->test_logloss, res->test_auc,
-            res->train_logloss, res->train_ctr, res->test_ctr);
+            res->train_logloss, res->train_ctr, res->test_ctr, g->c.decay);
     if (fclose(f) != 0) {
         seterr(err, errlen, "%s: write failed", path);
         goto out;
@@ -288,7 +317,7 @@ static void gen_usage(FILE *out)
     fprintf(out,
             "usage: ps-train gen-ctr --out PREFIX [--samples N] [--test-samples N] [--fields F]\n"
             "                        [--vocab V] [--zipf S] [--model lr|fm] [--k K] [--bias B]\n"
-            "                        [--head H] [--seed S] [--gzip]\n"
+            "                        [--head H] [--decay P] [--seed S] [--gzip]\n"
             "Writes PREFIX.train.libsvm and PREFIX.test.libsvm (libsvm, one id per field, the\n"
             "field in the id's top 8 bits) drawn from a planted logistic or FM model, and\n"
             "PREFIX.truth with the planted model's own test logloss and AUC (the ceiling).\n"
@@ -300,7 +329,10 @@ static void gen_usage(FILE *out)
             "  --model M         planted model: lr or fm (fm)\n"
             "  --k K             FM factors (4)\n"
             "  --bias B          planted bias (-1)\n"
-            "  --head H          ids of rank r > H get parameters scaled by H / r (0: off)\n"
+            "  --head H          ids of rank r > H get parameters scaled by (H / r)^P (0: off);\n"
+            "                    all scales are then divided by sqrt(E[scale^2]) so the logit\n"
+            "                    keeps its variance: the signal moves into the frequent ids\n"
+            "  --decay P         exponent of the head's decay (1)\n"
             "  --seed S          everything follows from it (1)\n"
             "  --gzip            write .libsvm.gz files\n",
             PS_SPARSE_MAX_FIELDS - 1, PS_GEN_MAX_VOCAB);
@@ -320,7 +352,7 @@ static int gen_num(const char *v, double lo, double hi, double *out)
 int ps_gen_ctr_main(int argc, char **argv)
 {
     ps_ctr_gen_config c = {.model = PS_CTR_FM, .fields = 26, .vocab = 10000, .zipf = 1.1,
-                           .k = 4, .bias = -1.0, .seed = 1};
+                           .k = 4, .bias = -1.0, .decay = 1.0, .seed = 1};
     long long train = 100000, test = -1;
     const char *prefix = NULL;
     int gz = 0;
@@ -373,6 +405,8 @@ int ps_gen_ctr_main(int argc, char **argv)
         } else if (!strcmp(a, "--head")) {
             bad = gen_num(v, 0, PS_GEN_MAX_VOCAB, &d) || d != floor(d);
             c.head = (uint32_t)d;
+        } else if (!strcmp(a, "--decay")) {
+            bad = gen_num(v, 0.001, 16, &c.decay);
         } else if (!strcmp(a, "--bias")) {
             bad = gen_num(v, -100, 100, &c.bias);
         } else {

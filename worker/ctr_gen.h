@@ -8,9 +8,12 @@
  * v(id) ~ N(0, sv^2 I_k), with sw = 1/sqrt(fields) and
  * sv = (fields (fields - 1) / 2 * k)^(-1/4), so the linear and the pairwise
  * parts of the logit each have variance about 1, plus a bias. With a head
- * H > 0, an id of rank r > H has its parameters scaled by H / r: rare ids
+ * H > 0, an id of rank r > H has its parameters scaled by (H / r)^P (P the
+ * decay, 1 by default): rare ids
  * carry little signal, as in real click logs, so that a trainer that sees
- * each of them only a few times can still approach the truth. The label is
+ * each of them only a few times can still approach the truth. All scales are
+ * then divided by sqrt(E[s^2]), the mean squared scale of a drawn id, so the
+ * two parts keep variance about 1 (the truth's AUC does not sink with H). The label is
  * drawn from Bernoulli(sigmoid(logit)). The truth's own logloss and AUC on
  * the test samples are the ceiling a trainer can reach.
  *
@@ -35,7 +38,8 @@ typedef struct ps_ctr_gen_config {
     double zipf;      /* exponent >= 0 (0 = uniform) */
     int k;            /* FM factors, 1..PS_GEN_MAX_K */
     double bias;      /* the truth's bias */
-    uint32_t head;    /* 0, or ranks above it get parameters scaled by head / rank */
+    uint32_t head;    /* 0, or ranks above it get parameters scaled by (head / rank)^decay */
+    double decay;     /* 0..16, 0 meaning 1 */
     uint64_t seed;
 } ps_ctr_gen_config;
 
