@@ -781,7 +781,8 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[2], NULL));
     uint64_t age;
     if (ps_arg_u64(ctx, argv[3], "AGE", &age) != REDISMODULE_OK) return REDISMODULE_OK;
-    if (age == 0) return ps_reply_errorf(ctx, PSERR_NOT_INT_F, "AGE");
+    /* Ages saturate at PSE_MAX_AGE (embed_int.h): larger ones are not exact. */
+    if (age == 0 || age > PSE_MAX_AGE) return ps_reply_errorf(ctx, PSERR_NOT_INT_F, "AGE");
     RedisModuleKey *key;
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;
