@@ -534,7 +534,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
         if (!(g = ps_decode_dense(ctx, "gradient", grad, fmt, n))) goto done;
     }
     /* Exactly once, then staleness (as for tensors). */
-    PSDedupEntry *e = client ? PSEmbedValue_DedupFind(v, idstr, idlen) : NULL;
+    PSDedupEntry *e = client ? PSDedupSet_Find(&v->dd, idstr, idlen) : NULL;
     if (e && PSTensor_DedupSeen(e, seq)) {
         v->dedup_hits++;
         PSStats.dedup_hits++;
@@ -557,7 +557,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     /* A new client's entry gets its room before the push, so that nothing
      * can fail after it. */
     char *idcopy = NULL;
-    if (client && !e && v->dedup_max > 0 && !(idcopy = PSEmbedValue_DedupPrepare(v, idstr, idlen))) {
+    if (client && !e && v->dd.max > 0 && !(idcopy = PSDedupSet_Prepare(&v->dd, idstr, idlen))) {
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
@@ -568,12 +568,12 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
             v->nonfinite_rejects++;
             PSStats.nonfinite_rejects++;
         }
-        RedisModule_Free(idcopy);
+        PSTensor_Dealloc(idcopy);
         ps_embed_reply_status(ctx, st);
         goto done;
     }
-    if (e) PSTensor_DedupMark(e, seq, r.version);
-    else if (idcopy) PSEmbedValue_DedupCommit(v, idcopy, idlen, seq, 0, r.version);
+    if (e) PSDedupSet_Applied(&v->dd, e, seq, r.version);
+    else if (idcopy) PSDedupSet_Commit(&v->dd, idcopy, idlen, seq, 0, r.version);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.pushgrad", argv[1]);
     v->pushes++;
@@ -630,8 +630,8 @@ int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     ps_reply_pair_ll(ctx, "evicted_capacity", (long long)st.stats.evicted_capacity, &n);
     ps_reply_pair_ll(ctx, "evicted_explicit", (long long)st.stats.evicted_explicit, &n);
     ps_reply_pair_ll(ctx, "maxstaleness", v->maxstale, &n);
-    ps_reply_pair_ll(ctx, "dedup_clients", v->dedup_len, &n);
-    ps_reply_pair_ll(ctx, "dedup_max", v->dedup_max, &n);
+    ps_reply_pair_ll(ctx, "dedup_clients", v->dd.len, &n);
+    ps_reply_pair_ll(ctx, "dedup_max", v->dd.max, &n);
     ps_reply_pair_ll(ctx, "pushes", (long long)v->pushes, &n);
     ps_reply_pair_ll(ctx, "pulls", (long long)v->pulls, &n);
     ps_reply_pair_ll(ctx, "ids_pulled", (long long)v->ids_pulled, &n);
@@ -654,7 +654,7 @@ int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;
     PSEmbedConfig c = *PSEmbed_Config(v->t);
-    GlueOpts g = {.maxstale = v->maxstale, .dedup_max = v->dedup_max};
+    GlueOpts g = {.maxstale = v->maxstale, .dedup_max = v->dd.max};
     unsigned seen = 0;
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
@@ -671,8 +671,8 @@ int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         goto done;
     }
     v->maxstale = g.maxstale;
-    v->dedup_max = g.dedup_max;
-    PSEmbedValue_DedupShrink(v);
+    v->dd.max = g.dedup_max;
+    PSDedupSet_Shrink(&v->dd);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
     RedisModule_ReplyWithSimpleString(ctx, "OK");
