@@ -9,6 +9,7 @@
  * answered, so the engine can resend them unchanged (same seq: the server
  * applies a resend at most once). Requests go through the engine (engine.c)
  * like model requests: the callbacks here interpret the replies. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ struct psEmbedBatch;
 
 /* One shard push of a batch: kept, encoded, until answered (resends). */
 typedef struct psEmbedPushReq {
-    psReq req;                  /* udata: this */
+    psPushAck ack;              /* the request (udata: this) and its WAIT state */
     struct psEmbedBatch *b;
     int shard;
     psWirePushIds args;
@@ -67,8 +68,7 @@ typedef struct psEmbedPushReq {
 } psEmbedPushReq;
 
 typedef struct psEmbedBatch {
-    int in_use;
-    int outstanding;            /* shard pushes not yet answered */
+    psPushGroup g;              /* in use, shard pushes + WAITs outstanding (pushtrack.h) */
     psEmbed *e;
     psEmbedPushReq *reqs;       /* nshards, those with ids are submitted */
 } psEmbedBatch;
@@ -170,7 +170,7 @@ int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt) {
 static int embed_busy(const psEmbed *e) {
     if (e->pull_pending) return 1;
     for (int i = 0; i < e->nbatches; i++)
-        if (e->batches[i].in_use) return 1;
+        if (e->batches[i].g.in_use) return 1;
     return 0;
 }
 
@@ -193,7 +193,7 @@ void psi_embeds_free(psClient *c) {
         e->client = NULL;
         e->pull_pending = 0;
         e->pull_dst = NULL;
-        for (int k = 0; k < e->nbatches; k++) e->batches[k].in_use = 0;
+        for (int k = 0; k < e->nbatches; k++) e->batches[k].g.in_use = 0;
     }
     free(pv->embeds);
     pv->embeds = NULL;
@@ -547,10 +547,10 @@ static int push_encode(psEmbedPushReq *q) {
     if (grow(&q->head, &q->headcap, hneed, 1) || grow(&q->tail, &q->tailcap, tneed, 1)) return -1;
     if (ps_wire_pushgrad_ids(&q->args, q->head, q->headcap, &hl, q->tail, q->tailcap, &tl) != 0)
         return -1;
-    q->req.cmd = q->head;
-    q->req.cmdlen = hl;
-    q->req.tail = q->tail;
-    q->req.taillen = tl;
+    q->ack.req.cmd = q->head;
+    q->ack.req.cmdlen = hl;
+    q->ack.req.tail = q->tail;
+    q->ack.req.taillen = tl;
     return 0;
 }
 
@@ -582,6 +582,7 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
     } else if (reply->type == REDIS_REPLY_INTEGER) {
         c->stats.rows_pushed += q->args.nids;
         shard_seen(sh, (uint64_t)reply->integer);
+        psi_push_acked(c, &q->ack, r->node); /* a lost WAIT resends it (pushtrack.c) */
     } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
         c->stats.stale_rejects++;
     } else if (is_nokey(reply) && sh->has_acked) {
@@ -594,7 +595,7 @@ static int push_done(psClient *c, psReq *r, redisReply *reply) {
                       reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
     }
     if (reply) freeReplyObject(reply);
-    if (--q->b->outstanding == 0) q->b->in_use = 0;
+    psi_group_release(&q->b->g);
     return PSI_DONE;
 }
 
@@ -602,8 +603,22 @@ static int batch_free_exists(psClient *c, void *arg) {
     psEmbed *e = arg;
     (void)c;
     for (int i = 0; i < e->nbatches; i++)
-        if (!e->batches[i].in_use) return 1;
+        if (!e->batches[i].g.in_use) return 1;
     return 0;
+}
+
+/* The items of a table push batch (pushtrack.h): the shard pushes that
+ * carry ids this time. */
+static psPushAck *batch_item(psPushGroup *g, int k) {
+    psEmbedBatch *b = (psEmbedBatch *)(void *)((char *)g - offsetof(psEmbedBatch, g));
+    return b->reqs[k].args.nids ? &b->reqs[k].ack : NULL;
+}
+
+/* A shard push taken back after its WAIT was lost: counted again when
+ * resent. */
+static void batch_unacked(psClient *c, psPushAck *a) {
+    const psEmbedPushReq *q = a->req.udata;
+    c->stats.rows_pushed -= q->args.nids;
 }
 
 static uint64_t id_hash(uint64_t id) {
@@ -671,7 +686,7 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         return PS_ERR;
     }
     for (int k = 0; k < e->nbatches; k++)
-        if (!e->batches[k].in_use) { b = &e->batches[k]; break; }
+        if (!e->batches[k].g.in_use) { b = &e->batches[k]; break; }
     if ((shard_of = malloc(n * sizeof(int))) == NULL) {
         psi_set_error(c, PS_ERR_OOM, "out of memory");
         return PS_ERR;
@@ -688,11 +703,11 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
             return PS_ERR;
         }
         if (a->nids == 0) continue;
-        psi_req_init(&q->req, sh->key, sh->keylen);
-        q->req.done = push_done;
-        q->req.udata = q;
-        q->req.blob = q->blob;
-        q->req.bloblen = a->bloblen;
+        psi_push_init(&q->ack, &b->g, sh->key, sh->keylen);
+        q->ack.req.done = push_done;
+        q->ack.req.udata = q;
+        q->ack.req.blob = q->blob;
+        q->ack.req.bloblen = a->bloblen;
         q->b = b;
         q->shard = s;
         a->key = sh->key;
@@ -715,10 +730,10 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         nreq++;
     }
     free(shard_of);
-    b->in_use = 1;
-    b->outstanding = nreq;
-    for (s = 0; s < e->nshards; s++)
-        if (b->reqs[s].args.nids) psi_submit(c, &b->reqs[s].req);
-    psi_flush(c);
+    if (nreq == 0) return c->err ? PS_ERR : PS_OK;
+    b->g.n = e->nshards;
+    b->g.item = batch_item;
+    b->g.unacked = batch_unacked;
+    psi_group_submit(c, &b->g);
     return c->err ? PS_ERR : PS_OK;
 }

@@ -186,8 +186,9 @@ typedef struct psOptions {
                                  PS_DEFAULT_BACKOFF_MS */
     int push_window;          /* max outstanding model pushes; PS_DEFAULT_PUSH_WINDOW */
     int wait_replicas;        /* > 0: "WAIT n wait_timeout_ms" after the pushes of
-                                 each model push on every node before it counts as
-                                 done; a short count is counted in stats.wait_short.
+                                 each model (or embedding table) push on every node
+                                 before it counts as done; a short count is counted
+                                 in stats.wait_short.
                                  When the connection dies before the WAIT answers
                                  (a master killed), the pushes it covered are resent
                                  with their seqs to whoever serves the slot next: the
@@ -448,8 +449,11 @@ void psModelFree(psModel *m);
  * at most once. Pushes are asynchronous with up to push_window pushes of
  * the table outstanding; psDrain() waits for them too. Lost state (a
  * shard's key gone, or back below a version seen acknowledged) is handled
- * per lost_state_policy as for models. wait_replicas is not applied to
- * embedding pushes (no WAIT is sent for them).
+ * per lost_state_policy as for models. wait_replicas and durability_policy
+ * apply as for model pushes: one WAIT per node after each table push's
+ * shard pushes there; a WAIT lost with its connection resends the shard
+ * pushes it covered (same seqs); stats.unreplicated_pushes counts shard
+ * pushes.
  * ------------------------------------------------------------------------ */
 
 /* psEmbedPush() flags */
