@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "model.h"
+#include "resid.h"
 
 /* ========================================================================
  * Structures
@@ -89,6 +90,9 @@ struct psEmbed {
     size_t rowcap;
     int64_t *slot_of;           /* push scratch: id hash table (sum duplicates) */
     size_t slotcap;
+    psResid fb;                 /* error-feedback residuals of lossy pushes (fb.max 0: off) */
+    float *dec;                 /* push scratch: the encoded rows decoded back */
+    size_t deccap;
 };
 
 /* ========================================================================
@@ -155,6 +159,15 @@ int psEmbedSetPushFormat(psEmbed *e, psWireFormat fmt) {
     e->push_fmt = (ps_format)fmt;
     return PS_OK;
 }
+
+int psEmbedSetErrorFeedback(psEmbed *e, size_t max_ids) {
+    psi_resid_free(&e->fb);
+    psi_resid_init(&e->fb, e->dim, max_ids);
+    return PS_OK;
+}
+
+/* Whether pushes carry error feedback: a lossy format and a residual table. */
+static int feedback_on(const psEmbed *e) { return e->fb.max > 0 && e->push_fmt != PS_FMT_F32; }
 
 int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt) {
     if (fmt != PS_WIRE_F32 && fmt != PS_WIRE_F16 && fmt != PS_WIRE_BF16) return PS_ERR;
@@ -281,6 +294,8 @@ void psEmbedFree(psEmbed *e) {
     free(e->shards);
     free(e->rows);
     free(e->slot_of);
+    psi_resid_free(&e->fb);
+    free(e->dec);
     free(e->name);
     free(e);
 }
@@ -663,7 +678,24 @@ static int gather_shard(psEmbed *e, psEmbedPushReq *q, int s, const int *shard_o
     q->args.nids = k;
     q->args.bloblen = ps_dense_encoded_size(e->push_fmt, k * dim);
     if (grow(&q->blob, &q->blobcap, q->args.bloblen, 1)) return -1;
+    if (!feedback_on(e)) {
+        ps_encode(e->push_fmt, e->rows, k * dim, q->blob);
+        return 0;
+    }
+    /* Error feedback: each id's row carries what rounding took from its
+     * earlier pushes, and keeps what rounding takes from this one. */
+    if (grow(&e->dec, &e->deccap, k * dim, sizeof(float))) return -1;
+    for (i = 0; i < k; i++) {
+        const float *r = psi_resid_row(&e->fb, q->ids[i]);
+        float *row = e->rows + i * dim;
+        for (size_t j = 0; r && j < dim; j++) row[j] += r[j];
+    }
     ps_encode(e->push_fmt, e->rows, k * dim, q->blob);
+    if (ps_decode(e->push_fmt, q->blob, q->args.bloblen, k * dim, e->dec) != 0) return -1;
+    for (i = 0; i < k; i++) {
+        float *r = psi_resid_row(&e->fb, q->ids[i]);
+        for (size_t j = 0; r && j < dim; j++) r[j] = e->rows[i * dim + j] - e->dec[i * dim + j];
+    }
     return 0;
 }
 
@@ -697,7 +729,8 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         psEmbedShard *sh = &e->shards[s];
         psWirePushIds *a = &q->args;
         q->args.nids = 0;
-        if (gather_shard(e, q, s, shard_of, ids, n, grads, flags & PS_EMBED_SUM_DUPLICATES)) {
+        if (gather_shard(e, q, s, shard_of, ids, n, grads,
+                         (flags & PS_EMBED_SUM_DUPLICATES) || feedback_on(e))) {
             free(shard_of);
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             return PS_ERR;

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -428,6 +429,42 @@ static void test_embed_lost_wait_resends_the_pushes_and_waits_again(void **state
     close_all(a, c, NULL);
 }
 
+/* Error feedback (psEmbedSetErrorFeedback): over many BF16 pushes the rows
+ * applied for an id with a residual sum to the gradients sent to within one
+ * rounding; an id beyond the residual bound (2 here) loses every push's
+ * rounding error, as without feedback. */
+static void test_embed_error_feedback_keeps_bf16_rounding_within_its_bound(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[3] = {1, 2, 3};
+    float g[3 * DIM];
+    const int pushes = 50;
+    (void)state;
+    for (int i = 0; i < 3 * DIM; i++) g[i] = 0.1f + 0.013f * (float)i; /* not BF16 values */
+    assert_int_equal(psEmbedSetPushFormat(e, PS_WIRE_BF16), PS_OK);
+    assert_int_equal(psEmbedSetErrorFeedback(e, 2), PS_OK);
+    for (int k = 0; k < pushes; k++) assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 3 * pushes);
+    for (int r = 0; r < 3; r++) {
+        double worst = 0;
+        for (int j = 0; j < DIM; j++) {
+            double sum = 0;
+            for (size_t i = 0; i < T.napplied; i++)
+                if (T.id[i] == ids[r]) sum += T.row[i][j];
+            const double err = fabs(sum - (double)pushes * g[r * DIM + j]);
+            if (err > worst) worst = err;
+        }
+        if (r < 2)
+            assert_true(worst < 1e-3);  /* one BF16 rounding of ~0.1..0.2: < 2^-9 */
+        else
+            assert_true(worst > 2e-3);  /* 50 lost roundings */
+    }
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
 int main(void) {
     (void)model4;               /* client_helpers.h's model helpers: not used here */
     (void)push_zeros;
@@ -443,6 +480,8 @@ int main(void) {
         cmocka_unit_test_setup(test_embed_push_waits_for_replicas_once_per_node, setup),
         cmocka_unit_test_setup(test_embed_short_wait_follows_the_durability_policy, setup),
         cmocka_unit_test_setup(test_embed_lost_wait_resends_the_pushes_and_waits_again, setup),
+        cmocka_unit_test_setup(test_embed_error_feedback_keeps_bf16_rounding_within_its_bound,
+                               setup),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);
