@@ -183,20 +183,10 @@ typedef struct GlueOpts {
  * Returns 1 (consumed, *i advanced), 0 (not one), -1 (error replied). */
 static int parse_changeable(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
                             PSEmbedConfig *c, GlueOpts *g, unsigned *seen) {
-    int k = 0;
-    while (k < E_CONFIGURABLE && !ps_arg_is(argv[*i], option_name(k))) k++;
+    RedisModuleString *val;
+    const int k = ps_arg_option(ctx, argv, argc, i, E_CONFIGURABLE, option_name, seen, &val);
+    if (k < 0) return -1;
     if (k == E_CONFIGURABLE) return 0;
-    if (*seen & (1u << k)) {
-        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, option_name(k));
-        return -1;
-    }
-    *seen |= 1u << k;
-    if (*i + 1 >= argc) {
-        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, option_name(k));
-        return -1;
-    }
-    RedisModuleString *val = argv[*i + 1];
-    *i += 2;
     long long ll;
     uint64_t u;
     if (k < E_HP_COUNT) return ps_arg_double(ctx, val, HyperNames[k], hyper_field(c, k)) == REDISMODULE_OK ? 1 : -1;

@@ -340,6 +340,11 @@ static void test_embed_shard_gone_after_an_ack_is_lost_state(void **state) {
     close_all(a, c, NULL);
 }
 
+static void close_table(fake *a, psClient *c, psEmbed *e) {
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
 /* A client of 'f' with WAIT 1 under 'policy'. */
 static psClient *wait_client(fake *f, int policy) {
     psOptions o = {0};
@@ -369,8 +374,7 @@ static void test_embed_push_waits_for_replicas_once_per_node(void **state) {
     assert_int_equal(fake_count(a, "WAIT"), 2);
     assert_int_equal(c->stats.unreplicated_pushes, 0);
     assert_int_equal(c->stats.rows_pushed, 12);
-    psEmbedFree(e);
-    close_all(a, c, NULL);
+    close_table(a, c, e);
 }
 
 /* Short WAITs follow the durability policy: degrade counts the shard
@@ -392,8 +396,7 @@ static void test_embed_short_wait_follows_the_durability_policy(void **state) {
     assert_int_equal(psDrain(c), PS_OK);
     assert_int_equal(c->stats.unreplicated_pushes, 3 * shards);
     assert_int_equal(c->stats.degraded_nodes, 1);
-    psEmbedFree(e);
-    close_all(a, c, NULL);
+    close_table(a, c, e);
 
     a = embed_fake("A");
     c = wait_client(a, PS_DURABILITY_FAIL);
@@ -402,8 +405,7 @@ static void test_embed_short_wait_follows_the_durability_policy(void **state) {
     (void)psEmbedPush(c, e, ids, 4, g, 0);
     assert_int_equal(psDrain(c), PS_ERR);
     assert_int_equal(c->err, PS_ERR_DURABILITY);
-    psEmbedFree(e);
-    close_all(a, c, NULL);
+    close_table(a, c, e);
 }
 
 /* A WAIT lost with its connection: the shard pushes it covered were
@@ -425,8 +427,7 @@ static void test_embed_lost_wait_resends_the_pushes_and_waits_again(void **state
     assert_int_equal(c->stats.rows_pushed, 3);
     assert_int_equal(fake_count(a, "WAIT"), 2);
     assert_int_equal(c->stats.wait_short, 1);
-    psEmbedFree(e);
-    close_all(a, c, NULL);
+    close_table(a, c, e);
 }
 
 /* Error feedback (psEmbedSetErrorFeedback): over many BF16 pushes the rows
@@ -461,8 +462,7 @@ static void test_embed_error_feedback_keeps_bf16_rounding_within_its_bound(void 
         else
             assert_true(worst > 2e-3);  /* 50 lost roundings */
     }
-    psEmbedFree(e);
-    close_all(a, c, NULL);
+    close_table(a, c, e);
 }
 
 int main(void) {
