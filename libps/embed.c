@@ -571,45 +571,20 @@ static int push_encode(psEmbedPushReq *q) {
 
 static int push_done(psClient *c, psReq *r, redisReply *reply) {
     psEmbedPushReq *q = r->udata;
-    psEmbed *e = q->b->e;
-    psEmbedShard *sh = &e->shards[q->shard];
-    char msg[256];
-    if (reply && reply->type == REDIS_REPLY_ERROR && q->args.has_version &&
-        strstr(reply->str, "is newer than the tensor's version") != NULL) {
-        /* The server lost pushes this client saw (restart, failover):
-         * a lost-state event; policy continue resends the gradient as
-         * computed from the server's version. */
-        uint64_t now = psi_push_rollback(c, r->node, sh->key, reply->str, q->args.version,
-                                         sh->has_acked, sh->acked_version, msg, sizeof(msg));
-        sh->acked_version = now;
-        freeReplyObject(reply);
-        reply = NULL;
-        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
-            q->args.version = now;
-            if (push_encode(q) == 0) return PSI_RESEND;
-            psi_set_error(c, PS_ERR_OOM, "out of memory");
-        } else {
-            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-        }
+    psEmbedShard *sh = &q->b->e->shards[q->shard];
+    switch (psi_push_reply(c, r, reply, sh->key, q->args.has_version, &q->args.version,
+                           &sh->has_acked, &sh->acked_version)) {
+    case PSI_PUSH_RESEND:
+        if (push_encode(q) == 0) return PSI_RESEND;
         c->stats.push_errors++;
-    } else if (reply == NULL) {
-        c->stats.push_errors++;
-    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        break;
+    case PSI_PUSH_ACKED:
         c->stats.rows_pushed += q->args.nids;
-        shard_seen(sh, (uint64_t)reply->integer);
         psi_push_acked(c, &q->ack, r->node); /* a lost WAIT resends it (pushtrack.c) */
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
-        c->stats.stale_rejects++;
-    } else if (is_nokey(reply) && sh->has_acked) {
-        c->stats.push_errors++;
-        psi_lost_state(c, r->node, sh->key, sh->acked_version, 0, 0, msg, sizeof(msg));
-        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-    } else {
-        c->stats.push_errors++;
-        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.160s", sh->key,
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        break;
+    default: break;
     }
-    if (reply) freeReplyObject(reply);
     psi_group_release(&q->b->g);
     return PSI_DONE;
 }

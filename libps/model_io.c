@@ -160,57 +160,19 @@ static void part_seen(psPart *p, uint64_t v) {
 static int push_done(psClient *c, psReq *r, redisReply *reply) {
     psPushReq *q = r->udata;
     psPart *p = q->part;
-    char msg[256];
-    if (reply && reply->type == REDIS_REPLY_ERROR && q->args.has_version &&
-        strstr(reply->str, "is newer than the tensor's version") != NULL) {
-        /* "ERR VERSION v is newer than the tensor's version c": the server
-         * lost updates this client had pulled (a failover or restart that
-         * lost acknowledged writes): a lost-state event. Policy continue:
-         * the gradient is still good, resend it as computed from version c,
-         * once per hop like a redirect. */
-        uint64_t now = psi_push_rollback(c, r->node, p->key, reply->str, q->args.version,
-                                         p->has_acked, p->acked_version, msg, sizeof(msg));
-        p->acked_version = now;
-        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
-            q->args.version = now;
-            freeReplyObject(reply);
-            if (push_encode(q) == 0) return PSI_RESEND;
-            reply = NULL;
-            psi_set_error(c, PS_ERR_OOM, "out of memory");
-        } else {
-            c->stats.push_errors++;
-            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-            freeReplyObject(reply);
-            psi_group_release(&q->b->g);
-            return PSI_DONE;
-        }
-    }
-    if (reply == NULL) {
+    switch (psi_push_reply(c, r, reply, p->key, q->args.has_version, &q->args.version,
+                           &p->has_acked, &p->acked_version)) {
+    case PSI_PUSH_RESEND:
+        if (push_encode(q) == 0) return PSI_RESEND;
         c->stats.push_errors++;
-    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        break;
+    case PSI_PUSH_ACKED:
         c->stats.pushes++;
-        part_seen(p, (uint64_t)reply->integer);
         psi_push_acked(c, &q->ack, r->node); /* a lost WAIT resends it (pushtrack.c) */
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
-        c->stats.stale_rejects++;
-    } else if (is_nokey(reply) && p->has_acked) {
-        c->stats.push_errors++;
-        psi_lost_state(c, r->node, p->key, p->acked_version, 0, 0, msg, sizeof(msg));
-        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-    } else {
-        const char *hint = "";
-        c->stats.push_errors++;
-        if (reply->type == REDIS_REPLY_ERROR &&
-            (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
-             strstr(reply->str, "option")))
-            hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
-        else if (is_nokey(reply))
-            hint = " (never seen by this client: not created yet, or created with another "
-                   "partition size?)";
-        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", p->key,
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply", hint);
+        break;
+    default: break;
     }
-    if (reply) freeReplyObject(reply);
     psi_group_release(&q->b->g);
     return PSI_DONE;
 }

@@ -1,6 +1,8 @@
 /* pushtrack.c -- push groups and their WAITs (see pushtrack.h). */
 #include "pushtrack.h"
 
+#include <string.h>
+
 
 void psi_push_init(psPushAck *a, psPushGroup *g, const char *key, size_t keylen) {
     psi_req_init(&a->req, key, keylen);
@@ -118,4 +120,59 @@ void psi_group_submit(psClient *c, psPushGroup *g) {
     }
     psi_group_release(g);
     psi_flush(c);
+}
+
+/* Whether 'reply' is the module's "no such key" error. */
+static int is_nokey(const redisReply *reply) {
+    return reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "no such key") != NULL;
+}
+
+int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, int has_version,
+                   uint64_t *sent, int *has_acked, uint64_t *acked) {
+    char msg[256];
+    int out = PSI_PUSH_FAILED;
+    if (reply == NULL) {
+        c->stats.push_errors++;
+    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        const uint64_t ver = (uint64_t)reply->integer;
+        if (!*has_acked || ver > *acked) *acked = ver;
+        *has_acked = 1;
+        out = PSI_PUSH_ACKED;
+    } else if (reply->type == REDIS_REPLY_ERROR && has_version &&
+               strstr(reply->str, "is newer than the tensor's version") != NULL) {
+        /* "ERR VERSION v is newer than the tensor's version now": the server
+         * lost updates this client had pulled (a failover or restart that
+         * lost acknowledged writes). Policy continue: the gradient is still
+         * good, resend it as computed from version now, once per hop like a
+         * redirect. */
+        *acked = psi_push_rollback(c, r->node, key, reply->str, *sent, *has_acked, *acked, msg,
+                                   sizeof(msg));
+        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
+            *sent = *acked;
+            out = PSI_PUSH_RESEND;
+        } else {
+            c->stats.push_errors++;
+            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
+        }
+    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
+        c->stats.stale_rejects++;
+    } else if (is_nokey(reply) && *has_acked) {
+        c->stats.push_errors++;
+        psi_lost_state(c, r->node, key, *acked, 0, 0, msg, sizeof(msg));
+        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
+    } else {
+        const char *hint = "";
+        c->stats.push_errors++;
+        if (reply->type == REDIS_REPLY_ERROR &&
+            (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
+             strstr(reply->str, "option")))
+            hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
+        else if (is_nokey(reply))
+            hint = " (never seen by this client: not created yet, or created with another "
+                   "partition size?)";
+        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", key,
+                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply", hint);
+    }
+    if (reply) freeReplyObject(reply);
+    return out;
 }

@@ -57,4 +57,21 @@ void psi_group_release(psPushGroup *g);
  * was lost gets a WAIT of its own, after the last such push in flight there. */
 void psi_push_acked(psClient *c, psPushAck *a, int node);
 
+/* What a push's reply means to its owner (psi_push_reply). */
+#define PSI_PUSH_ACKED 0        /* applied or a duplicate (*acked updated) */
+#define PSI_PUSH_RESEND 1       /* lost state under policy continue: re-encode with the
+                                   new *sent version and return PSI_RESEND */
+#define PSI_PUSH_FAILED 2       /* counted and recorded; the push is finished */
+
+/* Interprets the reply of a push to 'key' (NULL: the request failed),
+ * what model and table pushes share: "VERSION is newer than the tensor's
+ * version" and a key gone after an acknowledgement are lost state
+ * (announced; policy continue resends, stop fails the push), STALE is
+ * counted in stale_rejects, anything else in push_errors with the error
+ * recorded. '*sent' is the push's VERSION (has_version), '*acked' the
+ * highest version this client saw acknowledged (valid when *has_acked);
+ * both are updated. Frees 'reply'. */
+int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, int has_version,
+                   uint64_t *sent, int *has_acked, uint64_t *acked);
+
 #endif /* PS_PUSHTRACK_H */
