@@ -264,6 +264,9 @@ void pse_saturate_ages(PSEmbed *t) {
 /* After evictions: gives back chunks and, below a load of 1/4, index
  * buckets (a failed shrink changes nothing). */
 static void after_evictions(PSEmbed *t) {
+    /* A sweep position past the rows restarts at 0 either way; kept at
+     * nrows so that the state (digest, RDB) has one form for it. */
+    if (t->sweep_pos > t->nrows) t->sweep_pos = t->nrows;
     slab_trim(t);
     if (t->isize > PSE_MIN_INDEX && t->nrows * 4 < t->isize)
         (void)index_rebuild(t, index_size_for(t->nrows));

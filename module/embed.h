@@ -45,6 +45,7 @@ enum { PSE_INIT_ZEROS = 0, PSE_INIT_UNIFORM, PSE_INIT_NORMAL };
 #define PSE_MAX_PUSH_IDS (1u << 24)
 #define PSE_MAX_ADMIT 255u           /* the admission filter's counters are 8 bits */
 #define PSE_MAX_AGE (1ull << 31)     /* TTL and EVICT AGE bound: row ages saturate here */
+#define PSE_MAX_VERSION (1ull << 63) /* a loaded table's version is below (pushes never wrap it) */
 #define PSE_MIN_FILTER_LOG2 10u
 #define PSE_MAX_FILTER_LOG2 30u
 
@@ -194,8 +195,9 @@ const uint8_t *PSEmbed_Filter(const PSEmbed *t, size_t *len);
 
 /* Rebuild: Begin validates config, state scalars and the filter before
  * allocating anything; AddRow validates one row (id unique, version and
- * push count consistent, values finite, accumulators >= 0, FTRL values equal
- * to w(z, n)) and appends it; End checks the row count and sweep position.
+ * push count consistent, sums of squares >= 0 or +Inf, FTRL values equal
+ * to w(z, n); values may be any float, as a push can overflow them) and
+ * appends it; End checks the row count and sweep position.
  * On failure the builder must be freed with PSEmbed_Free. */
 PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
                            const uint8_t *filter, size_t filter_len, const char **err, int *rc);

@@ -67,6 +67,8 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     if (!e && st->nrows > PSE_MAX_ROWS) e = "too many rows";
     if (!e && c->capacity && st->nrows > c->capacity) e = "more rows than CAPACITY";
     if (!e && st->nrows > 0 && st->version == 0) e = "rows without a push";
+    /* No push count gets near 2^63; a version there could wrap to 0. */
+    if (!e && st->version >= PSE_MAX_VERSION) e = "table version out of range";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
@@ -88,20 +90,23 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     return t;
 }
 
-/* Field rules of one serialized row; NULL when it is consistent. */
+/* Field rules of one serialized row; NULL when it is consistent. Every
+ * state a push can produce is accepted: finite gradients can still
+ * overflow values and state to +-Inf, and Inf - Inf to NaN, so values,
+ * velocities, first moments and FTRL's z may hold any float; sums of
+ * squares (row accumulator, Adagrad's, Adam's v, FTRL's n) only grow from
+ * 0 by squares, so they are >= 0 or +Inf, never NaN. */
 static const char *check_row(const PSEmbed *t, const PSEmbedRow *row) {
     const uint32_t dim = t->cfg.dim;
     const int opt = t->cfg.optim;
     if (row->last_version < 1 || row->last_version > t->version) return "row version out of range";
     if (row->pushes < 1 || row->pushes > row->last_version) return "row push count out of range";
-    for (uint32_t i = 0; i < t->nfloats; i++)
-        if (!isfinite(row->data[i])) return "row holds a non-finite value";
-    if (!isfinite(row->rowacc) || row->rowacc < 0) return "row accumulator out of range";
+    if (!(row->rowacc >= 0)) return "row accumulator out of range";
     if (opt != PSE_OPT_ROWADAGRAD && row->rowacc != 0) return "row accumulator set";
     const float *s0 = row->data + dim, *s1 = row->data + 2 * (size_t)dim;
     for (uint32_t i = 0; i < dim; i++) {
-        if (opt == PSE_OPT_ADAGRAD && s0[i] < 0) return "negative accumulator";
-        if ((opt == PSE_OPT_ADAM || opt == PSE_OPT_FTRL) && s1[i] < 0)
+        if (opt == PSE_OPT_ADAGRAD && !(s0[i] >= 0)) return "negative accumulator";
+        if ((opt == PSE_OPT_ADAM || opt == PSE_OPT_FTRL) && !(s1[i] >= 0))
             return "negative second moment";
         if (opt == PSE_OPT_FTRL) {
             const float w = PSEmbed_FtrlWeight(&t->coef, s0[i], s1[i]);
