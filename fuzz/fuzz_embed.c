@@ -233,7 +233,7 @@ static void write_seeds(const char *dir) {
                      PSE_OK);
             char id[8];
             snprintf(id, sizeof(id), "w%d", (int)(p % 3));
-            PSEmbedValue_DedupRecord(v, id, strlen(id), p + 1, 0, PSEmbed_Version(t));
+            PSDedupSet_Record(&v->dd, id, strlen(id), p + 1, 0, PSEmbed_Version(t));
         }
         RedisModuleIO io = save(v);
         char path[4096];

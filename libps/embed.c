@@ -9,11 +9,13 @@
  * answered, so the engine can resend them unchanged (same seq: the server
  * applies a resend at most once). Requests go through the engine (engine.c)
  * like model requests: the callbacks here interpret the replies. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "model.h"
+#include "resid.h"
 
 /* ========================================================================
  * Structures
@@ -54,7 +56,7 @@ struct psEmbedBatch;
 
 /* One shard push of a batch: kept, encoded, until answered (resends). */
 typedef struct psEmbedPushReq {
-    psReq req;                  /* udata: this */
+    psPushAck ack;              /* the request (udata: this) and its WAIT state */
     struct psEmbedBatch *b;
     int shard;
     psWirePushIds args;
@@ -67,8 +69,7 @@ typedef struct psEmbedPushReq {
 } psEmbedPushReq;
 
 typedef struct psEmbedBatch {
-    int in_use;
-    int outstanding;            /* shard pushes not yet answered */
+    psPushGroup g;              /* in use, shard pushes + WAITs outstanding (pushtrack.h) */
     psEmbed *e;
     psEmbedPushReq *reqs;       /* nshards, those with ids are submitted */
 } psEmbedBatch;
@@ -89,6 +90,9 @@ struct psEmbed {
     size_t rowcap;
     int64_t *slot_of;           /* push scratch: id hash table (sum duplicates) */
     size_t slotcap;
+    psResid fb;                 /* error-feedback residuals of lossy pushes (fb.max 0: off) */
+    float *dec;                 /* push scratch: the encoded rows decoded back */
+    size_t deccap;
 };
 
 /* ========================================================================
@@ -156,6 +160,15 @@ int psEmbedSetPushFormat(psEmbed *e, psWireFormat fmt) {
     return PS_OK;
 }
 
+int psEmbedSetErrorFeedback(psEmbed *e, size_t max_ids) {
+    psi_resid_free(&e->fb);
+    psi_resid_init(&e->fb, e->dim, max_ids);
+    return PS_OK;
+}
+
+/* Whether pushes carry error feedback: a lossy format and a residual table. */
+static int feedback_on(const psEmbed *e) { return e->fb.max > 0 && e->push_fmt != PS_FMT_F32; }
+
 int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt) {
     if (fmt != PS_WIRE_F32 && fmt != PS_WIRE_F16 && fmt != PS_WIRE_BF16) return PS_ERR;
     e->pull_fmt = (ps_format)fmt;
@@ -170,7 +183,7 @@ int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt) {
 static int embed_busy(const psEmbed *e) {
     if (e->pull_pending) return 1;
     for (int i = 0; i < e->nbatches; i++)
-        if (e->batches[i].in_use) return 1;
+        if (e->batches[i].g.in_use) return 1;
     return 0;
 }
 
@@ -193,7 +206,7 @@ void psi_embeds_free(psClient *c) {
         e->client = NULL;
         e->pull_pending = 0;
         e->pull_dst = NULL;
-        for (int k = 0; k < e->nbatches; k++) e->batches[k].in_use = 0;
+        for (int k = 0; k < e->nbatches; k++) e->batches[k].g.in_use = 0;
     }
     free(pv->embeds);
     pv->embeds = NULL;
@@ -281,6 +294,8 @@ void psEmbedFree(psEmbed *e) {
     free(e->shards);
     free(e->rows);
     free(e->slot_of);
+    psi_resid_free(&e->fb);
+    free(e->dec);
     free(e->name);
     free(e);
 }
@@ -547,54 +562,30 @@ static int push_encode(psEmbedPushReq *q) {
     if (grow(&q->head, &q->headcap, hneed, 1) || grow(&q->tail, &q->tailcap, tneed, 1)) return -1;
     if (ps_wire_pushgrad_ids(&q->args, q->head, q->headcap, &hl, q->tail, q->tailcap, &tl) != 0)
         return -1;
-    q->req.cmd = q->head;
-    q->req.cmdlen = hl;
-    q->req.tail = q->tail;
-    q->req.taillen = tl;
+    q->ack.req.cmd = q->head;
+    q->ack.req.cmdlen = hl;
+    q->ack.req.tail = q->tail;
+    q->ack.req.taillen = tl;
     return 0;
 }
 
 static int push_done(psClient *c, psReq *r, redisReply *reply) {
     psEmbedPushReq *q = r->udata;
-    psEmbed *e = q->b->e;
-    psEmbedShard *sh = &e->shards[q->shard];
-    char msg[256];
-    if (reply && reply->type == REDIS_REPLY_ERROR && q->args.has_version &&
-        strstr(reply->str, "is newer than the tensor's version") != NULL) {
-        /* The server lost pushes this client saw (restart, failover):
-         * a lost-state event; policy continue resends the gradient as
-         * computed from the server's version. */
-        uint64_t now = psi_push_rollback(c, r->node, sh->key, reply->str, q->args.version,
-                                         sh->has_acked, sh->acked_version, msg, sizeof(msg));
-        sh->acked_version = now;
-        freeReplyObject(reply);
-        reply = NULL;
-        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
-            q->args.version = now;
-            if (push_encode(q) == 0) return PSI_RESEND;
-            psi_set_error(c, PS_ERR_OOM, "out of memory");
-        } else {
-            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-        }
+    psEmbedShard *sh = &q->b->e->shards[q->shard];
+    switch (psi_push_reply(c, r, reply, sh->key, q->args.has_version, &q->args.version,
+                           &sh->has_acked, &sh->acked_version)) {
+    case PSI_PUSH_RESEND:
+        if (push_encode(q) == 0) return PSI_RESEND;
         c->stats.push_errors++;
-    } else if (reply == NULL) {
-        c->stats.push_errors++;
-    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        break;
+    case PSI_PUSH_ACKED:
         c->stats.rows_pushed += q->args.nids;
-        shard_seen(sh, (uint64_t)reply->integer);
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
-        c->stats.stale_rejects++;
-    } else if (is_nokey(reply) && sh->has_acked) {
-        c->stats.push_errors++;
-        psi_lost_state(c, r->node, sh->key, sh->acked_version, 0, 0, msg, sizeof(msg));
-        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-    } else {
-        c->stats.push_errors++;
-        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.160s", sh->key,
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply");
+        psi_push_acked(c, &q->ack, r->node); /* a lost WAIT resends it (pushtrack.c) */
+        break;
+    default: break;
     }
-    if (reply) freeReplyObject(reply);
-    if (--q->b->outstanding == 0) q->b->in_use = 0;
+    psi_group_release(&q->b->g);
     return PSI_DONE;
 }
 
@@ -602,8 +593,22 @@ static int batch_free_exists(psClient *c, void *arg) {
     psEmbed *e = arg;
     (void)c;
     for (int i = 0; i < e->nbatches; i++)
-        if (!e->batches[i].in_use) return 1;
+        if (!e->batches[i].g.in_use) return 1;
     return 0;
+}
+
+/* The items of a table push batch (pushtrack.h): the shard pushes that
+ * carry ids this time. */
+static psPushAck *batch_item(psPushGroup *g, int k) {
+    psEmbedBatch *b = (psEmbedBatch *)(void *)((char *)g - offsetof(psEmbedBatch, g));
+    return b->reqs[k].args.nids ? &b->reqs[k].ack : NULL;
+}
+
+/* A shard push taken back after its WAIT was lost: counted again when
+ * resent. */
+static void batch_unacked(psClient *c, psPushAck *a) {
+    const psEmbedPushReq *q = a->req.udata;
+    c->stats.rows_pushed -= q->args.nids;
 }
 
 static uint64_t id_hash(uint64_t id) {
@@ -648,7 +653,24 @@ static int gather_shard(psEmbed *e, psEmbedPushReq *q, int s, const int *shard_o
     q->args.nids = k;
     q->args.bloblen = ps_dense_encoded_size(e->push_fmt, k * dim);
     if (grow(&q->blob, &q->blobcap, q->args.bloblen, 1)) return -1;
+    if (!feedback_on(e)) {
+        ps_encode(e->push_fmt, e->rows, k * dim, q->blob);
+        return 0;
+    }
+    /* Error feedback: each id's row carries what rounding took from its
+     * earlier pushes, and keeps what rounding takes from this one. */
+    if (grow(&e->dec, &e->deccap, k * dim, sizeof(float))) return -1;
+    for (i = 0; i < k; i++) {
+        const float *r = psi_resid_row(&e->fb, q->ids[i]);
+        float *row = e->rows + i * dim;
+        for (size_t j = 0; r && j < dim; j++) row[j] += r[j];
+    }
     ps_encode(e->push_fmt, e->rows, k * dim, q->blob);
+    if (ps_decode(e->push_fmt, q->blob, q->args.bloblen, k * dim, e->dec) != 0) return -1;
+    for (i = 0; i < k; i++) {
+        float *r = psi_resid_row(&e->fb, q->ids[i]);
+        for (size_t j = 0; r && j < dim; j++) r[j] = e->rows[i * dim + j] - e->dec[i * dim + j];
+    }
     return 0;
 }
 
@@ -671,7 +693,7 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         return PS_ERR;
     }
     for (int k = 0; k < e->nbatches; k++)
-        if (!e->batches[k].in_use) { b = &e->batches[k]; break; }
+        if (!e->batches[k].g.in_use) { b = &e->batches[k]; break; }
     if ((shard_of = malloc(n * sizeof(int))) == NULL) {
         psi_set_error(c, PS_ERR_OOM, "out of memory");
         return PS_ERR;
@@ -682,17 +704,18 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         psEmbedShard *sh = &e->shards[s];
         psWirePushIds *a = &q->args;
         q->args.nids = 0;
-        if (gather_shard(e, q, s, shard_of, ids, n, grads, flags & PS_EMBED_SUM_DUPLICATES)) {
+        if (gather_shard(e, q, s, shard_of, ids, n, grads,
+                         (flags & PS_EMBED_SUM_DUPLICATES) || feedback_on(e))) {
             free(shard_of);
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             return PS_ERR;
         }
         if (a->nids == 0) continue;
-        psi_req_init(&q->req, sh->key, sh->keylen);
-        q->req.done = push_done;
-        q->req.udata = q;
-        q->req.blob = q->blob;
-        q->req.bloblen = a->bloblen;
+        psi_push_init(&q->ack, &b->g, sh->key, sh->keylen);
+        q->ack.req.done = push_done;
+        q->ack.req.udata = q;
+        q->ack.req.blob = q->blob;
+        q->ack.req.bloblen = a->bloblen;
         q->b = b;
         q->shard = s;
         a->key = sh->key;
@@ -715,10 +738,10 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
         nreq++;
     }
     free(shard_of);
-    b->in_use = 1;
-    b->outstanding = nreq;
-    for (s = 0; s < e->nshards; s++)
-        if (b->reqs[s].args.nids) psi_submit(c, &b->reqs[s].req);
-    psi_flush(c);
+    if (nreq == 0) return c->err ? PS_ERR : PS_OK;
+    b->g.n = e->nshards;
+    b->g.item = batch_item;
+    b->g.unacked = batch_unacked;
+    psi_group_submit(c, &b->g);
     return c->err ? PS_ERR : PS_OK;
 }

@@ -6,6 +6,7 @@
 #define PS_MODEL_H
 
 #include "ps_internal.h"
+#include "pushtrack.h"
 #include "codec.h"
 #include "shape.h"
 #include "wire.h"
@@ -70,12 +71,10 @@ struct psModel {
 /* One partition push of a push batch: the PS.PUSHGRAD request, its
  * arguments (kept for resends: same seq) and its encoded head and tail. */
 typedef struct psPushReq {
-    psReq req;                  /* udata: this */
+    psPushAck ack;              /* the request (udata: this) and its WAIT state; acked
+                                   pushes are counted in stats.pushes */
     struct psPushBatch *b;
     psPart *part;
-    int acked;                  /* answered with a version (counted in stats.pushes) */
-    int rewait;                 /* resent after its WAIT was lost: WAIT again once acked */
-    int unreplicated;           /* counted in stats.unreplicated_pushes */
     psWirePush args;
     char *head;                 /* RESP before the blob */
     size_t headcap;
@@ -86,8 +85,7 @@ typedef struct psPushReq {
  * for resends) and one request per partition. Reused, never freed until
  * the client is. */
 typedef struct psPushBatch {
-    int in_use;
-    int outstanding;            /* requests + WAITs not yet answered */
+    psPushGroup g;              /* in use, requests + WAITs outstanding (pushtrack.h) */
     psModel *m;
     unsigned char *buf;
     size_t bufcap;

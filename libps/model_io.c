@@ -5,6 +5,7 @@
  * a push whose VERSION the server no longer has is re-encoded and resent.
  * A model push is a push batch: the encoded blobs of all its partitions,
  * kept until every partition (and its WAITs) answered, for resends. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@
 
 static int batch_of_model_busy(psClient *c, const psModel *m) {
     for (int i = 0; i < c->priv->nbatches; i++)
-        if (c->priv->batches[i].in_use && c->priv->batches[i].m == m) return 1;
+        if (c->priv->batches[i].g.in_use && c->priv->batches[i].m == m) return 1;
     return 0;
 }
 
@@ -100,24 +101,20 @@ void psi_models_free(psClient *c) {
 int psi_pushes_idle(psClient *c, void *arg) {
     (void)arg;
     for (int i = 0; i < c->priv->nbatches; i++)
-        if (c->priv->batches[i].in_use) return 0;
+        if (c->priv->batches[i].g.in_use) return 0;
     return 1;
 }
 
 static int batch_free_exists(psClient *c, void *arg) {
     (void)arg;
     for (int i = 0; i < c->priv->nbatches; i++)
-        if (!c->priv->batches[i].in_use) return 1;
+        if (!c->priv->batches[i].g.in_use) return 1;
     return 0;
 }
 
 /* ========================================================================
  * Pushes
  * ======================================================================== */
-
-static void batch_release(psPushBatch *b) {
-    if (--b->outstanding == 0) b->in_use = 0;
-}
 
 /* Encode PS.PUSHGRAD 'q' from its arguments (again after a change). 0 or -1. */
 static int push_encode(psPushReq *q) {
@@ -130,62 +127,23 @@ static int push_encode(psPushReq *q) {
     }
     if (ps_wire_pushgrad(&q->args, q->head, q->headcap, &hl, q->tail, sizeof(q->tail), &tl) != 0)
         return -1;
-    q->req.cmd = q->head;
-    q->req.cmdlen = hl;
-    q->req.tail = q->tail;
-    q->req.taillen = tl;
+    q->ack.req.cmd = q->head;
+    q->ack.req.cmdlen = hl;
+    q->ack.req.tail = q->tail;
+    q->ack.req.taillen = tl;
     return 0;
 }
 
-/* Count the acknowledged pushes of batch 'b' answered by node 'node' as
- * not replicated (each once). */
-static void count_unreplicated(psClient *c, psPushBatch *b, int node) {
-    for (int k = 0; k < b->nreqs; k++) {
-        psPushReq *q = &b->reqs[k];
-        if (q->req.node != node || q->req.state != PSS_DONE || !q->acked || q->unreplicated)
-            continue;
-        q->unreplicated = 1;
-        c->stats.unreplicated_pushes++;
-    }
+/* The items of a model push batch (pushtrack.h): its partition pushes. */
+static psPushAck *batch_item(psPushGroup *g, int k) {
+    psPushBatch *b = (psPushBatch *)(void *)((char *)g - offsetof(psPushBatch, g));
+    return &b->reqs[k].ack;
 }
 
-/* The WAIT after a batch's pushes on 'node' answered, or (reply NULL) was
- * lost with its connection: then the pushes it covered were applied but
- * maybe not replicated, so they are not acknowledged yet. They are resent
- * (same seqs) before whatever was queued after the WAIT, keeping the seq
- * order per key: the node that serves the slot next applies them once.
- * A short answer is the durability policy's (durable.c): counted as not
- * replicated (degrade), WAITed for again (block), or an error (fail). */
-static void push_wait_done(psClient *c, void *udata, int node, redisReply *reply) {
-    psPushBatch *b = udata;
-    psClientPriv *pv = c->priv;
-    if (reply == NULL) {
-        for (int k = 0; k < b->nreqs; k++) {
-            psPushReq *q = &b->reqs[k];
-            if (q->req.node != node || q->req.state != PSS_DONE || !q->acked) continue;
-            q->acked = 0;
-            q->rewait = 1;
-            c->stats.pushes--;
-            b->outstanding++;
-            psi_resend(c, &q->req, "connection lost before WAIT answered");
-        }
-        c->stats.wait_short++;
-    } else if (reply->type != REDIS_REPLY_INTEGER || reply->integer < pv->wait_replicas) {
-        psi_wait_short(c, node, reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0);
-        if (pv->durability_policy == PS_DURABILITY_BLOCK) {
-            /* Not done until replicated: the same WAIT again (it blocks up
-             * to wait_timeout_ms on the server, no busy loop). */
-            freeReplyObject(reply);
-            if (psi_submit_wait(c, node, push_wait_done, b) == 0) return;
-            batch_release(b);
-            return;
-        }
-        if (pv->durability_policy == PS_DURABILITY_DEGRADE) count_unreplicated(c, b, node);
-    } else {
-        psi_wait_full(c, node);
-    }
-    if (reply) freeReplyObject(reply);
-    batch_release(b);
+/* A push taken back after its WAIT was lost: counted again when resent. */
+static void batch_unacked(psClient *c, psPushAck *a) {
+    (void)a;
+    c->stats.pushes--;
 }
 
 /* Whether 'reply' is the module's "no such key" error. */
@@ -202,75 +160,20 @@ static void part_seen(psPart *p, uint64_t v) {
 static int push_done(psClient *c, psReq *r, redisReply *reply) {
     psPushReq *q = r->udata;
     psPart *p = q->part;
-    char msg[256];
-    if (reply && reply->type == REDIS_REPLY_ERROR && q->args.has_version &&
-        strstr(reply->str, "is newer than the tensor's version") != NULL) {
-        /* "ERR VERSION v is newer than the tensor's version c": the server
-         * lost updates this client had pulled (a failover or restart that
-         * lost acknowledged writes): a lost-state event. Policy continue:
-         * the gradient is still good, resend it as computed from version c,
-         * once per hop like a redirect. */
-        uint64_t now = psi_push_rollback(c, r->node, p->key, reply->str, q->args.version,
-                                         p->has_acked, p->acked_version, msg, sizeof(msg));
-        p->acked_version = now;
-        if (c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE) {
-            q->args.version = now;
-            freeReplyObject(reply);
-            if (push_encode(q) == 0) return PSI_RESEND;
-            reply = NULL;
-            psi_set_error(c, PS_ERR_OOM, "out of memory");
-        } else {
-            c->stats.push_errors++;
-            psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-            freeReplyObject(reply);
-            batch_release(q->b);
-            return PSI_DONE;
-        }
-    }
-    if (reply == NULL) {
+    switch (psi_push_reply(c, r, reply, p->key, q->args.has_version, &q->args.version,
+                           &p->has_acked, &p->acked_version)) {
+    case PSI_PUSH_RESEND:
+        if (push_encode(q) == 0) return PSI_RESEND;
         c->stats.push_errors++;
-    } else if (reply->type == REDIS_REPLY_INTEGER) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        break;
+    case PSI_PUSH_ACKED:
         c->stats.pushes++;
-        q->acked = 1;           /* a lost WAIT resends it (push_wait_done) */
-        part_seen(p, (uint64_t)reply->integer);
-        if (q->rewait) {
-            /* Resent after its WAIT was lost (a failover): the node that
-             * applied it now must confirm its replicas too, with one WAIT
-             * after the last such push in flight there. */
-            int later = 0;
-            q->rewait = 0;
-            for (int k = 0; k < q->b->nreqs && !later; k++)
-                later = q->b->reqs[k].rewait && q->b->reqs[k].req.node == r->node &&
-                        q->b->reqs[k].req.state == PSS_FLIGHT;
-            if (later) {
-                /* that one WAITs */
-            } else if (!psi_wait_wanted(c, r->node)) {
-                count_unreplicated(c, q->b, r->node);
-            } else if (psi_submit_wait(c, r->node, push_wait_done, q->b) == 0) {
-                q->b->outstanding++;
-            }
-        }
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
-        c->stats.stale_rejects++;
-    } else if (is_nokey(reply) && p->has_acked) {
-        c->stats.push_errors++;
-        psi_lost_state(c, r->node, p->key, p->acked_version, 0, 0, msg, sizeof(msg));
-        psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
-    } else {
-        const char *hint = "";
-        c->stats.push_errors++;
-        if (reply->type == REDIS_REPLY_ERROR &&
-            (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
-             strstr(reply->str, "option")))
-            hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
-        else if (is_nokey(reply))
-            hint = " (never seen by this client: not created yet, or created with another "
-                   "partition size?)";
-        psi_set_error(c, PS_ERR_SERVER, "PS.PUSHGRAD %s: %.60s%s", p->key,
-                      reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply", hint);
+        psi_push_acked(c, &q->ack, r->node); /* a lost WAIT resends it (pushtrack.c) */
+        break;
+    default: break;
     }
-    if (reply) freeReplyObject(reply);
-    batch_release(q->b);
+    psi_group_release(&q->b->g);
     return PSI_DONE;
 }
 
@@ -349,7 +252,7 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
         return PS_ERR;
     }
     for (i = 0; i < pv->nbatches; i++)
-        if (!pv->batches[i].in_use) { b = &pv->batches[i]; break; }
+        if (!pv->batches[i].g.in_use) { b = &pv->batches[i]; break; }
     for (t = 0; t < m->ntensors; t++) {
         if (grads[t] == NULL) continue;
         for (i = 0; i < m->tensors[t].nparts; i++) {
@@ -389,18 +292,17 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             psPart *p = &tt->parts[i];
             psPushReq *q = &b->reqs[b->nreqs++];
             psWirePush *a = &q->args;
-            psi_req_init(&q->req, p->key, p->keylen);
-            q->req.done = push_done;
-            q->req.udata = q;
-            q->req.blob = b->buf + off;
-            q->req.bloblen = encode_part(m, p, src, lossy, b->buf + off);
-            off += q->req.bloblen;
+            psi_push_init(&q->ack, &b->g, p->key, p->keylen);
+            q->ack.req.done = push_done;
+            q->ack.req.udata = q;
+            q->ack.req.blob = b->buf + off;
+            q->ack.req.bloblen = encode_part(m, p, src, lossy, b->buf + off);
+            off += q->ack.req.bloblen;
             q->b = b;
             q->part = p;
-            q->acked = q->rewait = q->unreplicated = 0;
             a->key = p->key;
             a->keylen = p->keylen;
-            a->bloblen = q->req.bloblen;
+            a->bloblen = q->ack.req.bloblen;
             a->fmt = m->push_fmt;
             /* Explicit versions are per tensor; else each partition's own
              * version from the last completed pull. */
@@ -416,34 +318,13 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
                 psi_set_error(c, PS_ERR_OOM, "out of memory");
                 return PS_ERR;
             }
-            c->stats.bytes_sent += q->req.bloblen;
+            c->stats.bytes_sent += q->ack.req.bloblen;
         }
     }
-    b->in_use = 1;
-    b->outstanding = b->nreqs + 1;      /* +1 guards the batch while WAITs are queued */
-    for (i = 0; i < b->nreqs; i++) psi_submit(c, &b->reqs[i].req);
-    if (pv->wait_replicas > 0) {
-        /* One WAIT per node after the batch's pushes on it. */
-        for (i = 0; i < b->nreqs; i++) {
-            int node = b->reqs[i].req.node, j, seen = 0;
-            if (node < 0 || b->reqs[i].req.state != PSS_FLIGHT) continue;
-            for (j = 0; j < i && !seen; j++)
-                seen = b->reqs[j].req.node == node && b->reqs[j].req.state == PSS_FLIGHT;
-            if (seen) continue;
-            if (!psi_wait_wanted(c, node)) {
-                /* Degraded node, policy degrade: not WAITed for, not replicated. */
-                for (j = i; j < b->nreqs; j++)
-                    if (b->reqs[j].req.node == node && b->reqs[j].req.state == PSS_FLIGHT) {
-                        b->reqs[j].unreplicated = 1;
-                        c->stats.unreplicated_pushes++;
-                    }
-                continue;
-            }
-            if (psi_submit_wait(c, node, push_wait_done, b) == 0) b->outstanding++;
-        }
-    }
-    batch_release(b);
-    psi_flush(c);
+    b->g.n = b->nreqs;
+    b->g.item = batch_item;
+    b->g.unacked = batch_unacked;
+    psi_group_submit(c, &b->g);
     return c->err ? PS_ERR : PS_OK;
 }
 

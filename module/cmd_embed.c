@@ -183,20 +183,10 @@ typedef struct GlueOpts {
  * Returns 1 (consumed, *i advanced), 0 (not one), -1 (error replied). */
 static int parse_changeable(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
                             PSEmbedConfig *c, GlueOpts *g, unsigned *seen) {
-    int k = 0;
-    while (k < E_CONFIGURABLE && !ps_arg_is(argv[*i], option_name(k))) k++;
+    RedisModuleString *val;
+    const int k = ps_arg_option(ctx, argv, argc, i, E_CONFIGURABLE, option_name, seen, &val);
+    if (k < 0) return -1;
     if (k == E_CONFIGURABLE) return 0;
-    if (*seen & (1u << k)) {
-        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, option_name(k));
-        return -1;
-    }
-    *seen |= 1u << k;
-    if (*i + 1 >= argc) {
-        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, option_name(k));
-        return -1;
-    }
-    RedisModuleString *val = argv[*i + 1];
-    *i += 2;
     long long ll;
     uint64_t u;
     if (k < E_HP_COUNT) return ps_arg_double(ctx, val, HyperNames[k], hyper_field(c, k)) == REDISMODULE_OK ? 1 : -1;
@@ -534,7 +524,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
         if (!(g = ps_decode_dense(ctx, "gradient", grad, fmt, n))) goto done;
     }
     /* Exactly once, then staleness (as for tensors). */
-    PSDedupEntry *e = client ? PSEmbedValue_DedupFind(v, idstr, idlen) : NULL;
+    PSDedupEntry *e = client ? PSDedupSet_Find(&v->dd, idstr, idlen) : NULL;
     if (e && PSTensor_DedupSeen(e, seq)) {
         v->dedup_hits++;
         PSStats.dedup_hits++;
@@ -557,7 +547,7 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     /* A new client's entry gets its room before the push, so that nothing
      * can fail after it. */
     char *idcopy = NULL;
-    if (client && !e && v->dedup_max > 0 && !(idcopy = PSEmbedValue_DedupPrepare(v, idstr, idlen))) {
+    if (client && !e && v->dd.max > 0 && !(idcopy = PSDedupSet_Prepare(&v->dd, idstr, idlen))) {
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
         goto done;
     }
@@ -568,12 +558,12 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
             v->nonfinite_rejects++;
             PSStats.nonfinite_rejects++;
         }
-        RedisModule_Free(idcopy);
+        PSTensor_Dealloc(idcopy);
         ps_embed_reply_status(ctx, st);
         goto done;
     }
-    if (e) PSTensor_DedupMark(e, seq, r.version);
-    else if (idcopy) PSEmbedValue_DedupCommit(v, idcopy, idlen, seq, 0, r.version);
+    if (e) PSDedupSet_Applied(&v->dd, e, seq, r.version);
+    else if (idcopy) PSDedupSet_Commit(&v->dd, idcopy, idlen, seq, 0, r.version);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.pushgrad", argv[1]);
     v->pushes++;
@@ -630,8 +620,8 @@ int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     ps_reply_pair_ll(ctx, "evicted_capacity", (long long)st.stats.evicted_capacity, &n);
     ps_reply_pair_ll(ctx, "evicted_explicit", (long long)st.stats.evicted_explicit, &n);
     ps_reply_pair_ll(ctx, "maxstaleness", v->maxstale, &n);
-    ps_reply_pair_ll(ctx, "dedup_clients", v->dedup_len, &n);
-    ps_reply_pair_ll(ctx, "dedup_max", v->dedup_max, &n);
+    ps_reply_pair_ll(ctx, "dedup_clients", v->dd.len, &n);
+    ps_reply_pair_ll(ctx, "dedup_max", v->dd.max, &n);
     ps_reply_pair_ll(ctx, "pushes", (long long)v->pushes, &n);
     ps_reply_pair_ll(ctx, "pulls", (long long)v->pulls, &n);
     ps_reply_pair_ll(ctx, "ids_pulled", (long long)v->ids_pulled, &n);
@@ -654,7 +644,7 @@ int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;
     PSEmbedConfig c = *PSEmbed_Config(v->t);
-    GlueOpts g = {.maxstale = v->maxstale, .dedup_max = v->dedup_max};
+    GlueOpts g = {.maxstale = v->maxstale, .dedup_max = v->dd.max};
     unsigned seen = 0;
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
@@ -671,8 +661,8 @@ int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         goto done;
     }
     v->maxstale = g.maxstale;
-    v->dedup_max = g.dedup_max;
-    PSEmbedValue_DedupShrink(v);
+    v->dd.max = g.dedup_max;
+    PSDedupSet_Shrink(&v->dd);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
     RedisModule_ReplyWithSimpleString(ctx, "OK");
@@ -781,7 +771,8 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[2], NULL));
     uint64_t age;
     if (ps_arg_u64(ctx, argv[3], "AGE", &age) != REDISMODULE_OK) return REDISMODULE_OK;
-    if (age == 0) return ps_reply_errorf(ctx, PSERR_NOT_INT_F, "AGE");
+    /* Ages saturate at PSE_MAX_AGE (embed_int.h): larger ones are not exact. */
+    if (age == 0 || age > PSE_MAX_AGE) return ps_reply_errorf(ctx, PSERR_NOT_INT_F, "AGE");
     RedisModuleKey *key;
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;

@@ -103,10 +103,10 @@ static const char *restore_part(RedisModuleCtx *ctx, RedisModuleString **argv, i
         if (RedisModule_StringToLongLong(argv[4], &seq) != REDISMODULE_OK || seq < 1 ||
             RedisModule_StringToLongLong(argv[5], &win) != REDISMODULE_OK ||
             RedisModule_StringToLongLong(argv[6], &ver) != REDISMODULE_OK || ver < 0 ||
-            len == 0 || len > PS_EMBED_MAX_CLIENT_ID || v->dedup_len >= v->dedup_max ||
-            PSEmbedValue_DedupFind(v, id, len))
+            len == 0 || len > PS_EMBED_MAX_CLIENT_ID || v->dd.len >= v->dd.max ||
+            PSDedupSet_Find(&v->dd, id, len))
             return "bad exactly-once entry";
-        if (PSEmbedValue_DedupRecord(v, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver))
+        if (PSDedupSet_Record(&v->dd, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver) != PST_OK)
             return "out of memory";
         return NULL;
     }

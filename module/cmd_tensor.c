@@ -61,14 +61,14 @@ static const char *option_name(int k) { return k < PS_HP_COUNT ? Hypers[k].name 
 /* Parses one hyper-parameter / policy option at argv[*i] into 'o'. Returns
  * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
  * 0 when it is not one, -1 after replying an error. */
-static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
-                               PSTensorOpts *o, int *sync_seen, unsigned *seen) {
+int ps_arg_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i, int count,
+                  const char *(*name)(int), unsigned *seen, RedisModuleString **val) {
     RedisModuleString *opt = argv[*i];
     int k = 0;
-    while (k < OPTION_COUNT && !ps_arg_is(opt, option_name(k))) k++;
-    if (k == OPTION_COUNT) return 0;
+    while (k < count && !ps_arg_is(opt, name(k))) k++;
+    if (k == count) return count;
     if (*seen & (1u << k)) {
-        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, option_name(k));
+        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, name(k));
         return -1;
     }
     *seen |= 1u << k;
@@ -76,8 +76,17 @@ static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, in
         ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, RedisModule_StringPtrLen(opt, NULL));
         return -1;
     }
-    RedisModuleString *val = argv[*i + 1];
+    *val = argv[*i + 1];
     *i += 2;
+    return k;
+}
+
+static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
+                               PSTensorOpts *o, int *sync_seen, unsigned *seen) {
+    RedisModuleString *val;
+    const int k = ps_arg_option(ctx, argv, argc, i, OPTION_COUNT, option_name, seen, &val);
+    if (k < 0) return -1;
+    if (k == OPTION_COUNT) return 0;
     if (k < PS_HP_COUNT) {
         double v;
         if (ps_arg_double(ctx, val, Hypers[k].name, &v) != REDISMODULE_OK) return -1;

@@ -1,4 +1,6 @@
-/* dedup.c -- the exactly-once table (see dedup.h). No Redis calls here. */
+/* dedup.c -- the exactly-once table (see dedup.h). No Redis calls here.
+ * The operations work on a PSDedupSet; the PSTensor_Dedup* / PSDedup_*
+ * functions view a tensor's fields as one (set_of) and store them back. */
 
 #include "dedup.h"
 
@@ -6,7 +8,7 @@
 
 #include "tensor.h"
 
-/* The index over t->dedup[0..len): 'slots' maps an id's hash to an entry
+/* The index over s->e[0..len): 'slots' maps an id's hash to an entry
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
  * 'heap' is a 4-ary min-heap of entry positions ordered by (version,
  * position), with hpos[i] the heap position of entry i. Slots carry the
@@ -180,37 +182,37 @@ static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
     return ix;
 }
 
-/* The tensor's index, (re)built when missing or not describing the array
+/* The set's index, (re)built when missing or not describing the array
  * (filled directly by a loader); NULL when it cannot be allocated. */
-static PSDedupIndex *index_of(PSTensor *t) {
-    PSDedupIndex *ix = t->dedup_ix;
-    if (ix && ix->base == t->dedup && ix->len == t->dedup_len && ix->cap >= t->dedup_cap) return ix;
+static PSDedupIndex *index_of(PSDedupSet *s) {
+    PSDedupIndex *ix = s->ix;
+    if (ix && ix->base == s->e && ix->len == s->len && ix->cap >= s->cap) return ix;
     PSTensor_Dealloc(ix);
-    t->dedup_ix = NULL;
-    if (!t->dedup_cap) return NULL;
-    t->dedup_ix = index_build(t->dedup, t->dedup_len, t->dedup_cap);
-    return t->dedup_ix;
+    s->ix = NULL;
+    if (!s->cap) return NULL;
+    s->ix = index_build(s->e, s->len, s->cap);
+    return s->ix;
 }
 
 /* ------------------------------------------------------------------------
  * Table operations
  * ---------------------------------------------------------------------- */
 
-PSDedupEntry *PSTensor_DedupFind(PSTensor *t, const char *id, size_t idlen) {
-    if (!t->dedup_len) return NULL;
+PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen) {
+    if (!s->len) return NULL;
     const uint64_t h = PSTensor_DedupHash(id, idlen);
-    PSDedupIndex *ix = index_of(t);
+    PSDedupIndex *ix = index_of(s);
     if (ix) {
         const uint32_t h32 = slot_hash(h);
-        for (uint32_t s = h32 & ix->mask; ix->slots[s].pos1; s = (s + 1) & ix->mask) {
-            if (ix->slots[s].h32 != h32) continue;
-            PSDedupEntry *e = &t->dedup[ix->slots[s].pos1 - 1];
+        for (uint32_t k = h32 & ix->mask; ix->slots[k].pos1; k = (k + 1) & ix->mask) {
+            if (ix->slots[k].h32 != h32) continue;
+            PSDedupEntry *e = &s->e[ix->slots[k].pos1 - 1];
             if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
         }
         return NULL;
     }
-    for (uint32_t i = 0; i < t->dedup_len; i++) { /* no memory for the index */
-        PSDedupEntry *e = &t->dedup[i];
+    for (uint32_t i = 0; i < s->len; i++) { /* no memory for the index */
+        PSDedupEntry *e = &s->e[i];
         if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
     }
     return NULL;
@@ -218,9 +220,9 @@ PSDedupEntry *PSTensor_DedupFind(PSTensor *t, const char *id, size_t idlen) {
 
 /* Removes entry v: the last entry moves into its place (the order RDB and
  * AOF save in, unchanged from before the index existed). */
-static void remove_at(PSTensor *t, PSDedupIndex *ix, uint32_t v) {
-    PSDedupEntry *E = t->dedup;
-    const uint32_t last = t->dedup_len - 1;
+static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
+    PSDedupEntry *E = s->e;
+    const uint32_t last = s->len - 1;
     if (ix) {
         slot_remove(ix, E, v);
         const uint32_t p = ix->hpos[v];
@@ -242,47 +244,47 @@ static void remove_at(PSTensor *t, PSDedupIndex *ix, uint32_t v) {
             sift_up(ix, p); /* same version, lower position: only older */
         }
     }
-    t->dedup_len--;
+    s->len--;
 }
 
 /* Evicts the entry with the oldest version (the first such in the array). */
-static void evict_oldest(PSTensor *t) {
-    PSDedupIndex *ix = index_of(t);
+static void evict_oldest(PSDedupSet *s) {
+    PSDedupIndex *ix = index_of(s);
     uint32_t victim = 0;
     if (ix) {
         victim = ix->heap[0].pos;
     } else {
-        for (uint32_t i = 1; i < t->dedup_len; i++)
-            if (t->dedup[i].version < t->dedup[victim].version) victim = i;
+        for (uint32_t i = 1; i < s->len; i++)
+            if (s->e[i].version < s->e[victim].version) victim = i;
     }
-    remove_at(t, ix, victim);
+    remove_at(s, ix, victim);
 }
 
-void PSTensor_DedupShrink(PSTensor *t) {
-    while (t->dedup_len > t->dedup_max) evict_oldest(t);
+void PSDedupSet_Shrink(PSDedupSet *s) {
+    while (s->len > s->max) evict_oldest(s);
 }
 
-char *PSDedup_Prepare(PSTensor *t, const char *id, size_t idlen) {
-    if (t->dedup_len == t->dedup_cap && t->dedup_len < t->dedup_max) {
-        uint32_t cap = t->dedup_cap ? t->dedup_cap * 2 : 4;
-        if (cap > t->dedup_max) cap = t->dedup_max;
+char *PSDedupSet_Prepare(PSDedupSet *s, const char *id, size_t idlen) {
+    if (s->len == s->cap && s->len < s->max) {
+        uint32_t cap = s->cap ? s->cap * 2 : 4;
+        if (cap > s->max) cap = s->max;
         PSDedupEntry *nd = PSTensor_Alloc(cap * sizeof(PSDedupEntry));
         if (!nd) return NULL;
-        if (t->dedup_len) memcpy(nd, t->dedup, t->dedup_len * sizeof(PSDedupEntry));
-        PSTensor_Dealloc(t->dedup);
-        t->dedup = nd;
-        t->dedup_cap = cap;
+        if (s->len) memcpy(nd, s->e, s->len * sizeof(PSDedupEntry));
+        PSTensor_Dealloc(s->e);
+        s->e = nd;
+        s->cap = cap;
     }
-    index_of(t); /* rebuilt for the new array; on OOM the scan fallback */
+    index_of(s); /* rebuilt for the new array; on OOM the scan fallback */
     return PSTensor_DupBytes(id, idlen);
 }
 
-void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
-                    uint64_t version) {
-    while (t->dedup_len > 0 && t->dedup_len >= t->dedup_max) evict_oldest(t);
-    PSDedupIndex *ix = index_of(t);
-    const uint32_t i = t->dedup_len++;
-    PSDedupEntry *ne = &t->dedup[i];
+void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
+                       uint64_t version) {
+    while (s->len > 0 && s->len >= s->max) evict_oldest(s);
+    PSDedupIndex *ix = index_of(s);
+    const uint32_t i = s->len++;
+    PSDedupEntry *ne = &s->e[i];
     ne->id = idcopy;
     ne->hash = PSTensor_DedupHash(idcopy, idlen);
     ne->idlen = (uint32_t)idlen;
@@ -299,59 +301,133 @@ void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint6
     }
 }
 
-void PSDedup_Applied(PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version) {
+void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     const uint64_t before = e->version;
     PSTensor_DedupMark(e, seq, version);
-    PSDedupIndex *ix = t->dedup_ix;
-    if (e->version != before && ix) heap_fix(ix, t->dedup, (uint32_t)(e - t->dedup));
+    if (e->version != before && s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
 }
 
-int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
-                         uint64_t window, uint64_t version) {
-    if (t->dedup_max == 0) return PST_OK;
-    PSDedupEntry *e = PSTensor_DedupFind(t, id, idlen);
+int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
+                      uint64_t version) {
+    if (s->max == 0) return PST_OK;
+    PSDedupEntry *e = PSDedupSet_Find(s, id, idlen);
     if (e) {
         e->seq = seq;
         e->window = window;
         e->version = version;
-        if (t->dedup_ix) heap_fix(t->dedup_ix, t->dedup, (uint32_t)(e - t->dedup));
+        if (s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
         return PST_OK;
     }
-    char *copy = PSDedup_Prepare(t, id, idlen);
+    char *copy = PSDedupSet_Prepare(s, id, idlen);
     if (!copy) return PST_ERR_OOM;
-    PSDedup_Commit(t, copy, idlen, seq, window, version);
+    PSDedupSet_Commit(s, copy, idlen, seq, window, version);
     return PST_OK;
+}
+
+int PSDedupSet_CopyInto(PSDedupSet *dst, const PSDedupSet *src) {
+    dst->e = NULL;
+    dst->ix = NULL;
+    dst->len = dst->cap = 0;
+    if (!src->len) return PST_OK;
+    dst->e = PSTensor_Alloc(src->len * sizeof(PSDedupEntry));
+    if (!dst->e) return PST_ERR_OOM;
+    dst->cap = src->len;
+    for (uint32_t i = 0; i < src->len; i++) {
+        dst->e[i] = src->e[i];
+        dst->e[i].id = PSTensor_DupBytes(src->e[i].id, src->e[i].idlen);
+        if (!dst->e[i].id) return PST_ERR_OOM;
+        dst->len = i + 1;
+    }
+    return PST_OK;
+}
+
+void PSDedupSet_Free(PSDedupSet *s) {
+    for (uint32_t i = 0; i < s->len; i++) PSTensor_Dealloc(s->e[i].id);
+    PSTensor_Dealloc(s->e);
+    PSTensor_Dealloc(s->ix);
+    s->e = NULL;
+    s->ix = NULL;
+    s->len = s->cap = 0;
+}
+
+size_t PSDedupSet_MemUsage(const PSDedupSet *s) {
+    if (!s->cap) return 0;
+    size_t bytes = s->cap * sizeof(PSDedupEntry) + index_bytes(s->cap);
+    for (uint32_t i = 0; i < s->len; i++) bytes += s->e[i].idlen + 1;
+    return bytes;
+}
+
+/* ------------------------------------------------------------------------
+ * A tensor's table: its fields viewed as a set, and stored back
+ * ---------------------------------------------------------------------- */
+
+static PSDedupSet set_of(const PSTensor *t) {
+    return (PSDedupSet){.max = t->dedup_max, .len = t->dedup_len, .cap = t->dedup_cap,
+                        .e = t->dedup, .ix = t->dedup_ix};
+}
+
+static void set_back(PSTensor *t, const PSDedupSet *s) {
+    t->dedup_len = s->len;
+    t->dedup_cap = s->cap;
+    t->dedup = s->e;
+    t->dedup_ix = s->ix;
+}
+
+PSDedupEntry *PSTensor_DedupFind(PSTensor *t, const char *id, size_t idlen) {
+    PSDedupSet s = set_of(t);
+    PSDedupEntry *e = PSDedupSet_Find(&s, id, idlen);
+    set_back(t, &s);
+    return e;
+}
+
+int PSTensor_DedupRecord(PSTensor *t, const char *id, size_t idlen, uint64_t seq,
+                         uint64_t window, uint64_t version) {
+    PSDedupSet s = set_of(t);
+    const int rc = PSDedupSet_Record(&s, id, idlen, seq, window, version);
+    set_back(t, &s);
+    return rc;
+}
+
+void PSTensor_DedupShrink(PSTensor *t) {
+    PSDedupSet s = set_of(t);
+    PSDedupSet_Shrink(&s);
+    set_back(t, &s);
+}
+
+char *PSDedup_Prepare(PSTensor *t, const char *id, size_t idlen) {
+    PSDedupSet s = set_of(t);
+    char *copy = PSDedupSet_Prepare(&s, id, idlen);
+    set_back(t, &s);
+    return copy;
+}
+
+void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
+                    uint64_t version) {
+    PSDedupSet s = set_of(t);
+    PSDedupSet_Commit(&s, idcopy, idlen, seq, window, version);
+    set_back(t, &s);
+}
+
+void PSDedup_Applied(PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version) {
+    PSDedupSet s = set_of(t);
+    PSDedupSet_Applied(&s, e, seq, version);
 }
 
 int PSDedup_CopyInto(PSTensor *dst, const PSTensor *src) {
-    dst->dedup = NULL;
-    dst->dedup_ix = NULL;
-    dst->dedup_len = dst->dedup_cap = 0;
-    if (!src->dedup_len) return PST_OK;
-    dst->dedup = PSTensor_Alloc(src->dedup_len * sizeof(PSDedupEntry));
-    if (!dst->dedup) return PST_ERR_OOM;
-    dst->dedup_cap = src->dedup_len;
-    for (uint32_t i = 0; i < src->dedup_len; i++) {
-        dst->dedup[i] = src->dedup[i];
-        dst->dedup[i].id = PSTensor_DupBytes(src->dedup[i].id, src->dedup[i].idlen);
-        if (!dst->dedup[i].id) return PST_ERR_OOM;
-        dst->dedup_len = i + 1;
-    }
-    return PST_OK;
+    PSDedupSet d = set_of(dst);
+    const PSDedupSet s = set_of(src);
+    const int rc = PSDedupSet_CopyInto(&d, &s);
+    set_back(dst, &d);
+    return rc;
 }
 
 void PSDedup_Free(PSTensor *t) {
-    for (uint32_t i = 0; i < t->dedup_len; i++) PSTensor_Dealloc(t->dedup[i].id);
-    PSTensor_Dealloc(t->dedup);
-    PSTensor_Dealloc(t->dedup_ix);
-    t->dedup = NULL;
-    t->dedup_ix = NULL;
-    t->dedup_len = t->dedup_cap = 0;
+    PSDedupSet s = set_of(t);
+    PSDedupSet_Free(&s);
+    set_back(t, &s);
 }
 
 size_t PSDedup_MemUsage(const PSTensor *t) {
-    if (!t->dedup_cap) return 0;
-    size_t bytes = t->dedup_cap * sizeof(PSDedupEntry) + index_bytes(t->dedup_cap);
-    for (uint32_t i = 0; i < t->dedup_len; i++) bytes += t->dedup[i].idlen + 1;
-    return bytes;
+    const PSDedupSet s = set_of(t);
+    return PSDedupSet_MemUsage(&s);
 }

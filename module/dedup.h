@@ -1,7 +1,12 @@
-/* dedup.h -- the exactly-once table of a tensor: which pushes (client id,
- * seq) were applied, bounded by DEDUPMAX entries.
+/* dedup.h -- the exactly-once table of a tensor or an embedding table:
+ * which pushes (client id, seq) were applied, bounded by DEDUPMAX entries.
+ * A PSDedupSet is the table; a tensor keeps its fields in PSTensor
+ * (dedup_max, dedup_len, dedup_cap, dedup, dedup_ix) and uses the
+ * PSTensor_Dedup* / PSDedup_* wrappers, an embedding table holds a
+ * PSDedupSet (embed_glue.h). Both types save the same fields (client id,
+ * seq, window, version) in the same array order.
  *
- * The entries live in the tensor's array t->dedup[0..dedup_len) in the
+ * The entries live in the array s->e[0..len) in the
  * order RDB, AOF rewrite and DEBUG DIGEST walk them; that order is the same
  * as before the table had an index (an insert appends, an eviction moves
  * the last entry into the victim's slot), so the persisted bytes of a table
@@ -46,8 +51,33 @@ typedef struct PSDedupEntry {
     uint64_t version;
 } PSDedupEntry;
 
-/* The index over a tensor's entry array (dedup.c). */
+/* The index over an entry array (dedup.c). */
 typedef struct PSDedupIndex PSDedupIndex;
+
+/* One exactly-once table. Zero-initialized it is empty; 'max' is its bound
+ * (0 records nothing). A loader may fill e[0..len) directly (cap >= len):
+ * the index is rebuilt on the next operation. */
+typedef struct PSDedupSet {
+    uint32_t max;
+    uint32_t len;
+    uint32_t cap;
+    PSDedupEntry *e;
+    PSDedupIndex *ix; /* NULL until needed (or when it cannot be allocated) */
+} PSDedupSet;
+
+/* The operations on a set; what each does is described at the tensor
+ * wrapper of the same name below. Memory from PSTensor_Alloc. */
+PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen);
+int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
+                      uint64_t version);
+void PSDedupSet_Shrink(PSDedupSet *s);
+char *PSDedupSet_Prepare(PSDedupSet *s, const char *id, size_t idlen);
+void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
+                       uint64_t version);
+void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version);
+int PSDedupSet_CopyInto(PSDedupSet *dst, const PSDedupSet *src); /* dst->max is kept */
+void PSDedupSet_Free(PSDedupSet *s);
+size_t PSDedupSet_MemUsage(const PSDedupSet *s);
 
 /* Hash of a client id (FNV-1a 64), cached in each entry. */
 uint64_t PSTensor_DedupHash(const char *id, size_t idlen);

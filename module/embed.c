@@ -144,10 +144,20 @@ static void lookup_block(const PSEmbed *t, const uint64_t *ids, size_t n, int64_
  * ---------------------------------------------------------------------- */
 
 static uint64_t slab_cap(const PSEmbed *t) {
-    return t->nchunks ? t->chunk0_rows + (t->nchunks - 1) * PSE_CHUNK_ROWS : 0;
+    return t->nchunks ? t->chunk0_rows + (t->nchunks - 1) * t->chunk_rows : 0;
 }
 
-/* Grows chunk 0 (doubling up to PSE_CHUNK_ROWS) or appends full chunks
+/* Records per chunk: the chunk is the smallest power of two of at least
+ * PSE_CHUNK_MIN_BYTES bytes and 16 records, filled with whole records, so
+ * the allocator rounds nothing up (powers of two are exact size classes in
+ * jemalloc) and less than one record per chunk is unused. */
+static uint64_t chunk_rows_for(size_t rec_bytes) {
+    uint64_t bytes = PSE_CHUNK_MIN_BYTES;
+    while (bytes < 16 * (uint64_t)rec_bytes) bytes *= 2;
+    return bytes / rec_bytes;
+}
+
+/* Grows chunk 0 (doubling up to chunk_rows) or appends full chunks
  * until 'rows' fit. Chunks allocated before a failure stay (spare room). */
 static int slab_reserve(PSEmbed *t, uint64_t rows) {
     if (rows <= slab_cap(t)) return PSE_OK;
@@ -157,9 +167,10 @@ static int slab_reserve(PSEmbed *t, uint64_t rows) {
         t->chunks = d;
         t->dir_cap = 4;
     }
-    if (t->nchunks <= 1 && t->chunk0_rows < PSE_CHUNK_ROWS) {
+    if (t->nchunks <= 1 && t->chunk0_rows < t->chunk_rows) {
         uint64_t c = t->chunk0_rows ? t->chunk0_rows : PSE_FIRST_CHUNK_ROWS;
-        while (c < rows && c < PSE_CHUNK_ROWS) c *= 2;
+        while (c < rows && c < t->chunk_rows) c *= 2;
+        if (c > t->chunk_rows) c = t->chunk_rows;
         if (c > t->chunk0_rows) {
             unsigned char *p = pse_alloc(t, c * t->rec_bytes);
             if (!p) return PSE_ERR_OOM;
@@ -181,7 +192,7 @@ static int slab_reserve(PSEmbed *t, uint64_t rows) {
             t->chunks = d;
             t->dir_cap *= 2;
         }
-        unsigned char *p = pse_alloc(t, (size_t)PSE_CHUNK_ROWS * t->rec_bytes);
+        unsigned char *p = pse_alloc(t, (size_t)t->chunk_rows * t->rec_bytes);
         if (!p) return PSE_ERR_OOM;
         t->chunks[t->nchunks++] = p;
     }
@@ -192,21 +203,30 @@ static int slab_reserve(PSEmbed *t, uint64_t rows) {
 static void slab_trim(PSEmbed *t) {
     const uint64_t used = t->nrows <= t->chunk0_rows
                               ? 1
-                              : 1 + (t->nrows - t->chunk0_rows + PSE_CHUNK_ROWS - 1) / PSE_CHUNK_ROWS;
+                              : 1 + (t->nrows - t->chunk0_rows + t->chunk_rows - 1) / t->chunk_rows;
     while (t->nchunks > used + 1) {
         t->nchunks--;
-        pse_free(t, t->chunks[t->nchunks], (size_t)PSE_CHUNK_ROWS * t->rec_bytes);
+        pse_free(t, t->chunks[t->nchunks], (size_t)t->chunk_rows * t->rec_bytes);
     }
+}
+
+/* Buckets of an index for 'rows' rows: rows * 3/2 + 1, rounded up so that
+ * the index's bytes are 4, 5, 6 or 7 times a power of two (jemalloc's size
+ * classes, 4 per doubling): the allocator's rounding then buys buckets
+ * instead of being lost. */
+static uint64_t index_size_for(uint64_t rows) {
+    uint64_t size = rows * 3 / 2 + 1;
+    if (size < PSE_MIN_INDEX) return PSE_MIN_INDEX;
+    uint64_t step = 1; /* buckets of a quarter of the power of two below 'size' */
+    while (step * 8 <= size) step *= 2;
+    return (size + step - 1) / step * step;
 }
 
 int pse_reserve(PSEmbed *t, uint64_t rows) {
     if (rows > PSE_MAX_ROWS) return PSE_ERR_FULL;
     if (slab_reserve(t, rows) != PSE_OK) return PSE_ERR_OOM;
-    if (rows * 5 > t->isize * 4) {
-        uint64_t size = rows * 15 / 8 + 1;
-        if (size < PSE_MIN_INDEX) size = PSE_MIN_INDEX;
-        if (index_rebuild(t, size) != PSE_OK) return PSE_ERR_OOM;
-    }
+    if (rows * 5 > t->isize * 4 && index_rebuild(t, index_size_for(rows)) != PSE_OK)
+        return PSE_ERR_OOM;
     return PSE_OK;
 }
 
@@ -234,15 +254,22 @@ static void remove_slot(PSEmbed *t, uint64_t slot) {
     t->nrows--;
 }
 
+void pse_saturate_ages(PSEmbed *t) {
+    for (uint64_t i = 0; i < t->nrows; i++) {
+        unsigned char *r = pse_rec(t, i);
+        if (pse_rec_age(t, r) > PSE_MAX_AGE) pse_rec_set_ver(r, t->version - PSE_MAX_AGE);
+    }
+}
+
 /* After evictions: gives back chunks and, below a load of 1/4, index
  * buckets (a failed shrink changes nothing). */
 static void after_evictions(PSEmbed *t) {
+    /* A sweep position past the rows restarts at 0 either way; kept at
+     * nrows so that the state (digest, RDB) has one form for it. */
+    if (t->sweep_pos > t->nrows) t->sweep_pos = t->nrows;
     slab_trim(t);
-    if (t->isize > PSE_MIN_INDEX && t->nrows * 4 < t->isize) {
-        uint64_t size = t->nrows * 15 / 8 + 1;
-        if (size < PSE_MIN_INDEX) size = PSE_MIN_INDEX;
-        (void)index_rebuild(t, size);
-    }
+    if (t->isize > PSE_MIN_INDEX && t->nrows * 4 < t->isize)
+        (void)index_rebuild(t, index_size_for(t->nrows));
 }
 
 /* ------------------------------------------------------------------------
@@ -263,7 +290,10 @@ PSEmbed *PSEmbed_New(const PSEmbedConfig *c, const char **err) {
     t->cfg = *c;
     PSEmbed_MakeCoef(c, &t->coef);
     t->nfloats = PSEmbed_NumFloats(c);
-    t->rec_bytes = PSE_HDR_BYTES + 4 * (size_t)t->nfloats;
+    t->hdr_bytes = PSE_HDR_BYTES + (c->optim == PSE_OPT_ROWADAGRAD ? 4 : 0);
+    t->rec_bytes = t->hdr_bytes + 4 * (size_t)t->nfloats;
+    t->chunk_rows = chunk_rows_for(t->rec_bytes);
+    t->chunk_mul = UINT64_MAX / t->chunk_rows + 1;
     t->index = pse_alloc(t, PSE_MIN_INDEX * sizeof(uint32_t));
     if (!t->index) goto oom;
     memset(t->index, 0, PSE_MIN_INDEX * sizeof(uint32_t));
@@ -284,7 +314,7 @@ oom:
 void PSEmbed_Free(PSEmbed *t) {
     if (!t) return;
     for (uint64_t i = 0; i < t->nchunks; i++)
-        pse_free(t, t->chunks[i], (i == 0 ? t->chunk0_rows : PSE_CHUNK_ROWS) * t->rec_bytes);
+        pse_free(t, t->chunks[i], (i == 0 ? t->chunk0_rows : t->chunk_rows) * t->rec_bytes);
     pse_free(t, t->chunks, t->dir_cap * sizeof(*t->chunks));
     pse_free(t, t->index, t->isize * sizeof(uint32_t));
     pse_free(t, t->filter, t->filter_len);
@@ -329,7 +359,7 @@ void PSEmbed_Pull(const PSEmbed *t, const unsigned char *idblob, size_t k, float
             if (slots[i] >= 0) {
                 unsigned char *r = pse_rec(t, (uint64_t)slots[i]);
                 if (!pse_dead(t, r)) {
-                    memcpy(o, pse_rec_data(r), dim * sizeof(float));
+                    memcpy(o, pse_rec_data(t, r), dim * sizeof(float));
                     continue;
                 }
             }
@@ -378,7 +408,7 @@ static uint64_t evict_where(PSEmbed *t, int rule, uint64_t a, uint64_t b) {
     uint64_t n = 0, i = 0;
     while (i < t->nrows) {
         const unsigned char *r = pse_rec(t, i);
-        const uint64_t v = pse_rec_ver(r);
+        const uint64_t v = pse_rec_ver(t, r);
         const int hit = rule == EV_AGE ? t->version - v >= a
                                        : (v < a || (v == a && pse_rec_id(r) <= b));
         if (hit) {
@@ -400,8 +430,8 @@ static uint64_t select_kth(const PSEmbed *t, uint64_t m, int by_id, uint64_t ver
     uint64_t lo = UINT64_MAX, hi = 0;
     for (uint64_t i = 0; i < t->nrows; i++) {
         const unsigned char *r = pse_rec(t, i);
-        if (by_id && pse_rec_ver(r) != ver) continue;
-        const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(r);
+        if (by_id && pse_rec_ver(t, r) != ver) continue;
+        const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(t, r);
         if (key < lo) lo = key;
         if (key > hi) hi = key;
     }
@@ -410,8 +440,8 @@ static uint64_t select_kth(const PSEmbed *t, uint64_t m, int by_id, uint64_t ver
         memset(hist, 0, sizeof(hist));
         for (uint64_t i = 0; i < t->nrows; i++) {
             const unsigned char *r = pse_rec(t, i);
-            if (by_id && pse_rec_ver(r) != ver) continue;
-            const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(r);
+            if (by_id && pse_rec_ver(t, r) != ver) continue;
+            const uint64_t key = by_id ? pse_rec_id(r) : pse_rec_ver(t, r);
             if (key >= lo && key <= hi) hist[(key - lo) / width]++;
         }
         uint64_t cum = 0, bkt = 0;
@@ -434,7 +464,7 @@ static uint64_t evict_capacity(PSEmbed *t) {
     const uint64_t v = select_kth(t, m, 0, 0);
     uint64_t less = 0, eq = 0;
     for (uint64_t i = 0; i < t->nrows; i++) {
-        const uint64_t rv = pse_rec_ver(pse_rec(t, i));
+        const uint64_t rv = pse_rec_ver(t, pse_rec(t, i));
         less += rv < v;
         eq += rv == v;
     }
@@ -464,7 +494,7 @@ static uint64_t sweep_ttl(PSEmbed *t, uint64_t budget) {
 }
 
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age) {
-    if (age == 0) return 0;
+    if (age == 0 || age > PSE_MAX_AGE) return 0;
     const uint64_t n = evict_where(t, EV_AGE, age, 0);
     t->stats.evicted_explicit += n;
     if (n) after_evictions(t);
@@ -560,6 +590,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
 
     PSEmbedPushResult out = {0};
     t->version++;
+    if (t->version % PSE_AGE_PASS == 0) pse_saturate_ages(t);
     out.unique = nu;
     const uint32_t nst = (uint32_t)PSEmbed_NumStateVectors(t->cfg.optim);
     for (size_t u = 0; u < nu; u++) {
@@ -570,7 +601,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
                 continue;
             }
             r = pse_append(t, uid[u]);
-            PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(r));
+            PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(t, r));
             out.created++;
         } else {
             r = pse_rec(t, (uint64_t)uslot[u]);
@@ -578,18 +609,19 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
                 /* A dead row found by its next push: evicted, then
                  * created afresh in place. */
                 memset(r + 8, 0, t->rec_bytes - 8);
-                PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(r));
+                PSEmbed_InitRow(&t->cfg, uid[u], pse_rec_data(t, r));
                 t->stats.evicted_ttl++;
                 out.created++;
             }
         }
         uint32_t pushes = pse_rec_pushes(r);
         if (pushes < UINT32_MAX) pushes++;
-        memcpy(r + 16, &pushes, 4);
-        pse_st64(r + 8, t->version);
-        float *w = pse_rec_data(r);
+        pse_rec_set_pushes(r, pushes);
+        pse_rec_set_ver(r, t->version);
+        float *w = pse_rec_data(t, r);
         PSEmbed_StepRow(t->cfg.optim, &t->coef, dim, w, nst > 0 ? w + dim : NULL,
-                        nst > 1 ? w + 2 * (size_t)dim : NULL, pse_rec_acc(r), sum + u * dim, pushes);
+                        nst > 1 ? w + 2 * (size_t)dim : NULL, pse_rec_acc(t, r), sum + u * dim,
+                        pushes);
         out.updated++;
     }
     pse_free(NULL, scratch, bytes);

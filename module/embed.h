@@ -44,6 +44,8 @@ enum { PSE_INIT_ZEROS = 0, PSE_INIT_UNIFORM, PSE_INIT_NORMAL };
 #define PSE_MAX_ROWS ((1u << 26) - 1) /* row slots are 26 bits in the index */
 #define PSE_MAX_PUSH_IDS (1u << 24)
 #define PSE_MAX_ADMIT 255u           /* the admission filter's counters are 8 bits */
+#define PSE_MAX_AGE (1ull << 31)     /* TTL and EVICT AGE bound: row ages saturate here */
+#define PSE_MAX_VERSION (1ull << 63) /* a loaded table's version is below (pushes never wrap it) */
 #define PSE_MIN_FILTER_LOG2 10u
 #define PSE_MAX_FILTER_LOG2 30u
 
@@ -64,7 +66,7 @@ typedef struct PSEmbedConfig {
     uint32_t admit;   /* pushes an id needs before it becomes a row (1 = first push) */
     uint32_t filter_log2; /* admission filter of 2^filter_log2 byte counters (admit > 1) */
     uint64_t capacity; /* 0 = unbounded, else rows are kept <= capacity */
-    uint64_t ttl;     /* 0 = none, else rows not pushed for ttl versions are dead */
+    uint64_t ttl;     /* 0 = none, else rows not pushed for ttl versions are dead (<= PSE_MAX_AGE) */
 } PSEmbedConfig;
 
 /* Counters that are a function of the pushes: persisted and digested. */
@@ -88,7 +90,9 @@ typedef struct PSEmbedState {
  * the values, then each state vector (PSEmbed_NumFloats). */
 typedef struct PSEmbedRow {
     uint64_t id;
-    uint64_t last_version; /* table version of the row's last push */
+    uint64_t last_version; /* table version of the row's last push (rows not pushed
+                            * for PSE_MAX_AGE versions or more: at least
+                            * version - PSE_MAX_AGE - 2^30 + 1, see embed_int.h) */
     uint32_t pushes;       /* pushes applied to the row (Adam's step count) */
     float rowacc;          /* ROWADAGRAD's accumulator, 0 otherwise */
     const float *data;
@@ -168,7 +172,8 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
 int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err);
 
 /* Removes every row whose last push is 'age' or more versions old
- * (version - last_version >= age, age >= 1). Returns the rows removed. */
+ * (version - last_version >= age, 1 <= age <= PSE_MAX_AGE; other ages
+ * remove nothing). Returns the rows removed. */
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age);
 
 /* Export: calls 'fn' for live rows changed after version 'since'
@@ -190,8 +195,9 @@ const uint8_t *PSEmbed_Filter(const PSEmbed *t, size_t *len);
 
 /* Rebuild: Begin validates config, state scalars and the filter before
  * allocating anything; AddRow validates one row (id unique, version and
- * push count consistent, values finite, accumulators >= 0, FTRL values equal
- * to w(z, n)) and appends it; End checks the row count and sweep position.
+ * push count consistent, sums of squares >= 0 or +Inf, FTRL values equal
+ * to w(z, n); values may be any float, as a push can overflow them) and
+ * appends it; End checks the row count and sweep position.
  * On failure the builder must be freed with PSEmbed_Free. */
 PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
                            const uint8_t *filter, size_t filter_len, const char **err, int *rc);
@@ -218,8 +224,8 @@ typedef struct PSEmbedCoef {
 void PSEmbed_MakeCoef(const PSEmbedConfig *c, PSEmbedCoef *k);
 
 /* One optimizer step on one row: 'w' (dim values), 's0'/'s1' (state
- * vectors or NULL), '*rowacc', 'g' (summed gradient), 't' the row's push
- * count including this push. */
+ * vectors or NULL), '*rowacc' (ROWADAGRAD's; NULL for the others), 'g'
+ * (summed gradient), 't' the row's push count including this push. */
 void PSEmbed_StepRow(int optim, const PSEmbedCoef *k, uint32_t dim, float *w, float *s0,
                      float *s1, float *rowacc, const float *g, uint32_t t);
 

@@ -77,9 +77,7 @@ typedef struct PSEmbedValue {
     PSEmbedPending *pending;  /* a PS._RESTORE in progress, or NULL */
     int restoring;            /* rows still arriving: commands refuse the key */
     int64_t maxstale;         /* -1 = none: a push VERSION older than this is STALE */
-    uint32_t dedup_max;       /* bound of the exactly-once table */
-    uint32_t dedup_len, dedup_cap;
-    PSDedupEntry *dedup;      /* insertion order; oldest version evicted first */
+    PSDedupSet dd;            /* exactly-once table (dedup.h), bound dd.max */
     /* Not persisted, not digested (pulls move them). */
     uint64_t pushes, pulls, ids_pulled, dedup_hits, stale_rejects, nonfinite_rejects;
 } PSEmbedValue;
@@ -88,21 +86,6 @@ typedef struct PSEmbedValue {
 PSEmbedValue *PSEmbedValue_New(PSEmbed *t, int64_t maxstale, uint32_t dedup_max);
 void PSEmbedValue_Free(PSEmbedValue *v);
 
-/* Exactly-once table (linear scan: bounded by DEDUPMAX, default 1024). */
-PSDedupEntry *PSEmbedValue_DedupFind(PSEmbedValue *v, const char *id, size_t idlen);
-/* Records (id, seq, window, version), evicting the entry with the oldest
- * version (first such) when full. 0 or -1 on OOM (nothing changed). */
-int PSEmbedValue_DedupRecord(PSEmbedValue *v, const char *id, size_t idlen, uint64_t seq,
-                             uint64_t window, uint64_t version);
-/* The push path in two steps, so that nothing fails after the table
- * changed: Prepare makes room for one more entry and returns a copy of 'id'
- * (NULL on OOM, nothing changed); Commit inserts it (owning the copy),
- * evicting the oldest entry when full. dedup_max must be > 0. */
-char *PSEmbedValue_DedupPrepare(PSEmbedValue *v, const char *id, size_t idlen);
-void PSEmbedValue_DedupCommit(PSEmbedValue *v, char *copy, size_t idlen, uint64_t seq,
-                              uint64_t window, uint64_t version);
-/* Evicts oldest entries until at most dedup_max remain. */
-void PSEmbedValue_DedupShrink(PSEmbedValue *v);
 
 /* Header words of a value / back. Decode checks every integer's range
  * before narrowing (RESTORE payloads are hostile); the rest is checked by

@@ -2,12 +2,24 @@
  * index, push, pull, eviction) and embed_io.c (scan, serialization, copy,
  * digest). Private to those two files.
  *
- * Rows are records in fixed-size chunks, dense in slots 0 .. nrows-1:
- *   id u64 | last_version u64 | pushes u32 | rowacc f32 | dim values |
+ * Rows are records in chunks, dense in slots 0 .. nrows-1:
+ *   id u64 | last_version u32 | pushes u32 | [rowacc f32] | dim values |
  *   dim floats per state vector
- * (24 header bytes; records are 4-byte aligned, so the u64 fields are read
- * with memcpy). A removal moves the last record into the hole, so storage
- * order is a function of the pushes applied.
+ * (16 header bytes, 20 with ROWADAGRAD's accumulator; records are 4-byte
+ * aligned, so the id is read with memcpy). last_version holds the low 32
+ * bits of the table version of the row's last push; the full version is
+ * version - (uint32)(version - low), exact while the row's age is below
+ * 2^32. Ages are kept below that by saturating them at PSE_MAX_AGE: every
+ * PSE_AGE_PASS versions one pass moves the stored version of each row older
+ * than PSE_MAX_AGE up to version - PSE_MAX_AGE, so an age never exceeds
+ * PSE_MAX_AGE + PSE_AGE_PASS - 1. A removal moves the last record into the
+ * hole, so storage order is a function of the pushes applied.
+ *
+ * A chunk holds chunk_rows records (the first grows 16, 32, ... up to
+ * chunk_rows), chunk_rows chosen so that a chunk fills a power of two bytes
+ * (an exact allocator size class) to within one record. Slot -> chunk is a
+ * division by chunk_rows done as a multiply by a 64-bit reciprocal (exact
+ * for 32-bit slots and divisors, Lemire et al. 2019).
  *
  * The index is open addressing with linear probing over uint32 entries:
  * (slot + 1) << 6 | 6 fingerprint bits of the id's hash; 0 is empty. A key's
@@ -24,10 +36,10 @@
 
 #include "embed.h"
 
-#define PSE_CHUNK_SHIFT 10
-#define PSE_CHUNK_ROWS (1u << PSE_CHUNK_SHIFT)
+#define PSE_CHUNK_MIN_BYTES (1u << 17) /* a chunk is the smallest power of two >= this and >= 16 records */
 #define PSE_FIRST_CHUNK_ROWS 16u
-#define PSE_HDR_BYTES 24u
+#define PSE_HDR_BYTES 16u                /* id, last_version, pushes; + 4 with ROWADAGRAD */
+#define PSE_AGE_PASS (1ull << 30)        /* versions between two age-saturation passes */
 #define PSE_FP_BITS 6
 #define PSE_FP_MASK ((1u << PSE_FP_BITS) - 1)
 #define PSE_MIN_INDEX 16u
@@ -38,14 +50,17 @@ struct PSEmbed {
     PSEmbedConfig cfg;
     PSEmbedCoef coef;
     uint32_t nfloats;   /* dim * (1 + state vectors) */
-    size_t rec_bytes;   /* PSE_HDR_BYTES + 4 * nfloats */
+    size_t hdr_bytes;   /* PSE_HDR_BYTES, + 4 with ROWADAGRAD */
+    size_t rec_bytes;   /* hdr_bytes + 4 * nfloats */
+    uint64_t chunk_rows; /* records per chunk after the first */
+    uint64_t chunk_mul;  /* ceil(2^64 / chunk_rows) (chunk_rows >= 16) */
 
     uint64_t version;
     uint64_t nrows;
     uint64_t sweep_pos;
     PSEmbedStats stats;
 
-    unsigned char **chunks; /* chunk 0 holds chunk0_rows records, the others PSE_CHUNK_ROWS */
+    unsigned char **chunks; /* chunk 0 holds chunk0_rows records, the others chunk_rows */
     uint64_t nchunks, dir_cap, chunk0_rows;
 
     uint32_t *index;
@@ -63,7 +78,8 @@ void *pse_alloc(PSEmbed *t, size_t n);
 void pse_free(PSEmbed *t, void *p, size_t n);
 
 static inline unsigned char *pse_rec(const PSEmbed *t, uint64_t slot) {
-    return t->chunks[slot >> PSE_CHUNK_SHIFT] + (size_t)(slot & (PSE_CHUNK_ROWS - 1)) * t->rec_bytes;
+    const uint64_t c = (uint64_t)(((pse_u128)slot * t->chunk_mul) >> 64);
+    return t->chunks[c] + (size_t)(slot - c * t->chunk_rows) * t->rec_bytes;
 }
 static inline uint64_t pse_ld64(const unsigned char *p) {
     uint64_t v;
@@ -72,14 +88,33 @@ static inline uint64_t pse_ld64(const unsigned char *p) {
 }
 static inline void pse_st64(unsigned char *p, uint64_t v) { memcpy(p, &v, 8); }
 static inline uint64_t pse_rec_id(const unsigned char *r) { return pse_ld64(r); }
-static inline uint64_t pse_rec_ver(const unsigned char *r) { return pse_ld64(r + 8); }
+/* The row's age in versions (version - last push version). */
+static inline uint64_t pse_rec_age(const PSEmbed *t, const unsigned char *r) {
+    uint32_t low;
+    memcpy(&low, r + 8, 4);
+    return (uint32_t)((uint32_t)t->version - low);
+}
+/* The full table version of the row's last push. */
+static inline uint64_t pse_rec_ver(const PSEmbed *t, const unsigned char *r) {
+    return t->version - pse_rec_age(t, r);
+}
+static inline void pse_rec_set_ver(unsigned char *r, uint64_t version) {
+    const uint32_t low = (uint32_t)version;
+    memcpy(r + 8, &low, 4);
+}
 static inline uint32_t pse_rec_pushes(const unsigned char *r) {
     uint32_t v;
-    memcpy(&v, r + 16, 4);
+    memcpy(&v, r + 12, 4);
     return v;
 }
-static inline float *pse_rec_acc(unsigned char *r) { return (float *)(void *)(r + 20); }
-static inline float *pse_rec_data(unsigned char *r) { return (float *)(void *)(r + PSE_HDR_BYTES); }
+static inline void pse_rec_set_pushes(unsigned char *r, uint32_t n) { memcpy(r + 12, &n, 4); }
+/* ROWADAGRAD's accumulator; NULL for the other optimizers (no room for it). */
+static inline float *pse_rec_acc(const PSEmbed *t, unsigned char *r) {
+    return t->hdr_bytes > PSE_HDR_BYTES ? (float *)(void *)(r + PSE_HDR_BYTES) : NULL;
+}
+static inline float *pse_rec_data(const PSEmbed *t, unsigned char *r) {
+    return (float *)(void *)(r + t->hdr_bytes);
+}
 
 static inline uint64_t pse_home(uint64_t h, uint64_t size) {
     return (uint64_t)(((pse_u128)h * size) >> 64);
@@ -87,16 +122,16 @@ static inline uint64_t pse_home(uint64_t h, uint64_t size) {
 
 /* Whether a stored row is dead (TTL): not pushed for ttl versions. */
 static inline int pse_dead(const PSEmbed *t, const unsigned char *r) {
-    return t->cfg.ttl && t->version - pse_rec_ver(r) >= t->cfg.ttl;
+    return t->cfg.ttl && pse_rec_age(t, r) >= t->cfg.ttl;
 }
 
 static inline void pse_fill_row(const PSEmbed *t, const unsigned char *r, PSEmbedRow *row) {
     row->id = pse_rec_id(r);
-    row->last_version = pse_rec_ver(r);
+    row->last_version = pse_rec_ver(t, r);
     row->pushes = pse_rec_pushes(r);
-    memcpy(&row->rowacc, r + 20, 4);
-    row->data = (const float *)(const void *)(r + PSE_HDR_BYTES);
-    (void)t;
+    row->rowacc = 0;
+    if (t->hdr_bytes > PSE_HDR_BYTES) memcpy(&row->rowacc, r + PSE_HDR_BYTES, 4);
+    row->data = (const float *)(const void *)(r + t->hdr_bytes);
 }
 
 /* Index position of 'id' or -1. */
@@ -109,5 +144,8 @@ int pse_reserve(PSEmbed *t, uint64_t rows);
 /* Appends a row with header fields set and data zeroed except what the
  * caller writes; returns its record (room must be reserved). */
 unsigned char *pse_append(PSEmbed *t, uint64_t id);
+
+/* Saturates every row's age at PSE_MAX_AGE (see the layout above). */
+void pse_saturate_ages(PSEmbed *t);
 
 #endif /* PS_EMBED_INT_H */

@@ -36,7 +36,7 @@ uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_
             const unsigned char *r = pse_rec(t, (uint64_t)(ent >> PSE_FP_BITS) - 1);
             const uint64_t h = PSEmbed_Mix64(pse_rec_id(r));
             if (h >= cursor && (next == 0 || h < next) && !pse_dead(t, r) &&
-                pse_rec_ver(r) > since) {
+                pse_rec_ver(t, r) > since) {
                 PSEmbedRow row;
                 pse_fill_row(t, r, &row);
                 fn(ud, &row);
@@ -67,6 +67,8 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     if (!e && st->nrows > PSE_MAX_ROWS) e = "too many rows";
     if (!e && c->capacity && st->nrows > c->capacity) e = "more rows than CAPACITY";
     if (!e && st->nrows > 0 && st->version == 0) e = "rows without a push";
+    /* No push count gets near 2^63; a version there could wrap to 0. */
+    if (!e && st->version >= PSE_MAX_VERSION) e = "table version out of range";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
@@ -88,22 +90,23 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     return t;
 }
 
-/* Field rules of one serialized row; NULL when it is consistent. */
+/* Field rules of one serialized row; NULL when it is consistent. Every
+ * state a push can produce is accepted: finite gradients can still
+ * overflow values and state to +-Inf, and Inf - Inf to NaN, so values,
+ * velocities, first moments and FTRL's z may hold any float; sums of
+ * squares (row accumulator, Adagrad's, Adam's v, FTRL's n) only grow from
+ * 0 by squares, so they are >= 0 or +Inf, never NaN. */
 static const char *check_row(const PSEmbed *t, const PSEmbedRow *row) {
     const uint32_t dim = t->cfg.dim;
     const int opt = t->cfg.optim;
     if (row->last_version < 1 || row->last_version > t->version) return "row version out of range";
     if (row->pushes < 1 || row->pushes > row->last_version) return "row push count out of range";
-    /* Values and optimizer state may be Inf or NaN: finite gradients can
-     * overflow them (g^2 in a float accumulator, a huge LR), as for tensors,
-     * and a table the server holds must load back from its own RDB. The
-     * row-wise accumulator only ever adds squares: never NaN, never below 0. */
-    if (isnan(row->rowacc) || row->rowacc < 0) return "row accumulator out of range";
+    if (!(row->rowacc >= 0)) return "row accumulator out of range";
     if (opt != PSE_OPT_ROWADAGRAD && row->rowacc != 0) return "row accumulator set";
     const float *s0 = row->data + dim, *s1 = row->data + 2 * (size_t)dim;
     for (uint32_t i = 0; i < dim; i++) {
-        if (opt == PSE_OPT_ADAGRAD && s0[i] < 0) return "negative accumulator";
-        if ((opt == PSE_OPT_ADAM || opt == PSE_OPT_FTRL) && s1[i] < 0)
+        if (opt == PSE_OPT_ADAGRAD && !(s0[i] >= 0)) return "negative accumulator";
+        if ((opt == PSE_OPT_ADAM || opt == PSE_OPT_FTRL) && !(s1[i] >= 0))
             return "negative second moment";
         if (opt == PSE_OPT_FTRL) {
             const float w = PSEmbed_FtrlWeight(&t->coef, s0[i], s1[i]);
@@ -127,10 +130,16 @@ int PSEmbed_LoadRow(PSEmbed *t, const PSEmbedRow *row, const char **err) {
         return PSE_ERR_OOM;
     }
     unsigned char *r = pse_append(t, row->id);
-    pse_st64(r + 8, row->last_version);
-    memcpy(r + 16, &row->pushes, 4);
-    memcpy(r + 20, &row->rowacc, 4);
-    memcpy(pse_rec_data(r), row->data, (size_t)t->nfloats * sizeof(float));
+    /* A table saved by this code never holds a row older than this bound
+     * (embed_int.h); an older one (a file of the 64-bit layout) is
+     * saturated as the next pass would have done. */
+    const uint64_t oldest = PSE_MAX_AGE + t->version % PSE_AGE_PASS;
+    pse_rec_set_ver(r, t->version - row->last_version > oldest ? t->version - oldest
+                                                              : row->last_version);
+    pse_rec_set_pushes(r, row->pushes);
+    float *acc = pse_rec_acc(t, r);
+    if (acc) *acc = row->rowacc;
+    memcpy(pse_rec_data(t, r), row->data, (size_t)t->nfloats * sizeof(float));
     return PSE_OK;
 }
 
@@ -188,7 +197,34 @@ void PSEmbed_Digest(const PSEmbed *t, PSEmbedDigestFn add, void *ud) {
                            t->stats.evicted_explicit};
     for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) add_u64(add, ud, st[i]);
     if (t->filter_len) add(ud, t->filter, t->filter_len);
-    for (uint64_t i = 0; i < t->nrows; i++) add(ud, pse_rec(t, i), t->rec_bytes);
+    /* Rows in the serialized form (id u64, last_version u64, pushes u32,
+     * rowacc f32, floats), not the in-memory record, so the digest does
+     * not depend on the memory layout. One 'add' per row, as a Redis
+     * digest mixes each call as one element: rows bigger than the stack
+     * buffer are assembled in an allocation; if that fails, header and
+     * floats go as two elements (a digest of the same state that differs
+     * from other nodes' only under OOM). */
+    const size_t rowlen = 24 + (size_t)t->nfloats * sizeof(float);
+    unsigned char stackbuf[4096];
+    unsigned char *buf = rowlen <= sizeof(stackbuf) ? stackbuf : pse_alloc(NULL, rowlen);
+    for (uint64_t i = 0; i < t->nrows; i++) {
+        PSEmbedRow row;
+        pse_fill_row(t, pse_rec(t, i), &row);
+        unsigned char hdr[24];
+        pse_st64(hdr, row.id);
+        pse_st64(hdr + 8, row.last_version);
+        memcpy(hdr + 16, &row.pushes, 4);
+        memcpy(hdr + 20, &row.rowacc, 4);
+        if (buf) {
+            memcpy(buf, hdr, sizeof(hdr));
+            memcpy(buf + sizeof(hdr), row.data, rowlen - sizeof(hdr));
+            add(ud, buf, rowlen);
+        } else {
+            add(ud, hdr, sizeof(hdr));
+            add(ud, row.data, rowlen - sizeof(hdr));
+        }
+    }
+    if (buf != stackbuf) pse_free(NULL, buf, rowlen);
 }
 
 static void fnv_add(void *ud, const void *buf, size_t len) {

@@ -117,6 +117,7 @@ const char *PSEmbed_CheckConfig(const PSEmbedConfig *c) {
     if (c->admit > 1 && (c->filter_log2 < PSE_MIN_FILTER_LOG2 || c->filter_log2 > PSE_MAX_FILTER_LOG2))
         return "FILTER must be 2^10 .. 2^30 counters";
     if (c->capacity > PSE_MAX_ROWS) return "CAPACITY must be <= 67108863";
+    if (c->ttl > PSE_MAX_AGE) return "TTL must be <= 2147483648 (row ages saturate there)";
     return NULL;
 }
 

@@ -96,6 +96,14 @@ const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
  * NULL on OOM. Valid until the next call or ps_scratch_trim(). */
 float *ps_scratch(uint64_t n);
 
+/* One option of a PS.CREATE / PS.CONFIG option list at argv[*i], among
+ * 'count' names (name(k)), for tensors and tables (cmd_tensor.c): on a
+ * match checks it was not given before (bit k of *seen) and has a value,
+ * sets *val to it, advances *i past both and returns k. Returns 'count'
+ * when argv[*i] is no such option, -1 after replying an error. */
+int ps_arg_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i, int count,
+                  const char *(*name)(int), unsigned *seen, RedisModuleString **val);
+
 /* One field/value pair of a flat PS.INFO reply; adds 2 to *n (cmd_tensor.c). */
 void ps_reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n);
 void ps_reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n);

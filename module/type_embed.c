@@ -44,7 +44,7 @@ PSEmbedValue *PSEmbedValue_New(PSEmbed *t, int64_t maxstale, uint32_t dedup_max)
     memset(v, 0, sizeof(*v));
     v->t = t;
     v->maxstale = maxstale;
-    v->dedup_max = dedup_max;
+    v->dd.max = dedup_max;
     return v;
 }
 
@@ -58,83 +58,8 @@ void PSEmbedValue_Free(PSEmbedValue *v) {
     if (!v) return;
     PSEmbed_Free(v->t);
     PSEmbedPending_Free(v->pending);
-    for (uint32_t i = 0; i < v->dedup_len; i++) RedisModule_Free(v->dedup[i].id);
-    RedisModule_Free(v->dedup);
+    PSDedupSet_Free(&v->dd);
     RedisModule_Free(v);
-}
-
-PSDedupEntry *PSEmbedValue_DedupFind(PSEmbedValue *v, const char *id, size_t idlen) {
-    const uint64_t h = PSTensor_DedupHash(id, idlen);
-    for (uint32_t i = 0; i < v->dedup_len; i++) {
-        PSDedupEntry *e = &v->dedup[i];
-        if (e->hash == h && e->idlen == idlen && memcmp(e->id, id, idlen) == 0) return e;
-    }
-    return NULL;
-}
-
-/* The entry with the oldest version (the first of equals): evicted first. */
-static uint32_t dedup_oldest(const PSEmbedValue *v) {
-    uint32_t victim = 0;
-    for (uint32_t k = 1; k < v->dedup_len; k++)
-        if (v->dedup[k].version < v->dedup[victim].version) victim = k;
-    return victim;
-}
-
-static void dedup_remove(PSEmbedValue *v, uint32_t i) {
-    RedisModule_Free(v->dedup[i].id);
-    v->dedup[i] = v->dedup[--v->dedup_len];
-}
-
-char *PSEmbedValue_DedupPrepare(PSEmbedValue *v, const char *id, size_t idlen) {
-    char *copy = RedisModule_TryAlloc(idlen + 1);
-    if (!copy) return NULL;
-    if (v->dedup_len == v->dedup_cap && v->dedup_len < v->dedup_max) {
-        uint32_t cap = v->dedup_cap ? v->dedup_cap * 2 : 4;
-        if (cap > v->dedup_max) cap = v->dedup_max;
-        PSDedupEntry *nd = RedisModule_TryAlloc(cap * sizeof(PSDedupEntry));
-        if (!nd) {
-            RedisModule_Free(copy);
-            return NULL;
-        }
-        if (v->dedup_len) memcpy(nd, v->dedup, v->dedup_len * sizeof(PSDedupEntry));
-        RedisModule_Free(v->dedup);
-        v->dedup = nd;
-        v->dedup_cap = cap;
-    }
-    memcpy(copy, id, idlen);
-    copy[idlen] = '\0';
-    return copy;
-}
-
-void PSEmbedValue_DedupCommit(PSEmbedValue *v, char *copy, size_t idlen, uint64_t seq,
-                              uint64_t window, uint64_t version) {
-    if (v->dedup_len >= v->dedup_max) dedup_remove(v, dedup_oldest(v));
-    v->dedup[v->dedup_len++] = (PSDedupEntry){.id = copy,
-                                              .hash = PSTensor_DedupHash(copy, idlen),
-                                              .idlen = (uint32_t)idlen,
-                                              .seq = seq,
-                                              .window = window,
-                                              .version = version};
-}
-
-int PSEmbedValue_DedupRecord(PSEmbedValue *v, const char *id, size_t idlen, uint64_t seq,
-                             uint64_t window, uint64_t version) {
-    if (v->dedup_max == 0) return 0;
-    PSDedupEntry *e = PSEmbedValue_DedupFind(v, id, idlen);
-    if (e) {
-        e->seq = seq;
-        e->window = window;
-        e->version = version;
-        return 0;
-    }
-    char *copy = PSEmbedValue_DedupPrepare(v, id, idlen);
-    if (!copy) return -1;
-    PSEmbedValue_DedupCommit(v, copy, idlen, seq, window, version);
-    return 0;
-}
-
-void PSEmbedValue_DedupShrink(PSEmbedValue *v) {
-    while (v->dedup_len > v->dedup_max) dedup_remove(v, dedup_oldest(v));
 }
 
 /* ========================================================================
@@ -176,7 +101,7 @@ void PSEmbed_HeaderEncode(const PSEmbedValue *v, uint64_t *w) {
     saved_state(v, &st);
     /* Locals named as the fields, so the list below reads them by name. */
     const int64_t maxstale = v->maxstale;
-    const uint64_t dedup_max = v->dedup_max;
+    const uint64_t dedup_max = v->dd.max;
     const uint64_t version = st.version, nrows = st.nrows, sweep_pos = st.sweep_pos;
     const uint64_t created = st.stats.created, dropped = st.stats.dropped,
                    evicted_ttl = st.stats.evicted_ttl,
@@ -355,9 +280,9 @@ static void PSEmbedType_RdbSave(RedisModuleIO *io, void *value) {
     }
     if (for_each_block(v, rdb_block, io) != 0)
         RedisModule_LogIOError(io, "warning", "ps-embeds: out of memory saving rows");
-    RedisModule_SaveUnsigned(io, v->dedup_len);
-    for (uint32_t i = 0; i < v->dedup_len; i++) {
-        const PSDedupEntry *e = &v->dedup[i];
+    RedisModule_SaveUnsigned(io, v->dd.len);
+    for (uint32_t i = 0; i < v->dd.len; i++) {
+        const PSDedupEntry *e = &v->dd.e[i];
         RedisModule_SaveStringBuffer(io, e->id, e->idlen);
         RedisModule_SaveUnsigned(io, e->seq);
         RedisModule_SaveUnsigned(io, e->window);
@@ -401,7 +326,7 @@ static uint8_t *load_filter(RedisModuleIO *io, size_t len, const char **why) {
 /* Loads 'n' exactly-once entries into 'v'. Returns NULL or why not. */
 static const char *load_dedup(RedisModuleIO *io, PSEmbedValue *v) {
     uint64_t n = RedisModule_LoadUnsigned(io);
-    if (RedisModule_IsIOError(io) || n > v->dedup_max) return "bad exactly-once table size";
+    if (RedisModule_IsIOError(io) || n > v->dd.max) return "bad exactly-once table size";
     for (uint64_t i = 0; i < n; i++) {
         size_t len = 0;
         char *id = RedisModule_LoadStringBuffer(io, &len);
@@ -411,9 +336,9 @@ static const char *load_dedup(RedisModuleIO *io, PSEmbedValue *v) {
         const char *why = NULL;
         if (RedisModule_IsIOError(io) || !id || len == 0 || len > PS_EMBED_MAX_CLIENT_ID || seq == 0)
             why = "bad exactly-once entry";
-        else if (PSEmbedValue_DedupFind(v, id, len))
+        else if (PSDedupSet_Find(&v->dd, id, len))
             why = "duplicate exactly-once entry";
-        else if (PSEmbedValue_DedupRecord(v, id, len, seq, win, ver) != 0)
+        else if (PSDedupSet_Record(&v->dd, id, len, seq, win, ver) != PST_OK)
             why = "out of memory";
         if (id) RedisModule_Free(id);
         if (why) return why;
@@ -514,8 +439,8 @@ static void PSEmbedType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, v
     if (for_each_block(v, aof_block, &a) != 0)
         RedisModule_LogIOError(aof, "warning", "ps-embeds: out of memory rewriting rows");
     RedisModule_EmitAOF(aof, "ps._restore", "sc", key, "EEND");
-    for (uint32_t i = 0; i < v->dedup_len; i++) {
-        const PSDedupEntry *e = &v->dedup[i];
+    for (uint32_t i = 0; i < v->dd.len; i++) {
+        const PSDedupEntry *e = &v->dd.e[i];
         RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "EDEDUP", e->id, (size_t)e->idlen,
                             (long long)e->seq, (long long)e->window, (long long)e->version);
     }
@@ -550,9 +475,9 @@ static void PSEmbedType_Digest(RedisModuleDigest *md, void *value) {
     else RedisModule_DigestAddLongLong(md, -1);
     RedisModule_DigestAddLongLong(md, v->restoring);
     RedisModule_DigestAddLongLong(md, v->maxstale);
-    RedisModule_DigestAddLongLong(md, v->dedup_max);
-    for (uint32_t i = 0; i < v->dedup_len; i++) {
-        const PSDedupEntry *e = &v->dedup[i];
+    RedisModule_DigestAddLongLong(md, v->dd.max);
+    for (uint32_t i = 0; i < v->dd.len; i++) {
+        const PSDedupEntry *e = &v->dd.e[i];
         RedisModule_DigestAddStringBuffer(md, e->id, e->idlen);
         RedisModule_DigestAddLongLong(md, (long long)e->seq);
         RedisModule_DigestAddLongLong(md, (long long)e->window);
@@ -563,8 +488,7 @@ static void PSEmbedType_Digest(RedisModuleDigest *md, void *value) {
 
 static size_t PSEmbedType_MemUsage(const void *value) {
     const PSEmbedValue *v = value;
-    size_t n = sizeof(*v) + (size_t)v->dedup_cap * sizeof(PSDedupEntry);
-    for (uint32_t i = 0; i < v->dedup_len; i++) n += v->dedup[i].idlen + 1;
+    size_t n = sizeof(*v) + PSDedupSet_MemUsage(&v->dd);
     if (v->t) n += PSEmbed_MemUsage(v->t);
     if (v->pending) n += sizeof(*v->pending) + v->pending->filter_len;
     return n;
@@ -581,17 +505,14 @@ static void *PSEmbedType_Copy(RedisModuleString *from, RedisModuleString *to, co
     if (!v->t || v->restoring) return NULL;
     PSEmbed *t = PSEmbed_Copy(v->t);
     if (!t) return NULL;
-    PSEmbedValue *c = PSEmbedValue_New(t, v->maxstale, v->dedup_max);
+    PSEmbedValue *c = PSEmbedValue_New(t, v->maxstale, v->dd.max);
     if (!c) {
         PSEmbed_Free(t);
         return NULL;
     }
-    for (uint32_t i = 0; i < v->dedup_len; i++) {
-        const PSDedupEntry *e = &v->dedup[i];
-        if (PSEmbedValue_DedupRecord(c, e->id, e->idlen, e->seq, e->window, e->version)) {
-            PSEmbedValue_Free(c);
-            return NULL;
-        }
+    if (PSDedupSet_CopyInto(&c->dd, &v->dd) != PST_OK) {
+        PSEmbedValue_Free(c);
+        return NULL;
     }
     return c;
 }

@@ -196,7 +196,10 @@ CRAFTED = [
     ("duplicate-ids", payload(header(version=2, nrows=2), [row(5) + row(5, 2)])),
     ("row-version-beyond-table", payload(header(version=1, nrows=1), [row(5, 7)])),
     ("row-pushes-zero", payload(header(version=1, nrows=1), [row(5, 1, 0)])),
-    ("row-accumulator-nan", payload(header(version=1, nrows=1), [row(5, acc=float("nan"))])),
+    ("rowadagrad-nan-accumulator", payload(header(optim=3, version=1, nrows=1),
+                                           [row(5, acc=float("nan"))])),
+    ("adam-nan-second-moment", payload(header(optim=4, version=1, nrows=1),
+                                       [row(5, vals=(0.0,) * 5 + (float("nan"),))])),
     ("row-block-not-whole-rows", payload(header(version=1, nrows=1), [row(5)[:-1]])),
     ("rows-more-than-capacity", payload(header(version=2, nrows=2, capacity=1), [row(5) + row(6)])),
     ("sgd-row-with-accumulator", payload(header(version=1, nrows=1), [row(5, acc=1.0)])),
@@ -207,6 +210,7 @@ CRAFTED = [
     ("filter-claimed-1GB-absent", payload(header(admit=2, filter_log2=30))),
     ("filter-short", payload(header(admit=2, filter_log2=10), [b"\0" * 1000])),
     ("sweep-beyond-rows", payload(header(version=1, nrows=1, sweep_pos=5), [row(5)])),
+    ("version-2^64-1", payload(header(version=2**64 - 1, nrows=1), [row(5)])),
     ("dedup-count-huge", payload(header(), [], tail_words=(2**40,))),
     ("dedup-max-huge", payload(header(dedup_max=2**40))),
     ("encver-from-the-future", payload(header(), encver=2)),
@@ -221,6 +225,29 @@ def srv(module_path):
     s = psserver.RedisServer(module=module_path, args=["--rdbcompression", "no"], name="crafted-embed")
     yield s
     s.cleanup()
+
+
+def test_rows_a_push_can_overflow_to_inf_and_nan_restore(srv):
+    """Finite gradients can overflow a row to +-Inf and Inf - Inf to NaN (SGD with a large
+    LR); such a table must save and load back (a refused value is an RDB the server cannot
+    start from). Sums of squares may be +Inf but never NaN."""
+    c = srv.client()
+    c.flushall()
+    inf, nan = float("inf"), float("nan")
+    p = payload(header(optim=3, version=2, nrows=2, created=2),
+                [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))])
+    assert c.restore("x", 0, p) == b"OK"
+    assert c.dump("x") == p
+    c.execute_command("PS.CREATE", "s", "EMBEDDING", "DIM", 2, "LR", 1e30)
+    ids = struct.pack("<Q", 7)
+    for g in (3e38, -3e38, 3e38):
+        c.execute_command("PS.PUSHGRAD", "s", f32([g, g]), "IDS", ids)
+    v, data = c.execute_command("PS.PULL", "s", "IDS", ids)
+    assert any(x != x or abs(x) == float("inf") for x in from_f32(data))
+    d = psserver.digest(c, "s")
+    dumped = c.dump("s")
+    c.delete("s")
+    assert c.restore("s", 0, dumped) == b"OK" and psserver.digest(c, "s") == d
 
 
 def test_a_payload_built_from_scratch_restores(srv):

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -339,6 +340,131 @@ static void test_embed_shard_gone_after_an_ack_is_lost_state(void **state) {
     close_all(a, c, NULL);
 }
 
+static void close_table(fake *a, psClient *c, psEmbed *e) {
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+/* A client of 'f' with WAIT 1 under 'policy'. */
+static psClient *wait_client(fake *f, int policy) {
+    psOptions o = {0};
+    o.wait_replicas = 1;
+    o.durability_policy = policy;
+    o.backoff_ms = 1;
+    o.probe_ms = 60000;
+    return connect_to(f, &o);
+}
+
+/* wait_replicas applies to table pushes as to model pushes: one WAIT per
+ * node after each push's shard pushes there, and psDrain() returns once
+ * it answered. */
+static void test_embed_push_waits_for_replicas_once_per_node(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = wait_client(a, PS_DURABILITY_DEGRADE);
+    psEmbed *e = psEmbedNew("emb", DIM, 3);
+    uint64_t ids[6] = {1, 2, 3, 4, 5, 6};
+    float g[6 * DIM] = {0};
+    (void)state;
+    assert_int_equal(psEmbedPush(c, e, ids, 6, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "WAIT"), 1);
+    assert_true(fake_find(a, "WAIT") > fake_find(a, "PS.PUSHGRAD"));
+    assert_int_equal(psEmbedPush(c, e, ids, 6, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(fake_count(a, "WAIT"), 2);
+    assert_int_equal(c->stats.unreplicated_pushes, 0);
+    assert_int_equal(c->stats.rows_pushed, 12);
+    close_table(a, c, e);
+}
+
+/* Short WAITs follow the durability policy: degrade counts the shard
+ * pushes as unreplicated (and stops WAITing on the node), fail reports
+ * PS_ERR_DURABILITY. */
+static void test_embed_short_wait_follows_the_durability_policy(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = wait_client(a, PS_DURABILITY_DEGRADE);
+    psEmbed *e = psEmbedNew("emb", DIM, 2);
+    uint64_t ids[4] = {1, 2, 3, 4};
+    float g[4 * DIM] = {0};
+    int shards = 0;
+    (void)state;
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < 4; i++)
+            if (psEmbedShardOf(ids[i], 2) == s) { shards++; break; }
+    a->wait_zero = -1;
+    for (int k = 0; k < 3; k++) assert_int_equal(psEmbedPush(c, e, ids, 4, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(c->stats.unreplicated_pushes, 3 * shards);
+    assert_int_equal(c->stats.degraded_nodes, 1);
+    close_table(a, c, e);
+
+    a = embed_fake("A");
+    c = wait_client(a, PS_DURABILITY_FAIL);
+    e = psEmbedNew("emb", DIM, 2);
+    a->wait_zero = -1;
+    (void)psEmbedPush(c, e, ids, 4, g, 0);
+    assert_int_equal(psDrain(c), PS_ERR);
+    assert_int_equal(c->err, PS_ERR_DURABILITY);
+    close_table(a, c, e);
+}
+
+/* A WAIT lost with its connection: the shard pushes it covered were
+ * applied but maybe not replicated, so they are resent with their seqs
+ * (answered as duplicates, every row applied once, counted once) and
+ * WAITed for again. */
+static void test_embed_lost_wait_resends_the_pushes_and_waits_again(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = wait_client(a, PS_DURABILITY_BLOCK);
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[3] = {7, 8, 9};
+    float g[3 * DIM] = {0};
+    (void)state;
+    a->drop_wait = 1;
+    assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 3);
+    assert_int_equal(T.dups, 1);
+    assert_int_equal(c->stats.rows_pushed, 3);
+    assert_int_equal(fake_count(a, "WAIT"), 2);
+    assert_int_equal(c->stats.wait_short, 1);
+    close_table(a, c, e);
+}
+
+/* Error feedback (psEmbedSetErrorFeedback): over many BF16 pushes the rows
+ * applied for an id with a residual sum to the gradients sent to within one
+ * rounding; an id beyond the residual bound (2 here) loses every push's
+ * rounding error, as without feedback. */
+static void test_embed_error_feedback_keeps_bf16_rounding_within_its_bound(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[3] = {1, 2, 3};
+    float g[3 * DIM];
+    const int pushes = 50;
+    (void)state;
+    for (int i = 0; i < 3 * DIM; i++) g[i] = 0.1f + 0.013f * (float)i; /* not BF16 values */
+    assert_int_equal(psEmbedSetPushFormat(e, PS_WIRE_BF16), PS_OK);
+    assert_int_equal(psEmbedSetErrorFeedback(e, 2), PS_OK);
+    for (int k = 0; k < pushes; k++) assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.napplied, 3 * pushes);
+    for (int r = 0; r < 3; r++) {
+        double worst = 0;
+        for (int j = 0; j < DIM; j++) {
+            double sum = 0;
+            for (size_t i = 0; i < T.napplied; i++)
+                if (T.id[i] == ids[r]) sum += T.row[i][j];
+            const double err = fabs(sum - (double)pushes * g[r * DIM + j]);
+            if (err > worst) worst = err;
+        }
+        if (r < 2)
+            assert_true(worst < 1e-3);  /* one BF16 rounding of ~0.1..0.2: < 2^-9 */
+        else
+            assert_true(worst > 2e-3);  /* 50 lost roundings */
+    }
+    close_table(a, c, e);
+}
+
 int main(void) {
     (void)model4;               /* client_helpers.h's model helpers: not used here */
     (void)push_zeros;
@@ -351,6 +477,11 @@ int main(void) {
         cmocka_unit_test_setup(test_embed_requests_follow_moved_to_the_shards_new_node, setup),
         cmocka_unit_test_setup(test_embed_bf16_push_sends_rounded_rows_with_format, setup),
         cmocka_unit_test_setup(test_embed_shard_gone_after_an_ack_is_lost_state, setup),
+        cmocka_unit_test_setup(test_embed_push_waits_for_replicas_once_per_node, setup),
+        cmocka_unit_test_setup(test_embed_short_wait_follows_the_durability_policy, setup),
+        cmocka_unit_test_setup(test_embed_lost_wait_resends_the_pushes_and_waits_again, setup),
+        cmocka_unit_test_setup(test_embed_error_feedback_keeps_bf16_rounding_within_its_bound,
+                               setup),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

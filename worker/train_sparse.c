@@ -12,9 +12,9 @@
  *   4. the gradient rows are pushed by id (one PS.PUSHGRAD IDS per shard
  *      that has ids, asynchronous within --window, ID exactly-once) and
  *      the dense gradients pushed like a dense model's.
- * With --wait N every step ends by WAITing for N replicas on each shard's
- * node after its pushes are acknowledged (libps applies --wait to the
- * dense tensors itself, not to tables). */
+ * --wait N and --on-degraded apply to the table pushes as to the dense
+ * ones: libps WAITs after each push on every node it went to, and resends
+ * the pushes a lost WAIT covered (libps/pushtrack.c). */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +51,6 @@ struct sparseWork {
     uint64_t *seen;
     size_t seen_n, seen_cap;
     int seen_max;
-    long long wait_short;       /* shard WAITs that saw fewer than --wait replicas */
 };
 
 /* ========================================================================
@@ -190,48 +189,6 @@ static int seen_add(struct sparseWork *sp, uint64_t id) {
     return 1;
 }
 
-/* Waits for --wait replicas on every shard's node (one pipelined round
- * trip) once the pushes sent so far are acknowledged. 0 or -1. */
-static int wait_tables(worker *w) {
-    struct sparseWork *sp = w->sp;
-    enum { MAXW = 64 };
-    char n[16];
-    const char *argv[3] = {"WAIT", n, "2000"};
-    size_t argl[3];
-    if (psDrain(w->c) != PS_OK) {
-        tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
-        return -1;
-    }
-    snprintf(n, sizeof(n), "%d", w->o->wait);
-    for (int i = 0; i < 3; i++) argl[i] = strlen(argv[i]);
-    for (int s0 = 0; s0 < sp->nshards; s0 += MAXW) {
-        int k = sp->nshards - s0 < MAXW ? sp->nshards - s0 : MAXW;
-        const char *keys[MAXW];
-        const char **argvs[MAXW];
-        const size_t *argls[MAXW];
-        int argcs[MAXW];
-        redisReply *rs[MAXW];
-        for (int i = 0; i < k; i++) {
-            keys[i] = psEmbedShardKey(sp->e, s0 + i);
-            argvs[i] = argv;
-            argls[i] = argl;
-            argcs[i] = 3;
-            rs[i] = NULL;
-        }
-        int got = psCommandBatchArgv(w->c, k, keys, argcs, argvs, argls, rs);
-        for (int i = 0; i < k; i++) {
-            if (rs[i] && rs[i]->type == REDIS_REPLY_INTEGER && rs[i]->integer < w->o->wait)
-                sp->wait_short++;
-            if (rs[i]) freeReplyObject(rs[i]);
-        }
-        if (got != k) {
-            tr_err(w->o, "[%s] WAIT: %s", w->name, w->c->errstr);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* One step on the batch in sp->b (train_sparse.h). Returns 0 or -1. */
 static int step(worker *w, int epoch) {
     struct sparseWork *sp = w->sp;
@@ -268,7 +225,6 @@ static int step(worker *w, int epoch) {
     memset(sp->hit, 0, (size_t)sp->nshards);
     for (size_t i = 0; i < sp->u.n; i++) sp->hit[psEmbedShardOf(sp->u.ids[i], sp->nshards)] = 1;
     for (int s = 0; s < sp->nshards; s++) sp->shard_pushes[s] += sp->hit[s];
-    if (w->o->wait > 0 && wait_tables(w) != 0) return -1;
     if (epoch == 1) {
         for (size_t i = 0; i < sp->u.n; i++) {
             if (!seen_add(sp, sp->u.ids[i])) continue;
@@ -356,7 +312,7 @@ void tr_sparse_report(worker *w) {
      * version minus the sum over the workers counts pushes lost (< 0) or
      * applied twice (> 0), as the dense ACKED line does for partitions. */
     printf("ACKED_TABLE worker=%s table=%s:emb shards=%d shard_pushes=%s rows_pulled=%llu "
-           "rows_pushed=%llu wait_short=%lld\n", w->name, w->o->job, sp->nshards, list,
+           "rows_pushed=%llu wait_short=%llu\n", w->name, w->o->job, sp->nshards, list,
            (unsigned long long)w->c->stats.rows_pulled,
-           (unsigned long long)w->c->stats.rows_pushed, sp->wait_short);
+           (unsigned long long)w->c->stats.rows_pushed, (unsigned long long)w->c->stats.wait_short);
 }

@@ -6,7 +6,9 @@
  *   push IDSFILE GRADFILE ITERS SLEEPMS [FMT] [sum]
  *                                       psEmbedPush of the rows ITERS times, then psDrain
  * IDSFILE holds little-endian uint64 ids, GRADFILE/OUTFILE float32 rows. Prints one JSON
- * object (ok, shard keys, stats). Exit codes: 0 ok, 2 library error, 3 usage. */
+ * object (ok, shard keys, stats). Exit codes: 0 ok, 2 library error, 3 usage.
+ * Environment: PS_WAIT_REPLICAS n, PS_WAIT_TIMEOUT_MS ms and PS_DURABILITY
+ * degrade|block|fail set the client's durability options. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +43,13 @@ static void report(psClient *c, psEmbed *e, int nshards, int ok) {
     printf("\", \"keys\": [");
     for (int s = 0; s < nshards; s++) printf("%s\"%s\"", s ? ", " : "", psEmbedShardKey(e, s));
     printf("], \"stats\": {\"rows_pulled\": %llu, \"rows_pushed\": %llu, \"retries\": %llu, "
-           "\"reconnects\": %llu, \"push_errors\": %llu, \"pulls\": %llu}}\n",
+           "\"reconnects\": %llu, \"push_errors\": %llu, \"pulls\": %llu, "
+           "\"wait_short\": %llu, \"unreplicated_pushes\": %llu}}\n",
            (unsigned long long)c->stats.rows_pulled, (unsigned long long)c->stats.rows_pushed,
            (unsigned long long)c->stats.retries, (unsigned long long)c->stats.reconnects,
-           (unsigned long long)c->stats.push_errors, (unsigned long long)c->stats.pulls);
+           (unsigned long long)c->stats.push_errors, (unsigned long long)c->stats.pulls,
+           (unsigned long long)c->stats.wait_short,
+           (unsigned long long)c->stats.unreplicated_pushes);
 }
 
 int main(int argc, char **argv) {
@@ -63,6 +68,14 @@ int main(int argc, char **argv) {
     cmd = argv[5];
     opt.backoff_ms = 5;
     opt.push_window = 2;
+    if (getenv("PS_WAIT_REPLICAS")) opt.wait_replicas = atoi(getenv("PS_WAIT_REPLICAS"));
+    if (getenv("PS_WAIT_TIMEOUT_MS")) opt.wait_timeout_ms = atoi(getenv("PS_WAIT_TIMEOUT_MS"));
+    if (getenv("PS_DURABILITY")) {
+        const char *p = getenv("PS_DURABILITY");
+        opt.durability_policy = !strcmp(p, "block") ? PS_DURABILITY_BLOCK
+                                : !strcmp(p, "fail") ? PS_DURABILITY_FAIL
+                                                     : PS_DURABILITY_DEGRADE;
+    }
     c = psConnect(argv[1], &opt);
     e = psEmbedNew(argv[2], dim, nshards);
     if (c == NULL || e == NULL) return 2;

@@ -186,8 +186,9 @@ typedef struct psOptions {
                                  PS_DEFAULT_BACKOFF_MS */
     int push_window;          /* max outstanding model pushes; PS_DEFAULT_PUSH_WINDOW */
     int wait_replicas;        /* > 0: "WAIT n wait_timeout_ms" after the pushes of
-                                 each model push on every node before it counts as
-                                 done; a short count is counted in stats.wait_short.
+                                 each model (or embedding table) push on every node
+                                 before it counts as done; a short count is counted
+                                 in stats.wait_short.
                                  When the connection dies before the WAIT answers
                                  (a master killed), the pushes it covered are resent
                                  with their seqs to whoever serves the slot next: the
@@ -464,8 +465,11 @@ void psModelFree(psModel *m);
  * at most once. Pushes are asynchronous with up to push_window pushes of
  * the table outstanding; psDrain() waits for them too. Lost state (a
  * shard's key gone, or back below a version seen acknowledged) is handled
- * per lost_state_policy as for models. wait_replicas is not applied to
- * embedding pushes (no WAIT is sent for them).
+ * per lost_state_policy as for models. wait_replicas and durability_policy
+ * apply as for model pushes: one WAIT per node after each table push's
+ * shard pushes there; a WAIT lost with its connection resends the shard
+ * pushes it covered (same seqs); stats.unreplicated_pushes counts shard
+ * pushes.
  * ------------------------------------------------------------------------ */
 
 /* psEmbedPush() flags */
@@ -487,11 +491,23 @@ const char *psEmbedShardKey(const psEmbed *e, int s);
 /* Version of shard 's' seen by the last pull that reached it (0 if none). */
 uint64_t psEmbedShardVersion(const psEmbed *e, int s);
 
-/* Wire formats: pushes F32 (default), F16 or BF16 (rounded, without error
- * feedback: rows differ from push to push); pulls F32 (default), F16 or
- * BF16. PS_OK or PS_ERR (other formats). */
+/* Wire formats: pushes F32 (default), F16 or BF16 (rounded; without error
+ * feedback the rounding error of every push is lost); pulls F32 (default),
+ * F16 or BF16. PS_OK or PS_ERR (other formats: the server's tables take no
+ * I8). */
 int psEmbedSetPushFormat(psEmbed *e, psWireFormat fmt);
 int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt);
+
+/* Error feedback for F16/BF16 pushes: each id's rounding error is kept
+ * client-side and added to its next pushed row, so the rows applied over
+ * many pushes sum to the gradients sent to within one rounding. At most
+ * 'max_ids' ids keep a residual (0 turns feedback off; any call drops the
+ * residuals kept so far); an id pushed when the table is full goes without
+ * feedback. Memory: at most (9 + 4 * dim) * 8/3 * max_ids bytes (+ 16
+ * slots). With feedback, repeated ids of a push are summed client-side
+ * (as PS_EMBED_SUM_DUPLICATES). Residuals are taken when a push is encoded,
+ * as for models. PS_OK. */
+int psEmbedSetErrorFeedback(psEmbed *e, size_t max_ids);
 
 /* PS.CREATE <shard key> EMBEDDING DIM dim <create_opts> [NX] on every
  * shard, pipelined. 'create_opts' as for psModelCreateTensor(); a "SEED s"
