@@ -36,7 +36,11 @@
 #define CODEC_COPY_SUPPORTED() 1
 #define CODEC_COPY_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"O3\")")
 #endif
+#ifdef CODEC_COPY_KERNELS
+#define PS_CODEC_NO_CLONES /* one build, intrinsic kernels kept */
+#else
 #define PS_CODEC_BASELINE_ONLY
+#endif
 CODEC_COPY_BEGIN
 #define ps_format_parse base_format_parse
 #define ps_format_name base_format_name
