@@ -265,9 +265,9 @@ static void decode_f16(const unsigned char *src, size_t n, float *dst) {
 #ifdef PS_CODEC_X86
 /* 1 when the AVX2 kernels below (BF16 encode, I8 encode) run: on an AVX2 CPU
  * below x86-64-v4. There the compiler's AVX2 clones of the loops take about
- * 2.2x a memcpy of the input (bench/codec_bench_avx2.c), the kernels 1.2x
- * and 1.9x; on x86-64-v4 the clones (narrowing stores, 16-lane divides)
- * are faster than the kernels and stay. A PS_CODEC_NO_CLONES copy is built
+ * 2.2x a memcpy of the input (bench/codec_bench_avx2.c), the kernels about
+ * 1.0x (BF16) and 1.4x (I8); on x86-64-v4 the clones (narrowing stores,
+ * 16-lane divides) are a little faster than the kernels and stay. A PS_CODEC_NO_CLONES copy is built
  * for one target: it takes the kernels wherever AVX2 is. */
 static int avx2_kernels(void) {
 #ifdef PS_CODEC_NO_CLONES
@@ -396,31 +396,28 @@ __attribute__((target("avx2"))) static inline void i8_store32(unsigned char *q, 
 
 /* x / scale needs a division per value, and AVX2's divider (8 lanes every
  * ~5 cycles) plus i8_lanes' dozen operations take twice a memcpy of the
- * input. So this multiplies by inv = 1/scale (rounded) instead: r' = x * inv
+ * input. So this multiplies by inv = 1/scale (rounded) instead: v = x * inv
  * is within 2^-22 |r| <= 2^-15 of the exact r = x / scale (two roundings of
- * 2^-24 relative; |r| <= 127 plus a rounding, as |x| <= max|x|). The byte
- * trunc(u), u = r' + copysign(0.5, r'), is i8_byte(r) (round half away
- * from zero) unless a threshold k + 0.5 lies between r and r', or the sum
- * rounds across an integer (within 2^-17 below one): both only where u is
- * within 2^-14 of an integer (|u - trunc(u)| checked below). The clamp at
- * 127 and the 0.49999997 case sit at such thresholds too, and |r'| < 127.5
- * needs no clamp. A group of 32 values with such a lane, or a NaN (its u
- * compares unordered), is recomputed with the division and i8_lanes, so
- * every byte is the division's, hence the scalar reference's. Only for
- * 2^-100 <= scale <= 2^100 (inv normal, no overflow in r'); otherwise every
- * group divides. */
+ * 2^-24 relative; |r| <= 127 plus a rounding, as |x| <= max|x|). Adding and
+ * subtracting M = 1.5 * 2^23 rounds v to the nearest integer k (ties to
+ * even), which sits in the low bits of v + M; e = v - k, computed exactly,
+ * is the rounding's residual. Where |e| < 0.5 - 2^-14, no k + 0.5 threshold
+ * lies between r and v, so k is i8_byte(r) (round half away from zero; the
+ * clamp at 127 and the 0.49999997 case only matter at such thresholds, and
+ * |v| < 127.5 needs no clamp). A group of 32 values with a lane closer to a
+ * threshold (or a NaN: it compares unordered) is recomputed with the
+ * division and i8_lanes, so every byte is the division's, hence the scalar
+ * reference's. Only for 2^-100 <= scale <= 2^100 (inv normal, no overflow
+ * in v); otherwise every group divides. */
 __attribute__((target("avx2"))) static inline __m256i i8_lanes_mul(__m256 x, __m256 inv,
                                                                    __m256 *near) {
-    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f);
+    const __m256 magic = _mm256_set1_ps(12582912.0f), sign = _mm256_set1_ps(-0.0f);
     const __m256 far = _mm256_set1_ps(0.5f - 0x1p-14f);
-    __m256 r = _mm256_mul_ps(x, inv);
-    __m256 u = _mm256_add_ps(r, _mm256_or_ps(_mm256_and_ps(r, sign), half));
-    __m256i q = _mm256_cvttps_epi32(u);
-    /* ||u - trunc(u)| - 0.5|: 0.5 at an integer, 0 halfway between two. */
-    __m256 f = _mm256_sub_ps(u, _mm256_cvtepi32_ps(q));
-    __m256 d = _mm256_andnot_ps(sign, _mm256_sub_ps(_mm256_andnot_ps(sign, f), half));
-    *near = _mm256_or_ps(*near, _mm256_cmp_ps(d, far, _CMP_NLE_UQ));
-    return q;
+    __m256 v = _mm256_mul_ps(x, inv);
+    __m256 t = _mm256_add_ps(v, magic);
+    __m256 e = _mm256_andnot_ps(sign, _mm256_sub_ps(v, _mm256_sub_ps(t, magic)));
+    *near = _mm256_or_ps(*near, _mm256_cmp_ps(e, far, _CMP_NLT_UQ));
+    return _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
 }
 
 __attribute__((target("avx2"))) static void i8_quantize_avx2(const float *src, size_t n,
