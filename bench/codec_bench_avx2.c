@@ -29,6 +29,7 @@
 #define ps_bf16_to_f32 avx2_bf16_to_f32
 #define ps_encode avx2_encode
 #define ps_decode avx2_decode
+#define ps_encode_feedback avx2_encode_feedback
 #define ps_rows_check avx2_rows_check
 #define ps_rows_get avx2_rows_get
 #define ps_topk_encoded_size avx2_topk_encoded_size

@@ -233,20 +233,24 @@ PS_CODEC_KERNEL static void decode_f16_loop(const unsigned char *restrict src, s
  * it quiets (sets the f32 quiet bit, 1 << 22) where the wire keeps the
  * payload as it is: that bit is put back to the half's own quiet bit
  * (1 << 9) in NaN lanes. Checked on all 65536 halves by the tests. */
-__attribute__((target("avx2,f16c"))) static void decode_f16_f16c(const unsigned char *src,
-                                                                   size_t n, float *dst) {
+__attribute__((target("avx2,f16c"))) static inline __m256 f16c_up(__m128i h) {
     const __m256i absmask = _mm256_set1_epi32(0x7fff);
     const __m256i infbits = _mm256_set1_epi32(0x7c00);
     const __m256i quiet = _mm256_set1_epi32(0x00400000);
+    __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
+    __m256i hw = _mm256_cvtepu16_epi32(h);
+    __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(hw, absmask), infbits);
+    /* NaN lanes whose half had the quiet bit clear: clear it again. */
+    __m256i fix = _mm256_andnot_si256(_mm256_slli_epi32(hw, 13), _mm256_and_si256(nan, quiet));
+    return _mm256_castsi256_ps(_mm256_xor_si256(f, fix));
+}
+
+__attribute__((target("avx2,f16c"))) static void decode_f16_f16c(const unsigned char *src,
+                                                                   size_t n, float *dst) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + 2 * i));
-        __m256i f = _mm256_castps_si256(_mm256_cvtph_ps(h));
-        __m256i hw = _mm256_cvtepu16_epi32(h);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(hw, absmask), infbits);
-        /* NaN lanes whose half had the quiet bit clear: clear it again. */
-        __m256i fix = _mm256_andnot_si256(_mm256_slli_epi32(hw, 13), _mm256_and_si256(nan, quiet));
-        _mm256_storeu_si256((__m256i *)(void *)(dst + i), _mm256_xor_si256(f, fix));
+        _mm256_storeu_ps(dst + i, f16c_up(h));
     }
     decode_f16_loop(src + 2 * i, n - i, dst + i);
 }
@@ -545,6 +549,105 @@ int ps_decode(ps_format f, const unsigned char *src, size_t len, size_t n, float
         return 0;
     default:
         return -1;
+    }
+}
+
+/* ========================================================= error feedback
+ *
+ * ps_encode_feedback: encode, decode and subtract in one pass over the
+ * residual instead of three (libps runs it on every lossy push). Each
+ * decoded value is computed by the expression ps_decode uses (F16: the same
+ * F16C up-conversion and fix-up, or f16_to_bits), so the residual keeps
+ * the bits the three passes gave. */
+
+PS_CODEC_KERNEL static void feedback_f16_loop(float *restrict r, size_t n,
+                                              unsigned char *restrict dst) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = f16_from_bits(f32_bits(r[i]));
+        store_u16(dst + 2 * i, (uint16_t)h);
+        r[i] = r[i] - bits_f32(f16_to_bits(h));
+    }
+}
+
+#ifdef PS_CODEC_X86
+__attribute__((target("avx2,f16c"))) static void feedback_f16_f16c(float *r, size_t n,
+                                                                     unsigned char *dst) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(r + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm_storeu_si128((__m128i *)(void *)(dst + 2 * i), h);
+        _mm256_storeu_ps(r + i, _mm256_sub_ps(v, f16c_up(h)));
+    }
+    feedback_f16_loop(r + i, n - i, dst + 2 * i);
+}
+#endif
+
+PS_CODEC_KERNEL static void feedback_bf16_loop(float *restrict r, size_t n,
+                                               unsigned char *restrict dst) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t h = bf16_from_bits(f32_bits(r[i]));
+        store_u16(dst + 2 * i, (uint16_t)h);
+        r[i] = r[i] - bits_f32(h << 16);
+    }
+}
+
+#ifdef PS_CODEC_X86
+/* feedback_bf16_loop as encode_bf16_avx2 narrows, for the same reason. */
+__attribute__((target("avx2"))) static void feedback_bf16_avx2(float *r, size_t n,
+                                                               unsigned char *dst) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 v0 = _mm256_loadu_ps(r + i), v1 = _mm256_loadu_ps(r + i + 8);
+        __m256i a = bf16_lanes(_mm256_castps_si256(v0)), b = bf16_lanes(_mm256_castps_si256(v1));
+        __m256i h = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((__m256i *)(void *)(dst + 2 * i), h);
+        _mm256_storeu_ps(r + i, _mm256_sub_ps(v0, _mm256_castsi256_ps(_mm256_slli_epi32(a, 16))));
+        _mm256_storeu_ps(r + i + 8,
+                         _mm256_sub_ps(v1, _mm256_castsi256_ps(_mm256_slli_epi32(b, 16))));
+    }
+    feedback_bf16_loop(r + i, n - i, dst + 2 * i);
+}
+#endif
+
+/* r_i -= q_i * scale, the decode of the I8 blob 'src' just encoded. */
+PS_CODEC_KERNEL static void feedback_i8_sub(float *restrict r, size_t n,
+                                            const unsigned char *restrict src) {
+    float scale = load_f32(src);
+    const unsigned char *restrict q = src + 4;
+    for (size_t i = 0; i < n; i++) r[i] = r[i] - (float)(int8_t)q[i] * scale;
+}
+
+void ps_encode_feedback(ps_format f, float *r, size_t n, unsigned char *dst) {
+    switch (f) {
+    case PS_FMT_F16:
+#ifdef PS_CODEC_X86
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")) {
+            feedback_f16_f16c(r, n, dst);
+            return;
+        }
+#endif
+        feedback_f16_loop(r, n, dst);
+        return;
+    case PS_FMT_BF16:
+#ifdef PS_CODEC_X86
+        if (avx2_kernels()) {
+            feedback_bf16_avx2(r, n, dst);
+            return;
+        }
+#endif
+        feedback_bf16_loop(r, n, dst);
+        return;
+    case PS_FMT_I8:
+        encode_i8(r, n, dst);
+        feedback_i8_sub(r, n, dst);
+        return;
+    case PS_FMT_F32:
+        ps_encode(f, r, n, dst);
+        for (size_t i = 0; i < n; i++) r[i] = r[i] - r[i]; /* as decoding it back would */
+        return;
+    default:
+        return; /* TOPK: see ps_topk_encode */
     }
 }
 

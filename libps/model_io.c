@@ -309,9 +309,8 @@ static size_t encode_part(psModel *m, psPart *p, float *src, int feedback, unsig
         return len;
     }
     len = ps_dense_encoded_size(m->push_fmt, p->elements);
-    ps_encode(m->push_fmt, x, p->elements, dst);
-    if (feedback && ps_decode(m->push_fmt, dst, len, p->elements, m->scratch) == 0)
-        for (i = 0; i < p->elements; i++) x[i] -= m->scratch[i];
+    if (feedback) ps_encode_feedback(m->push_fmt, x, p->elements, dst); /* one pass */
+    else ps_encode(m->push_fmt, x, p->elements, dst);
     return len;
 }
 
