@@ -175,7 +175,6 @@ void psModelFree(psModel *m) {
     }
     free(m->tensors);
     free(m->pull_dstv);
-    free(m->scratch);
     free(m->topk_scratch);
     free(m->job);
     free(m);

@@ -361,10 +361,9 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
         psi_set_error(c, PS_ERR_OOM, "out of memory for the push buffer");
         return PS_ERR;
     }
-    if (lossy && m->scratch == NULL) {
-        m->scratch = malloc(m->max_part_elems * sizeof(float));
+    if (m->push_fmt == PS_FMT_TOPK && m->topk_scratch == NULL) {
         m->topk_scratch = malloc(m->max_part_elems * sizeof(uint32_t));
-        if (m->scratch == NULL || m->topk_scratch == NULL) {
+        if (m->topk_scratch == NULL) {
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             return PS_ERR;
         }
