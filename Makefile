@@ -133,6 +133,7 @@ $(B)/tests/%: tests/%.c $(PURE_OBJS) $(B)/libps.a $(HDRS)
 
 # These two build tests/test_codec_vec.c for other targets (#include).
 $(B)/tests/test_codec_vec_avx2 $(B)/tests/test_codec_vec_avx512: tests/test_codec_vec.c
+$(B)/tests/test_codec_vec_avx2_kernels: tests/test_codec_vec.c
 
 $(B)/bench/%: bench/%.c $(APP_PURE_OBJS) $(B)/libps.a
 	@mkdir -p $(dir $@)

@@ -27,6 +27,13 @@
 #include "codec_ref.h"
 #include "rng.h"
 
+/* codec_bench_avx2.c includes this file to time a copy built for AVX2. */
+#ifndef CODEC_BENCH_NAME
+#define CODEC_BENCH_NAME "codec_bench"
+#define CODEC_BENCH_WHAT "the library's codecs (the clone this CPU picks)"
+#define CODEC_BENCH_SUPPORTED() 1
+#endif
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -135,8 +142,8 @@ static int check_same(const Row *r, Bufs *b) {
     run_once(r, b, 0, v);
     run_once(r, b, 1, s);
     if (memcmp(v, s, ob) != 0) {
-        fprintf(stderr, "codec_bench: %s on %zu floats: vector and scalar outputs differ\n",
-                r->name, b->n);
+        fprintf(stderr, "%s: %s on %zu floats: vector and scalar outputs differ\n",
+                CODEC_BENCH_NAME, r->name, b->n);
         return -1;
     }
     return 0;
@@ -173,6 +180,11 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (!CODEC_BENCH_SUPPORTED()) {
+        printf("%s: SKIP: this CPU cannot run %s\n", CODEC_BENCH_NAME, CODEC_BENCH_WHAT);
+        return 0;
+    }
+    printf("%s: %s\n", CODEC_BENCH_NAME, CODEC_BENCH_WHAT);
     double at1m[NROWS];
     int have1m = 0;
     printf("%-15s %9s %8s %9s %9s %9s %8s %9s %8s\n", "codec", "floats", "in_MB", "memcpy_ms",
@@ -181,7 +193,7 @@ int main(int argc, char **argv) {
         size_t n = sizes[si];
         Bufs b;
         if (bufs_init(&b, n) != 0) {
-            fprintf(stderr, "codec_bench: out of memory for %zu floats\n", n);
+            fprintf(stderr, "%s: out of memory for %zu floats\n", CODEC_BENCH_NAME, n);
             return 1;
         }
         int r_reps = n > (4u << 20) ? (reps + 5) / 6 : reps;
@@ -215,6 +227,6 @@ int main(int argc, char **argv) {
     }
     return 0;
 usage:
-    fprintf(stderr, "usage: codec_bench [--sizes N,N,...] [--reps R] [--no-targets]\n");
+    fprintf(stderr, "usage: %s [--sizes N,N,...] [--reps R] [--no-targets]\n", CODEC_BENCH_NAME);
     return 2;
 }

@@ -77,6 +77,7 @@ echo "== 1. optimizer kernels vs memcpy of the same bytes (build/bench/apply_ben
 echo
 echo "== 1b. wire codecs vs memcpy of the F32 tensor and vs the scalar loops (build/bench/codec_bench)"
 "$B/bench/codec_bench" || { echo "bench: codec_bench failed" >&2; fail=1; }
+"$B/bench/codec_bench_avx2" --sizes 1048576 || { echo "bench: codec_bench_avx2 failed" >&2; fail=1; }
 
 echo
 echo "== 2. PS commands vs SET/GET of the same bytes, same server, same run (build/bench/ps_bench)"

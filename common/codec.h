@@ -64,6 +64,13 @@ void ps_encode(ps_format f, const float *src, size_t n, unsigned char *dst);
  * (writing nothing) when 'len' is not the encoded size or 'f' is TOPK. */
 int ps_decode(ps_format f, const unsigned char *src, size_t len, size_t n, float *dst);
 
+/* Error feedback for a lossy push in one pass: encodes the 'n' floats of
+ * the residual 'r' into 'dst' in the dense format 'f' (the bytes ps_encode
+ * writes; 'dst' as for ps_encode) and subtracts from each r[i] its decoded
+ * value, leaving in 'r' exactly what ps_encode, then ps_decode into a
+ * scratch array, then r[i] -= scratch[i] leave. Does nothing for TOPK. */
+void ps_encode_feedback(ps_format f, float *r, size_t n, unsigned char *dst);
+
 /* IEEE binary16 <-> binary32. Rounds to nearest, ties to even; values that
  * round past 65504 become infinity; subnormals are produced and read exactly;
  * NaN stays NaN (made quiet on the way down, payload kept where it fits). */

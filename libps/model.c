@@ -65,8 +65,8 @@ int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio) {
 }
 
 int psModelSetPullFormat(psModel *m, psWireFormat fmt) {
-    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16};
-    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_BF16) return PS_ERR;
+    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8};
+    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_I8) return PS_ERR;
     m->pull_fmt = map[fmt];
     return PS_OK;
 }
@@ -175,7 +175,6 @@ void psModelFree(psModel *m) {
     }
     free(m->tensors);
     free(m->pull_dstv);
-    free(m->scratch);
     free(m->topk_scratch);
     free(m->job);
     free(m);

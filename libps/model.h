@@ -57,8 +57,7 @@ struct psModel {
     ps_format pull_fmt;         /* F32 (default), F16 or BF16 */
     double topk_ratio;
     size_t max_part_elems;
-    float *scratch;             /* decode scratch (max_part_elems) */
-    uint32_t *topk_scratch;
+    uint32_t *topk_scratch;     /* TOPK selection scratch (max_part_elems) */
     float **pull_dst;           /* destination of the pull in progress (pull_dstv), or NULL */
     float **pull_dstv;          /* copy of the caller's array of destinations */
     int pull_pending;           /* partition pulls not yet finished */

@@ -212,9 +212,8 @@ static size_t encode_part(psModel *m, psPart *p, float *src, int feedback, unsig
         return len;
     }
     len = ps_dense_encoded_size(m->push_fmt, p->elements);
-    ps_encode(m->push_fmt, x, p->elements, dst);
-    if (feedback && ps_decode(m->push_fmt, dst, len, p->elements, m->scratch) == 0)
-        for (i = 0; i < p->elements; i++) x[i] -= m->scratch[i];
+    if (feedback) ps_encode_feedback(m->push_fmt, x, p->elements, dst); /* one pass */
+    else ps_encode(m->push_fmt, x, p->elements, dst);
     return len;
 }
 
@@ -265,10 +264,9 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
         psi_set_error(c, PS_ERR_OOM, "out of memory for the push buffer");
         return PS_ERR;
     }
-    if (lossy && m->scratch == NULL) {
-        m->scratch = malloc(m->max_part_elems * sizeof(float));
+    if (m->push_fmt == PS_FMT_TOPK && m->topk_scratch == NULL) {
         m->topk_scratch = malloc(m->max_part_elems * sizeof(uint32_t));
-        if (m->scratch == NULL || m->topk_scratch == NULL) {
+        if (m->topk_scratch == NULL) {
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             return PS_ERR;
         }

@@ -1,7 +1,8 @@
 """ps-train's TOPK push format: chosen at init and recorded in the job so every worker pushes
 alike (a worker or a second init asking for another format is refused), k as a fraction, a
-percentage or a count, and a TOPK job with error feedback trains Fashion-MNIST to the same
-accuracy class as F32 while sending about 1/50 of its push bytes."""
+percentage or a count, a TOPK job pulls I8 unless a worker asks otherwise, and a TOPK job with
+error feedback (and its default I8 pulls) trains Fashion-MNIST to the same accuracy class as F32
+while sending about 1/50 of its push bytes."""
 
 import re
 
@@ -74,6 +75,34 @@ def test_push_format_is_the_jobs_and_another_is_refused(ps_train, server):
     steps = int(acked["model_pushes"])
     assert steps == 16   # 1000 samples in batches of 64
     assert int(acked["push_bytes"]) < steps * 4 * 784 * 128 // 40, acked
+
+
+def acked(out):
+    return dict(kv.split("=", 1) for kv in re.search(r"^ACKED (.*)$", out, re.M).group(1).split())
+
+
+def test_topk_job_pulls_i8_by_default_and_a_workers_flag_overrides_it(ps_train, server):
+    # With TOPK pushes the dense pull is nearly all of a step's bytes: a TOPK job records I8
+    # pulls (a quarter of F32's bytes), other jobs F32; a worker's --pull-format wins.
+    r = server.client()
+    wbase = ["--progress", "line", "--max-tasks", 1]
+    for job, fmt, pull in (("tk", "topk", "i8"), ("dense", "bf16", "f32")):
+        run(["init", "--addr", server.addr, "--job", job, "--limit", 3000, "--shard-size", 1000,
+             "--push-format", fmt])
+        assert config(r, job)["pull_format"] == pull
+        p = run(["work", "--addr", server.addr, "--job", job] + wbase)
+        assert "pull %s, push" % pull in p.out, p.out
+    p = run(["status", "--addr", server.addr, "--job", "tk"])
+    assert "push topk:0.01, pull i8" in p.out, p.out
+    # Pull bytes per step: F32 4 per float, I8 1 per float plus a 4-byte scale per partition.
+    floats = 784 * 128 + 128 + 128 * 10 + 10
+    i8 = acked(run(["work", "--addr", server.addr, "--job", "tk"] + wbase).out)
+    f32 = acked(run(["work", "--addr", server.addr, "--job", "tk", "--pull-format", "f32"]
+                    + wbase).out)
+    for a, per_float in ((i8, 1), (f32, 4)):
+        pulls = int(a["pull_bytes"]) / (per_float * floats)
+        # One pull per step (plus the first); a handful of bytes per partition on top.
+        assert int(a["model_pushes"]) <= pulls <= int(a["model_pushes"]) + 2, a
 
 
 def test_topk_count_is_spread_over_the_model(ps_train, server):

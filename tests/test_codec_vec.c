@@ -36,7 +36,11 @@
 #define CODEC_COPY_SUPPORTED() 1
 #define CODEC_COPY_BEGIN _Pragma("GCC push_options") _Pragma("GCC optimize(\"O3\")")
 #endif
+#ifdef CODEC_COPY_KERNELS
+#define PS_CODEC_NO_CLONES /* one build, intrinsic kernels kept */
+#else
 #define PS_CODEC_BASELINE_ONLY
+#endif
 CODEC_COPY_BEGIN
 #define ps_format_parse base_format_parse
 #define ps_format_name base_format_name
@@ -47,6 +51,7 @@ CODEC_COPY_BEGIN
 #define ps_bf16_to_f32 base_bf16_to_f32
 #define ps_encode base_encode
 #define ps_decode base_decode
+#define ps_encode_feedback base_encode_feedback
 #define ps_rows_check base_rows_check
 #define ps_rows_get base_rows_get
 #define ps_topk_encoded_size base_topk_encoded_size
@@ -65,6 +70,7 @@ _Pragma("GCC pop_options")
 #undef ps_bf16_to_f32
 #undef ps_encode
 #undef ps_decode
+#undef ps_encode_feedback
 #undef ps_rows_check
 #undef ps_rows_get
 #undef ps_topk_encoded_size
@@ -289,6 +295,51 @@ static void test_i8_matches_scalar_on_scale_edge_cases(void **state) {
     free(x);
 }
 
+/* ------------------------------------------------------- error feedback */
+
+/* ps_encode_feedback (library and copy) against the three passes it replaces:
+ * the reference's encode, decode into scratch, subtract. Same blob, same
+ * residual bits, nothing written past either. */
+static void check_feedback(ps_format f, const float *x, size_t n) {
+    size_t len = ps_dense_encoded_size(f, n);
+    if (n == 0) len = f == PS_FMT_I8 ? 4 : 0;
+    unsigned char *want = malloc(len + GUARD), *got = malloc(len + GUARD);
+    float *wr = malloc((n + GUARD) * 4), *gr = malloc((n + GUARD) * 4), *dec = malloc(n * 4 + 4);
+    assert_true(want && got && wr && gr && dec);
+    memset(want, 0xa5, len + GUARD);
+    memcpy(wr, x, n * 4);
+    memset(wr + n, 0x5a, GUARD * 4);
+    ps_encode_ref(f, wr, n, want);
+    assert_int_equal(ps_decode_ref(f, want, len, n, dec), 0);
+    for (size_t i = 0; i < n; i++) wr[i] -= dec[i];
+    for (int copy = 0; copy < 2; copy++) {
+        memset(got, 0xa5, len + GUARD);
+        memcpy(gr, x, n * 4);
+        memset(gr + n, 0x5a, GUARD * 4);
+        (copy ? base_encode_feedback : ps_encode_feedback)(f, gr, n, got);
+        assert_memory_equal(got, want, len + GUARD);
+        assert_memory_equal(gr, wr, (n + GUARD) * 4);
+    }
+    free(want), free(got), free(wr), free(gr), free(dec);
+}
+
+static void test_encode_feedback_matches_encode_decode_subtract(void **state) {
+    (void)state;
+    enum { N = 1000 };
+    static const ps_format fmts[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8};
+    float *x = malloc(N * 4);
+    assert_non_null(x);
+    for (int c = 0; c < 3; c++) {
+        for (size_t i = 0; i < N; i++) {
+            float g = (float)((double)(rnd() >> 11) / 9007199254740992.0 - 0.5);
+            x[i] = c == 0 ? any_float() : c == 1 ? g * 1e-3f : (float)((int)(i % 255) - 127) + 0.5f;
+        }
+        for (size_t fi = 0; fi < sizeof(fmts) / sizeof(fmts[0]); fi++)
+            for (size_t n = 0; n <= N; n = n * 3 + 1) check_feedback(fmts[fi], x, n);
+    }
+    free(x);
+}
+
 /* ---------------------------------------------------------------- TOPK */
 
 /* Fills 'x' with pattern 'c' (see the cases) of 'n' floats. */
@@ -347,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_f16_bf16_decode_match_scalar_on_every_16_bit_pattern),
         cmocka_unit_test(test_codecs_match_scalar_at_every_short_length_and_alignment),
         cmocka_unit_test(test_i8_matches_scalar_on_scale_edge_cases),
+        cmocka_unit_test(test_encode_feedback_matches_encode_decode_subtract),
         cmocka_unit_test(test_topk_matches_scalar_for_every_k_class_and_data_shape),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -85,7 +85,7 @@ static const flagDef Flags[] = {
      "behind ps-relay --sync: after each push wait up to MS for the round's new model "
      "(implies --overlap 0)"},
     {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, "FMT",
-     "model on the wire: f32, bf16 or f16 (f32)"},
+     "model on the wire: f32, bf16, f16 or i8 (the job's: i8 for a topk push format, else f32)"},
     {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, "FMT",
      "gradients on the wire: f32 bf16 f16 i8 topk[:K] (K 0.01, 1% or a count; 1%); init "
      "records it (f32), workers push the job's"},
@@ -202,7 +202,6 @@ static void set_defaults(trainOpts *o) {
     o->window = 2;
     o->pull_every = 1;
     o->overlap = 1;
-    o->pull_format = "f32";
     o->on_degraded = "degrade";
     o->on_lost_state = "stop";
     o->interval_ms = 2000;
@@ -338,8 +337,8 @@ static int validate(trainOpts *o, int bit) {
     }
     if (bit & (C_WORK | C_RUN)) {
         psWireFormat wf;
-        if (tr_parse_wire(o->pull_format, 0, &wf) != 0) {
-            fprintf(stderr, "ps-train %s: --pull-format: '%s' is not f32, bf16 or f16\n", c,
+        if (tr_parse_wire(o->pull_format, 1, &wf) != 0) {
+            fprintf(stderr, "ps-train %s: --pull-format: '%s' is not f32, bf16, f16 or i8\n", c,
                     o->pull_format);
             return -1;
         }

@@ -214,8 +214,10 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     argv[n++] = pull_every;
     argv[n++] = "--overlap";
     argv[n++] = overlap;
-    argv[n++] = "--pull-format";
-    argv[n++] = o->pull_format;
+    if (o->pull_format) {   /* else the job's default */
+        argv[n++] = "--pull-format";
+        argv[n++] = o->pull_format;
+    }
     if (o->push_format) {   /* else the job's (init recorded it) */
         argv[n++] = "--push-format";
         argv[n++] = o->push_format;

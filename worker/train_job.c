@@ -261,6 +261,8 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
         else if (!strcmp(f, "push_format"))
             copy_str(cfg->push_format, sizeof(cfg->push_format), v);
+        else if (!strcmp(f, "pull_format"))
+            copy_str(cfg->pull_format, sizeof(cfg->pull_format), v);
         else if (!strcmp(f, "state")) copy_str(cfg->state, sizeof(cfg->state), v);
         else if (!strcmp(f, "momentum")) {
             cfg->momentum = strtod(num, NULL);
@@ -277,10 +279,13 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         char err[256];
         cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));
         pushFormat pf;
-        if (cfg->nsizes < 0 || cfg->batch < 1 ||
+        psWireFormat wf;
+        int bad_pull = cfg->pull_format[0] && tr_parse_wire(cfg->pull_format, 1, &wf) != 0;
+        if (cfg->nsizes < 0 || cfg->batch < 1 || bad_pull ||
             (cfg->push_format[0] && tr_parse_push(cfg->push_format, &pf) != 0)) {
             fprintf(stderr, "ps-train: job %s has a corrupt config (%s)\n", job,
-                    cfg->nsizes < 0 ? err : cfg->batch < 1 ? "batch" : "push_format");
+                    cfg->nsizes < 0 ? err : cfg->batch < 1 ? "batch"
+                                            : bad_pull     ? "pull_format" : "push_format");
             return -1;
         }
     }
@@ -613,6 +618,13 @@ int tr_cmd_init(const trainOpts *o) {
     pushFormat pf;
     tr_parse_push(o->push_format, &pf); /* validated with the flags */
     tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
+    /* TOPK shrinks a push ~50x, so the dense model pull is then nearly all
+     * of a step's bytes: a TOPK job pulls I8 (a quarter of F32) unless a
+     * worker asks otherwise. Measured on a 100 Mbit/s link (make
+     * bench-shaped): TOPK 1% with F32 pulls 1.9x F32's samples/s, with I8
+     * pulls about 7x, at F32's accuracy (docs/benchmarks.md). */
+    snprintf(cfg.pull_format, sizeof(cfg.pull_format), "%s",
+             pf.fmt == PS_WIRE_TOPK ? "i8" : "f32");
     if (o->data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->data);
     if (o->csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->csv);
     if (o->test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->test_csv);
@@ -653,7 +665,8 @@ int tr_cmd_init(const trainOpts *o) {
                               "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
                               "label_col", nums[5], "train_n", nums[6], "seed", nums[7],
                               "momentum", nums[8], "limit", nums[9],
-                              "push_format", cfg.push_format};
+                              "push_format", cfg.push_format,
+                              "pull_format", cfg.pull_format};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
         size_t argl[sizeof(argv) / sizeof(argv[0])];
         for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);

@@ -79,7 +79,7 @@ typedef struct trainOpts {
     int overlap;                /* 1: next pull in flight while computing */
     int sync_rounds;            /* > 0: each pull waits up to this many ms for a model newer
                                    than the last one (a relay's sync round, MINVERSION) */
-    const char *pull_format;    /* f32 | bf16 | f16 */
+    const char *pull_format;    /* f32 | bf16 | f16 | i8; NULL: the job's default */
     const char *push_format;    /* f32 | bf16 | f16 | i8 | topk[:K]; NULL: the job's */
     int interval_ms;
     const char *progress;       /* auto | tty | line | none */
@@ -148,6 +148,7 @@ typedef struct jobConfig {
     int limit;                  /* --limit as given, 0: none */
     int has_momentum, has_limit; /* fields present (jobs made before they were stored lack them) */
     char push_format[32];       /* set at init ("" in jobs made before it was) */
+    char pull_format[16];       /* workers' default pull format, set at init ("": f32) */
     char state[16];             /* "init" while being created, then "ready" */
     sparseConfig sp;            /* sparse jobs */
 } jobConfig;
@@ -189,7 +190,7 @@ int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state);
 redisReply *tr_cmd_ok(const trainOpts *o, psClient *c, const char *key, const char *fmt, ...);
 /* Prints an error with the subcommand prefix. */
 /* Parses a --pull-format/--push-format name (case-insensitive) into *out;
- * 'push' also allows i8. Returns 0 or -1. */
+ * 'push' (any pull too) also allows i8. Returns 0 or -1. */
 int tr_parse_wire(const char *name, int push, psWireFormat *out);
 /* Parses a --push-format: f32, bf16, f16, i8, or topk[:K] with K a fraction
  * (0.01, needs a '.'), a percentage (1%) or a count (1000), case-insensitive.

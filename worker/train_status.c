@@ -88,9 +88,10 @@ int tr_cmd_status(const trainOpts *o) {
         goto out;
     }
     printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks, push %s\n", o->job, cfg.state, cfg.layers, cfg.optim,
-           cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
-           cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)");
+           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg.state, cfg.layers,
+           cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
+           cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
+           cfg.pull_format[0] ? cfg.pull_format : "f32");
     tr_key(tkey, sizeof(tkey), o->job, "tasks");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 

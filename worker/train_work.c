@@ -286,7 +286,9 @@ static int setup(worker *w) {
     if (tr_check_push_format(o, &w->cfg) != 0) return -1;
     snprintf(w->push_name, sizeof(w->push_name), "%s",
              w->cfg.push_format[0] ? w->cfg.push_format : o->push_format ? o->push_format : "f32");
-    if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
+    snprintf(w->pull_name, sizeof(w->pull_name), "%s",
+             o->pull_format ? o->pull_format : w->cfg.pull_format[0] ? w->cfg.pull_format : "f32");
+    if (tr_parse_wire(w->pull_name, 1, &pullf) != 0 ||
         tr_parse_push(w->push_name, &pushf) != 0 ||
         psModelSetPullFormat(w->m, pullf) != PS_OK || tr_push_apply(w->m, &pushf) != PS_OK) {
         tr_err(o, "bad --pull-format or --push-format");
@@ -433,7 +435,7 @@ int tr_cmd_work(const trainOpts *o) {
                w.name, w.t_pull * 1e3 / w.pushes, w.t_grad * 1e3 / w.pushes,
                w.t_push * 1e3 / w.pushes, w.t_tasks * 1e3 / w.pushes,
                (w.t_last - w.t_first) * 1e3 / w.pushes, o->pull_every, o->overlap,
-               o->pull_format, w.push_name);
+               w.pull_name, w.push_name);
     /* For scripts and the fault tests: after the final drain every model
      * push is acknowledged, so each partition key got exactly model_pushes
      * pushes from this worker (partition_pushes = model_pushes * keys unless

@@ -45,6 +45,7 @@ typedef struct worker {
     char tkey[128], pkey[128], dkey[128];
     int batch;
     char push_name[32];     /* the push format in use (the job's) */
+    char pull_name[16];     /* the pull format in use (--pull-format, else the job's) */
     int tty;                /* overwrite one line instead of printing lines */
     int quiet;
     /* counters */

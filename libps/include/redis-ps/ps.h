@@ -331,8 +331,10 @@ int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio);
 
 /* Set the format pulls ask the server for: PS_WIRE_F32 (default, exact),
  * PS_WIRE_BF16 or PS_WIRE_F16 (half the bytes on the wire; the values are
- * rounded, the server's copy stays float32). Decoded into the caller's
- * arrays as they arrive. Returns PS_OK or PS_ERR (other formats). */
+ * rounded, the server's copy stays float32) or PS_WIRE_I8 (a quarter: one
+ * scale per partition, max|x|/127, values rounded to a multiple of it).
+ * Decoded into the caller's arrays as they arrive. Returns PS_OK or PS_ERR
+ * (PS_WIRE_TOPK). */
 int psModelSetPullFormat(psModel *m, psWireFormat fmt);
 
 /* Fix the partition layout and key names (done implicitly by the first
