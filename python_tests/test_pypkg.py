@@ -232,9 +232,22 @@ def test_model_survives_a_server_restart_from_aof(make_server):
     assert m.pull()["w"].tolist() == [-1, -1, -1] and m.versions == {"w": 2}
 
 
+def test_i8_pull_gives_the_servers_quantization(server):
+    """pull_format="I8" (the default pull of ps-train's TOPK jobs) decodes the server's I8 reply
+    to the bits redis_ps.codec's own I8 round trip gives."""
+    r = server.client()
+    m = Model(r, "q8", pull_format="I8").add_tensor("w", (1000,))
+    m.create("INIT UNIFORM -1 1 SEED 3")
+    exact = Model(r, "q8").add_tensor("w", (1000,)).pull()["w"]
+    got = m.pull()["w"]
+    want = redis_ps.codec.decode("I8", redis_ps.codec.encode("I8", exact), exact.size)
+    assert got.tobytes() == np.asarray(want, np.float32).tobytes()
+    assert not np.array_equal(got, exact)            # really quantized
+
+
 def test_client_side_errors_are_clear():
     with pytest.raises(ValueError):
-        Model(None, "x", pull_format="I8")
+        Model(None, "x", pull_format="TOPK")
     m = Model(None, "x").add_tensor("w", (2, 2))
     with pytest.raises(ValueError):
         m.add_tensor("w", (3,))

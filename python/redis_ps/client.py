@@ -306,7 +306,7 @@ class Model:
     """A job's tensors, partitioned over keys as libps does (see the module docstring).
 
     'push_format' (F32, F16, BF16, I8, TOPK with 'topk_ratio') uses error feedback for the
-    lossy formats; 'pull_format' is F32, F16 or BF16. 'window' > 1 queues that many model
+    lossy formats; 'pull_format' is F32, F16, BF16 or I8 (what ps-train's TOPK jobs pull). 'window' > 1 queues that many model
     pushes in one pipeline before sending them (one round trip per node); pull() and flush()
     send what is queued. A connection error resends the same pushes (same IDs, so each is
     applied once) up to 'retries' times."""
@@ -317,8 +317,8 @@ class Model:
                  send_version: bool = True):
         if partition_bytes <= 0:
             raise ValueError("partition_bytes must be > 0")
-        if codec.format_name(pull_format) not in ("F32", "F16", "BF16"):
-            raise ValueError("pull_format must be F32, F16 or BF16")
+        if codec.format_name(pull_format) not in codec.DENSE_FORMATS:
+            raise ValueError("pull_format must be one of %s" % ", ".join(codec.DENSE_FORMATS))
         if codec.format_name(push_format) == "TOPK" and not 0 < topk_ratio <= 1:
             raise ValueError("topk_ratio must be in (0, 1]")
         self.r = r
