@@ -111,6 +111,51 @@ def test_two_workers_reach_the_auc_bound_and_every_table_push_counts_once(server
     assert snap.returncode == 1 and "no snapshots" in snap.out, snap.out
 
 
+@pytest.mark.parametrize("overlap", [0, 1])
+def test_overlap_sends_the_next_batchs_row_pull_before_this_batchs_push(server, data, overlap):
+    """--overlap 1 pipelines the sparse worker by one batch: the rows of batch i+1 are
+    pulled before batch i's push is sent, so when a push reaches the server two pulls
+    more than pushes went before it (except at a task's last batch); --overlap 0
+    alternates pull, push. The SLOWLOG (threshold 0) records every command in the order
+    the server ran it."""
+    r = server.client()
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100000)
+    job = "sov%d" % overlap
+    args = sparse_args(server.addr, job, "fm", data)
+    args[args.index("--epochs") + 1] = 1
+    args[args.index("--shard-bytes") + 1] = 1000000     # a few tasks of many batches
+    p = run(["run", "--workers", 1, "--progress", "line", "--shards", 1,
+             "--overlap", overlap] + args)
+    assert "overlap %d" % overlap in p.out, p.out
+    res = result_line(p.out)
+    assert int(res["samples"]) == TRAIN_LINES, p.out
+    seq = []
+    for e in reversed(r.slowlog_get(100000)):
+        words = e["command"].split(b" ", 2)
+        if len(words) > 1 and words[0] in (b"PS.PULL", b"PS.PUSHGRAD") and \
+                words[1].startswith(job.encode() + b":emb:"):
+            seq.append(words[0].decode())
+    pushes = seq.count("PS.PUSHGRAD")
+    assert pushes == int(res["table_version"]), res
+    ahead = pulls = seen = 0
+    for c in seq[:len(seq) - seq[::-1].index("PS.PUSHGRAD")]:   # eval's pulls come after
+        if c == "PS.PULL":
+            pulls += 1
+            continue
+        seen += 1
+        ahead += pulls == seen + 1
+    cfg = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{%s}:config" % job).items()}
+    if overlap:
+        # every push but each task's last
+        assert ahead == pushes - int(cfg["tasks"]), (ahead, pushes, cfg["tasks"], seq[:20])
+    else:
+        assert ahead == 0, seq[:20]
+    versions = shard_versions([(k.decode(), r) for k in r.keys(job + ":*")], job)
+    acked = acked_tables(p.out)
+    assert len(acked) == 1 and acked[0]["shard_pushes"] == [versions[0][1]], (acked, versions)
+
+
 def test_mlp_trains_embeddings_and_dense_layers_in_one_job(server, data):
     r = server.client()
     p = run(["run", "--workers", 2, "--progress", "none", "--dim", 4, "--hidden", 16,
