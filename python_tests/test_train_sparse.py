@@ -189,6 +189,22 @@ def test_ftrl_lr_job_creates_an_ftrl_table(server, data):
     assert d[b"optimizer"].upper() == b"FTRL" and float(d[b"l1"]) == 1.0, d
 
 
+def test_table_zero_frac_counts_the_exactly_zero_values_of_the_table(server, data):
+    """eval and run's RESULT report table_zero_frac, the exactly-zero fraction of the
+    table's values (a PS.SCANROWS of every shard): an FTRL LR whose L1 outweighs every
+    gradient sum keeps every weight at 0; Adagrad's weights are not 0."""
+    p = run(["run", "--workers", 1, "--progress", "none", "--table-optim", "ftrl",
+             "--l1", 1e6] + sparse_args(server.addr, "szf", "lr", data))
+    res = result_line(p.out)
+    assert int(res["table_rows"]) >= 200 and float(res["table_zero_frac"]) == 1.0, res
+    p = run(["run", "--workers", 1, "--progress", "none"]
+            + sparse_args(server.addr, "szg", "lr", data))
+    res = result_line(p.out)
+    assert float(res["table_zero_frac"]) < 0.1, res
+    ev = run(["eval", "--addr", server.addr, "--job", "szg"]).out
+    assert "table_zero_frac=%s" % res["table_zero_frac"] in ev, ev
+
+
 def test_second_init_with_other_sparse_settings_is_refused_and_reset_recreates(server, data):
     r = server.client()
     base = sparse_args(server.addr, "sre", "fm", data)

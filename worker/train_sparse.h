@@ -43,6 +43,11 @@ typedef struct tableInfo {
 } tableInfo;
 /* 0, or -1 with c->err / a server error printed. */
 int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti);
+/* Values of the table's live rows and how many of them are exactly 0 (an
+ * FTRL table's sparsity), by a full PS.SCANROWS of every shard (O(rows),
+ * the rows' values cross the wire once). 0, or -1 (printed). */
+int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
+                   long long *zeros);
 
 /* ---- train_sparse.c: the worker (dispatched from train_work.c) ---- */
 /* After the job config was loaded into w->cfg: sets up the model, table and

@@ -285,6 +285,40 @@ int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti) {
     return 0;
 }
 
+int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
+                   long long *zeros) {
+    *values = *zeros = 0;
+    for (int s = 0; psEmbedShardKey(e, s) != NULL; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        char cursor[32] = "0";
+        do {
+            redisReply *r = tr_cmd_ok(o, c, key, "PS.SCANROWS %s %s COUNT 65536 FORMAT F32", key,
+                                      cursor);
+            if (r == NULL) return -1;
+            /* [next cursor (string), version, ids, values] */
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
+                r->element[3]->type != REDIS_REPLY_STRING ||
+                r->element[3]->len % (sizeof(float) * (size_t)dim) != 0) {
+                tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
+                freeReplyObject(r);
+                return -1;
+            }
+            memcpy(cursor, r->element[0]->str, r->element[0]->len);
+            cursor[r->element[0]->len] = '\0';
+            size_t n = r->element[3]->len / sizeof(float);
+            for (size_t i = 0; i < n; i++) {
+                float v;
+                memcpy(&v, r->element[3]->str + i * sizeof(float), sizeof(float));
+                *zeros += v == 0.0f;
+            }
+            *values += (long long)n;
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0);
+    }
+    return 0;
+}
+
 /* ========================================================================
  * init
  * ====================================================================== */
@@ -628,6 +662,7 @@ typedef struct evalResult {
     long long n;
     tableInfo ti;
     long long distinct;   /* HyperLogLog estimate of the ids of epoch 1, -1 unknown */
+    double zero_frac;     /* of the table's values (ts_table_zeros), 0 when empty */
 } evalResult;
 
 /* Pulls the dense tensors, streams the test file (--test or the job's) in
@@ -706,6 +741,9 @@ static int evaluate(const trainOpts *o, evalResult *res) {
     res->logloss = ps_metrics_logloss(&met);
     res->n = (long long)met.n;
     if (ts_table_info(o, c, e, &res->ti) != 0) goto out;
+    long long nval, nzero;
+    if (ts_table_zeros(o, c, e, ps_ctr_row_dim(&m), &nval, &nzero) != 0) goto out;
+    res->zero_frac = nval ? (double)nzero / (double)nval : 0.0;
     tr_key(ikey, sizeof(ikey), o->job, "ids");
     redisReply *hr = tr_cmd_ok(o, c, ikey, "PFCOUNT %s", ikey);
     res->distinct = hr && hr->type == REDIS_REPLY_INTEGER ? hr->integer : -1;
@@ -727,11 +765,13 @@ out:
     return status;
 }
 
-/* "table_rows=R rows_created=C rows_dropped=D rows_evicted=E distinct_ids=N table_version=V" */
+/* "table_rows=R rows_created=C rows_dropped=D rows_evicted=E distinct_ids=N table_version=V
+ * table_zero_frac=Z" */
 static void table_text(const evalResult *res, char *buf, size_t len) {
     snprintf(buf, len, "table_rows=%lld rows_created=%lld rows_dropped=%lld rows_evicted=%lld "
-             "distinct_ids=%lld table_version=%lld", res->ti.rows, res->ti.created,
-             res->ti.dropped, res->ti.evicted, res->distinct, res->ti.version);
+             "distinct_ids=%lld table_version=%lld table_zero_frac=%.4f", res->ti.rows,
+             res->ti.created, res->ti.dropped, res->ti.evicted, res->distinct, res->ti.version,
+             res->zero_frac);
 }
 
 static int check_auc(const trainOpts *o, double auc) {
@@ -746,7 +786,7 @@ static int check_auc(const trainOpts *o, double auc) {
 #define SPARSE_EVAL_FIELDS(res)                                                                \
     RL_NUM("test_auc", (res).auc), RL_NUM("test_logloss", (res).logloss),                      \
         RL_INT("test_samples", (res).n), RL_INT("table_rows", (res).ti.rows),                  \
-        RL_INT("distinct_ids", (res).distinct)
+        RL_INT("distinct_ids", (res).distinct), RL_NUM("table_zero_frac", (res).zero_frac)
 
 int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg) {
     evalResult res;
