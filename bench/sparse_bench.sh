@@ -16,9 +16,13 @@
 #      optimizer core): FTRL's fraction of zero weights at a test logloss
 #      within 0.002 of Adagrad's (the sparsest of a few L1 values that stays
 #      within it).
+#   e. the same LR through the server (step c's ps-train, 2 workers): Adagrad
+#      and FTRL with L1 $PS_FTRL_L1; their table_zero_frac (exactly-zero values
+#      of the table, a PS.SCANROWS of every shard) and test loglosses.
 # Exit status: 0 unless a program failed (a missed target is reported).
 # Environment: BENCH_SPARSE_SAMPLES (1000000), BENCH_SPARSE_EPOCHS (3),
-# REDIS_SERVER; BENCH_SPARSE_TRAINER and BENCH_SPARSE_MODULE run step c with
+# REDIS_SERVER, BENCH_SPARSE_OVERLAP (0 or 1: step c's --overlap; ps-train's
+# default 1 when unset); BENCH_SPARSE_TRAINER and BENCH_SPARSE_MODULE run step c with
 # another build's ps-train and ps.so (e.g. a branch's, before it is merged).
 set -euo pipefail
 
@@ -38,7 +42,7 @@ FIELDS=26 VOCAB=1000000 ZIPF=1.5 HEAD=20 DECAY=1 SEED=7
 EPOCHS=${BENCH_SPARSE_EPOCHS:-3}
 # FILTER 24 for the one baseline table: what 4 shards of 2^22 counters hold.
 K=4 LR=0.05 INIT_STD=0.01 ADMIT=255 FILTER=24 BATCH=256 SHARDS=4
-LR_ADAGRAD=0.05 FTRL_ALPHA=0.05 FTRL_L1S="1 4 16 64" LR_EPOCHS=1
+LR_ADAGRAD=0.05 FTRL_ALPHA=0.05 FTRL_L1S="1 4 16 64" LR_EPOCHS=1 PS_FTRL_L1=64
 # -----------------------------------------------------------------------------
 
 field() { sed -n "s/.*[[:space:]]$2=\([^[:space:]]*\).*/\1/p" <<<" $1"; }
@@ -83,6 +87,7 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     # Flags the sparse path may not have yet: passed only when --help lists them.
     help=$("$TRAINER" run --help 2>&1)
     grep -q -- '--unknown' <<<"$help" && RUN+=(--unknown zeros)
+    [ -n "${BENCH_SPARSE_OVERLAP:-}" ] && RUN+=(--overlap "$BENCH_SPARSE_OVERLAP")
     echo
     echo "ps-train: run --workers 2 ${RUN[*]} (redis-server pid $PS_PID)"
     if out=$("$TRAINER" run --addr "127.0.0.1:$PS_PORT" --job bench-sparse --workers 2 \
@@ -94,6 +99,27 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
         PAUC=$(field "$PLINE" test_auc)
     else
         tail -5 <<<"$out"; echo "sparse bench: ps-train run --model fm failed" >&2; fail=1
+    fi
+    # e. LR through the server, Adagrad vs FTRL (when this ps-train reports table_zero_frac).
+    if grep -q table_zero_frac "$TRAINER" 2>/dev/null; then
+        LRRUN=(--model lr --batch "$BATCH" --epochs "$LR_EPOCHS" --shards "$SHARDS" --seed "$SEED")
+        ps_lr() { # label job args...; prints the RESULT line
+            local label=$1 job=$2 o
+            shift 2
+            echo "ps-train: run --workers 2 ${LRRUN[*]} $*" >&2
+            if ! o=$("$TRAINER" run --addr "127.0.0.1:$PS_PORT" --job "$job" --workers 2 \
+                    --train "$P.train.libsvm" --test "$P.test.libsvm" "${LRRUN[@]}" "$@" \
+                    --progress none 2>&1); then
+                tail -5 <<<"$o" >&2; echo "sparse bench: ps-train lr $label failed" >&2; return 1
+            fi
+            grep '^RESULT' <<<"$o" | tail -1
+        }
+        echo
+        PALINE=$(ps_lr adagrad bench-lr-adagrad --table-optim adagrad --table-lr "$LR_ADAGRAD") || fail=1
+        echo "[ps-train lr adagrad lr $LR_ADAGRAD] ${PALINE#RESULT }"
+        PFLINE=$(ps_lr ftrl bench-lr-ftrl --table-optim ftrl --table-lr "$FTRL_ALPHA" --ftrl-beta 1 \
+            --l1 "$PS_FTRL_L1" --l2 1) || fail=1
+        echo "[ps-train lr ftrl alpha $FTRL_ALPHA l1 $PS_FTRL_L1] ${PFLINE#RESULT }"
     fi
     private_server_stop
 else
@@ -145,6 +171,13 @@ else
 fi
 awk -v t="$TAUC" -v a="$(field "$BLINE" test_auc)" 'BEGIN { g = t - a;
     printf "target (baseline): FM test AUC within 0.01 of the truth: gap %.4f  %s\n", g, (g <= 0.01) ? "PASS" : "MISS" }'
+if [ -n "${PFLINE:-}" ] && [ -n "${PALINE:-}" ]; then
+    awk -v fz="$(field "$PFLINE" table_zero_frac)" -v fl="$(field "$PFLINE" test_logloss)" \
+        -v az="$(field "$PALINE" table_zero_frac)" -v al="$(field "$PALINE" test_logloss)" -v l1="$PS_FTRL_L1" \
+        'BEGIN { ok = fz > az && fl <= al + 0.002;
+        printf "target (ps-train, server tables): FTRL l1 %s table_zero_frac %.4f at logloss %.5f vs Adagrad %.4f at %.5f  %s\n",
+            l1, fz, fl, az, al, ok ? "PASS" : "MISS" }'
+fi
 if [ -n "$BEST_L1" ]; then
     echo "target: FTRL sparser than Adagrad at test logloss within 0.002: l1 $BEST_L1 zero_frac $BEST_Z" \
          "(Adagrad $(field "$ALINE" zero_frac)) at logloss $BEST_LOSS vs $ALOSS  PASS"

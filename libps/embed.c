@@ -37,8 +37,10 @@ typedef struct psEmbedShard {
     psEmbed *e;                 /* back pointer for the callbacks */
     char *key;
     size_t keylen;
-    uint64_t version;           /* seen by the latest pull reply */
+    uint64_t version;           /* of the rows of the last pull waited for (pushes send it) */
     int has_version;
+    uint64_t pull_version;      /* of the reply of the pull in flight */
+    int pull_seen;              /* 1: that reply was read */
     uint64_t acked_version;     /* highest version seen acknowledged (push or pull) */
     int has_acked;
     uint64_t seq;               /* last seq used by a push of this shard */
@@ -82,7 +84,8 @@ struct psEmbed {
     psEmbedBatch *batches;
     int nbatches;
     float *pull_dst;            /* destination of the pull in progress, or NULL */
-    int pull_pending;
+    int pull_open;              /* 1 from psEmbedPullAsync() until its psEmbedPullWait() */
+    int pull_pending;           /* shard pulls without a reply yet */
     int pull_failed;            /* PS_ERR_* of the pull's first failure, 0 none */
     char pull_errstr[256];
     psClient *client;           /* the client its requests were last sent on */
@@ -205,6 +208,7 @@ void psi_embeds_free(psClient *c) {
         psEmbed *e = pv->embeds[i];
         e->client = NULL;
         e->pull_pending = 0;
+        e->pull_open = 0;
         e->pull_dst = NULL;
         for (int k = 0; k < e->nbatches; k++) e->batches[k].g.in_use = 0;
     }
@@ -213,7 +217,8 @@ void psi_embeds_free(psClient *c) {
     pv->nembeds = pv->embedcap = 0;
 }
 
-/* Wait for the requests of 'e' and forget its client. */
+/* Wait for the requests of 'e' and forget its client (a pull in flight is
+ * abandoned: its replies are read but no longer written to its dst). */
 static void embed_detach(psEmbed *e) {
     psClient *c = e->client;
     psClientPriv *pv;
@@ -225,6 +230,7 @@ static void embed_detach(psEmbed *e) {
                 e->name);
         abort();
     }
+    e->pull_open = 0;
     for (int i = 0; i < pv->nembeds; i++)
         if (pv->embeds[i] == e) {
             pv->embeds[i] = pv->embeds[--pv->nembeds];
@@ -446,25 +452,26 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
     } else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
                reply->element[0]->type != REDIS_REPLY_INTEGER ||
                reply->element[1]->type != REDIS_REPLY_STRING ||
-               (!sh->direct && (e->pull_dst == NULL ||
-                                scatter(e, sh, reply->element[1]->str, reply->element[1]->len)))) {
+               (!sh->direct && e->pull_dst != NULL &&
+                scatter(e, sh, reply->element[1]->str, reply->element[1]->len))) {
+        /* (pull_dst NULL: an abandoned pull, embed_detach) */
         snprintf(msg, sizeof(msg), "PS.PULL %.60s: unexpected reply (not a table of dim %d?)",
                  sh->key, e->dim);
         pull_failed(c, e, PS_ERR_PROTOCOL, msg);
     } else {
-        sh->version = (uint64_t)reply->element[0]->integer;
-        sh->has_version = 1;
-        if (sh->has_acked && sh->version < sh->acked_version) {
+        uint64_t v = (uint64_t)reply->element[0]->integer;
+        sh->pull_version = v;
+        sh->pull_seen = 1;
+        if (sh->has_acked && v < sh->acked_version) {
             /* Older than what this client saw acknowledged: lost writes. */
-            psi_lost_state(c, r->node, sh->key, sh->acked_version, 1, sh->version, lost,
-                           sizeof(lost));
+            psi_lost_state(c, r->node, sh->key, sh->acked_version, 1, v, lost, sizeof(lost));
             if (c->priv->lost_state_policy != PS_LOST_STATE_CONTINUE) {
                 snprintf(msg, sizeof(msg), "PS.PULL: %s", lost);
                 pull_failed(c, e, PS_ERR_LOST_STATE, msg);
             }
-            sh->acked_version = sh->version;
+            sh->acked_version = v;
         }
-        shard_seen(sh, sh->version);
+        shard_seen(sh, v);
         c->stats.pulls++;
         c->stats.rows_pulled += sh->nids;
         c->stats.bytes_received += sh->nids * ps_dense_encoded_size(e->pull_fmt, (size_t)e->dim);
@@ -495,16 +502,15 @@ static int split_pull(psEmbed *e, const uint64_t *ids, size_t n) {
     return 0;
 }
 
-int psEmbedPull(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst) {
+int psEmbedPullAsync(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst) {
     int s;
     psi_clear_error(c);
-    if (n == 0) return PS_OK;
-    if (ids == NULL || dst == NULL) {
+    if (n > 0 && (ids == NULL || dst == NULL)) {
         psi_set_error(c, PS_ERR_ARG, "psEmbedPull: ids and dst are required");
         return PS_ERR;
     }
     if (embed_attach(c, e) != 0) return PS_ERR;
-    if (e->pull_pending) {
+    if (e->pull_open) {
         psi_set_error(c, PS_ERR_ARG, "a pull of table '%s' is already in flight", e->name);
         return PS_ERR;
     }
@@ -536,19 +542,51 @@ int psEmbedPull(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *d
         sh->pull.sink = pull_sink;
         sh->pull.udata = sh;
         sh->direct = 0;
+        sh->pull_seen = 0;
     }
-    e->pull_dst = dst;
+    e->pull_open = 1;
+    e->pull_dst = n ? dst : NULL;
     e->pull_failed = 0;
     e->pull_pending = 0;
     for (s = 0; s < e->nshards; s++) e->pull_pending += e->shards[s].nids > 0;
+    if (e->pull_pending == 0) return PS_OK;
     for (s = 0; s < e->nshards; s++)
         if (e->shards[s].nids) psi_submit(c, &e->shards[s].pull);
     psi_flush(c);
-    if (psi_run(c, pull_finished, e) != 0)
+    if (e->pull_failed) {
+        /* Failed already (e.g. no node for a slot): finish it here, so that
+         * PS_ERR always means no pull is left in flight. */
+        psEmbedPullWait(c, e);
+        return PS_ERR;
+    }
+    return PS_OK;
+}
+
+int psEmbedPullWait(psClient *c, psEmbed *e) {
+    psi_clear_error(c);
+    if (!e->pull_open) {
+        psi_set_error(c, PS_ERR_ARG, "no pull of table '%s' in flight", e->name);
+        return PS_ERR;
+    }
+    if (e->pull_pending && psi_run(c, pull_finished, e) != 0 && e->pull_pending)
         psi_set_error(c, PS_ERR_OTHER, "internal error: pulls left without replies");
+    e->pull_open = 0;
     e->pull_dst = NULL;
     if (e->pull_failed && !c->err) psi_set_error(c, e->pull_failed, "%s", e->pull_errstr);
+    /* What pushes send as VERSION from now on: the versions of the rows
+     * this pull delivered (not of a later pull's replies read meanwhile). */
+    for (int s = 0; s < e->nshards; s++) {
+        psEmbedShard *sh = &e->shards[s];
+        if (!sh->pull_seen) continue;
+        sh->version = sh->pull_version;
+        sh->has_version = 1;
+    }
     return c->err ? PS_ERR : PS_OK;
+}
+
+int psEmbedPull(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst) {
+    if (psEmbedPullAsync(c, e, ids, n, dst) != PS_OK) return PS_ERR;
+    return psEmbedPullWait(c, e);
 }
 
 /* ========================================================================

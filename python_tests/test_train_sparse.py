@@ -111,6 +111,51 @@ def test_two_workers_reach_the_auc_bound_and_every_table_push_counts_once(server
     assert snap.returncode == 1 and "no snapshots" in snap.out, snap.out
 
 
+@pytest.mark.parametrize("overlap", [0, 1])
+def test_overlap_sends_the_next_batchs_row_pull_before_this_batchs_push(server, data, overlap):
+    """--overlap 1 pipelines the sparse worker by one batch: the rows of batch i+1 are
+    pulled before batch i's push is sent, so when a push reaches the server two pulls
+    more than pushes went before it (except at a task's last batch); --overlap 0
+    alternates pull, push. The SLOWLOG (threshold 0) records every command in the order
+    the server ran it."""
+    r = server.client()
+    r.config_set("slowlog-log-slower-than", 0)
+    r.config_set("slowlog-max-len", 100000)
+    job = "sov%d" % overlap
+    args = sparse_args(server.addr, job, "fm", data)
+    args[args.index("--epochs") + 1] = 1
+    args[args.index("--shard-bytes") + 1] = 1000000     # a few tasks of many batches
+    p = run(["run", "--workers", 1, "--progress", "line", "--shards", 1,
+             "--overlap", overlap] + args)
+    assert "overlap %d" % overlap in p.out, p.out
+    res = result_line(p.out)
+    assert int(res["samples"]) == TRAIN_LINES, p.out
+    seq = []
+    for e in reversed(r.slowlog_get(100000)):
+        words = e["command"].split(b" ", 2)
+        if len(words) > 1 and words[0] in (b"PS.PULL", b"PS.PUSHGRAD") and \
+                words[1].startswith(job.encode() + b":emb:"):
+            seq.append(words[0].decode())
+    pushes = seq.count("PS.PUSHGRAD")
+    assert pushes == int(res["table_version"]), res
+    ahead = pulls = seen = 0
+    for c in seq[:len(seq) - seq[::-1].index("PS.PUSHGRAD")]:   # eval's pulls come after
+        if c == "PS.PULL":
+            pulls += 1
+            continue
+        seen += 1
+        ahead += pulls == seen + 1
+    cfg = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{%s}:config" % job).items()}
+    if overlap:
+        # every push but each task's last
+        assert ahead == pushes - int(cfg["tasks"]), (ahead, pushes, cfg["tasks"], seq[:20])
+    else:
+        assert ahead == 0, seq[:20]
+    versions = shard_versions([(k.decode(), r) for k in r.keys(job + ":*")], job)
+    acked = acked_tables(p.out)
+    assert len(acked) == 1 and acked[0]["shard_pushes"] == [versions[0][1]], (acked, versions)
+
+
 def test_mlp_trains_embeddings_and_dense_layers_in_one_job(server, data):
     r = server.client()
     p = run(["run", "--workers", 2, "--progress", "none", "--dim", 4, "--hidden", 16,
@@ -142,6 +187,22 @@ def test_ftrl_lr_job_creates_an_ftrl_table(server, data):
     info = r.execute_command("PS.INFO", key)
     d = dict(zip(info[::2], info[1::2]))
     assert d[b"optimizer"].upper() == b"FTRL" and float(d[b"l1"]) == 1.0, d
+
+
+def test_table_zero_frac_counts_the_exactly_zero_values_of_the_table(server, data):
+    """eval and run's RESULT report table_zero_frac, the exactly-zero fraction of the
+    table's values (a PS.SCANROWS of every shard): an FTRL LR whose L1 outweighs every
+    gradient sum keeps every weight at 0; Adagrad's weights are not 0."""
+    p = run(["run", "--workers", 1, "--progress", "none", "--table-optim", "ftrl",
+             "--l1", 1e6] + sparse_args(server.addr, "szf", "lr", data))
+    res = result_line(p.out)
+    assert int(res["table_rows"]) >= 200 and float(res["table_zero_frac"]) == 1.0, res
+    p = run(["run", "--workers", 1, "--progress", "none"]
+            + sparse_args(server.addr, "szg", "lr", data))
+    res = result_line(p.out)
+    assert float(res["table_zero_frac"]) < 0.1, res
+    ev = run(["eval", "--addr", server.addr, "--job", "szg"]).out
+    assert "table_zero_frac=%s" % res["table_zero_frac"] in ev, ev
 
 
 def test_second_init_with_other_sparse_settings_is_refused_and_reset_recreates(server, data):

@@ -198,6 +198,57 @@ static void test_embed_pull_scatters_rows_to_the_callers_order_with_repeats(void
     close_all(a, c, NULL);
 }
 
+/* psEmbedPullAsync: the rows arrive while other requests run; a push sent
+ * meanwhile carries the version of the rows waited for before (the data
+ * its gradient came from), the async pull's version only after its Wait;
+ * one pull per table in flight; freeing the table abandons a pull. */
+static void test_embed_async_pull_keeps_push_versions_until_its_wait(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 1);
+    uint64_t ids[3] = {5, 900, 5}, ids2[2] = {7, 8};
+    float dst[3 * DIM], dst2[2 * DIM], g[3 * DIM] = {0};
+    char entry[96];
+    (void)state;
+    assert_int_equal(psEmbedPull(c, e, ids, 3, dst), PS_OK);          /* version 41 */
+    assert_int_equal(psEmbedShardVersion(e, 0), 41);
+    assert_int_equal(psEmbedPullAsync(c, e, ids2, 2, dst2), PS_OK);    /* version 42 */
+    ids2[0] = ids2[1] = 0;      /* the ids were copied: the caller may reuse them */
+    assert_int_equal(psEmbedPullAsync(c, e, ids, 3, dst), PS_ERR);    /* one in flight */
+    assert_int_equal(c->err, PS_ERR_ARG);
+    assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);        /* reads the pull's reply too */
+    snprintf(entry, sizeof(entry), "PS.PUSHGRAD %s V41 ", psEmbedShardKey(e, 0));
+    assert_true(fake_find(a, entry) > fake_find(a, "PS.PULL"));
+    assert_int_equal(psEmbedShardVersion(e, 0), 41);
+    assert_int_equal(psEmbedPullWait(c, e), PS_OK);
+    assert_int_equal(psEmbedShardVersion(e, 0), 42);
+    for (int j = 0; j < DIM; j++) {
+        assert_true(dst2[j] == row_value(7, j));
+        assert_true(dst2[DIM + j] == row_value(8, j));
+    }
+    assert_int_equal(psEmbedPullWait(c, e), PS_ERR);                  /* none in flight */
+    assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    snprintf(entry, sizeof(entry), "PS.PUSHGRAD %s V42 ", psEmbedShardKey(e, 0));
+    assert_true(fake_find(a, entry) >= 0);
+    /* no ids: nothing sent, the Wait succeeds */
+    assert_int_equal(psEmbedPullAsync(c, e, ids, 0, NULL), PS_OK);
+    assert_int_equal(psEmbedPullWait(c, e), PS_OK);
+    assert_int_equal(T.pulls, 2);
+    /* freed with a pull in flight: abandoned, the client stays usable */
+    memset(dst2, 0, sizeof(dst2));
+    assert_int_equal(psEmbedPullAsync(c, e, ids, 2, dst2), PS_OK);
+    psEmbedFree(e);
+    assert_int_equal(c->err, 0);
+    for (size_t i = 0; i < 2 * DIM; i++) assert_true(dst2[i] == 0.0f);
+    e = psEmbedNew("emb", DIM, 1);
+    assert_int_equal(psEmbedPull(c, e, ids, 3, dst), PS_OK);
+    assert_true(dst[DIM] == row_value(900, 0));
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
 static void test_embed_push_splits_rows_per_shard_and_sums_repeats_on_request(void **state) {
     fake *a = embed_fake("A");
     psClient *c = connect_to(a, NULL);
@@ -472,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_embed_shard_of_is_splitmix64_mod_n),
         cmocka_unit_test(test_embed_shard_keys_sit_on_spread_slots),
         cmocka_unit_test_setup(test_embed_pull_scatters_rows_to_the_callers_order_with_repeats, setup),
+        cmocka_unit_test_setup(test_embed_async_pull_keeps_push_versions_until_its_wait, setup),
         cmocka_unit_test_setup(test_embed_push_splits_rows_per_shard_and_sums_repeats_on_request, setup),
         cmocka_unit_test_setup(test_embed_push_resent_after_a_lost_reply_keeps_its_seq, setup),
         cmocka_unit_test_setup(test_embed_requests_follow_moved_to_the_shards_new_node, setup),

@@ -3,15 +3,27 @@
  * The task stream, leases, recording and XACK are the dense worker's
  * (train_tasks.c); train_work.c calls here for the parts that differ. A
  * task is a byte range of the train file; per batch of --batch lines:
- *   1. the batch's distinct ids (ps_ctr_unique_build);
- *   2. the dense tensors' pull is sent, then their rows are pulled by id
- *      from the table shards (both in flight together), then the dense
- *      pull is waited for;
+ *   1. the batch is read and parsed, and its distinct ids listed
+ *      (ps_ctr_unique_build);
+ *   2. the dense tensors' pull and the pull of its rows by id from the
+ *      table shards are sent (all in flight together, psModelPullAsync,
+ *      psEmbedPullAsync) and later waited for;
  *   3. forward, logloss and the gradients (ps_ctr_grad: sums over the
  *      batch, one gradient row per distinct id);
  *   4. the gradient rows are pushed by id (one PS.PUSHGRAD IDS per shard
  *      that has ids, asynchronous within --window, ID exactly-once) and
  *      the dense gradients pushed like a dense model's.
+ * With --overlap 1 (the default) the batches are pipelined by one: batch
+ * i+1 is read and parsed while batch i's pulls are in flight, and its
+ * pulls are sent before batch i's gradient is computed and pushed, into
+ * the other of two buffers (rows, and the dense values, copied into the
+ * model when waited for). The staleness this adds is the dense path's
+ * --overlap 1: the rows and dense values of batch i+1 were read by the
+ * server before batch i's push reached it, so batch i+1's gradient misses
+ * batch i's own update (one step more; pushes still carry the versions of
+ * the pull their gradient came from). A task's first batch is pulled
+ * without overlap (the pipeline does not cross tasks: the next task may
+ * be one claimed from another worker). --overlap 0 runs 1-4 in order.
  * --wait N and --on-degraded apply to the table pushes as to the dense
  * ones: libps WAITs after each push on every node it went to, and resends
  * the pushes a lost WAIT covered (libps/pushtrack.c). */
@@ -31,11 +43,18 @@ struct sparseWork {
     psEmbed *e;
     int nshards;
     ps_sparse_opts so;
-    ps_sparse_batch b;
-    ps_ctr_unique u;
-    float *rows, *grows;        /* u.n x dim: pulled rows and their gradients */
-    size_t cap;
-    float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* the model's dense values (pull targets) */
+    /* Two batches (--overlap: one computed while the other's pulls fly). */
+    ps_sparse_batch b[2];
+    ps_ctr_unique u[2];
+    float *rows[2];             /* u[k].n x dim: the pulled rows of batch k */
+    size_t cap[2];
+    float *grows;               /* u.n x dim: the gradient rows */
+    size_t gcap;
+    int inflight;               /* 1: the pulls of a batch were sent, not waited for */
+    int ndense;
+    float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* the model's dense values */
+    float *dback[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* --overlap: their pull targets */
+    size_t dlen[2 * (PS_CTR_MAX_HIDDEN + 1)];  /* elements of each */
     float *dgrad[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* and gradients (push sources) */
     long long *shard_pushes;    /* per shard: table pushes sent (acknowledged after the drain) */
     unsigned char *hit;         /* scratch: shards a push reaches */
@@ -52,6 +71,44 @@ struct sparseWork {
     size_t seen_n, seen_cap;
     int seen_max;
 };
+
+/* ========================================================================
+ * Table report (eval, run's RESULT: train_sparse_job.c)
+ * ====================================================================== */
+
+int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
+                   long long *zeros) {
+    *values = *zeros = 0;
+    for (int s = 0; psEmbedShardKey(e, s) != NULL; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        char cursor[32] = "0";
+        do {
+            redisReply *r = tr_cmd_ok(o, c, key, "PS.SCANROWS %s %s COUNT 65536 FORMAT F32", key,
+                                      cursor);
+            if (r == NULL) return -1;
+            /* [next cursor (string), version, ids, values] */
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
+                r->element[3]->type != REDIS_REPLY_STRING ||
+                r->element[3]->len % (sizeof(float) * (size_t)dim) != 0) {
+                tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
+                freeReplyObject(r);
+                return -1;
+            }
+            memcpy(cursor, r->element[0]->str, r->element[0]->len);
+            cursor[r->element[0]->len] = '\0';
+            size_t n = r->element[3]->len / sizeof(float);
+            for (size_t i = 0; i < n; i++) {
+                float v;
+                memcpy(&v, r->element[3]->str + i * sizeof(float), sizeof(float));
+                *zeros += v == 0.0f;
+            }
+            *values += (long long)n;
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0);
+    }
+    return 0;
+}
 
 /* ========================================================================
  * Setup
@@ -89,6 +146,14 @@ int tr_sparse_setup(worker *w) {
     }
     ts_dense_arrays(&sp->m, 0, sp->dense);
     ts_dense_arrays(&sp->m, 1, sp->dgrad);
+    sp->ndense = ps_ctr_dense_count(&sp->m);
+    for (int i = 0; i < sp->ndense; i++) {
+        ps_ctr_dense(&sp->m, i, &sp->dlen[i], NULL, NULL);
+        if (o->overlap && (sp->dback[i] = malloc(sp->dlen[i] * sizeof(float))) == NULL) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
+    }
     ts_reader_opts(&w->cfg, &sp->so);
     tr_key(sp->ikey, sizeof(sp->ikey), o->job, "ids");
     sp->shard_pushes = calloc((size_t)sp->nshards, sizeof(long long));
@@ -103,8 +168,9 @@ int tr_sparse_setup(worker *w) {
     }
     if (!w->quiet) {
         printf("[%s] job %s: model %s (row dim %d), table %s:emb of %d shards, %s, batch %d, "
-               "push window %d\n", w->name, o->job, w->cfg.sp.model, ps_ctr_row_dim(&sp->m),
-               o->job, sp->nshards, w->cfg.sp.train, w->batch, o->window);
+               "push window %d, overlap %d\n", w->name, o->job, w->cfg.sp.model,
+               ps_ctr_row_dim(&sp->m), o->job, sp->nshards, w->cfg.sp.train, w->batch, o->window,
+               o->overlap);
         fflush(stdout);
     }
     return 0;
@@ -115,9 +181,12 @@ void tr_sparse_free(worker *w) {
     if (sp == NULL) return;
     psEmbedFree(sp->e);
     if (sp->have_model) ps_ctr_free(&sp->m);
-    ps_sparse_batch_free(&sp->b);
-    ps_ctr_unique_free(&sp->u);
-    free(sp->rows);
+    for (int k = 0; k < 2; k++) {
+        ps_sparse_batch_free(&sp->b[k]);
+        ps_ctr_unique_free(&sp->u[k]);
+        free(sp->rows[k]);
+    }
+    for (int i = 0; i < sp->ndense; i++) free(sp->dback[i]);
     free(sp->grows);
     free(sp->shard_pushes);
     free(sp->hit);
@@ -189,50 +258,95 @@ static int seen_add(struct sparseWork *sp, uint64_t id) {
     return 1;
 }
 
-/* One step on the batch in sp->b (train_sparse.h). Returns 0 or -1. */
-static int step(worker *w, int epoch) {
+/* Grows 'p' (capacity '*cap' floats) to 'need' floats (contents lost).
+ * 0 or -1 (out of memory). */
+static int grow_floats(float **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 0;
+    free(*p);
+    *cap = 0;
+    if ((*p = malloc(need * sizeof(float))) == NULL) return -1;
+    *cap = need;
+    return 0;
+}
+
+/* Lists batch k's distinct ids and sends its pulls: the dense tensors
+ * (into the back buffers with --overlap, else the model's own arrays) and
+ * its rows by id. Returns 0 (sp->inflight set) or -1 (printed; nothing in
+ * flight). */
+static int send_pulls(worker *w, int k) {
     struct sparseWork *sp = w->sp;
-    int dim = ps_ctr_row_dim(&sp->m), nb = sp->b.n;
-    char err[256];
-    double loss, t0 = tr_now();
-    if (ps_ctr_unique_build(&sp->u, &sp->b) != 0) goto oom;
-    size_t need = (sp->u.n ? sp->u.n : 1) * (size_t)dim;
-    if (need > sp->cap) {
-        free(sp->rows);
-        free(sp->grows);
-        sp->rows = malloc(need * sizeof(float));
-        sp->grows = malloc(need * sizeof(float));
-        if (sp->rows == NULL || sp->grows == NULL) goto oom;
-        sp->cap = need;
+    size_t dim = (size_t)ps_ctr_row_dim(&sp->m);
+    if (ps_ctr_unique_build(&sp->u[k], &sp->b[k]) != 0 ||
+        grow_floats(&sp->rows[k], &sp->cap[k], (sp->u[k].n ? sp->u[k].n : 1) * dim) != 0 ||
+        grow_floats(&sp->grows, &sp->gcap, (sp->u[k].n ? sp->u[k].n : 1) * dim) != 0) {
+        tr_err(w->o, "[%s] out of memory", w->name);
+        return -1;
     }
-    if (psModelPullAsync(w->c, w->m, sp->dense) != PS_OK ||
-        psEmbedPull(w->c, sp->e, sp->u.ids, sp->u.n, sp->rows) != PS_OK ||
-        psModelPullWait(w->c, w->m, NULL) != PS_OK) {
+    double t0 = tr_now();
+    if (psModelPullAsync(w->c, w->m, w->o->overlap ? sp->dback : sp->dense) != PS_OK) {
         tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
         return -1;
     }
-    double t1 = tr_now();
-    if (ps_ctr_grad(&sp->m, &sp->b, &sp->u, sp->rows, sp->grows, &loss, err, sizeof(err)) != 0) {
+    if (psEmbedPullAsync(w->c, sp->e, sp->u[k].ids, sp->u[k].n, sp->rows[k]) != PS_OK) {
+        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        psModelPullWait(w->c, w->m, NULL);
+        return -1;
+    }
+    sp->inflight = 1;
+    w->t_pull += tr_now() - t0;
+    return 0;
+}
+
+/* Waits for the pulls in flight (both, also after an error) and, with
+ * --overlap, copies the dense values into the model. 0 or -1 (printed). */
+static int wait_pulls(worker *w) {
+    struct sparseWork *sp = w->sp;
+    double t0 = tr_now();
+    int rc = 0;
+    if (!sp->inflight) return 0;
+    sp->inflight = 0;
+    if (psEmbedPullWait(w->c, sp->e) != PS_OK) {
+        tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        rc = -1;
+    }
+    if (psModelPullWait(w->c, w->m, NULL) != PS_OK) {
+        if (rc == 0) tr_err(w->o, "[%s] pull: %s", w->name, w->c->errstr);
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && w->o->overlap && i < sp->ndense; i++)
+        memcpy(sp->dense[i], sp->dback[i], sp->dlen[i] * sizeof(float));
+    w->t_pull += tr_now() - t0;
+    return rc;
+}
+
+/* Gradient and push of batch k, whose pulls were waited for. Returns 0 or
+ * -1 (printed). */
+static int compute_push(worker *w, int k, int epoch) {
+    struct sparseWork *sp = w->sp;
+    const ps_ctr_unique *u = &sp->u[k];
+    int nb = sp->b[k].n;
+    char err[256];
+    double loss, t1 = tr_now();
+    if (ps_ctr_grad(&sp->m, &sp->b[k], u, sp->rows[k], sp->grows, &loss, err, sizeof(err)) != 0) {
         tr_err(w->o, "[%s] %s", w->name, err);
         return -1;
     }
     double t2 = tr_now();
-    if (psEmbedPush(w->c, sp->e, sp->u.ids, sp->u.n, sp->grows, 0) != PS_OK ||
+    if (psEmbedPush(w->c, sp->e, u->ids, u->n, sp->grows, 0) != PS_OK ||
         psModelPush(w->c, w->m, (const float *const *)sp->dgrad, NULL, 1.0f) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
     }
     memset(sp->hit, 0, (size_t)sp->nshards);
-    for (size_t i = 0; i < sp->u.n; i++) sp->hit[psEmbedShardOf(sp->u.ids[i], sp->nshards)] = 1;
+    for (size_t i = 0; i < u->n; i++) sp->hit[psEmbedShardOf(u->ids[i], sp->nshards)] = 1;
     for (int s = 0; s < sp->nshards; s++) sp->shard_pushes[s] += sp->hit[s];
     if (epoch == 1) {
-        for (size_t i = 0; i < sp->u.n; i++) {
-            if (!seen_add(sp, sp->u.ids[i])) continue;
-            sp->hll[sp->nhll++] = sp->u.ids[i];
+        for (size_t i = 0; i < u->n; i++) {
+            if (!seen_add(sp, u->ids[i])) continue;
+            sp->hll[sp->nhll++] = u->ids[i];
             if (sp->nhll == TS_HLL_FLUSH) hll_flush(w);
         }
     }
-    w->t_pull += t1 - t0;
     w->t_grad += t2 - t1;
     w->t_push += tr_now() - t2;
     w->pushes++;
@@ -245,15 +359,12 @@ static int step(worker *w, int epoch) {
     for (int s = 0; s < sp->nshards; s++) v += psEmbedShardVersion(sp->e, s);
     w->last_version = v;
     return 0;
-oom:
-    tr_err(w->o, "[%s] out of memory", w->name);
-    return -1;
 }
 
 int tr_sparse_task(worker *w, task *t) {
     struct sparseWork *sp = w->sp;
     char err[512];
-    int got, rc = 1;
+    int got, next = 0, cur = 0, rc = 1, ov = w->o->overlap;
     if (t->start < 0 || t->count < 1 || t->start + t->count > w->cfg.sp.train_bytes) {
         tr_err(w->o, "[%s] task %s covers bytes %lld..%lld but %s has %lld", w->name, t->id,
                t->start, t->start + t->count - 1, w->cfg.sp.train, w->cfg.sp.train_bytes);
@@ -269,12 +380,17 @@ int tr_sparse_task(worker *w, task *t) {
         return -1;
     }
     double renew_at = tr_now() + w->o->lease_ms / 3000.0;
-    while ((got = ps_sparse_read(r, &sp->b, w->batch, err, sizeof(err))) > 0) {
+    got = ps_sparse_read(r, &sp->b[cur], w->batch, err, sizeof(err));
+    if (got > 0 && send_pulls(w, cur) != 0) rc = -1;
+    /* Batch 'cur' (got rows) has its pulls in flight here. */
+    while (rc == 1 && got > 0) {
         if (tw_stop) {
             rc = -2;
             break;
         }
-        if (step(w, t->epoch) != 0) {
+        if (ov) next = ps_sparse_read(r, &sp->b[!cur], w->batch, err, sizeof(err));
+        if (wait_pulls(w) != 0 || (ov && next > 0 && send_pulls(w, !cur) != 0) ||
+            compute_push(w, cur, t->epoch) != 0) {
             rc = -1;
             break;
         }
@@ -291,7 +407,16 @@ int tr_sparse_task(worker *w, task *t) {
             }
             renew_at = tr_now() + w->o->lease_ms / 3000.0;
         }
+        if (!ov) {
+            next = ps_sparse_read(r, &sp->b[!cur], w->batch, err, sizeof(err));
+            if (next > 0 && send_pulls(w, !cur) != 0) rc = -1;
+        }
+        cur = !cur;
+        got = next;
     }
+    /* Leaving early (error, stop, lease lost): the prefetched batch's pulls
+     * are read and dropped, so nothing is in flight into our buffers. */
+    if (sp->inflight && wait_pulls(w) != 0 && rc == 1) rc = -1;
     if (got < 0) {
         tr_err(w->o, "[%s] %s", w->name, err);
         rc = -1;

@@ -14,7 +14,8 @@
  *
  *   train_sparse_job.c  flags, config, init, eval, run's RESULT
  *   train_sparse.c      the worker: one task = batches of pull rows by id,
- *                       gradient, push rows by id (+ dense tensors) */
+ *                       gradient, push rows by id (+ dense tensors); the
+ *                       table's zero count for eval */
 #ifndef PS_TRAIN_SPARSE_H
 #define PS_TRAIN_SPARSE_H
 
@@ -43,6 +44,12 @@ typedef struct tableInfo {
 } tableInfo;
 /* 0, or -1 with c->err / a server error printed. */
 int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti);
+/* train_sparse.c: values of the table's live rows and how many of them are
+ * exactly 0 (an FTRL table's sparsity), by a full PS.SCANROWS of every
+ * shard (O(rows), the rows' values cross the wire once). 0, or -1
+ * (printed). */
+int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
+                   long long *zeros);
 
 /* ---- train_sparse.c: the worker (dispatched from train_work.c) ---- */
 /* After the job config was loaded into w->cfg: sets up the model, table and

@@ -628,6 +628,7 @@ typedef struct evalResult {
     long long n;
     tableInfo ti;
     long long distinct;   /* HyperLogLog estimate of the ids of epoch 1, -1 unknown */
+    double zero_frac;     /* of the table's values (ts_table_zeros), 0 when empty */
 } evalResult;
 
 /* Pulls the dense tensors, streams the test file (--test or the job's) in
@@ -706,6 +707,9 @@ static int evaluate(const trainOpts *o, evalResult *res) {
     res->logloss = ps_metrics_logloss(&met);
     res->n = (long long)met.n;
     if (ts_table_info(o, c, e, &res->ti) != 0) goto out;
+    long long nval, nzero;
+    if (ts_table_zeros(o, c, e, ps_ctr_row_dim(&m), &nval, &nzero) != 0) goto out;
+    res->zero_frac = nval ? (double)nzero / (double)nval : 0.0;
     tr_key(ikey, sizeof(ikey), o->job, "ids");
     redisReply *hr = tr_cmd_ok(o, c, ikey, "PFCOUNT %s", ikey);
     res->distinct = hr && hr->type == REDIS_REPLY_INTEGER ? hr->integer : -1;
@@ -727,11 +731,13 @@ out:
     return status;
 }
 
-/* "table_rows=R rows_created=C rows_dropped=D rows_evicted=E distinct_ids=N table_version=V" */
+/* "table_rows=R rows_created=C rows_dropped=D rows_evicted=E distinct_ids=N table_version=V
+ * table_zero_frac=Z" */
 static void table_text(const evalResult *res, char *buf, size_t len) {
     snprintf(buf, len, "table_rows=%lld rows_created=%lld rows_dropped=%lld rows_evicted=%lld "
-             "distinct_ids=%lld table_version=%lld", res->ti.rows, res->ti.created,
-             res->ti.dropped, res->ti.evicted, res->distinct, res->ti.version);
+             "distinct_ids=%lld table_version=%lld table_zero_frac=%.4f", res->ti.rows,
+             res->ti.created, res->ti.dropped, res->ti.evicted, res->distinct, res->ti.version,
+             res->zero_frac);
 }
 
 static int check_auc(const trainOpts *o, double auc) {
@@ -746,7 +752,7 @@ static int check_auc(const trainOpts *o, double auc) {
 #define SPARSE_EVAL_FIELDS(res)                                                                \
     RL_NUM("test_auc", (res).auc), RL_NUM("test_logloss", (res).logloss),                      \
         RL_INT("test_samples", (res).n), RL_INT("table_rows", (res).ti.rows),                  \
-        RL_INT("distinct_ids", (res).distinct)
+        RL_INT("distinct_ids", (res).distinct), RL_NUM("table_zero_frac", (res).zero_frac)
 
 int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg) {
     evalResult res;

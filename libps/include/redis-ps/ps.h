@@ -490,7 +490,8 @@ psEmbed *psEmbedNew(const char *name, int dim, int nshards);
 /* Key of shard 's' (owned by the handle). */
 const char *psEmbedShardKey(const psEmbed *e, int s);
 
-/* Version of shard 's' seen by the last pull that reached it (0 if none). */
+/* Version of shard 's' seen by the last pull that reached it and was waited
+ * for (0 if none). */
 uint64_t psEmbedShardVersion(const psEmbed *e, int s);
 
 /* Wire formats: pushes F32 (default), F16 or BF16 (rounded; without error
@@ -526,6 +527,22 @@ int psEmbedDelete(psClient *c, psEmbed *e);
  * UNKNOWN rule). Each shard's pull is bounded by the server's
  * ps.max-tensor-bytes. Returns PS_OK or PS_ERR (dst partly written). */
 int psEmbedPull(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst);
+
+/* psEmbedPull() in two halves, to overlap a pull with computing (as
+ * psModelPullAsync()): Async splits the ids (the caller may reuse 'ids' as
+ * soon as it returns), sends the shard pulls and returns; the rows are
+ * written into 'dst' as the replies are read, by this or any later call on
+ * the client (e.g. a psEmbedPush() waiting for its window), so do not read
+ * or write 'dst' until psEmbedPullWait() has returned. Wait reads the rest
+ * and returns like psEmbedPull(), with the pull's first error. One pull per
+ * table may be in flight (n = 0 is one too: Wait returns PS_OK). The shard
+ * versions pushes send (psEmbedShardVersion()) move to those of this pull
+ * only when Wait returns: pushes sent meanwhile carry the versions of the
+ * rows of the previous pull, which a gradient computed before the wait
+ * came from. PS_ERR from Async leaves no pull in flight. Freeing the table
+ * with a pull in flight abandons it (nothing more is written to 'dst'). */
+int psEmbedPullAsync(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, float *dst);
+int psEmbedPullWait(psClient *c, psEmbed *e);
 
 /* Push gradient rows: row i of 'grads' (n * dim floats) is the gradient
  * of ids[i]. 'flags' PS_EMBED_*. The rows are encoded into buffers the
