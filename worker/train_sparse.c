@@ -139,6 +139,7 @@ int tr_sparse_setup(worker *w) {
         if (sp->e == NULL) tr_err(o, "job %s: bad table (%d shards)", o->job, sp->nshards);
         return -1;
     }
+    snprintf(w->pull_name, sizeof(w->pull_name), "%s", o->pull_format ? o->pull_format : "f32");
     if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
         psEmbedSetPullFormat(sp->e, pullf) != PS_OK || psModelSetPullFormat(w->m, pullf) != PS_OK) {
         tr_err(o, "bad --pull-format");
