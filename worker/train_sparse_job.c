@@ -140,6 +140,41 @@ int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
     return 1;
 }
 
+int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
+    const sparseConfig *sp = &cfg->sp;
+    int optim_ok = 0;
+    for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
+        if (!strcasecmp(sp->table_optim, TableOptims[i])) optim_ok = 1;
+#define BAD(cond, ...) do { if (cond) { snprintf(err, errlen, __VA_ARGS__); return -1; } } while (0)
+    BAD(ps_ctr_parse_model(sp->model) < 0, "model '%s'", sp->model);
+    BAD(strcmp(sp->format, "libsvm") && strcmp(sp->format, "criteo"), "format '%s'", sp->format);
+    BAD(!sp->train[0], "train: empty");
+    BAD(!optim_ok, "table_optim '%s'", sp->table_optim);
+    BAD(sp->dim < 1 || sp->dim > TR_SP_MAX_DIM, "dim %d", sp->dim);
+    BAD(sp->fields < 1 || sp->fields > TR_SP_MAX_FIELDS, "fields %d", sp->fields);
+    BAD(sp->shards < 1 || sp->shards > TR_SP_MAX_SHARDS, "shards %d", sp->shards);
+    BAD(sp->admit < 0 || sp->admit > TR_SP_MAX_ADMIT, "admit %d", sp->admit);
+    BAD(sp->capacity < 0 || sp->capacity > TR_SP_MAX_CAPACITY, "capacity %lld", sp->capacity);
+    BAD(sp->shard_bytes < 1 || sp->shard_bytes > TR_SP_MAX_SHARD_BYTES, "shard_bytes %lld",
+        sp->shard_bytes);
+    BAD(sp->train_bytes < 1, "train_bytes %lld", sp->train_bytes);
+    BAD(!(sp->table_lr > 0 && sp->table_lr <= 1e6), "table_lr %g", sp->table_lr);
+    BAD(!(sp->ftrl_beta > 0 && sp->ftrl_beta <= 1e6), "ftrl_beta %g", sp->ftrl_beta);
+    BAD(!(sp->l1 >= 0 && sp->l1 <= 1e6), "l1 %g", sp->l1);
+    BAD(!(sp->l2 >= 0 && sp->l2 <= 1e6), "l2 %g", sp->l2);
+    BAD(!(sp->init_std >= 0 && sp->init_std <= 1e6), "init_std %g", sp->init_std);
+    BAD(cfg->batch < 1, "batch %d", cfg->batch);
+    BAD(cfg->tasks < 0 || cfg->tasks > TR_SP_MAX_TASKS, "tasks %lld", cfg->tasks);
+#undef BAD
+    ps_ctr_config mc;
+    char why[200];
+    if (ts_ctr_config(cfg, 1, &mc, why, sizeof(why)) != 0) {
+        snprintf(err, errlen, "hidden '%s': %s", sp->hidden, why);
+        return -1;
+    }
+    return 0;
+}
+
 int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
     const sparseConfig *sp = &cfg->sp;
     int n = 0;
@@ -213,6 +248,10 @@ void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so) {
     memset(so, 0, sizeof(*so));
     so->format = !strcmp(cfg->sp.format, "criteo") ? PS_SPARSE_CRITEO : PS_SPARSE_LIBSVM;
     so->field_bits = PS_SPARSE_FIELD_BITS;
+    /* The train file as init measured it: a file changed since fails its
+     * read instead of training other lines (readers of another file, the
+     * test file, clear this). */
+    so->expect_bytes = cfg->sp.train_bytes > 0 ? (uint64_t)cfg->sp.train_bytes : 0;
 }
 
 psEmbed *ts_table(const char *job, const jobConfig *cfg, int dim) {
@@ -312,9 +351,14 @@ static long long file_bytes(const trainOpts *o, const char *path) {
         return -1;
     }
     while ((k = gzread(g, buf, sizeof(buf))) > 0) n += k;
+    int zerr = Z_OK;
+    (void)gzerror(g, &zerr);
     gzclose(g);
-    if (k < 0) {
-        tr_err(o, "%s: gzip read error", path);
+    /* A stream cut short reads as a clean end (gzread 0): only gzerror
+     * tells (Z_BUF_ERROR). */
+    if (k < 0 || zerr == Z_BUF_ERROR) {
+        tr_err(o, "%s: %s after %lld bytes", path,
+               k < 0 ? "gzip read error" : "gzip stream cut short (a truncated file)", n);
         return -1;
     }
     return n;
@@ -330,6 +374,7 @@ static int check_file(const trainOpts *o, const jobConfig *cfg, ps_ctr_model *m,
     char err[512];
     int rc = -1;
     ts_reader_opts(cfg, &so);
+    if (strcmp(path, cfg->sp.train) != 0) so.expect_bytes = 0;
     ps_sparse_reader *r = ps_sparse_open(path, &so, err, sizeof(err));
     if (r == NULL) {
         tr_err(o, "%s", err);
@@ -450,6 +495,17 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     }
     have_model = 1;
     if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) goto out;
+    const long long ep = cfg.epochs > 0 ? cfg.epochs : 1;
+    const long long ntasks_all = (sp->train_bytes + sp->shard_bytes - 1) / sp->shard_bytes * ep;
+    if (ntasks_all > TR_SP_MAX_TASKS) {
+        const long long per = TR_SP_MAX_TASKS / ep > 0 ? TR_SP_MAX_TASKS / ep : 1;
+        tr_err(o, "--shard-bytes %lld: %s (%lld bytes) in %lld epochs makes %lld tasks, at most "
+               "%lld: give --shard-bytes %lld or more", sp->shard_bytes, sp->train,
+               sp->train_bytes, ep, ntasks_all, TR_SP_MAX_TASKS,
+               (sp->train_bytes + per - 1) / per);
+        status = TR_EXIT_USAGE;
+        goto out;
+    }
     if (check_file(o, &cfg, &m, sp->train) != 0 ||
         (sp->test[0] && check_file(o, &cfg, &m, sp->test) != 0)) {
         status = TR_EXIT_USAGE;
@@ -674,6 +730,7 @@ static int evaluate(const trainOpts *o, evalResult *res) {
         goto out;
     }
     ts_reader_opts(&cfg, &so);
+    if (strcmp(path, cfg.sp.train) != 0) so.expect_bytes = 0;
     if ((r = ps_sparse_open(path, &so, err, sizeof(err))) == NULL) {
         tr_err(o, "%s", err);
         goto out;
