@@ -6,8 +6,9 @@
  * the scratch it used is trimmed to ps.scratch-keep-bytes when it ends, so
  * a pull costs memory in proportion to what it returns and keeps none. At
  * most ps.max-blocked-pulls pulls wait on MINVERSION; a waiter whose key is
- * deleted, expires, is renamed or flushed is answered an error at once
- * (Redis 7.0 does not wake module key waiters then).
+ * deleted, expires, is renamed, moved or flushed, or whose db is swapped
+ * (SWAPDB, cmd_round.c), is answered an error at once (Redis 7.0 does not
+ * wake module key waiters then).
  *
  * Replication, decided here per handler:
  *   PS.PUSHGRAD      verbatim when it changed state (applied, or added to a

@@ -149,3 +149,57 @@ def test_pull_waiting_on_an_expiring_key_is_answered(server, r):
         assert _reply(s).startswith(b"-ERR the key was deleted")
     finally:
         s.close()
+
+
+def test_timer_follows_its_tensor_through_swapdb(r):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "200")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    assert timers(r) == 1
+    r.execute_command("SWAPDB", "0", "1")
+    c1 = r.connection_pool.get_connection("x")
+    try:
+        # No push or pull after the swap: only the timer can close the round.
+        wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
+        c1.send_command("SELECT", "1")
+        c1.read_response()
+        c1.send_command("PS.PULL", "s")
+        assert c1.read_response()[0] == 1          # closed where the tensor went
+        c1.send_command("PS.INFO", "s")
+        info = c1.read_response()
+        assert dict(zip(info[::2], info[1::2]))[b"rounds_timed_out"] == 1
+    finally:
+        c1.send_command("SELECT", "0")
+        c1.read_response()
+        r.connection_pool.release(c1)
+    # Swapping a db with itself changes nothing.
+    create(r, "t", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    r.execute_command("PS.PUSHGRAD", "t", ONE)
+    r.execute_command("SWAPDB", "0", "0")
+    assert timers(r) == 1
+
+
+def test_pull_waiting_in_a_swapped_db_is_answered_not_served_another_tensor(server, r):
+    create(r, "k", (2,))
+    # db 1 holds another tensor under the same name, far ahead in version.
+    c1 = r.connection_pool.get_connection("x")
+    try:
+        c1.send_command("SELECT", "1")
+        c1.read_response()
+        c1.send_command("PS.CREATE", "k", "SHAPE", "2")
+        c1.read_response()
+        for _ in range(101):
+            c1.send_command("PS.PUSHGRAD", "k", ONE)
+            c1.read_response()
+        c1.send_command("SELECT", "0")
+        c1.read_response()
+    finally:
+        r.connection_pool.release(c1)
+    s = _block(server, "k")
+    try:
+        wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 1, what="blocked")
+        r.execute_command("SWAPDB", "0", "1")
+        assert _reply(s).startswith(b"-ERR the key was deleted")
+    finally:
+        s.close()
+    wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")
+    assert r.info("ps")["ps_blocked_pulls_gone"] == 1
