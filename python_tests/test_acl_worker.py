@@ -202,3 +202,17 @@ def test_sparse_worker_trains_under_the_documented_sparse_role(server, tmp_path)
         assert u.call("AUTH", "wd", "pw") == "OK"
         err = u.call("PFADD", "psjob:{sp}:ids", "x")
         assert isinstance(err, psserver.RespError) and err.code == "NOPERM", err
+
+
+@pytest.mark.parametrize("policy", ["block", "degrade", "fail"])
+def test_worker_whose_wait_is_refused_fails_with_the_cause_under_every_policy(job_server,
+                                                                              policy):
+    # The documented role without +wait, and a worker asking for --wait 1: the server
+    # answers every WAIT NOPERM. That is no replica count: policy block asked again at
+    # once, forever (the worker hung), degrade warned of a degraded shard.
+    c = job_server.client()
+    p = run(["work", "--addr", job_server.addr, "--job", JOB, "--user", "w", "--password", "pw",
+             "--progress", "none", "--wait", 1, "--on-degraded", policy], timeout=60)
+    assert p.returncode not in (0, None) and p.returncode > 0, p.out
+    assert "WAIT 1" in p.out and "refused" in p.out and "NOPERM" in p.out, p.out
+    assert any(d[b"object"] == b"wait" for d in acl_denials(c)), acl_denials(c)
