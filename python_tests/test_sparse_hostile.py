@@ -88,3 +88,15 @@ def test_a_shard_bytes_that_makes_millions_of_tasks_is_refused(server, data):
     assert p.returncode == 2, p.out
     assert "--shard-bytes 1" in p.out and "tasks, at most 1048576" in p.out, p.out
     assert server.client().keys("*tiny*") == []
+
+
+def test_eval_on_an_empty_test_file_is_an_error_not_a_logloss_of_zero(server, data, tmp_path):
+    assert init(server, "evempty", *data).returncode == 0
+    assert work(server, "evempty").returncode == 0
+    empty = tmp_path / "empty.libsvm"
+    empty.write_text("\n\n")
+    p = run(["eval", "--addr", server.addr, "--job", "evempty", "--test", str(empty)],
+            check=False)
+    assert p.returncode == 1, p.out
+    assert "empty.libsvm: no samples to evaluate on" in p.out, p.out
+    assert "test_logloss=0.0" not in p.out, p.out

@@ -759,6 +759,11 @@ static int evaluate(const trainOpts *o, evalResult *res) {
         tr_err(o, "%s", err);
         goto out;
     }
+    if (met.n == 0) {
+        /* No AUC (NaN) and a logloss of 0 would read as a result. */
+        tr_err(o, "%s: no samples to evaluate on", path);
+        goto out;
+    }
     res->auc = ps_metrics_auc(&met);
     res->logloss = ps_metrics_logloss(&met);
     res->n = (long long)met.n;
