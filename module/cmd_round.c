@@ -125,7 +125,9 @@ unsigned long long ps_round_timers_pending(void) { return TimerCount; }
 
 void ps_round_timer_forget(const PSTensor *t) {
     /* The thread first: a background free must not even read the table. */
-    if (!pthread_equal(pthread_self(), MainThread) || !TimerCount) return;
+    if (!pthread_equal(pthread_self(), MainThread)) return;
+    ps_pull_waiters_value_freed(t);
+    if (!TimerCount) return;
     RoundTimer *rt = timer_get(t);
     if (rt) timer_cancel(rt);
 }

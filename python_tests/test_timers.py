@@ -189,3 +189,19 @@ def test_pull_waiting_in_a_swapped_db_is_answered_not_served_another_tensor(serv
     _gone_after(server, r, "k", "SWAPDB", "0", "1")
     wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")
     assert r.info("ps")["ps_blocked_pulls_gone"] == 1
+
+
+@pytest.mark.parametrize("how", ["rename_onto", "set", "restore_replace", "copy_replace"])
+def test_pull_waiting_on_a_tensor_replaced_under_its_name_is_answered(server, r, how):
+    # The waited tensor is freed while its name gets another value: before, RENAME/COPY/
+    # RESTORE onto it served the newcomer's data as if it were the waited tensor's (no key
+    # event names the overwrite), and SET left the pull waiting on a string forever.
+    create(r, "k", (2,))
+    create(r, "o", (2,))
+    for _ in range(101):
+        r.execute_command("PS.PUSHGRAD", "o", ONE)
+    cmd = {"rename_onto": ["RENAME", "o", "k"], "set": ["SET", "k", "x"],
+           "restore_replace": ["RESTORE", "k", "0", r.dump("o"), "REPLACE"],
+           "copy_replace": ["COPY", "o", "k", "REPLACE"]}[how]
+    _gone_after(server, r, "k", *cmd)
+    wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")
