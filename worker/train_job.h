@@ -255,7 +255,8 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv);
 struct runLog;
 int tr_open_log(const trainOpts *o, struct runLog **lg);
 
-/* ---- train_sparse_job.c (sparse CTR jobs: init, eval, run's result) ---- */
+/* ---- train_sparse_cfg.c, train_sparse_job.c (sparse CTR jobs: settings;
+ * init, eval, run's result) ---- */
 /* Checks the sparse flags of subcommand 'cmd' ("init", "run", ...). 0 or -1 (printed). */
 int tr_sparse_validate(const trainOpts *o, int init_or_run);
 /* Takes config hash field 'f' with value 'v' into cfg->sp: 1 when it is a
