@@ -44,6 +44,19 @@ static void wait_done(psClient *c, void *udata, int node, redisReply *reply) {
             psi_resend(c, &a->req, "connection lost before WAIT answered");
         }
         c->stats.wait_short++;
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        /* The server refused the WAIT (NOPERM: a role without +wait; a
+         * server that cannot WAIT). Not a replica count: asking again
+         * (policy block) would be refused at once, forever, and "degraded"
+         * would name the wrong cause. The pushes are applied; the
+         * durability asked for cannot be had: an error under every policy. */
+        char name[80];
+        c->stats.wait_short++;
+        count_unreplicated(c, g, node);
+        psi_set_error(c, PS_ERR_DURABILITY,
+                      "durability: WAIT %d on %s refused: %.120s (pushes there are applied, "
+                      "not known replicated; grant +wait or run without wait_replicas)",
+                      pv->wait_replicas, psi_node_name(c, node, name, sizeof(name)), reply->str);
     } else if (reply->type != REDIS_REPLY_INTEGER || reply->integer < pv->wait_replicas) {
         psi_wait_short(c, node, reply->type == REDIS_REPLY_INTEGER ? reply->integer : 0);
         if (pv->durability_policy == PS_DURABILITY_BLOCK) {

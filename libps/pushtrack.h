@@ -10,7 +10,8 @@
  *     queued after it: whoever serves the slot next applies each once, and
  *     WAITs again once they are acknowledged (psi_push_acked);
  *   - a short WAIT is the policy's (durable.c): unreplicated (degrade), the
- *     same WAIT again (block) or an error (fail).
+ *     same WAIT again (block) or an error (fail); a WAIT the server refuses
+ *     (an error reply, e.g. NOPERM) is an error under every policy.
  * Private to libps. */
 #ifndef PS_PUSHTRACK_H
 #define PS_PUSHTRACK_H

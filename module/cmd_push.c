@@ -6,8 +6,11 @@
  * the scratch it used is trimmed to ps.scratch-keep-bytes when it ends, so
  * a pull costs memory in proportion to what it returns and keeps none. At
  * most ps.max-blocked-pulls pulls wait on MINVERSION; a waiter whose key is
- * deleted, expires, is renamed or flushed is answered an error at once
- * (Redis 7.0 does not wake module key waiters then).
+ * deleted, expires, is renamed, moved or flushed, or whose db is swapped
+ * (SWAPDB, cmd_round.c), or whose tensor is freed under its name (SET,
+ * RENAME/COPY/RESTORE onto it: ps_pull_waiters_value_freed), is answered an
+ * error at once (Redis 7.0 does not wake module key waiters then, or serves
+ * them the newcomer).
  *
  * Replication, decided here per handler:
  *   PS.PUSHGRAD      verbatim when it changed state (applied, or added to a
@@ -229,6 +232,7 @@ typedef struct PullReq {
      * on; 'gone' once the key went away (answered an error). */
     struct PullReq *prev, *next;
     RedisModuleBlockedClient *bc;
+    const PSTensor *t; /* the tensor waited on: only compared, never read */
     int db, gone;
     char *key;
     size_t keylen;
@@ -268,6 +272,13 @@ void ps_pull_waiters_flush(int dbnum) {
     for (PullReq *q = Waiters, *nx; q; q = nx) {
         nx = q->next;
         if (!q->gone && (dbnum == -1 || q->db == dbnum)) waiter_gone(q);
+    }
+}
+
+void ps_pull_waiters_value_freed(const PSTensor *t) {
+    for (PullReq *q = Waiters, *nx; q; q = nx) {
+        nx = q->next;
+        if (!q->gone && q->t == t) waiter_gone(q);
     }
 }
 
@@ -471,6 +482,7 @@ int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     const char *k = RedisModule_StringPtrLen(argv[1], &bq->keylen);
     bq->key = copybytes(k, bq->keylen);
     bq->db = RedisModule_GetSelectedDb(ctx);
+    bq->t = t;
     bq->prev = NULL;
     bq->next = Waiters;
     if (Waiters) Waiters->prev = bq;

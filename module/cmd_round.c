@@ -7,7 +7,8 @@
  * n-th push, and stopped when the tensor is freed (DEL, UNLINK, FLUSHALL,
  * overwrite: type.c's free callback) or its database is flushed (the
  * FlushDB event, which also covers FLUSHALL ASYNC, whose frees run on a
- * background thread). Timers are found by tensor in a hash table, so a
+ * background thread). It follows its tensor through RENAME, MOVE and
+ * SWAPDB. Timers are found by tensor in a hash table, so a
  * push or pull never scans them (issue 11 item 3).
  *
  * Replication, decided here:
@@ -30,7 +31,7 @@ extern RedisModuleCommandKeySpec *PSWriteKeySpec;
 /* The armed timer of one tensor's open round. 't' is only compared, never
  * dereferenced from the timer: the table entry is removed before the
  * tensor is freed. 'db' and 'key' are where the tensor is: RENAME and MOVE
- * update them (keyMoved), a SWAPDB is picked up by the next push or pull. */
+ * update them (keyMoved), SWAPDB swaps the db (dbSwapped). */
 typedef struct RoundTimer {
     const PSTensor *t;
     RedisModuleTimerID id;
@@ -124,7 +125,9 @@ unsigned long long ps_round_timers_pending(void) { return TimerCount; }
 
 void ps_round_timer_forget(const PSTensor *t) {
     /* The thread first: a background free must not even read the table. */
-    if (!pthread_equal(pthread_self(), MainThread) || !TimerCount) return;
+    if (!pthread_equal(pthread_self(), MainThread)) return;
+    ps_pull_waiters_value_freed(t);
+    if (!TimerCount) return;
     RoundTimer *rt = timer_get(t);
     if (rt) timer_cancel(rt);
 }
@@ -192,7 +195,7 @@ void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const P
     int db = RedisModule_GetSelectedDb(ctx);
     RoundTimer *rt = timer_get(t);
     if (rt && rt->version == t->version) {
-        timer_set_key(rt, db, k, kl); /* follows a RENAME, MOVE or SWAPDB */
+        timer_set_key(rt, db, k, kl); /* the name this pull or push used */
         return;
     }
     /* A timer of an earlier round that closed another way (ROLLBACK, SET):
@@ -207,8 +210,7 @@ void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const P
     timer_put(rt);
 }
 
-/* RENAME and MOVE keep the value: its timer follows it to the new name
- * (a SWAPDB is picked up by the next push or pull). */
+/* RENAME and MOVE keep the value: its timer follows it to the new name. */
 static int keyMoved(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key) {
     (void)type;
     if (!TimerCount || (strcmp(event, "rename_to") && strcmp(event, "move_to")))
@@ -232,6 +234,27 @@ static void flushStarted(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sub
     const RedisModuleFlushInfo *fi = data;
     timers_flush(fi->dbnum);
     ps_pull_waiters_flush(fi->dbnum);
+}
+
+/* SWAPDB a b: the tensors of a are now in b and the other way round; their
+ * timers follow them (a timer left on the old db number would find another
+ * value or none there when it fires, and its round would stay open with no
+ * push to re-arm it). Pulls waiting in either db waited on a value that is
+ * no longer under their name there: they are answered as for a flush. */
+static void dbSwapped(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sub, void *data) {
+    (void)ctx;
+    (void)eid;
+    (void)sub;
+    const RedisModuleSwapDbInfo *si = data;
+    const int a = si->dbnum_first, b = si->dbnum_second;
+    if (a == b) return;
+    for (size_t i = 0; TimerCount && i < SlotCap; i++) {
+        if (!Slots[i]) continue;
+        if (Slots[i]->db == a) Slots[i]->db = b;
+        else if (Slots[i]->db == b) Slots[i]->db = a;
+    }
+    ps_pull_waiters_flush(a);
+    ps_pull_waiters_flush(b);
 }
 
 /* ========================================================================
@@ -270,10 +293,12 @@ int PSRoundHooks_Register(RedisModuleCtx *ctx) {
     MainThread = pthread_self();
     TimerCtx = RedisModule_GetDetachedThreadSafeContext(ctx);
     static const RedisModuleEvent flushdb = {REDISMODULE_EVENT_FLUSHDB, 1};
+    static const RedisModuleEvent swapdb = {REDISMODULE_EVENT_SWAPDB, 1};
     if (!TimerCtx || RedisModule_SubscribeToServerEvent(ctx, flushdb, flushStarted) != REDISMODULE_OK ||
+        RedisModule_SubscribeToServerEvent(ctx, swapdb, dbSwapped) != REDISMODULE_OK ||
         RedisModule_SubscribeToKeyspaceEvents(ctx, REDISMODULE_NOTIFY_GENERIC, keyMoved) !=
             REDISMODULE_OK) {
-        RedisModule_Log(ctx, "warning", "could not subscribe to the FlushDB and key events");
+        RedisModule_Log(ctx, "warning", "could not subscribe to the FlushDB, SwapDB and key events");
         return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;

@@ -130,10 +130,11 @@ size_t ps_scratch_trim(void);
 /* Bytes the scratch buffers hold now (INFO ps scratch_bytes). */
 size_t ps_scratch_held(void);
 
-/* Sync-round timers (cmd_push.c). A tensor being freed forgets its timer
- * (type.c's free callback calls this; off the main thread, as in a lazy
- * FLUSHALL ASYNC, it does nothing: the FlushDB event already stopped the
- * timers of every flushed tensor). */
+/* Sync-round timers (cmd_round.c). A tensor being freed forgets its timer
+ * and answers its MINVERSION waiters (type.c's free callback calls this;
+ * off the main thread, as in a lazy FLUSHALL ASYNC, it does nothing: the
+ * FlushDB event already stopped the timers and answered the waiters of
+ * every flushed tensor). */
 void ps_round_timer_forget(const PSTensor *t);
 
 /* Round timers pending now (INFO ps round_timers). */
@@ -149,6 +150,11 @@ void ps_round_timer_stop(const PSTensor *t);
 /* Answers an error to every pull waiting on MINVERSION in database 'dbnum'
  * (-1: all), whose keys are about to be flushed (cmd_push.c). */
 void ps_pull_waiters_flush(int dbnum);
+
+/* Answers an error to every pull waiting on tensor 't', which is being
+ * freed on the main thread (ps_round_timer_forget calls it): whatever
+ * takes its name next is another tensor (cmd_push.c). */
+void ps_pull_waiters_value_freed(const PSTensor *t);
 
 /* Event hooks OnLoad installs after the command table: the round timers'
  * FlushDB and key-move hooks (cmd_round.c), the MINVERSION waiters'

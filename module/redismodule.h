@@ -96,6 +96,7 @@
 #define REDISMODULE_EVENT_FLUSHDB 2
 #define REDISMODULE_SUBEVENT_FLUSHDB_START 0
 #define REDISMODULE_SUBEVENT_FLUSHDB_END 1
+#define REDISMODULE_EVENT_SWAPDB 11
 
 /* Aux save triggers. */
 #define REDISMODULE_AUX_BEFORE_RDB (1 << 0)
@@ -179,6 +180,12 @@ typedef struct RedisModuleEvent {
 } RedisModuleEvent;
 typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
                                          uint64_t subevent, void *data);
+/* Data of the SwapDB event (version 1): the two databases swapped. */
+typedef struct RedisModuleSwapDbInfo {
+    uint64_t version;
+    int32_t dbnum_first;
+    int32_t dbnum_second;
+} RedisModuleSwapDbInfo;
 /* Data of the FlushDB event (version 1); dbnum -1 means every database. */
 typedef struct RedisModuleFlushInfo {
     uint64_t version;

@@ -165,3 +165,54 @@ def test_worker_role_allows_pull_and_push_but_refuses_everything_else(job_server
             assert isinstance(rep, psserver.RespError) and rep.code == "NOPERM", (args[:3], rep)
     assert {k: psserver.digest(c, k) for k in c.keys("*")} == digests_before
     assert [s[0] for s in c.execute_command("PS.SNAPSHOTS", key)] == [b"keep"]
+
+
+def sparse_worker_role(job):
+    """The documented role of a sparse (--model) job's worker: the dense role plus PFADD
+    (each worker reports the ids it saw into psjob:{J}:ids, a HyperLogLog). The table shards
+    are <job>:emb:<s>, already under ~<job>:*; table pulls and pushes are PS.PULL/PS.PUSHGRAD."""
+    return worker_role(job) + ["+pfadd"]
+
+
+def test_sparse_worker_trains_under_the_documented_sparse_role(server, tmp_path):
+    require_ps_train()
+    prefix = str(tmp_path / "ctr")
+    run_ps_train(["gen-ctr", "--out", prefix, "--samples", 3000, "--test-samples", 300,
+                  "--fields", 4, "--vocab", 20, "--seed", 2])
+    p = run(["init", "--addr", server.addr, "--job", "sp", "--model", "fm", "--train",
+             prefix + ".train.libsvm", "--test", prefix + ".test.libsvm", "--shard-bytes",
+             20000, "--epochs", 1, "--shards", 2])
+    assert p.returncode == 0, p.out
+    c = server.client()
+    assert c.execute_command("ACL", "SETUSER", "ws", "on", ">pw", *sparse_worker_role("sp"))
+    c.execute_command("ACL", "LOG", "RESET")
+    p = run(["work", "--addr", server.addr, "--job", "sp", "--user", "ws", "--password", "pw",
+             "--progress", "none"])
+    assert p.returncode == 0, p.out
+    assert "ACKED_TABLE" in p.out, p.out
+    assert acl_denials(c) == [], acl_denials(c)
+    assert c.pfcount("psjob:{sp}:ids") > 0
+    tasks = int(c.hget("psjob:{sp}:config", "tasks"))
+    assert len(c.hgetall("psjob:{sp}:done")) == tasks
+    versions = model_versions(c, "sp")
+    assert versions and all(v > 0 for v in versions.values()), versions
+    # The dense role alone (no PFADD) is refused: the sparse role is what the docs say.
+    assert c.execute_command("ACL", "SETUSER", "wd", "on", ">pw", *worker_role("sp"))
+    with psserver.RawClient(server.port) as u:
+        assert u.call("AUTH", "wd", "pw") == "OK"
+        err = u.call("PFADD", "psjob:{sp}:ids", "x")
+        assert isinstance(err, psserver.RespError) and err.code == "NOPERM", err
+
+
+@pytest.mark.parametrize("policy", ["block", "degrade", "fail"])
+def test_worker_whose_wait_is_refused_fails_with_the_cause_under_every_policy(job_server,
+                                                                              policy):
+    # The documented role without +wait, and a worker asking for --wait 1: the server
+    # answers every WAIT NOPERM. That is no replica count: policy block asked again at
+    # once, forever (the worker hung), degrade warned of a degraded shard.
+    c = job_server.client()
+    p = run(["work", "--addr", job_server.addr, "--job", JOB, "--user", "w", "--password", "pw",
+             "--progress", "none", "--wait", 1, "--on-degraded", policy], timeout=60)
+    assert p.returncode not in (0, None) and p.returncode > 0, p.out
+    assert "WAIT 1" in p.out and "refused" in p.out and "NOPERM" in p.out, p.out
+    assert any(d[b"object"] == b"wait" for d in acl_denials(c)), acl_denials(c)

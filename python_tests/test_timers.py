@@ -21,6 +21,23 @@ def timers(r):
     return r.info("ps")["ps_round_timers"]
 
 
+def in_db(r, db, *cmds):
+    """Runs each command (a list) on a connection SELECTed to 'db'; returns the replies."""
+    c = r.connection_pool.get_connection("x")
+    try:
+        c.send_command("SELECT", str(db))
+        c.read_response()
+        out = []
+        for cmd in cmds:
+            c.send_command(*cmd)
+            out.append(c.read_response())
+        return out
+    finally:
+        c.send_command("SELECT", "0")
+        c.read_response()
+        r.connection_pool.release(c)
+
+
 def test_100k_rounds_closed_by_pushes_leave_no_pending_timer(r):
     create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "600000")
     rounds = 100000
@@ -88,18 +105,9 @@ def test_timer_still_closes_a_round_and_is_then_gone(r):
     r.execute_command("RENAME", "s", "t")
     assert timers(r) == 1
     r.execute_command("MOVE", "t", "1")
-    c1 = r.connection_pool.get_connection("x")
-    try:
-        # No pull before the timer fires (a pull would also re-arm it under the new name).
-        wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
-        c1.send_command("SELECT", "1")
-        c1.read_response()
-        c1.send_command("PS.PULL", "t")
-        assert c1.read_response()[0] == 2          # the round was closed where the tensor is
-    finally:
-        c1.send_command("SELECT", "0")
-        c1.read_response()
-        r.connection_pool.release(c1)
+    # No pull before the timer fires (a pull would also re-arm it under the new name).
+    wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
+    assert in_db(r, 1, ["PS.PULL", "t"])[0][0] == 2   # the round was closed where the tensor is
     assert timers(r) == 0
 
 
@@ -140,12 +148,60 @@ def test_pull_waiting_without_timeout_is_answered_when_its_key_goes(server, r, h
     assert r.info("ps")["ps_blocked_timeouts"] == 0
 
 
-def test_pull_waiting_on_an_expiring_key_is_answered(server, r):
-    create(r, "k", (2,))
-    s = _block(server, "k")
+def _gone_after(server, r, key, *cmd):
+    """Blocks a pull on 'key' (MINVERSION 100), runs 'cmd' once it waits, and checks the
+    pull is answered the key-gone error."""
+    s = _block(server, key)
     try:
         wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 1, what="blocked")
-        r.execute_command("PEXPIRE", "k", "50")
+        r.execute_command(*cmd)
         assert _reply(s).startswith(b"-ERR the key was deleted")
     finally:
         s.close()
+
+
+def test_pull_waiting_on_an_expiring_key_is_answered(server, r):
+    create(r, "k", (2,))
+    _gone_after(server, r, "k", "PEXPIRE", "k", "50")
+
+
+def test_timer_follows_its_tensor_through_swapdb(r):
+    create(r, "s", (2,), "SYNC", "2", "TIMEOUT", "200")
+    r.execute_command("PS.PUSHGRAD", "s", ONE)
+    assert timers(r) == 1
+    r.execute_command("SWAPDB", "0", "1")
+    # No push or pull after the swap: only the timer can close the round.
+    wait_until(lambda: timers(r) == 0, timeout=5, what="timer fired")
+    pulled, info = in_db(r, 1, ["PS.PULL", "s"], ["PS.INFO", "s"])
+    assert pulled[0] == 1                          # closed where the tensor went
+    assert dict(zip(info[::2], info[1::2]))[b"rounds_timed_out"] == 1
+    # Swapping a db with itself changes nothing.
+    create(r, "t", (2,), "SYNC", "2", "TIMEOUT", "600000")
+    r.execute_command("PS.PUSHGRAD", "t", ONE)
+    r.execute_command("SWAPDB", "0", "0")
+    assert timers(r) == 1
+
+
+def test_pull_waiting_in_a_swapped_db_is_answered_not_served_another_tensor(server, r):
+    create(r, "k", (2,))
+    # db 1 holds another tensor under the same name, far ahead in version.
+    in_db(r, 1, ["PS.CREATE", "k", "SHAPE", "2"], *[["PS.PUSHGRAD", "k", ONE]] * 101)
+    _gone_after(server, r, "k", "SWAPDB", "0", "1")
+    wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")
+    assert r.info("ps")["ps_blocked_pulls_gone"] == 1
+
+
+@pytest.mark.parametrize("how", ["rename_onto", "set", "restore_replace", "copy_replace"])
+def test_pull_waiting_on_a_tensor_replaced_under_its_name_is_answered(server, r, how):
+    # The waited tensor is freed while its name gets another value: before, RENAME/COPY/
+    # RESTORE onto it served the newcomer's data as if it were the waited tensor's (no key
+    # event names the overwrite), and SET left the pull waiting on a string forever.
+    create(r, "k", (2,))
+    create(r, "o", (2,))
+    for _ in range(101):
+        r.execute_command("PS.PUSHGRAD", "o", ONE)
+    cmd = {"rename_onto": ["RENAME", "o", "k"], "set": ["SET", "k", "x"],
+           "restore_replace": ["RESTORE", "k", "0", r.dump("o"), "REPLACE"],
+           "copy_replace": ["COPY", "o", "k", "REPLACE"]}[how]
+    _gone_after(server, r, "k", *cmd)
+    wait_until(lambda: r.info("ps")["ps_blocked_pulls_now"] == 0, what="no waiter left")

@@ -220,6 +220,61 @@ static void test_error_in_a_split_says_where_the_split_starts(void **state)
     ps_sparse_batch_free(&all);
 }
 
+/* A gzip file cut mid-stream (zlib reads it as a clean end) and a file
+ * that no longer has the size a job recorded (o.expect_bytes) fail the
+ * read with the file's name, instead of training fewer lines in silence. */
+static void test_a_cut_gzip_or_a_changed_file_is_an_error_not_fewer_lines(void **state)
+{
+    (void)state;
+    char text[1 << 16] = "", err[512];
+    for (int i = 0; i < 2000; i++) {
+        char line[64];
+        snprintf(line, sizeof(line), "%d %d:1 %d:0.5\n", i % 2, i, (i * 7919) % 100003);
+        strcat(text, line);
+    }
+    const size_t len = strlen(text);
+    const char *gp = tpath("cut.libsvm.gz");
+    write_file(gp, text, 1);
+    /* Keep the first half of the compressed bytes. */
+    FILE *f = fopen(gp, "rb");
+    assert_non_null(f);
+    static unsigned char gzb[1 << 16];
+    size_t gzlen = fread(gzb, 1, sizeof(gzb), f);
+    fclose(f);
+    f = fopen(gp, "wb");
+    assert_int_equal(fwrite(gzb, 1, gzlen / 2, f), gzlen / 2);
+    fclose(f);
+    ps_sparse_batch all = {0};
+    assert_int_equal(read_all(gp, NULL, 64, &all, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "cut.libsvm.gz: gzip stream cut short"));
+    ps_sparse_batch_free(&all);
+
+    /* The same text, whole: with the right expected size every range reads;
+     * after the file shrank, a range up to the old end fails (plain at open,
+     * gzip at the read that reaches the new end). */
+    for (int gz = 0; gz < 2; gz++) {
+        const char *p = tpath(gz ? "shrunk.libsvm.gz" : "shrunk.libsvm");
+        write_file(p, text, gz);
+        ps_sparse_opts o = {.start = len / 2, .end = len, .expect_bytes = len};
+        if (read_all(p, &o, 64, &all, err, sizeof(err)) != 0) fail_msg("%s", err);
+        assert_true(all.n > 900 && all.n < 1100);
+        ps_sparse_batch_free(&all);
+        const char keep = text[len / 4 * 3];
+        text[len / 4 * 3] = '\0'; /* three quarters: past the new end */
+        write_file(p, text, gz);
+        text[len / 4 * 3] = keep;
+        assert_int_equal(read_all(p, &o, 64, &all, err, sizeof(err)), -1);
+        assert_non_null(strstr(err, gz ? "shrunk.libsvm.gz: the file ends at byte"
+                                       : "shrunk.libsvm: "));
+        assert_non_null(strstr(err, "changed since init"));
+        ps_sparse_batch_free(&all);
+        /* A range wholly past the new end reads nothing silently no more. */
+        o.start = len - 10;
+        assert_int_equal(read_all(p, &o, 64, &all, err, sizeof(err)), -1);
+        ps_sparse_batch_free(&all);
+    }
+}
+
 /* ================================= Criteo ================================= */
 
 /* A Criteo line: label, 13 integers, 26 categoricals; "" are missing. */
@@ -326,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_open_errors_name_the_file),
         cmocka_unit_test(test_byte_ranges_tile_the_file_like_input_splits),
         cmocka_unit_test(test_error_in_a_split_says_where_the_split_starts),
+        cmocka_unit_test(test_a_cut_gzip_or_a_changed_file_is_an_error_not_fewer_lines),
         cmocka_unit_test(test_criteo_buckets_hashes_and_handles_missing_values),
         cmocka_unit_test(test_criteo_bad_lines_name_file_line_and_token),
         cmocka_unit_test(test_ids_are_stable_and_tagged_with_their_field),

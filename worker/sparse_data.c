@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 void ps_sparse_seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -186,6 +187,29 @@ static const char *where(const ps_sparse_reader *r, char *out, size_t len)
     return out;
 }
 
+/* The end of the input was reached with r->tail bytes buffered: a gzip
+ * stream cut short (zlib reports it only through gzerror, gzread returns 0
+ * as at a clean end) or a file shorter than o.expect_bytes is an error.
+ * Returns 0 or -1 with the message in 'err'. */
+static int eof_check(ps_sparse_reader *r, char *err, size_t errlen)
+{
+    const uint64_t at = r->pos + (r->tail - r->head); /* bytes in the file */
+    int zerr = Z_OK;
+    (void)gzerror(r->f, &zerr);
+    if (zerr == Z_BUF_ERROR) {
+        seterr(err, errlen, "%s: gzip stream cut short after %llu bytes (a truncated or "
+                            "partly written file)", r->path, (unsigned long long)at);
+        return -1;
+    }
+    if (r->o.expect_bytes != 0 && at != r->o.expect_bytes) {
+        seterr(err, errlen, "%s: the file ends at byte %llu but has %llu bytes for this job "
+                            "(changed since init?)", r->path, (unsigned long long)at,
+               (unsigned long long)r->o.expect_bytes);
+        return -1;
+    }
+    return 0;
+}
+
 /* Next line of the file: sets *line (NUL-terminated in place, without its
  * '\n') and *len, and advances. Returns 1, 0 at EOF, -1 on a read error or a
  * line longer than PS_SPARSE_MAX_LINE. *startp gets the line's offset. */
@@ -240,6 +264,7 @@ static int next_line(ps_sparse_reader *r, char **line, size_t *len, uint64_t *st
                    zerr == Z_ERRNO ? strerror(errno) : m);
             return -1;
         }
+        if (got == 0 && eof_check(r, err, errlen) != 0) return -1;
         if (got == 0) r->eof = 1;
         r->tail += (size_t)got;
     }
@@ -281,7 +306,15 @@ ps_sparse_reader *ps_sparse_open(const char *path, const ps_sparse_opts *o, char
      * cannot lseek a plain file and reads up to the offset instead, so a
      * task late in a large file would read all of it. gzdirect() decides
      * now. */
-    (void)gzdirect(r->f);
+    if (gzdirect(r->f) && o->expect_bytes != 0) {
+        struct stat st;
+        if (stat(path, &st) == 0 && (uint64_t)st.st_size != o->expect_bytes) {
+            seterr(err, errlen, "%s: %llu bytes but %llu for this job (changed since init?)",
+                   path, (unsigned long long)st.st_size, (unsigned long long)o->expect_bytes);
+            ps_sparse_close(r);
+            return NULL;
+        }
+    }
     if (o->start > 0) {
         /* Land on the byte before 'start' and drop the rest of its line: a
          * range starting right after a '\n' keeps its first line, one starting

@@ -97,6 +97,11 @@ typedef struct ps_sparse_opts {
      * (missing = 0), batch->ndense = 13. They always appear as bucket ids. */
     int criteo_dense;
     uint64_t start, end; /* byte range of the uncompressed file; end 0 = to EOF */
+    /* 0, or the size (uncompressed) the file must have, e.g. what a job
+     * recorded at init: a plain file of another size is refused at open,
+     * and any file that ends before it (shrunk, replaced) fails the read
+     * that reaches its end instead of training fewer lines in silence. */
+    uint64_t expect_bytes;
 } ps_sparse_opts;
 
 typedef struct ps_sparse_reader ps_sparse_reader;
@@ -110,7 +115,8 @@ ps_sparse_reader *ps_sparse_open(const char *path, const ps_sparse_opts *o, char
 /* Clears 'b' and reads up to 'max_rows' (>= 1) samples into it; blank lines
  * are skipped. Returns the rows read (0 at the end of the range), or -1 with
  * a message "path:line: ..." in 'err' (a bad token, a line too long, a read
- * error); after -1 the reader only returns -1. */
+ * error, a gzip stream cut short, a file shorter than o->expect_bytes);
+ * after -1 the reader only returns -1. */
 int ps_sparse_read(ps_sparse_reader *r, ps_sparse_batch *b, int max_rows, char *err,
                    size_t errlen);
 

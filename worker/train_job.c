@@ -275,6 +275,13 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         }
     }
     freeReplyObject(r);
+    if (strcmp(cfg->state, "ready") == 0 && cfg->sp.model[0]) {
+        char err[256];
+        if (tr_sparse_check_config(cfg, err, sizeof(err)) != 0) {
+            fprintf(stderr, "ps-train: job %s has a corrupt config (%s)\n", job, err);
+            return -1;
+        }
+    }
     if (strcmp(cfg->state, "ready") == 0 && !cfg->sp.model[0]) {
         char err[256];
         cfg->nsizes = ps_parse_layers(cfg->layers, cfg->sizes, TR_MAX_LAYERS, err, sizeof(err));

@@ -113,6 +113,18 @@ typedef struct trainOpts {
 
 /* The sparse settings of a job (fields of psjob:{J}:config; model "" for
  * a dense job). */
+/* Bounds of the sparse settings, shared by the flags (ps-train.c) and the
+ * check of a stored config (tr_sparse_check_config). */
+#define TR_SP_MAX_DIM 1024
+#define TR_SP_MAX_FIELDS 256
+#define TR_SP_MAX_ADMIT 255
+#define TR_SP_MAX_CAPACITY (67108863LL * 1024)
+#define TR_SP_MAX_SHARDS 1024
+#define TR_SP_MAX_SHARD_BYTES (1LL << 40)
+/* Tasks of a job (all epochs): one stream entry and one XADD round trip
+ * each, so a tiny --shard-bytes cannot fill the server. */
+#define TR_SP_MAX_TASKS (1LL << 20)
+
 typedef struct sparseConfig {
     char model[8];              /* lr | fm | mlp */
     char train[512], test[512];
@@ -244,12 +256,17 @@ int tr_cmd_run(const trainOpts *o, int argc, char **argv);
 struct runLog;
 int tr_open_log(const trainOpts *o, struct runLog **lg);
 
-/* ---- train_sparse_job.c (sparse CTR jobs: init, eval, run's result) ---- */
+/* ---- train_sparse_cfg.c, train_sparse_job.c (sparse CTR jobs: settings;
+ * init, eval, run's result) ---- */
 /* Checks the sparse flags of subcommand 'cmd' ("init", "run", ...). 0 or -1 (printed). */
 int tr_sparse_validate(const trainOpts *o, int init_or_run);
 /* Takes config hash field 'f' with value 'v' into cfg->sp: 1 when it is a
  * sparse field, else 0. */
 int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v);
+/* Checks the sparse settings of a stored config (an operator or another
+ * client may have edited the hash) against the flags' bounds. Returns 0, or
+ * -1 with the first bad field and its value in 'err'. */
+int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen);
 /* Appends to 'out' ("--flag given (job: stored)", comma separated) every
  * sparse setting given that differs from job 'cfg'. Returns how many. */
 int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len);

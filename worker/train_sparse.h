@@ -12,7 +12,8 @@
  * A task is a byte range [start, start + count) of the train file
  * (ps_sparse_open ranges: every line is read by exactly one task).
  *
- *   train_sparse_job.c  flags, config, init, eval, run's RESULT
+ *   train_sparse_cfg.c  flags' checks, config fields (read, checked, diffed)
+ *   train_sparse_job.c  init, eval, run's RESULT
  *   train_sparse.c      the worker: one task = batches of pull rows by id,
  *                       gradient, push rows by id (+ dense tensors); the
  *                       table's zero count for eval */
@@ -27,6 +28,8 @@
  * 0, or -1 with a message in 'err'. */
 int ts_ctr_config(const jobConfig *cfg, int max_batch, ps_ctr_config *mc, char *err,
                   size_t errlen);
+/* The default row init std of 'model' with table optimizer 'optim'. */
+double ts_default_init_std(const char *model, const char *optim);
 /* Reader options of the job's files (byte range left whole). */
 void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so);
 /* The job's table handle (nothing sent). NULL when out of memory. */

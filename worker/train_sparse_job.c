@@ -1,5 +1,5 @@
-/* train_sparse_job.c -- ps-train for sparse CTR jobs: flags, config, init,
- * eval and run's RESULT line (the worker loop is train_sparse.c; keys and
+/* train_sparse_job.c -- ps-train for sparse CTR jobs: init, eval and run's
+ * RESULT line (the worker loop is train_sparse.c; keys and
  * layout in train_sparse.h).
  *
  * init --model lr|fm|mlp --train FILE writes the job config (the sparse
@@ -7,7 +7,8 @@
  * ADAGRAD with the table's LR unless given), creates the table shards and
  * the dense tensors with NX, and one task per --shard-bytes of the train
  * file per epoch. Like dense jobs, a second init (or run) whose settings
- * differ from the stored ones is refused (exit 2). */
+ * differ from the stored ones is refused (exit 2). The flags and the
+ * stored config's fields are train_sparse_cfg.c's. */
 
 #include <errno.h>
 #include <math.h>
@@ -22,163 +23,6 @@
 #include "train_sparse.h"
 
 #define TS_FILTER_LOG2 22       /* admission filter: 4M one-byte counters per shard */
-
-/* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
-static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",
-                                          "ftrl"};
-
-/* Flags that only a sparse job takes (init/run without --model refuses them). */
-static const char *const SparseFlags[] = {
-    "--train", "--format", "--dim", "--fields", "--hidden", "--table-optim", "--table-lr",
-    "--ftrl-beta", "--l1", "--l2", "--init-std", "--admit", "--capacity", "--shards",
-    "--shard-bytes"};
-
-/* ========================================================================
- * Flags and config
- * ====================================================================== */
-
-/* The default row init std: LR weights and FTRL rows start at 0 (FTRL
- * requires it), FM factors and MLP embeddings need random starts. */
-static double default_init_std(const char *model, const char *optim) {
-    return !strcasecmp(model, "lr") || !strcasecmp(optim, "ftrl") ? 0.0 : 0.1;
-}
-
-int tr_sparse_validate(const trainOpts *o, int init_or_run) {
-    const char *c = o->cmd;
-    if (!init_or_run) return 0;
-    if (o->model == NULL) {
-        for (size_t i = 0; i < sizeof(SparseFlags) / sizeof(SparseFlags[0]); i++)
-            if (tr_given(o, SparseFlags[i])) {
-                fprintf(stderr, "ps-train %s: %s is for sparse jobs: add --model lr|fm|mlp\n", c,
-                        SparseFlags[i]);
-                return -1;
-            }
-        if (o->test) {
-            fprintf(stderr, "ps-train %s: --test is for sparse jobs (--model); dense CSV jobs "
-                            "take --test-csv\n", c);
-            return -1;
-        }
-        return 0;
-    }
-    int ok = 0;
-    if (ps_ctr_parse_model(o->model) < 0) {
-        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, o->model);
-        return -1;
-    }
-    if (o->train == NULL) {
-        fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)\n", c);
-        return -1;
-    }
-    if (!strcmp(c, "run") && o->test == NULL) {
-        fprintf(stderr, "ps-train run: --model needs --test FILE (run evaluates on it)\n");
-        return -1;
-    }
-    if (o->data || o->csv || o->test_csv) {
-        fprintf(stderr, "ps-train %s: --data/--csv/--test-csv are for dense jobs, not with "
-                        "--model\n", c);
-        return -1;
-    }
-    if (strcmp(o->format, "libsvm") && strcmp(o->format, "criteo")) {
-        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->format);
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
-        if (!strcasecmp(o->table_optim, TableOptims[i])) ok = 1;
-    if (!ok) {
-        fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (sgd momentum adagrad "
-                        "rowadagrad adam ftrl)\n", c, o->table_optim);
-        return -1;
-    }
-    if (!strcasecmp(o->table_optim, "ftrl") && o->init_std > 0) {
-        fprintf(stderr, "ps-train %s: --table-optim ftrl rows start at 0: --init-std must be "
-                        "0\n", c);
-        return -1;
-    }
-    if (!strcasecmp(o->model, "mlp")) {
-        int sizes[PS_CTR_MAX_HIDDEN + 2];
-        char spec[80], err[256];
-        snprintf(spec, sizeof(spec), "1,%s", o->hidden);
-        if (ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, sizeof(err)) < 0) {
-            fprintf(stderr, "ps-train %s: --hidden: %s\n", c, err);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* Copies reply string 'v' into 'dst' of 'cap' bytes (truncated). */
-static void copy_reply(char *dst, size_t cap, const redisReply *v) {
-    size_t n = v->len < cap - 1 ? v->len : cap - 1;
-    memcpy(dst, v->str, n);
-    dst[n] = '\0';
-}
-
-int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
-    sparseConfig *sp = &cfg->sp;
-    char num[64];
-    if (v->type != REDIS_REPLY_STRING) return 0;
-    copy_reply(num, sizeof(num), v);
-    if (!strcmp(f, "model")) copy_reply(sp->model, sizeof(sp->model), v);
-    else if (!strcmp(f, "train")) copy_reply(sp->train, sizeof(sp->train), v);
-    else if (!strcmp(f, "test")) copy_reply(sp->test, sizeof(sp->test), v);
-    else if (!strcmp(f, "format")) copy_reply(sp->format, sizeof(sp->format), v);
-    else if (!strcmp(f, "hidden")) copy_reply(sp->hidden, sizeof(sp->hidden), v);
-    else if (!strcmp(f, "table_optim")) copy_reply(sp->table_optim, sizeof(sp->table_optim), v);
-    else if (!strcmp(f, "dim")) sp->dim = atoi(num);
-    else if (!strcmp(f, "fields")) sp->fields = atoi(num);
-    else if (!strcmp(f, "table_lr")) sp->table_lr = strtod(num, NULL);
-    else if (!strcmp(f, "ftrl_beta")) sp->ftrl_beta = strtod(num, NULL);
-    else if (!strcmp(f, "l1")) sp->l1 = strtod(num, NULL);
-    else if (!strcmp(f, "l2")) sp->l2 = strtod(num, NULL);
-    else if (!strcmp(f, "init_std")) sp->init_std = strtod(num, NULL);
-    else if (!strcmp(f, "admit")) sp->admit = atoi(num);
-    else if (!strcmp(f, "shards")) sp->shards = atoi(num);
-    else if (!strcmp(f, "capacity")) sp->capacity = atoll(num);
-    else if (!strcmp(f, "shard_bytes")) sp->shard_bytes = atoll(num);
-    else if (!strcmp(f, "train_bytes")) sp->train_bytes = atoll(num);
-    else return 0;
-    return 1;
-}
-
-int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
-    const sparseConfig *sp = &cfg->sp;
-    int n = 0;
-#define SDIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
-    SDIFF(o->model && strcasecmp(o->model, sp->model), "--model %s (job: %s)", o->model,
-          sp->model[0] ? sp->model : "none, a dense MLP");
-    if (!sp->model[0]) return n;
-    SDIFF(tr_given(o, "--train") && strcmp(o->train, sp->train), "--train %s (job: %s)",
-          o->train, sp->train);
-    SDIFF(tr_given(o, "--test") && strcmp(o->test, sp->test), "--test %s (job: %s)", o->test,
-          sp->test[0] ? sp->test : "none");
-    SDIFF(tr_given(o, "--format") && strcmp(o->format, sp->format), "--format %s (job: %s)",
-          o->format, sp->format);
-    SDIFF(tr_given(o, "--dim") && o->dim != sp->dim, "--dim %d (job: %d)", o->dim, sp->dim);
-    SDIFF(tr_given(o, "--fields") && o->fields != sp->fields, "--fields %d (job: %d)", o->fields,
-          sp->fields);
-    SDIFF(tr_given(o, "--hidden") && strcmp(o->hidden, sp->hidden), "--hidden %s (job: %s)",
-          o->hidden, sp->hidden);
-    SDIFF(tr_given(o, "--table-optim") && strcasecmp(o->table_optim, sp->table_optim),
-          "--table-optim %s (job: %s)", o->table_optim, sp->table_optim);
-    SDIFF(tr_given(o, "--table-lr") && o->table_lr != sp->table_lr, "--table-lr %g (job: %g)",
-          o->table_lr, sp->table_lr);
-    SDIFF(tr_given(o, "--ftrl-beta") && o->ftrl_beta != sp->ftrl_beta,
-          "--ftrl-beta %g (job: %g)", o->ftrl_beta, sp->ftrl_beta);
-    SDIFF(tr_given(o, "--l1") && o->l1 != sp->l1, "--l1 %g (job: %g)", o->l1, sp->l1);
-    SDIFF(tr_given(o, "--l2") && o->l2 != sp->l2, "--l2 %g (job: %g)", o->l2, sp->l2);
-    SDIFF(tr_given(o, "--init-std") && o->init_std != sp->init_std, "--init-std %g (job: %g)",
-          o->init_std, sp->init_std);
-    SDIFF(tr_given(o, "--admit") && o->admit != sp->admit, "--admit %d (job: %d)", o->admit,
-          sp->admit);
-    SDIFF(tr_given(o, "--capacity") && o->capacity != sp->capacity, "--capacity %lld (job: %lld)",
-          o->capacity, sp->capacity);
-    SDIFF(tr_given(o, "--shards") && o->shards != sp->shards, "--shards %d (job: %d)", o->shards,
-          sp->shards);
-    SDIFF(tr_given(o, "--shard-bytes") && o->shard_bytes != sp->shard_bytes,
-          "--shard-bytes %lld (job: %lld)", o->shard_bytes, sp->shard_bytes);
-#undef SDIFF
-    return n;
-}
 
 /* ========================================================================
  * Shared with the worker: model, table, dense tensors
@@ -213,6 +57,10 @@ void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so) {
     memset(so, 0, sizeof(*so));
     so->format = !strcmp(cfg->sp.format, "criteo") ? PS_SPARSE_CRITEO : PS_SPARSE_LIBSVM;
     so->field_bits = PS_SPARSE_FIELD_BITS;
+    /* The train file as init measured it: a file changed since fails its
+     * read instead of training other lines (readers of another file, the
+     * test file, clear this). */
+    so->expect_bytes = cfg->sp.train_bytes > 0 ? (uint64_t)cfg->sp.train_bytes : 0;
 }
 
 psEmbed *ts_table(const char *job, const jobConfig *cfg, int dim) {
@@ -312,9 +160,14 @@ static long long file_bytes(const trainOpts *o, const char *path) {
         return -1;
     }
     while ((k = gzread(g, buf, sizeof(buf))) > 0) n += k;
+    int zerr = Z_OK;
+    (void)gzerror(g, &zerr);
     gzclose(g);
-    if (k < 0) {
-        tr_err(o, "%s: gzip read error", path);
+    /* A stream cut short reads as a clean end (gzread 0): only gzerror
+     * tells (Z_BUF_ERROR). */
+    if (k < 0 || zerr == Z_BUF_ERROR) {
+        tr_err(o, "%s: %s after %lld bytes", path,
+               k < 0 ? "gzip read error" : "gzip stream cut short (a truncated file)", n);
         return -1;
     }
     return n;
@@ -330,6 +183,7 @@ static int check_file(const trainOpts *o, const jobConfig *cfg, ps_ctr_model *m,
     char err[512];
     int rc = -1;
     ts_reader_opts(cfg, &so);
+    if (strcmp(path, cfg->sp.train) != 0) so.expect_bytes = 0;
     ps_sparse_reader *r = ps_sparse_open(path, &so, err, sizeof(err));
     if (r == NULL) {
         tr_err(o, "%s", err);
@@ -430,7 +284,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     sp->ftrl_beta = o->ftrl_beta;
     sp->l1 = o->l1;
     sp->l2 = o->l2;
-    sp->init_std = o->init_std >= 0 ? o->init_std : default_init_std(o->model, o->table_optim);
+    sp->init_std = o->init_std >= 0 ? o->init_std : ts_default_init_std(o->model, o->table_optim);
     sp->admit = o->admit;
     sp->capacity = o->capacity;
     sp->shards = o->shards;
@@ -450,6 +304,17 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     }
     have_model = 1;
     if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) goto out;
+    const long long ep = cfg.epochs > 0 ? cfg.epochs : 1;
+    const long long ntasks_all = (sp->train_bytes + sp->shard_bytes - 1) / sp->shard_bytes * ep;
+    if (ntasks_all > TR_SP_MAX_TASKS) {
+        const long long per = TR_SP_MAX_TASKS / ep > 0 ? TR_SP_MAX_TASKS / ep : 1;
+        tr_err(o, "--shard-bytes %lld: %s (%lld bytes) in %lld epochs makes %lld tasks, at most "
+               "%lld: give --shard-bytes %lld or more", sp->shard_bytes, sp->train,
+               sp->train_bytes, ep, ntasks_all, TR_SP_MAX_TASKS,
+               (sp->train_bytes + per - 1) / per);
+        status = TR_EXIT_USAGE;
+        goto out;
+    }
     if (check_file(o, &cfg, &m, sp->train) != 0 ||
         (sp->test[0] && check_file(o, &cfg, &m, sp->test) != 0)) {
         status = TR_EXIT_USAGE;
@@ -675,6 +540,7 @@ static int evaluate(const trainOpts *o, evalResult *res) {
         goto out;
     }
     ts_reader_opts(&cfg, &so);
+    if (strcmp(path, cfg.sp.train) != 0) so.expect_bytes = 0;
     if ((r = ps_sparse_open(path, &so, err, sizeof(err))) == NULL) {
         tr_err(o, "%s", err);
         goto out;
@@ -701,6 +567,11 @@ static int evaluate(const trainOpts *o, evalResult *res) {
     }
     if (got < 0) {
         tr_err(o, "%s", err);
+        goto out;
+    }
+    if (met.n == 0) {
+        /* No AUC (NaN) and a logloss of 0 would read as a result. */
+        tr_err(o, "%s: no samples to evaluate on", path);
         goto out;
     }
     res->auc = ps_metrics_auc(&met);
