@@ -47,6 +47,12 @@ def test_master_restarted_before_failover_loses_nothing_or_says_so(
         victim, victim_keys = model_victim(cluster, job)
         ws = [workers(seeds, job, "w%d" % i, "--wait", 1) for i in range(2)]
         wait_until(lambda: progress_acked(job_node.client(), job) >= 24, 60, "24 tasks acked")
+        # Both workers must have trained (seen every key acknowledged) before the loss: a
+        # worker still starting up meets an empty node as a job whose key never existed (a CI
+        # run under load: "ERR no such key (never seen by this client ...)").
+        pkey = "psjob:{%s}:progress" % job
+        wait_until(lambda: all(int(job_node.client().hget(pkey, "w:w%d:tasks" % i) or 0) > 0
+                               for i in range(2)), 60, "both workers pushing")
         victim.kill()
         time.sleep(0.5)
         victim.start()
