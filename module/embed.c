@@ -32,6 +32,11 @@ void pse_free(PSEmbed *t, void *p, size_t n) {
     FreeFn(p);
 }
 
+/* Key of the per-push repeat finder (see PSEmbed_SetPushSalt). */
+static uint64_t PushSalt;
+
+void PSEmbed_SetPushSalt(uint64_t salt) { PushSalt = salt; }
+
 /* ------------------------------------------------------------------------
  * Index
  * ---------------------------------------------------------------------- */
@@ -532,7 +537,8 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     if (!ps_all_finite(grad, k * dim)) return PSE_ERR_NONFINITE;
 
     /* Scratch: distinct ids, their slots and actions, summed gradients and
-     * a small hash (2k..4k buckets) that finds repeats in the push. */
+     * a small hash (2k..4k buckets) that finds repeats in the push, keyed
+     * with the process's salt so crafted ids cannot share a bucket. */
     uint64_t hsize = 16;
     while (hsize < 2 * (uint64_t)k) hsize *= 2;
     const size_t bytes = k * (sizeof(uint64_t) + sizeof(int64_t) + 1) + hsize * sizeof(uint32_t) +
@@ -551,7 +557,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     size_t nu = 0;
     for (size_t i = 0; i < k; i++) {
         const uint64_t id = pse_ld64(idblob + 8 * i);
-        uint64_t p = PSEmbed_Mix64(id) & (hsize - 1);
+        uint64_t p = PSEmbed_Mix64(id ^ PushSalt) & (hsize - 1);
         while (dh[p] && uid[dh[p] - 1] != id) p = (p + 1) & (hsize - 1);
         const unsigned char *g = grad + (size_t)4 * dim * i;
         if (!dh[p]) {

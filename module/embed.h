@@ -113,6 +113,13 @@ typedef struct PSEmbed PSEmbed;
 /* Installs the allocator (tryalloc returns NULL on failure). */
 void PSEmbed_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *));
 
+/* Sets the key of the per-push repeat finder (PSEmbed_Push's transient
+ * hash of the ids of one push). The module draws it at load from the
+ * server's random bytes, so clients cannot choose ids that all land in one
+ * bucket and make a push quadratic. Nothing replicated or observable
+ * depends on it; the default (tests) is 0. */
+void PSEmbed_SetPushSalt(uint64_t salt);
+
 /* NULL when 'c' is a valid configuration, else an error message (static). */
 const char *PSEmbed_CheckConfig(const PSEmbedConfig *c);
 

@@ -518,6 +518,10 @@ static void *PSEmbedType_Copy(RedisModuleString *from, RedisModuleString *to, co
 }
 
 int PSEmbedType_Register(RedisModuleCtx *ctx) {
+    /* Per process, never replicated: keys only the push's repeat finder. */
+    uint64_t salt;
+    RedisModule_GetRandomBytes((unsigned char *)&salt, sizeof(salt));
+    PSEmbed_SetPushSalt(salt);
     RedisModuleTypeMethods tm = {
         .version = REDISMODULE_TYPE_METHOD_VERSION,
         .rdb_load = PSEmbedType_RdbLoad,
