@@ -67,6 +67,8 @@ typedef struct PSEmbedConfig {
     uint32_t filter_log2; /* admission filter of 2^filter_log2 byte counters (admit > 1) */
     uint64_t capacity; /* 0 = unbounded, else rows are kept <= capacity */
     uint64_t ttl;     /* 0 = none, else rows not pushed for ttl versions are dead (<= PSE_MAX_AGE) */
+    uint64_t salt;    /* keys the index hash Mix64(id ^ salt): random per table, replicated and
+                         saved, so crafted ids cannot predict buckets (0 = the unkeyed hash) */
 } PSEmbedConfig;
 
 /* Counters that are a function of the pushes: persisted and digested. */
@@ -239,8 +241,8 @@ void PSEmbed_StepRow(int optim, const PSEmbedCoef *k, uint32_t dim, float *w, fl
 /* FTRL's w of one element from z and n. */
 float PSEmbed_FtrlWeight(const PSEmbedCoef *k, float z, float n);
 
-/* MurmurHash3's 64-bit finalizer (a bijection): hashes ids for the index,
- * the admission filter and row initialization. */
+/* MurmurHash3's 64-bit finalizer (a bijection): hashes ids for the index
+ * (keyed: Mix64(id ^ salt)), the admission filter and row initialization. */
 static inline uint64_t PSEmbed_Mix64(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;
