@@ -162,3 +162,21 @@ def test_salt_is_replicated_and_persisted_so_scan_cursors_carry_over(make_server
     assert digest(c, "t") == d
     assert salt_of(c, "t") == salt
 
+
+
+def test_an_aof_table_of_encoding_1_restores_with_salt_0(make_server):
+    """PS._RESTORE EMBED of an encoding-1 header (no salt word) loads with the unkeyed index;
+    its AOF rewrite is encoding 2 with salt 0 (same rows, same digest)."""
+    from test_embed_persistence import header, row
+    c = make_server(args=["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]).client()
+    h = header(version=2, nrows=2, created=2)
+    assert c.execute_command("PS._RESTORE", "x", "EMBED", struct.pack("<%dQ" % len(h), *h),
+                             "ENCVER", 1) in (b"OK", "OK", True)
+    c.execute_command("PS._RESTORE", "x", "EROWS", row(5, 1) + row(9, 2))
+    c.execute_command("PS._RESTORE", "x", "EEND")
+    assert salt_of(c, "x") == 0
+    d = digest(c, "x")
+    rewrite_aof(c)
+    c.execute_command("DEBUG", "LOADAOF")
+    assert salt_of(c, "x") == 0 and digest(c, "x") == d
+    assert c.execute_command("PS.PULL", "x", "IDS", ids_blob([5, 9]))[1] == f32(np.zeros(4))
