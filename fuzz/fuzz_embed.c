@@ -4,7 +4,8 @@
  * entries) and the embedding core, linked against a fake RedisModuleIO that
  * serves the fuzz input.
  *
- * Input: an RDB value in the fake encoding below (an unsigned = 8 bytes
+ * Input: an RDB value of the latest encoding version, else of the first
+ * (PS_EMBED_ENCVER_FIRST: the corpus's seed-N files), in the fake encoding below (an unsigned = 8 bytes
  * little-endian; a string buffer = 4-byte little-endian length + bytes).
  * Reading past the end sets the I/O error flag, as Redis does with
  * REDISMODULE_OPTIONS_HANDLE_IO_ERRORS.
@@ -123,6 +124,9 @@ static void fk_DigestEndSequence(RedisModuleDigest *md) { mix(md, "|", 1); }
 static void *fk_TryAlloc(size_t n) { return n > (256u << 20) ? NULL : malloc(n ? n : 1); }
 static void fk_Free(void *p) { free(p); }
 
+/* Keys only the push's repeat finder (never read by the loader). */
+static void fk_GetRandomBytes(unsigned char *dst, size_t len) { memset(dst, 0x5a, len); }
+
 static RedisModuleTypeMethods TM;
 static RedisModuleType *fk_CreateDataType(RedisModuleCtx *ctx, const char *name, int encver,
                                           RedisModuleTypeMethods *tm) {
@@ -147,15 +151,20 @@ static RedisModuleIO save(void *v) {
     return io;
 }
 
-static void *load(const uint8_t *p, size_t n) {
+static void *load_as(const uint8_t *p, size_t n, int encver) {
     RedisModuleIO io = {.in = p, .left = n};
-    return TM.rdb_load(&io, PS_EMBED_ENCVER_LATEST);
+    return TM.rdb_load(&io, encver);
 }
+
+static void *load(const uint8_t *p, size_t n) { return load_as(p, n, PS_EMBED_ENCVER_LATEST); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    /* The input as the latest encoding, else as the first (no index salt:
+     * it loads with salt 0); either saves as the latest. */
     PSEmbedValue *v = load(data, size);
+    if (!v) v = load_as(data, size, PS_EMBED_ENCVER_FIRST);
     if (!v) return 0;
     const uint64_t d = digest_of(v);
     RedisModuleIO s1 = save(v);
@@ -222,6 +231,7 @@ static void write_seeds(const char *dir) {
             c.init_b = 1;
             c.seed = (uint64_t)opt;
         }
+        c.salt = opt ? 0x9e3779b97f4a7c15ULL * (uint64_t)opt : 0;
         PSEmbed *t = PSEmbed_New(&c, NULL);
         FZ_CHECK(t != NULL);
         PSEmbedValue *v = PSEmbedValue_New(t, -1, 4);
@@ -237,7 +247,7 @@ static void write_seeds(const char *dir) {
         }
         RedisModuleIO io = save(v);
         char path[4096];
-        snprintf(path, sizeof(path), "%s/seed-%d", dir, opt);
+        snprintf(path, sizeof(path), "%s/seed-v%d-%d", dir, PS_EMBED_ENCVER_LATEST, opt);
         FILE *f = fopen(path, "wb");
         FZ_CHECK(f != NULL);
         fwrite(io.buf, 1, io.used, f);
@@ -263,6 +273,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     RedisModule_TryAlloc = fk_TryAlloc;
     RedisModule_Free = fk_Free;
     RedisModule_CreateDataType = fk_CreateDataType;
+    RedisModule_GetRandomBytes = fk_GetRandomBytes;
     PSEmbed_SetAllocator(fk_TryAlloc, fk_Free);
     PSTensor_SetAllocator(fk_TryAlloc, fk_Free);
     FZ_CHECK(PSEmbedType_Register(NULL) == REDISMODULE_OK);

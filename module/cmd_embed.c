@@ -254,6 +254,8 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
     }
     LIT("SEED");
     FMT("%llu", (unsigned long long)c->seed);
+    LIT("SALT");
+    FMT("%llu", (unsigned long long)c->salt);
     LIT("OPTIM");
     LIT(PSEmbed_OptimName(c->optim));
 #define E_REPL(K, f) LIT(#K), FMT("%.17g", c->f);
@@ -282,7 +284,7 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
 }
 
 /* PS.CREATE key EMBEDDING DIM d [INIT ZEROS|UNIFORM lo hi|NORMAL mean std]
- *   [SEED s] [OPTIM name] [LR x ...] [ADMIT n] [FILTER k] [CAPACITY n] [TTL v]
+ *   [SEED s] [SALT s] [OPTIM name] [LR x ...] [ADMIT n] [FILTER k] [CAPACITY n] [TTL v]
  *   [UNKNOWN INIT|ZEROS] [MAXSTALENESS n] [DEDUPMAX n] [NX] -> OK (nil: NX) */
 int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     PSEmbedConfig c;
@@ -290,6 +292,7 @@ int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     c.lr = PSConf.default_lr;
     GlueOpts g = {.maxstale = PSConf.max_staleness, .dedup_max = (uint32_t)PSConf.dedup_max};
     int have_dim = 0, have_seed = 0, have_init = 0, have_optim = 0, have_admit = 0, have_filter = 0;
+    int have_salt = 0;
     int nx = 0;
     unsigned seen = 0;
     for (int i = 3; i < argc;) {
@@ -305,7 +308,8 @@ int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         const char *an = RedisModule_StringPtrLen(a, NULL);
         int *flag = ps_arg_is(a, "DIM") ? &have_dim : ps_arg_is(a, "SEED") ? &have_seed
                   : ps_arg_is(a, "INIT") ? &have_init : ps_arg_is(a, "OPTIM") ? &have_optim
-                  : ps_arg_is(a, "ADMIT") ? &have_admit : ps_arg_is(a, "FILTER") ? &have_filter : NULL;
+                  : ps_arg_is(a, "ADMIT") ? &have_admit : ps_arg_is(a, "FILTER") ? &have_filter
+                  : ps_arg_is(a, "SALT") ? &have_salt : NULL;
         if (!flag) return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
         if (*flag) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, an);
         if (i + 1 >= argc) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, an);
@@ -318,6 +322,8 @@ int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
             c.dim = (uint32_t)ll;
         } else if (flag == &have_seed) {
             if (ps_arg_u64(ctx, val, "SEED", &c.seed) != REDISMODULE_OK) return REDISMODULE_OK;
+        } else if (flag == &have_salt) {
+            if (ps_arg_u64(ctx, val, "SALT", &c.salt) != REDISMODULE_OK) return REDISMODULE_OK;
         } else if (flag == &have_optim) {
             size_t ol;
             const char *os = RedisModule_StringPtrLen(val, &ol);
@@ -349,6 +355,12 @@ int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
         /* Drawn on the master and replicated, below 2^63 as a plain integer. */
         RedisModule_GetRandomBytes((unsigned char *)&c.seed, sizeof(c.seed));
         c.seed &= 0x7fffffffffffffffULL;
+    }
+    if (!have_salt) {
+        /* The index hash's key: drawn on the master and replicated (SALT),
+         * so clients cannot aim ids at one bucket; below 2^63 as SEED. */
+        RedisModule_GetRandomBytes((unsigned char *)&c.salt, sizeof(c.salt));
+        c.salt &= 0x7fffffffffffffffULL;
     }
     const char *err = PSEmbed_CheckConfig(&c);
     if (err) return ps_reply_errorf(ctx, PSERR_HYPER_F, err);

@@ -28,9 +28,11 @@ static int restore_embed(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return REDISMODULE_OK;
     size_t len;
     const char *blob = RedisModule_StringPtrLen(argv[3], &len);
-    uint64_t w[PS_EMBED_HEADER_WORDS];
-    if (len != sizeof(w)) return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
-    memcpy(w, blob, sizeof(w));
+    /* The blob holds the words of its encoding; newer fields stay 0. */
+    uint64_t w[PS_EMBED_HEADER_WORDS] = {0};
+    if (len != PSEmbed_HeaderWords((int)encver) * sizeof(uint64_t))
+        return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_HEADER);
+    memcpy(w, blob, len);
     PSEmbedPending *p = RedisModule_TryAlloc(sizeof(*p));
     if (!p) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     memset(p, 0, sizeof(*p));

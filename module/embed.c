@@ -32,6 +32,11 @@ void pse_free(PSEmbed *t, void *p, size_t n) {
     FreeFn(p);
 }
 
+/* Key of the per-push repeat finder (see PSEmbed_SetPushSalt). */
+static uint64_t PushSalt;
+
+void PSEmbed_SetPushSalt(uint64_t salt) { PushSalt = salt; }
+
 /* ------------------------------------------------------------------------
  * Index
  * ---------------------------------------------------------------------- */
@@ -54,7 +59,7 @@ static int index_rebuild(PSEmbed *t, uint64_t size) {
     if (!idx) return PSE_ERR_OOM;
     memset(idx, 0, size * sizeof(uint32_t));
     for (uint64_t s = 0; s < t->nrows; s++)
-        index_put(idx, size, PSEmbed_Mix64(pse_rec_id(pse_rec(t, s))), s);
+        index_put(idx, size, pse_hash(t, pse_rec_id(pse_rec(t, s))), s);
     pse_free(t, t->index, t->isize * sizeof(uint32_t));
     t->index = idx;
     t->isize = size;
@@ -82,7 +87,7 @@ static inline int64_t resolve(const PSEmbed *t, int64_t p, uint64_t id, uint32_t
 }
 
 int64_t pse_find(const PSEmbed *t, uint64_t id) {
-    const uint64_t h = PSEmbed_Mix64(id);
+    const uint64_t h = pse_hash(t, id);
     const uint32_t fp = (uint32_t)(h & PSE_FP_MASK);
     return resolve(t, probe_fp(t, pse_home(h, t->isize), fp), id, fp);
 }
@@ -102,7 +107,7 @@ static void index_delete_at(PSEmbed *t, uint64_t i) {
         j = next_pos(t, j);
         const uint32_t e = t->index[j];
         if (!e) break;
-        const uint64_t k = pse_home(PSEmbed_Mix64(pse_rec_id(pse_rec(t, entry_slot(e)))), t->isize);
+        const uint64_t k = pse_home(pse_hash(t, pse_rec_id(pse_rec(t, entry_slot(e)))), t->isize);
         const int stays = (i <= j) ? (i < k && k <= j) : (i < k || k <= j);
         if (!stays) {
             t->index[i] = e;
@@ -123,7 +128,7 @@ static void lookup_block(const PSEmbed *t, const uint64_t *ids, size_t n, int64_
     int64_t cand[PULL_BLOCK];
     for (size_t i = 0; i < n + 2 * PF_DIST; i++) {
         if (i < n) {
-            hs[i] = PSEmbed_Mix64(ids[i]);
+            hs[i] = pse_hash(t, ids[i]);
             __builtin_prefetch(&t->index[pse_home(hs[i], t->isize)]);
         }
         if (i >= PF_DIST && i - PF_DIST < n) {
@@ -235,7 +240,7 @@ unsigned char *pse_append(PSEmbed *t, uint64_t id) {
     unsigned char *r = pse_rec(t, s);
     memset(r, 0, t->rec_bytes);
     pse_st64(r, id);
-    index_put(t->index, t->isize, PSEmbed_Mix64(id), s);
+    index_put(t->index, t->isize, pse_hash(t, id), s);
     return r;
 }
 
@@ -243,11 +248,11 @@ unsigned char *pse_append(PSEmbed *t, uint64_t id) {
  * the hole and its entry is repointed. */
 static void remove_slot(PSEmbed *t, uint64_t slot) {
     unsigned char *r = pse_rec(t, slot);
-    index_delete_at(t, find_slot_pos(t, PSEmbed_Mix64(pse_rec_id(r)), slot));
+    index_delete_at(t, find_slot_pos(t, pse_hash(t, pse_rec_id(r)), slot));
     const uint64_t last = t->nrows - 1;
     if (slot != last) {
         memcpy(r, pse_rec(t, last), t->rec_bytes);
-        const uint64_t h = PSEmbed_Mix64(pse_rec_id(r));
+        const uint64_t h = pse_hash(t, pse_rec_id(r));
         const uint64_t p = find_slot_pos(t, h, last);
         t->index[p] = make_entry(slot, h);
     }
@@ -505,7 +510,7 @@ int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
     const PSEmbedConfig *o = &t->cfg;
     const char *e = PSEmbed_CheckConfig(c);
     if (!e && (c->dim != o->dim || c->optim != o->optim || c->init != o->init ||
-               c->init_a != o->init_a || c->init_b != o->init_b || c->seed != o->seed ||
+               c->init_a != o->init_a || c->init_b != o->init_b || c->seed != o->seed || c->salt != o->salt ||
                c->admit != o->admit || (o->admit > 1 && c->filter_log2 != o->filter_log2)))
         e = "DIM, optimizer, INIT, SEED, ADMIT and FILTER are fixed at creation";
     if (e) {
@@ -532,7 +537,8 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     if (!ps_all_finite(grad, k * dim)) return PSE_ERR_NONFINITE;
 
     /* Scratch: distinct ids, their slots and actions, summed gradients and
-     * a small hash (2k..4k buckets) that finds repeats in the push. */
+     * a small hash (2k..4k buckets) that finds repeats in the push, keyed
+     * with the process's salt so crafted ids cannot share a bucket. */
     uint64_t hsize = 16;
     while (hsize < 2 * (uint64_t)k) hsize *= 2;
     const size_t bytes = k * (sizeof(uint64_t) + sizeof(int64_t) + 1) + hsize * sizeof(uint32_t) +
@@ -551,7 +557,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     size_t nu = 0;
     for (size_t i = 0; i < k; i++) {
         const uint64_t id = pse_ld64(idblob + 8 * i);
-        uint64_t p = PSEmbed_Mix64(id) & (hsize - 1);
+        uint64_t p = PSEmbed_Mix64(id ^ PushSalt) & (hsize - 1);
         while (dh[p] && uid[dh[p] - 1] != id) p = (p + 1) & (hsize - 1);
         const unsigned char *g = grad + (size_t)4 * dim * i;
         if (!dh[p]) {

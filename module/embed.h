@@ -67,6 +67,8 @@ typedef struct PSEmbedConfig {
     uint32_t filter_log2; /* admission filter of 2^filter_log2 byte counters (admit > 1) */
     uint64_t capacity; /* 0 = unbounded, else rows are kept <= capacity */
     uint64_t ttl;     /* 0 = none, else rows not pushed for ttl versions are dead (<= PSE_MAX_AGE) */
+    uint64_t salt;    /* keys the index hash Mix64(id ^ salt): random per table, replicated and
+                         saved, so crafted ids cannot predict buckets (0 = the unkeyed hash) */
 } PSEmbedConfig;
 
 /* Counters that are a function of the pushes: persisted and digested. */
@@ -112,6 +114,13 @@ typedef struct PSEmbed PSEmbed;
 
 /* Installs the allocator (tryalloc returns NULL on failure). */
 void PSEmbed_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *));
+
+/* Sets the key of the per-push repeat finder (PSEmbed_Push's transient
+ * hash of the ids of one push). The module draws it at load from the
+ * server's random bytes, so clients cannot choose ids that all land in one
+ * bucket and make a push quadratic. Nothing replicated or observable
+ * depends on it; the default (tests) is 0. */
+void PSEmbed_SetPushSalt(uint64_t salt);
 
 /* NULL when 'c' is a valid configuration, else an error message (static). */
 const char *PSEmbed_CheckConfig(const PSEmbedConfig *c);
@@ -232,8 +241,8 @@ void PSEmbed_StepRow(int optim, const PSEmbedCoef *k, uint32_t dim, float *w, fl
 /* FTRL's w of one element from z and n. */
 float PSEmbed_FtrlWeight(const PSEmbedCoef *k, float z, float n);
 
-/* MurmurHash3's 64-bit finalizer (a bijection): hashes ids for the index,
- * the admission filter and row initialization. */
+/* MurmurHash3's 64-bit finalizer (a bijection): hashes ids for the index
+ * (keyed: Mix64(id ^ salt)), the admission filter and row initialization. */
 static inline uint64_t PSEmbed_Mix64(uint64_t x) {
     x ^= x >> 33;
     x *= 0xff51afd7ed558ccdULL;

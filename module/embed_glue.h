@@ -24,7 +24,8 @@ extern RedisModuleType *PSEmbedType;
  * tensor's). The RDB value carries one as the type encoding version, PS._RESTORE
  * EMBED (the AOF rewrite) as its ENCVER token. */
 #define PS_EMBED_ENCVER_FIRST 1 /* header words, filter chunks, row blocks, exactly-once entries */
-#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_FIRST
+#define PS_EMBED_ENCVER_SALT 2  /* the header ends with the index salt (before: salt 0) */
+#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_SALT
 
 /* Hyper-parameters of a table: PS.CREATE / PS.CONFIG keyword, PSEmbedConfig
  * member. Parsing, the replicated PS.CREATE, PS.INFO and the saved header are
@@ -51,9 +52,17 @@ extern RedisModuleType *PSEmbedType;
     X(d, beta) X(d, l1) X(d, l2) X(d, init_a) X(d, init_b)                     \
     X(g, maxstale) X(g, dedup_max)                                            \
     X(s, version) X(s, nrows) X(s, sweep_pos) X(s, created) X(s, dropped)     \
-    X(s, evicted_ttl) X(s, evicted_capacity) X(s, evicted_explicit)
+    X(s, evicted_ttl) X(s, evicted_capacity) X(s, evicted_explicit)          \
+    X(u, salt)
 #define PS_EMBED_HDR_ONE(k, f) +1
 enum { PS_EMBED_HEADER_WORDS = 0 PS_EMBED_HEADER_FIELDS(PS_EMBED_HDR_ONE) };
+
+/* Header words saved by encoding 'encver' (a valid one): the list above
+ * minus the fields newer than it (only 'salt', from PS_EMBED_ENCVER_SALT).
+ * The missing ones load as 0. */
+static inline size_t PSEmbed_HeaderWords(int encver) {
+    return encver >= PS_EMBED_ENCVER_SALT ? PS_EMBED_HEADER_WORDS : PS_EMBED_HEADER_WORDS - 1;
+}
 
 /* Bytes of one serialized row: id, last_version, pushes, rowacc, floats. */
 #define PS_EMBED_ROW_HDR 24u

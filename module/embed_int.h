@@ -116,6 +116,9 @@ static inline float *pse_rec_data(const PSEmbed *t, unsigned char *r) {
     return (float *)(void *)(r + t->hdr_bytes);
 }
 
+/* The index hash of 'id': keyed with the table's salt (PSEmbedConfig). */
+static inline uint64_t pse_hash(const PSEmbed *t, uint64_t id) { return PSEmbed_Mix64(id ^ t->cfg.salt); }
+
 static inline uint64_t pse_home(uint64_t h, uint64_t size) {
     return (uint64_t)(((pse_u128)h * size) >> 64);
 }

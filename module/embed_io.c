@@ -34,7 +34,7 @@ uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_
         if (!ent && (steps >= e - b)) break;
         if (ent) {
             const unsigned char *r = pse_rec(t, (uint64_t)(ent >> PSE_FP_BITS) - 1);
-            const uint64_t h = PSEmbed_Mix64(pse_rec_id(r));
+            const uint64_t h = pse_hash(t, pse_rec_id(r));
             if (h >= cursor && (next == 0 || h < next) && !pse_dead(t, r) &&
                 pse_rec_ver(t, r) > since) {
                 PSEmbedRow row;
@@ -189,6 +189,9 @@ void PSEmbed_Digest(const PSEmbed *t, PSEmbedDigestFn add, void *ud) {
                              (uint64_t)c->unknown_zeros, c->admit, c->filter_log2,
                              c->capacity, c->ttl};
     for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) add_u64(add, ud, ints[i]);
+    /* Only when set: tables saved before the salt existed load with 0 and
+     * keep the digests they had. */
+    if (c->salt) add_u64(add, ud, c->salt);
     const double dbl[] = {c->lr, c->momentum, c->beta1, c->beta2, c->eps, c->alpha,
                           c->beta, c->l1, c->l2, c->init_a, c->init_b};
     for (size_t i = 0; i < sizeof(dbl) / sizeof(dbl[0]); i++) add_f64(add, ud, dbl[i]);

@@ -5,7 +5,8 @@
  * RDB layout of one value (encoding versions PS_EMBED_ENCVER_* in
  * embed_glue.h), in order:
  *   PS_EMBED_HEADER_WORDS unsigned words (PS_EMBED_HEADER_FIELDS: config,
- *     maxstale, dedup_max, state; doubles as their bit patterns),
+ *     maxstale, dedup_max, state, then from PS_EMBED_ENCVER_SALT the index
+ *     salt; doubles as their bit patterns),
  *   the admission filter (2^filter_log2 bytes when ADMIT > 1, else none) as
  *     string buffers of at most PS_EMBED_CHUNK_BYTES,
  *   the rows in storage order as string buffers of whole rows (at most
@@ -129,7 +130,7 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     uint64_t ms = 0, dm = 0;
     uint64_t version = 0, nrows = 0, sweep_pos = 0, created = 0, dropped = 0, evicted_ttl = 0,
              evicted_capacity = 0, evicted_explicit = 0;
-    uint64_t seed = 0, capacity = 0, ttl = 0;
+    uint64_t seed = 0, capacity = 0, ttl = 0, salt = 0;
     double lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, alpha = 0, beta = 0, l1 = 0,
            l2 = 0, init_a = 0, init_b = 0;
     size_t i = 0;
@@ -166,6 +167,7 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     c->seed = seed;
     c->capacity = capacity;
     c->ttl = ttl;
+    c->salt = salt;
 #define C_HP(K, f) c->f = f;
     PS_EMBED_HYPERPARAMS(C_HP)
 #undef C_HP
@@ -359,8 +361,8 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
     PSEmbed *t = NULL;
     uint8_t *filter = NULL;
     float *scratch = NULL;
-    uint64_t w[PS_EMBED_HEADER_WORDS];
-    for (size_t i = 0; i < PS_EMBED_HEADER_WORDS; i++) w[i] = RedisModule_LoadUnsigned(io);
+    uint64_t w[PS_EMBED_HEADER_WORDS] = {0};
+    for (size_t i = 0; i < PSEmbed_HeaderWords(encver); i++) w[i] = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io)) goto bad;
     PSEmbedConfig c;
     PSEmbedState st;
@@ -518,6 +520,10 @@ static void *PSEmbedType_Copy(RedisModuleString *from, RedisModuleString *to, co
 }
 
 int PSEmbedType_Register(RedisModuleCtx *ctx) {
+    /* Per process, never replicated: keys only the push's repeat finder. */
+    uint64_t salt;
+    RedisModule_GetRandomBytes((unsigned char *)&salt, sizeof(salt));
+    PSEmbed_SetPushSalt(salt);
     RedisModuleTypeMethods tm = {
         .version = REDISMODULE_TYPE_METHOD_VERSION,
         .rdb_load = PSEmbedType_RdbLoad,

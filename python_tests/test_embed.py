@@ -349,6 +349,13 @@ BAD = [
     ("restore-part-on-missing", ["PS._RESTORE", "n", "EROWS", b"x" * 24]),
     ("restore-rows-on-live-table", ["PS._RESTORE", "e", "EROWS", b"x" * 40]),
     ("restore-end-on-live-table", ["PS._RESTORE", "e", "EEND"]),
+    ("salt-negative", ["PS.CREATE", "n", "EMBEDDING", "DIM", "4", "SALT", "-1"]),
+    ("salt-not-a-number", ["PS.CREATE", "n", "EMBEDDING", "DIM", "4", "SALT", "x"]),
+    ("salt-repeated", ["PS.CREATE", "n", "EMBEDDING", "DIM", "4", "SALT", "1", "SALT", "1"]),
+    ("config-salt", ["PS.CONFIG", "e", "SALT", "1"]),
+    # the header blob's length is its encoding's: 30 words at ENCVER 1, 31 (salt) from 2
+    ("restore-encver2-header-without-salt", ["PS._RESTORE", "n", "EMBED", b"\0" * 240, "ENCVER", "2"]),
+    ("restore-encver1-header-with-salt", ["PS._RESTORE", "n", "EMBED", b"\0" * 248, "ENCVER", "1"]),
     ("wrongtype-tensor-ids", ["PS.PULL", "t", "IDS", ids_blob([1])]),
     ("wrongtype-table-rows", ["PS.PULL", "e", "ROWS", b"\0\0\0\0"]),
 ]

@@ -4,7 +4,8 @@ RDB, an AOF replay of the commands and an AOF rewritten without the RDB preamble
 PS._RESTORE EMBED parts) all hold bit-identical tables (DEBUG DIGEST-VALUE and pulls). Crafted
 RESTORE payloads of the type (bad dim, counts, duplicate ids, huge claimed sizes, truncation)
 answer an error, create nothing and the server keeps serving. The golden RDB of encoding
-version 1 (golden/embed/v1) still loads to the recorded digest and values."""
+versions 1 (no index salt: loads with salt 0) and 2 (golden/embed/v*) still load to the
+recorded digest and values."""
 
 import json
 import os
@@ -81,8 +82,34 @@ def rewrite_aof(c, timeout=60):
     psserver.wait_until(idle, timeout=timeout)
 
 
+def salt_of(c, key):
+    """The index salt of table 'key': the last header word of its DUMP (encoding 2 on)."""
+    p = c.dump(key)
+    assert p[0] == RDB_TYPE_MODULE_2 and p[1] == 0x81
+    assert struct.unpack(">Q", p[2:10])[0] & 1023 >= 2        # the encoding version
+    i, words = 10, []
+    while len(words) < len(header(salt=0)):
+        assert p[i] == OP_UINT
+        b = p[i + 1]
+        if b >> 6 == 0:
+            words.append(b & 63)
+            i += 2
+        elif b >> 6 == 1:
+            words.append(((b & 63) << 8) | p[i + 2])
+            i += 3
+        elif b == 0x80:
+            words.append(struct.unpack(">I", p[i + 2:i + 6])[0])
+            i += 6
+        else:
+            assert b == 0x81
+            words.append(struct.unpack(">Q", p[i + 2:i + 10])[0])
+            i += 10
+    return words[-1]
+
+
 def state(c):
-    return {k: (digest(c, k), pull_all(c, k), info(c, k)["rows"]) for k in TABLES}
+    """Per table: digest, pull, rows and the index salt (drawn by the master at PS.CREATE)."""
+    return {k: (digest(c, k), pull_all(c, k), info(c, k)["rows"], salt_of(c, k)) for k in TABLES}
 
 
 def test_replica_reload_restart_and_aof_replay_are_bit_identical(make_server, make_replica):
@@ -92,6 +119,7 @@ def test_replica_reload_restart_and_aof_replay_are_bit_identical(make_server, ma
     make_tables(c)
     concurrent_pushes(m)
     want = state(c)
+    assert len({salt_of(c, k) for k in TABLES}) == len(TABLES)   # random per table
     i = info(c, "e:ada")
     assert i["dropped"] > 0 and i["evicted_capacity"] + i["evicted_ttl"] + i["evicted_explicit"] > 0
     assert info(c, "e:adam")["dropped"] > 0
@@ -160,12 +188,14 @@ def test_tables_bigger_than_one_chunk_survive_rdb_and_aof(make_server):
 def header(dim=2, optim=0, init=0, seed=0, unknown_zeros=0, admit=1, filter_log2=20, capacity=0,
            ttl=0, lr=0.5, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8, alpha=0.05, beta=1.0,
            l1=0.0, l2=0.0, init_a=0.0, init_b=0.0, maxstale=-1, dedup_max=1024, version=0,
-           nrows=0, sweep_pos=0, created=0, dropped=0, ettl=0, ecap=0, eexp=0):
-    """PS_EMBED_HEADER_FIELDS in order, doubles as bit patterns."""
+           nrows=0, sweep_pos=0, created=0, dropped=0, ettl=0, ecap=0, eexp=0, salt=None):
+    """PS_EMBED_HEADER_FIELDS in order, doubles as bit patterns; the index salt (last word)
+    only when given (encoding 2 on; encoding 1 has none)."""
     bits = lambda d: struct.unpack("<Q", struct.pack("<d", d))[0]  # noqa: E731
     return [dim, optim, init, seed, unknown_zeros, admit, filter_log2, capacity, ttl] + \
         [bits(x) for x in (lr, momentum, beta1, beta2, eps, alpha, beta, l1, l2, init_a, init_b)] + \
-        [maxstale & (2**64 - 1), dedup_max, version, nrows, sweep_pos, created, dropped, ettl, ecap, eexp]
+        [maxstale & (2**64 - 1), dedup_max, version, nrows, sweep_pos, created, dropped, ettl, ecap, eexp] + \
+        ([] if salt is None else [salt])
 
 
 def row(id_, lv=1, pushes=1, acc=0.0, vals=(0.0, 0.0)):
@@ -213,7 +243,8 @@ CRAFTED = [
     ("version-2^64-1", payload(header(version=2**64 - 1, nrows=1), [row(5)])),
     ("dedup-count-huge", payload(header(), [], tail_words=(2**40,))),
     ("dedup-max-huge", payload(header(dedup_max=2**40))),
-    ("encver-from-the-future", payload(header(), encver=2)),
+    ("encver-from-the-future", payload(header(salt=0), encver=3)),
+    ("encver-2-without-salt", payload(header(), encver=2)),
     ("truncated", GOOD[:-30] + GOOD[-10:-8]),
     ("lr-nan", payload(header(lr=float("nan")))),
     ("admit-0", payload(header(admit=0))),
@@ -237,7 +268,11 @@ def test_rows_a_push_can_overflow_to_inf_and_nan_restore(srv):
     p = payload(header(optim=3, version=2, nrows=2, created=2),
                 [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))])
     assert c.restore("x", 0, p) == b"OK"
-    assert c.dump("x") == p
+    # an encoding-1 payload loads with salt 0 and dumps as encoding 2 with salt 0
+    assert salt_of(c, "x") == 0
+    assert c.dump("x") == payload(header(optim=3, version=2, nrows=2, created=2, salt=0),
+                                  [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))],
+                                  encver=2)
     c.execute_command("PS.CREATE", "s", "EMBEDDING", "DIM", 2, "LR", 1e30)
     ids = struct.pack("<Q", 7)
     for g in (3e38, -3e38, 3e38):
@@ -257,8 +292,9 @@ def test_a_payload_built_from_scratch_restores(srv):
     assert info(c, "ok")["rows"] == 2 and info(c, "ok")["version"] == 2
     v, data = c.execute_command("PS.PULL", "ok", "IDS", ids_blob([5, 9, 7]))
     assert v == 2 and len(data) == 24
-    # And a DUMP of it gives back a payload of this layout.
-    assert c.dump("ok")[:10] == GOOD[:10]
+    # And a DUMP of it gives back a payload of the latest layout, salt 0 included.
+    assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0),
+                                   [row(5, 1) + row(9, 2)], encver=2)
 
 
 @pytest.mark.parametrize("name,p", CRAFTED, ids=[x[0] for x in CRAFTED])
