@@ -114,15 +114,44 @@ int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long lo
  * Setup
  * ====================================================================== */
 
+/* Error-feedback residuals of a sparse worker's table pushes: at most this
+ * many bytes, (9 + 4 * dim) * 8/3 per id kept (ps.h). */
+#define TS_RESID_BYTES (64u << 20)
+
+/* Sets the push format w->push_name (the job's) on the table and the dense
+ * tensors: F32, or F16/BF16 rounded with error feedback (each id's and each
+ * tensor's rounding error goes out with its next push). Tables take no I8
+ * or TOPK, so neither can a sparse job. Returns 0 or -1 (printed). */
+static int ts_push_format(const trainOpts *o, worker *w, pushFormat *pf) {
+    struct sparseWork *sp = w->sp;
+    if (tr_parse_push(w->push_name, pf) != 0 ||
+        (pf->fmt != PS_WIRE_F32 && pf->fmt != PS_WIRE_F16 && pf->fmt != PS_WIRE_BF16)) {
+        tr_err(o, "job %s pushes %s: sparse jobs push f32, bf16 or f16", o->job, w->push_name);
+        return -1;
+    }
+    size_t per_id = (size_t)(9 + 4 * ps_ctr_row_dim(&sp->m)) * 8 / 3;
+    if (psEmbedSetPushFormat(sp->e, pf->fmt) != PS_OK ||
+        (pf->fmt != PS_WIRE_F32 && psEmbedSetErrorFeedback(sp->e, TS_RESID_BYTES / per_id) != PS_OK) ||
+        tr_push_apply(w->m, pf) != PS_OK) {
+        tr_err(o, "job %s: cannot set push format %s", o->job, w->push_name);
+        return -1;
+    }
+    return 0;
+}
+
 int tr_sparse_setup(worker *w) {
     const trainOpts *o = w->o;
     struct sparseWork *sp;
     ps_ctr_config mc;
     psWireFormat pullf;
+    pushFormat pushf;
     char err[256];
     w->batch = o->batch > 0 ? o->batch : w->cfg.batch;
+    /* The job's push format (all workers send alike; a job that recorded
+     * none pushes F32, as every sparse job did before). */
     if (tr_check_push_format(o, &w->cfg) != 0) return -1;
-    snprintf(w->push_name, sizeof(w->push_name), "f32");
+    snprintf(w->push_name, sizeof(w->push_name), "%s",
+             w->cfg.push_format[0] ? w->cfg.push_format : "f32");
     if ((w->sp = sp = calloc(1, sizeof(*sp))) == NULL) {
         tr_err(o, "out of memory");
         return -1;
@@ -145,6 +174,7 @@ int tr_sparse_setup(worker *w) {
         tr_err(o, "bad --pull-format");
         return -1;
     }
+    if (ts_push_format(o, w, &pushf) != 0) return -1;
     ts_dense_arrays(&sp->m, 0, sp->dense);
     ts_dense_arrays(&sp->m, 1, sp->dgrad);
     sp->ndense = ps_ctr_dense_count(&sp->m);
