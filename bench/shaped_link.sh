@@ -25,10 +25,7 @@
 # 4, Adagrad lr 0.05, init std 0.01, admit 255, batch 256, overlap 0),
 # reporting the test AUC and logloss. Tables take no I8 or TOPK, so its
 # rows are F32, pulls of BF16 and F16, and pushes of BF16/F16 (with error
-# feedback). The sparse worker pushes what the job's config records, and
-# init records f32 for sparse jobs whatever --push-format says: for the
-# push rows the bench inits the job, sets the config's push_format by hand
-# and runs on the job.
+# feedback; run records --push-format in the job like a dense job's).
 # The namespace (and the server in it) is removed at exit.
 #
 # Needs root (CAP_NET_ADMIN) for `ip netns`; prints SKIP and exits 0 where
@@ -81,7 +78,7 @@ CONFIGS=(
     "TOPK 1% pull bf16|topk:0.01|bf16|"
     "TOPK 1% pull bf16/2|topk:0.01|bf16|--pull-every 2"
 )
-if [ "$SPARSE" = 1 ]; then    # pushes F32 (the only format sparse jobs take)
+if [ "$SPARSE" = 1 ]; then    # tables take F32, BF16 and F16
     CONFIGS=(
         "F32|-|f32|"
         "pull BF16|-|bf16|"
@@ -146,17 +143,8 @@ train() {
                   --train "$DIR/ctr.train.libsvm" --test "$DIR/ctr.test.libsvm"
                   --table-optim adagrad --table-lr 0.05 --init-std 0.01 --batch 256
                   --epochs "$SPARSE_EPOCHS" --admit 255 --seed 7)
-        local reset=(--reset)
-        if [ "$2" != - ]; then
-            reset=()
-            # init records f32 for sparse jobs whatever --push-format says; the
-            # workers push what the job's config records: set it by hand, then
-            # run continues the job.
-            "${IN[@]}" "$B/ps-train" init --reset "${sp[@]}" >/dev/null 2>&1 || return 1
-            cli hset "psjob:{$1}:config" push_format "$2" >/dev/null
-        fi
         # shellcheck disable=SC2086
-        "${IN[@]}" "$B/ps-train" run "${sp[@]}" "${reset[@]}" --workers 2 \
+        "${IN[@]}" "$B/ps-train" run "${sp[@]}" --reset --workers 2 \
             --overlap 0 --progress none "${fmt[@]}" $4 2>&1
     else
         # shellcheck disable=SC2086

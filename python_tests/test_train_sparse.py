@@ -301,27 +301,31 @@ def test_criteo_gzip_train_file_is_split_in_byte_ranges_and_learns(server, tmp_p
 
 def test_a_job_recording_bf16_pushes_half_the_bytes_with_error_feedback_and_i8_is_refused(
         server, data):
-    """The sparse worker pushes the job's recorded push format: a job whose config says
-    bf16 sends the table rows and dense tensors as BF16 (half the push payload of F32, the
-    pulls unchanged) with error feedback, and trains as well; tables take no I8, so a job
-    recording i8 is refused by the worker. (init records f32 for sparse jobs: the config
-    is edited here.)"""
+    """init --push-format records the job's push format, and the sparse worker pushes it: a
+    bf16 job sends the table rows and dense tensors as BF16 (half the push payload of F32, the
+    pulls unchanged) with error feedback, and trains as well. Tables take no I8: init refuses
+    it (exit 2), and a worker of a job whose config says i8 (edited on the server) refuses
+    to train."""
     r = server.client()
     acked = {}
-    for fmt in ["f32", "bf16", "i8"]:
+    for fmt in ["f32", "bf16"]:
         job = "spf" + fmt
-        run(["init"] + sparse_args(server.addr, job, "fm", data))
-        r.hset("psjob:{%s}:config" % job, "push_format", fmt)
-        p = run(["work", "--addr", server.addr, "--job", job, "--progress", "none"],
-                check=(fmt != "i8"))
-        if fmt == "i8":
-            assert p.returncode != 0 and "sparse jobs push f32, bf16 or f16" in p.out, p.out
-            continue
+        run(["init"] + sparse_args(server.addr, job, "fm", data) + ["--push-format", fmt])
+        assert r.hget("psjob:{%s}:config" % job, "push_format") == fmt.encode()
+        p = run(["work", "--addr", server.addr, "--job", job, "--progress", "none"])
         m = re.search(r"^ACKED .*push_bytes=(\d+) pull_bytes=(\d+)$", p.out, re.M)
         assert m, p.out
         ev = run(["eval", "--addr", server.addr, "--job", job]).out
         auc = float(re.search(r"test_auc=([0-9.]+)", ev).group(1))
         acked[fmt] = (int(m.group(1)), int(m.group(2)), auc)
+    p = run(["init"] + sparse_args(server.addr, "spfi8", "fm", data) + ["--push-format", "i8"],
+            check=False)
+    assert p.returncode == 2 and "sparse jobs push f32, bf16 or f16" in p.out, p.out
+    assert not r.exists("psjob:{spfi8}:config")
+    run(["init"] + sparse_args(server.addr, "spfx", "fm", data))
+    r.hset("psjob:{spfx}:config", "push_format", "i8")
+    p = run(["work", "--addr", server.addr, "--job", "spfx", "--progress", "none"], check=False)
+    assert p.returncode != 0 and "sparse jobs push f32, bf16 or f16" in p.out, p.out
     (f32_push, f32_pull, f32_auc), (bf_push, bf_pull, bf_auc) = acked["f32"], acked["bf16"]
     assert bf_pull == f32_pull and 0.45 * f32_push <= bf_push <= 0.55 * f32_push, acked
     assert f32_auc >= BOUND["fm"] and abs(bf_auc - f32_auc) <= 0.005, acked

@@ -295,7 +295,16 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     cfg.batch = o->batch > 0 ? o->batch : 256;
     cfg.epochs = o->epochs;
     cfg.seed = o->seed;
-    snprintf(cfg.push_format, sizeof(cfg.push_format), "f32");
+    /* Tables take F32, BF16 or F16 pushes (F16/BF16 with error feedback:
+     * train_sparse.c); the dense tensors of the job push alike. */
+    pushFormat pf;
+    if (tr_parse_push(o->push_format, &pf) != 0 ||
+        (pf.fmt != PS_WIRE_F32 && pf.fmt != PS_WIRE_BF16 && pf.fmt != PS_WIRE_F16)) {
+        tr_err(o, "--push-format %s: sparse jobs push f32, bf16 or f16",
+               o->push_format ? o->push_format : "f32");
+        return TR_EXIT_USAGE;
+    }
+    tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
 
     if (ts_ctr_config(&cfg, cfg.batch, &mc, err, sizeof(err)) != 0 ||
         ps_ctr_init(&m, &mc, cfg.seed, err, sizeof(err)) != 0) {
