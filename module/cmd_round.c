@@ -123,16 +123,21 @@ static void timer_set_key(RoundTimer *rt, int db, const char *k, size_t kl) {
 
 unsigned long long ps_round_timers_pending(void) { return TimerCount; }
 
-void ps_round_timer_forget(const PSTensor *t) {
+void ps_round_timer_stop(const PSTensor *t) {
     /* The thread first: a background free must not even read the table. */
-    if (!pthread_equal(pthread_self(), MainThread)) return;
-    ps_pull_waiters_value_freed(t);
-    if (!TimerCount) return;
+    if (!pthread_equal(pthread_self(), MainThread) || !TimerCount) return;
     RoundTimer *rt = timer_get(t);
     if (rt) timer_cancel(rt);
 }
 
-void ps_round_timer_stop(const PSTensor *t) { ps_round_timer_forget(t); }
+void ps_round_timer_forget(const PSTensor *t) {
+    /* Only a tensor being freed answers its waiters: a round that closes
+     * stops its timer (ps_round_timer_stop) and wakes them with the new
+     * version instead. */
+    if (!pthread_equal(pthread_self(), MainThread)) return;
+    ps_pull_waiters_value_freed(t);
+    ps_round_timer_stop(t);
+}
 
 /* FlushDB (start): stops the timers of the flushed database(s) while their
  * tensors still exist (an async flush frees them on another thread). */
