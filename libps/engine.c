@@ -104,7 +104,13 @@ static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
         if (r->attempts > pv->backoff_level) pv->backoff_level = r->attempts;
         c->stats.retries++;
     } else if (++r->redirects > PS_MAX_REDIRECTS) {
-        fail_req(c, r, PS_ERR_CLUSTER, "too many MOVED/ASK redirects");
+        /* A redirect loop: nodes that disagree about a slot while it
+         * migrates or fails over MOVE the request to each other until the
+         * cluster settles (a CI run lost a worker this way mid-reshard).
+         * Back off as for an error, bounded by max_retries and
+         * retry_timeout_ms, instead of failing at once. */
+        r->redirects = 0;
+        retry_req(c, r, 1, "too many MOVED/ASK redirects");
         return;
     }
     if (pv->nretry == pv->retrycap) {

@@ -41,6 +41,8 @@ typedef struct fake {
     int cluster;                /* answer CLUSTER SLOTS with every slot on 'slots_port' */
     int slots_port;
     int moved_port, ask_port;   /* > 0: GETs answer MOVED / ASK there */
+    int moved_limit;            /* > 0: only the first this many GETs answer MOVED */
+    int moved_sent;
     int tryagain;               /* GETs answer TRYAGAIN this many times */
     int clusterdown;            /* GETs always answer CLUSTERDOWN */
     int drop_get;               /* the first this many GETs close the connection */
@@ -124,7 +126,7 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
         if (f->drop_get > 0) {
             f->drop_get--;
             close_it = 1;
-        } else if (f->moved_port) {
+        } else if (f->moved_port && (!f->moved_limit || f->moved_sent++ < f->moved_limit)) {
             out(f, fd, "-MOVED %u 127.0.0.1:%d\r\n", slot, f->moved_port);
         } else if (f->ask_port) {
             out(f, fd, "-ASK %u 127.0.0.1:%d\r\n", slot, f->ask_port);

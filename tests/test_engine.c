@@ -161,6 +161,32 @@ static void test_engine_sends_asking_before_an_ask_redirect(void **state) {
     fake_stop(b);
 }
 
+/* Two nodes that MOVE a key to each other (a slot mid-migration), 20 times
+ * each at most: the request backs off once past PS_MAX_REDIRECTS hops
+ * instead of failing, and is answered once the nodes agree. */
+static void test_engine_backs_off_through_a_redirect_loop(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    psOptions o = {0};
+    psClient *c;
+    redisReply *r;
+    (void)state;
+    a->cluster = b->cluster = 1;
+    a->moved_port = b->port;
+    b->moved_port = a->port;
+    a->moved_limit = b->moved_limit = 20;
+    o.backoff_ms = 1;
+    c = connect_to(a, &o);
+    r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_true(!strcmp(r->str, "A=k1") || !strcmp(r->str, "B=k1"));
+    assert_true(c->stats.moved > 16);   /* past PS_MAX_REDIRECTS: failed here before */
+    assert_true(c->stats.retries >= 1);
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
 static void test_engine_resends_after_tryagain(void **state) {
     fake *a = fake_start("A");
     psClient *c;
@@ -585,6 +611,7 @@ int main(void) {
         cmocka_unit_test(test_engine_offers_bulk_strings_to_the_sink_before_the_reply),
         cmocka_unit_test(test_engine_follows_moved_to_the_node_named),
         cmocka_unit_test(test_engine_sends_asking_before_an_ask_redirect),
+        cmocka_unit_test(test_engine_backs_off_through_a_redirect_loop),
         cmocka_unit_test(test_engine_resends_after_tryagain),
         cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
         cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
