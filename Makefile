@@ -32,36 +32,48 @@ OBJ = $(B)/obj
 #   common/  code both sides must compute identically (wire codecs, shape rules, RNG)
 #   module/  the Redis module: server glue + server-side cores    sees common/
 #   libps/   the client library                                     sees common/
-#   worker/  ps-train, its training loop, the MLP and data readers  sees libps/ (ps.h only), common/
+#   ml/      the ML library: MLP, CTR models, data readers, metrics,
+#            the synthetic CTR generator (no Redis, no sockets)     sees common/
+#   ml/ref/  reference row optimizers for bench/ and tests/ only    sees ml/, common/
+#   train/   ps-train: job config, task stream, orchestration and
+#            the dense and sparse trainers (train/trainer.h)        sees ml/, libps/ (ps.h only), common/
+#   tools/   ps-gen-ctr, the synthetic CTR data generator           sees ml/, common/
 #   relay/   ps-relay, the tree topology's aggregator               sees libps/ (ps.h only), common/
 # A module object that includes "ps.h" fails with "No such file or directory";
 # `make check-layers` also refuses relative includes that reach across folders.
 COMMON_INCS = -Icommon
 MODULE_INCS = -Icommon
 LIBPS_INCS  = -Ilibps/include -Icommon
-WORKER_INCS = -Ilibps/include -Icommon
+ML_INCS     = -Icommon
+MLREF_INCS  = -Iml -Icommon
+TRAIN_INCS  = -Iml -Ilibps/include -Icommon
+TOOLS_INCS  = -Iml -Icommon
 RELAY_INCS  = -Ilibps/include -Icommon
 # Tests, benches and fuzz harnesses may see every component they exercise.
-TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
+TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iml -Iml/ref -Itrain
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
 MODULE_GLUE = $(filter module/module.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
 MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
 LIBPS_SRC   = $(wildcard libps/*.c)
-# Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
-WORKER_PURE = worker/nn.c worker/data.c worker/sparse_data.c worker/ctr_model.c worker/ctr_gen.c worker/metrics.c worker/sparse_table.c
-WORKER_PURE += worker/runlog.c
-TRAIN_SRC   = $(filter-out $(WORKER_PURE),$(wildcard worker/*.c))
+# The ML library (ps-train, ps-gen-ctr, tests and bench link it); its
+# reference table (ml/ref/) is linked by tests and bench only.
+ML_SRC      = $(wildcard ml/*.c)
+MLREF_SRC   = $(wildcard ml/ref/*.c)
+# ps-train; its run log (train/runlog.c) is pure and also linked by tests.
+TRAIN_PURE  = train/runlog.c
+TRAIN_SRC   = $(wildcard train/*.c)
+TOOLS_SRC   = $(wildcard tools/*.c)
 RELAY_SRC   = $(wildcard relay/*.c)
 
 obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
 MODULE_OBJS = $(call obj,$(MODULE_PURE) $(MODULE_GLUE) $(COMMON_SRC))
-PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(WORKER_PURE))
+PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(ML_SRC) $(MLREF_SRC) $(TRAIN_PURE))
 LIBPS_OBJS  = $(call obj,$(LIBPS_SRC) $(COMMON_SRC))
 # Programs linked with libps.a take the common objects from the archive.
-APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(WORKER_PURE))
+APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(ML_SRC) $(MLREF_SRC) $(TRAIN_PURE))
 
 TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
@@ -90,7 +102,7 @@ ptools: $(PTOOL_BINS)
 $(OBJ)/module/optim.o: OPT = -O3
 $(OBJ)/common/codec.o: OPT = -O3
 
-HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
+HDRS = $(wildcard */*.h ml/ref/*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(COMMON_INCS) -c $< -o $@
@@ -100,9 +112,18 @@ $(OBJ)/module/%.o: module/%.c $(HDRS)
 $(OBJ)/libps/%.o: libps/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(LIBPS_INCS) -c $< -o $@
-$(OBJ)/worker/%.o: worker/%.c $(HDRS)
+$(OBJ)/ml/ref/%.o: ml/ref/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(PIC_CFLAGS) $(WORKER_INCS) -c $< -o $@
+	$(CC) $(PIC_CFLAGS) $(MLREF_INCS) -c $< -o $@
+$(OBJ)/ml/%.o: ml/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(ML_INCS) -c $< -o $@
+$(OBJ)/train/%.o: train/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(TRAIN_INCS) -c $< -o $@
+$(OBJ)/tools/%.o: tools/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(TOOLS_INCS) -c $< -o $@
 $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(RELAY_INCS) -c $< -o $@
@@ -110,7 +131,7 @@ $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 # Layering check: no relative include may climb out of its own folder.
 check-layers:
 	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
-	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch] relay/*.[ch]; then \
+	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h ml/*.[ch] ml/ref/*.[ch] train/*.[ch] $(wildcard tools/*.[ch]) relay/*.[ch]; then \
 	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
 
 # The module links nothing but libc and libm; only RedisModule_OnLoad is exported.
@@ -121,7 +142,7 @@ $(B)/libps.a: $(LIBPS_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
+$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(ML_SRC)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
 $(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a
