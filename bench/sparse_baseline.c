@@ -1,8 +1,8 @@
 /* sparse_baseline.c -- single-process CTR trainer: the sparse baseline.
  *
- * Trains the CTR models of worker/ctr_model.c (LR, FM, embeddings + MLP) on
+ * Trains the CTR models of ml/ctr_model.c (LR, FM, embeddings + MLP) on
  * libsvm or Criteo files with no parameter server: the embedding table is a
- * local id -> row table (worker/sparse_table.c) applying Adagrad,
+ * local id -> row table (ml/ref/sparse_table.c) applying Adagrad,
  * FTRL-Proximal or SGD per row, reached only through ps_row_store (pull rows
  * by id, push gradient rows by id), the calls a server answers; with --store
  * core (implied by --admit, --filter, --unknown, --capacity) the rows live in
@@ -73,7 +73,7 @@ static void usage(FILE *out)
             "--store core keeps the rows in the server's own embedding-table core\n"
             "(module/embed.c: the rules of PS.CREATE EMBEDDING, including ADMIT n with a\n"
             "2^FILTER counting filter (default 20), UNKNOWN ZEROS and CAPACITY); --admit,\n"
-            "--filter, --unknown and --capacity imply it. Default: table (worker/sparse_table.c).\n");
+            "--filter, --unknown and --capacity imply it. Default: table (ml/ref/sparse_table.c).\n");
 }
 
 static int num(const char *v, double lo, double hi, double *out)

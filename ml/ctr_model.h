@@ -22,7 +22,7 @@
  *   MLP  dim d      input = per field f < fields the sum of x_j r_j over the
  *                   row's features of field f (an empty field is zeros), then
  *                   the row's dense features; hidden ReLU layers and a 2-class
- *                   softmax output (worker/nn.c), p = its class-1 probability.
+ *                   softmax output (ml/nn.c), p = its class-1 probability.
  * A feature listed twice in a row counts twice (FM: it also pairs with
  * itself once, as two distinct features would).
  *

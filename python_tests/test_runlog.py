@@ -1,5 +1,5 @@
 """ps-train --log-json FILE: run, its workers and eval append one JSON object per line to FILE
-(worker/runlog.c). Against a real server: every line parses as strict JSON, progress lines
+(train/runlog.c). Against a real server: every line parses as strict JSON, progress lines
 carry the fields the plot tool reads, each worker's samples only grow, the run's "result" line
 comes last and repeats the RESULT numbers, lines of separate commands append, and
 `python3 -m redis_ps.plot` draws the file."""
