@@ -94,7 +94,7 @@ CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 all: module client
 
 module: $(B)/ps.so
-client: $(B)/libps.a $(B)/ps-train $(B)/ps-relay
+client: $(B)/libps.a $(B)/ps-train $(B)/ps-gen-ctr $(B)/ps-relay
 ptools: $(PTOOL_BINS)
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
@@ -142,8 +142,12 @@ $(B)/libps.a: $(LIBPS_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(ML_SRC)) $(B)/libps.a
+# ps-train links the ML library but not the CTR generator (ps-gen-ctr's).
+$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(filter-out ml/ctr_gen.c,$(ML_SRC))) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
+
+$(B)/ps-gen-ctr: $(call obj,$(TOOLS_SRC) $(ML_SRC) $(COMMON_SRC))
+	$(CC) $(SAN_FLAGS) -o $@ $^ -lopenblas -lz -lm
 
 $(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
@@ -354,7 +358,7 @@ check-deps:
 # `pkg-config --static --libs libps` (README "Use libps from your program").
 PREFIX ?= /usr/local
 LIBPS_VERSION = 0.1.0
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a include/redis-ps/ps.h \
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-gen-ctr bin/ps-relay lib/libps.a include/redis-ps/ps.h \
                 lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
@@ -371,6 +375,7 @@ install: all $(B)/libps.pc
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
+	install -m 0755 $(B)/ps-gen-ctr $(DESTDIR)$(PREFIX)/bin/ps-gen-ctr
 	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
 	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h

@@ -10,7 +10,7 @@
  * admission, UNKNOWN ZEROS and CAPACITY act exactly as on a server. The dense
  * tensors (bias, MLP layers) take per-element Adagrad (SGD with --optim sgd).
  * Its samples/s is the yardstick of distributed sparse training; its test
- * AUC, next to the planted truth's (--truth, from `ps-train gen-ctr`),
+ * AUC, next to the planted truth's (--truth, from `ps-gen-ctr`),
  * shows the models learn.
  *
  *   sparse_baseline --train FILE --test FILE [--truth FILE] [--format libsvm|criteo]

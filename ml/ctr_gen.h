@@ -1,4 +1,4 @@
-/* ctr_gen.h -- synthetic CTR data from a planted model (`ps-train gen-ctr`).
+/* ctr_gen.h -- synthetic CTR data from a planted model (the ps-gen-ctr tool, tools/ps-gen-ctr.c).
  *
  * A sample has one feature per field f < fields: a rank r in 1..vocab drawn
  * with P(r) proportional to r^-zipf, whose id is ps_sparse_id_u64(f, r) (the
@@ -72,9 +72,5 @@ typedef struct ps_ctr_gen_result {
 int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test,
                      const char *prefix, int gz, ps_ctr_gen_result *res, char *err,
                      size_t errlen);
-
-/* `ps-train gen-ctr [options]` (argv[0] is "gen-ctr"). Returns the exit
- * status: 0, 1 (failure), 2 (usage). */
-int ps_gen_ctr_main(int argc, char **argv);
 
 #endif

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import psserver
-from pshelpers import f32, require_ps_train, run_ps_train
+from pshelpers import f32, require_ps_train, run_gen_ctr, run_ps_train
 
 JOB = "aclj"
 
@@ -177,7 +177,7 @@ def sparse_worker_role(job):
 def test_sparse_worker_trains_under_the_documented_sparse_role(server, tmp_path):
     require_ps_train()
     prefix = str(tmp_path / "ctr")
-    run_ps_train(["gen-ctr", "--out", prefix, "--samples", 3000, "--test-samples", 300,
+    run_gen_ctr(["--out", prefix, "--samples", 3000, "--test-samples", 300,
                   "--fields", 4, "--vocab", 20, "--seed", 2])
     p = run(["init", "--addr", server.addr, "--job", "sp", "--model", "fm", "--train",
              prefix + ".train.libsvm", "--test", prefix + ".test.libsvm", "--shard-bytes",

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from faultlib import now, progress_acked, report, wait_until, workers  # noqa: F401
-from pshelpers import PS_TRAIN, run_ps_train as run
+from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run
 # 3 masters + 1 replica each (node timeout 2 s), and the live owner of a key.
 from test_fault_cluster import cluster, owner  # noqa: F401
 
@@ -31,7 +31,7 @@ def data(tmp_path_factory):
     if not os.path.exists(PS_TRAIN):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
     prefix = str(tmp_path_factory.mktemp("ctrfault") / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     return prefix + ".train.libsvm", prefix + ".test.libsvm"
 
 

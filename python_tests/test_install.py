@@ -15,7 +15,7 @@ import psserver
 
 ROOT = psserver.REPO_ROOT
 EXAMPLE = os.path.join(ROOT, "examples", "libps_hello.c")
-INSTALLED = ["lib/redis-ps/ps.so", "bin/ps-train", "bin/ps-relay", "lib/libps.a", "include/redis-ps/ps.h",
+INSTALLED = ["lib/redis-ps/ps.so", "bin/ps-train", "bin/ps-gen-ctr", "bin/ps-relay", "lib/libps.a", "include/redis-ps/ps.h",
              "lib/pkgconfig/libps.pc"]
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import psserver
 from pshelpers import ps_train  # noqa: F401 (fixture)
-from pshelpers import run_ps_train as run
+from pshelpers import run_gen_ctr, run_ps_train as run
 
 sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
 from redis_ps import plot  # noqa: E402
@@ -133,7 +133,7 @@ def test_unwritable_log_fails_before_anything_is_created(ps_train, server, tmp_p
 
 def test_sparse_run_logs_auc_and_logloss(ps_train, server, tmp_path):
     prefix = str(tmp_path / "ctr")
-    run(["gen-ctr", "--out", prefix, "--samples", 20000, "--vocab", 200])
+    run_gen_ctr(["--out", prefix, "--samples", 20000, "--vocab", 200])
     log = tmp_path / "sparse.jsonl"
     p = run(["run", "--addr", server.addr, "--job", "sj", "--model", "fm",
              "--train", prefix + ".train.libsvm", "--test", prefix + ".test.libsvm",

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pshelpers import run_ps_train as run
+from pshelpers import run_gen_ctr, run_ps_train as run
 
 GEN = ["--samples", 3000, "--test-samples", 500, "--fields", 4, "--vocab", 20, "--seed", 7]
 
@@ -18,7 +18,7 @@ GEN = ["--samples", 3000, "--test-samples", 500, "--fields", 4, "--vocab", 20, "
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("hostile")
     prefix = str(d / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     return prefix + ".train.libsvm", prefix + ".test.libsvm"
 
 

@@ -1,7 +1,7 @@
 """ps-train sparse CTR jobs (--model lr|fm|mlp) end to end: the rows live in a sharded
 embedding table on the server (libps psEmbed), the dense tensors in ordinary tensors, and
 the task stream hands out byte ranges of the train file. A short two-worker run on data
-from `ps-train gen-ctr` reaches an AUC bound well above 0.5, on one server and on a
+from `ps-gen-ctr` reaches an AUC bound well above 0.5, on one server and on a
 3-master cluster with the table's shards on different masters; every line of the train
 file is trained once per epoch, and every table shard's version equals the pushes the
 workers saw acknowledged (ACKED_TABLE lines: no push lost or applied twice). The job
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from pshelpers import PS_TRAIN, run_ps_train as run
+from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run
 from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 from test_train_standalone import result_line
 
@@ -30,7 +30,7 @@ def data(tmp_path_factory):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
     d = tmp_path_factory.mktemp("ctr")
     prefix = str(d / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     with open(prefix + ".truth") as f:
         truth = dict(kv.split("=", 1) for kv in f.read().split()[1:])
     return prefix + ".train.libsvm", prefix + ".test.libsvm", truth

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
-#include "ctr_gen.h"
 #include "train_job.h"
 
 /* Subcommand bits. */
@@ -161,7 +161,7 @@ static const cmdDef Cmds[] = {
     {"run", C_RUN, "init + N local workers + eval; prints accuracy, time, samples/s"},
     {"status", C_STATUS, "tasks total/acked/pending, versions, per-worker progress"},
     {"snapshot", C_SNAP, "PS.SNAPSHOT every partition of the model as --at NAME"},
-    {"gen-ctr", 0, "write synthetic CTR data (libsvm) from a planted LR/FM model (own flags)"},
+    {"gen-ctr", 0, "deprecated: runs ps-gen-ctr (synthetic CTR data; own flags)"},
 };
 #define NCMDS (sizeof(Cmds) / sizeof(Cmds[0]))
 
@@ -373,6 +373,33 @@ static int validate(trainOpts *o, int bit) {
     return 0;
 }
 
+/* `ps-train gen-ctr ARGS` (deprecated): runs ps-gen-ctr ARGS, first the one
+ * next to this binary (build/ or the install's bin/), then from PATH. */
+static int gen_ctr_alias(int argc, char **argv) {
+    char self[4096], path[4200];
+    fprintf(stderr, "ps-train: note: 'ps-train gen-ctr' is deprecated; run ps-gen-ctr (same "
+                    "flags)\n");
+    fflush(stderr);
+    char **args = calloc((size_t)argc, sizeof(char *));
+    if (args == NULL) return TR_EXIT_FAIL;
+    args[0] = "ps-gen-ctr";
+    for (int i = 2; i < argc; i++) args[i - 1] = argv[i];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(path, sizeof(path), "%s/ps-gen-ctr", self);
+            execv(path, args);
+        }
+    }
+    execvp("ps-gen-ctr", args);
+    fprintf(stderr, "ps-train gen-ctr: cannot run ps-gen-ctr: %s\n", strerror(errno));
+    free(args);
+    return TR_EXIT_FAIL;
+}
+
 int main(int argc, char **argv) {
     trainOpts o;
     /* A connection killed by the server (CLIENT KILL, failover) must be an
@@ -388,7 +415,7 @@ int main(int argc, char **argv) {
         usage_main(stdout);
         return TR_EXIT_OK;
     }
-    if (!strcmp(argv[1], "gen-ctr")) return ps_gen_ctr_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "gen-ctr")) return gen_ctr_alias(argc, argv);
     const cmdDef *cd = NULL;
     for (size_t i = 0; i < NCMDS; i++)
         if (!strcmp(argv[1], Cmds[i].name)) cd = &Cmds[i];
