@@ -17,7 +17,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "train_job.h"
+#include "job.h"
 
 /* Subcommand bits. */
 #define C_INIT (1 << 0)

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "train_work.h"
+#include "work.h"
 
 
 /* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains

@@ -21,7 +21,7 @@
 #include <strings.h>
 #include <time.h>
 
-#include "train_job.h"
+#include "job.h"
 
 /* ========================================================================
  * Helpers

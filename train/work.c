@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train_sparse.h"
+#include "sparse.h"
 
 /* ========================================================================
  * Progress

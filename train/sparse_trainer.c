@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_sparse.h"
+#include "sparse.h"
 
 #define TS_HLL_FLUSH 65536      /* ids per PFADD of the distinct-id estimate */
 #define TS_SEEN_MAX (1u << 22)  /* ids the seen-set holds before it starts over */

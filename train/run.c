@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "runlog.h"
-#include "train_job.h"
+#include "job.h"
 
 /* ========================================================================
  * eval

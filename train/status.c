@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "train_job.h"
+#include "job.h"
 
 /* ========================================================================
  * status

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "train_sparse.h"
+#include "sparse.h"
 
 /* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
 static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",

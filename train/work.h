@@ -13,7 +13,7 @@
 #include <stdio.h>
 
 #include "runlog.h"
-#include "train_job.h"
+#include "job.h"
 
 struct sparseWork;
 

@@ -20,7 +20,7 @@
 #include <zlib.h>
 
 #include "metrics.h"
-#include "train_sparse.h"
+#include "sparse.h"
 
 #define TS_FILTER_LOG2 22       /* admission filter: 4M one-byte counters per shard */
 

@@ -22,7 +22,7 @@
 
 #include "ctr_model.h"
 #include "sparse_data.h"
-#include "train_work.h"
+#include "work.h"
 
 /* The ctr_model configuration of job 'cfg' for batches of 'max_batch'.
  * 0, or -1 with a message in 'err'. */
