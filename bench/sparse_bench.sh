@@ -84,7 +84,7 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     . "$REPO/scripts/private-server.sh"
     private_server_start bench-sparse "$MODULE"
     RUN=(--model fm --dim "$K" --table-optim adagrad --table-lr "$LR" --init-std "$INIT_STD"
-         --admit "$ADMIT" --batch "$BATCH" --epochs "$EPOCHS" --shards "$SHARDS" --seed "$SEED")
+         --admit "$ADMIT" --batch "$BATCH" --epochs "$EPOCHS" --table-shards "$SHARDS" --seed "$SEED")
     # Flags the sparse path may not have yet: passed only when --help lists them.
     help=$("$TRAINER" run --help 2>&1)
     grep -q -- '--unknown' <<<"$help" && RUN+=(--unknown zeros)
@@ -103,7 +103,7 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     fi
     # e. LR through the server, Adagrad vs FTRL (when this ps-train reports table_zero_frac).
     if grep -q table_zero_frac "$TRAINER" 2>/dev/null; then
-        LRRUN=(--model lr --batch "$BATCH" --epochs "$LR_EPOCHS" --shards "$SHARDS" --seed "$SEED")
+        LRRUN=(--model lr --batch "$BATCH" --epochs "$LR_EPOCHS" --table-shards "$SHARDS" --seed "$SEED")
         ps_lr() { # label job args...; prints the RESULT line
             local label=$1 job=$2 o
             shift 2

@@ -37,7 +37,7 @@ def data(tmp_path_factory):
 
 def init(addr, job, data, *extra):
     run(["init", "--addr", addr, "--job", job, "--model", "fm", "--train", data[0], "--test",
-         data[1], "--shard-bytes", 500000, "--epochs", EPOCHS, "--batch", 64, "--seed", 3]
+         data[1], "--task-bytes", 500000, "--epochs", EPOCHS, "--batch", 64, "--seed", 3]
         + list(extra))
 
 
@@ -175,7 +175,7 @@ def test_cluster_master_of_a_table_shard_killed_with_wait_1_nothing_lost(
         cluster, data, workers):
     seeds = ",".join(n.addr for n in cluster.nodes)
     job = "spc"
-    init(seeds, job, data, "--shards", 3)
+    init(seeds, job, data, "--table-shards", 3)
     job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
     keys = [k.decode() for m in cluster.masters() for k in m.client().keys("%s:emb:*" % job)]
     assert len(keys) == 3, keys

@@ -53,7 +53,7 @@ def test_run_log_has_every_workers_progress_and_the_result_last(ps_train, server
     log = tmp_path / "run.jsonl"
     # --progress none: the log does not depend on the stdout progress lines.
     p = run(["run", "--addr", server.addr, "--job", "jl", "--workers", 2, "--epochs", 2,
-             "--limit", 8000, "--shard-size", 1000, "--interval-ms", 20, "--progress", "none",
+             "--limit", 8000, "--task-samples", 1000, "--interval-ms", 20, "--progress", "none",
              "--log-json", log])
     objs = read_log(log)
     events = [o["event"] for o in objs]
@@ -99,7 +99,7 @@ def test_run_log_has_every_workers_progress_and_the_result_last(ps_train, server
 
 def test_work_and_eval_append_to_one_log_and_escape_names(ps_train, server, tmp_path):
     log = tmp_path / "job.jsonl"
-    run(["init", "--addr", server.addr, "--job", "je", "--limit", 3000, "--shard-size", 1000])
+    run(["init", "--addr", server.addr, "--job", "je", "--limit", 3000, "--task-samples", 1000])
     name = 'w"1\\caf\u00e9'                 # a quote, a backslash, non-ASCII
     run(["work", "--addr", server.addr, "--job", "je", "--name", name, "--max-tasks", 2,
          "--interval-ms", 10, "--progress", "none", "--log-json", log])

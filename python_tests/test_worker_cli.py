@@ -48,7 +48,7 @@ def read_trace(path):
 
 def test_overlapped_pull_never_changes_the_model_a_gradient_uses(ps_train, server, tmp_path):
     run(["init", "--addr", server.addr, "--job", "ov", "--layers", "784,32,10", "--limit", 4000,
-         "--shard-size", 500, "--batch", 32])
+         "--task-samples", 500, "--batch", 32])
     procs, traces = [], []
     for name in ("A", "B"):
         tr = str(tmp_path / ("trace-%s" % name))
@@ -85,7 +85,7 @@ def test_overlapped_pull_never_changes_the_model_a_gradient_uses(ps_train, serve
 
 def test_reused_job_name_with_other_settings_is_an_error_naming_them(ps_train, server):
     r = server.client()
-    base = ["init", "--addr", server.addr, "--job", "re", "--limit", 2000, "--shard-size", 1000,
+    base = ["init", "--addr", server.addr, "--job", "re", "--limit", 2000, "--task-samples", 1000,
             "--layers", "784,16,10"]
     run(base)
     p = run(base + ["--layers", "784,32,10", "--epochs", 3, "--optim", "adam"], check=False)
@@ -104,7 +104,7 @@ def test_reused_job_name_with_other_settings_is_an_error_naming_them(ps_train, s
 
 
 def test_rerun_of_a_finished_job_says_it_is_finished_and_exits_3(ps_train, server):
-    args = ["run", "--addr", server.addr, "--job", "fin", "--limit", 1000, "--shard-size", 500,
+    args = ["run", "--addr", server.addr, "--job", "fin", "--limit", 1000, "--task-samples", 500,
             "--layers", "784,16,10", "--workers", 1, "--progress", "none"]
     run(args)
     p = run(args, check=False)
@@ -134,7 +134,7 @@ def test_run_csv_checks_every_input_before_training(ps_train, server, tmp_path, 
              "test-narrow": write_csv(tmp_path / "narrow.csv", 20, 6, 3),
              "test-labels": write_csv(tmp_path / "labels.csv", 20, 8, 5)}
     args = ["run", "--addr", server.addr, "--job", "csv", "--csv", train, "--layers", "8,4,3",
-            "--shard-size", 50, "--workers", 1, "--progress", "line"]
+            "--task-samples", 50, "--workers", 1, "--progress", "line"]
     if tests[case]:
         args += ["--test-csv", tests[case]]
     p = run(args, check=False)
@@ -181,7 +181,7 @@ def test_ctrl_c_says_interrupted_and_resumable_exits_130_and_resume_is_prompt(ps
                                                                               target):
     r = server.client()
     # 12 tasks of 1000 samples; the default --lease-ms 30000 is what a resume used to wait.
-    args = ["run", "--addr", server.addr, "--job", "cc", "--limit", 12000, "--shard-size", 1000,
+    args = ["run", "--addr", server.addr, "--job", "cc", "--limit", 12000, "--task-samples", 1000,
             "--layers", "784,64,10", "--workers", 2, "--progress", "none", "--batch", 16]
     t0 = time.monotonic()
     p = popen(args, new_session=True)
@@ -215,7 +215,7 @@ def test_ctrl_c_says_interrupted_and_resumable_exits_130_and_resume_is_prompt(ps
 
 def test_restarted_worker_takes_back_its_own_task_and_says_what_it_waits_for(ps_train, server):
     r = server.client()
-    run(["init", "--addr", server.addr, "--job", "own", "--limit", 4000, "--shard-size", 1000,
+    run(["init", "--addr", server.addr, "--job", "own", "--limit", 4000, "--task-samples", 1000,
          "--layers", "784,16,10"])
     common = ["work", "--addr", server.addr, "--job", "own", "--progress", "none",
               "--batch", 8]
@@ -255,7 +255,7 @@ def test_restarted_worker_takes_back_its_own_task_and_says_what_it_waits_for(ps_
 
 def test_task_bookkeeping_resent_after_a_lost_reply_counts_each_task_once(ps_train, server):
     r = server.client()
-    run(["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--shard-size", 500,
+    run(["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--task-samples", 500,
          "--layers", "784,16,10"])
     # PS_TRAIN_RESEND_ACKS sends the record and the XACK of every task twice, as libps does
     # when a reply is lost: the second XACK answers 0 and the counters are written again.
@@ -271,7 +271,7 @@ def test_task_bookkeeping_resent_after_a_lost_reply_counts_each_task_once(ps_tra
     st = run(["status", "--addr", server.addr, "--job", "twice"])
     assert "6 total, 6 acked, 0 pending" in st.out and "samples trained: 3000" in st.out, st.out
     # A worker restarted under the same name continues its counters (absolute values).
-    run(["init", "--addr", server.addr, "--job", "twice2", "--limit", 2000, "--shard-size", 500,
+    run(["init", "--addr", server.addr, "--job", "twice2", "--limit", 2000, "--task-samples", 500,
          "--layers", "784,16,10"])
     run(["work", "--addr", server.addr, "--job", "twice2", "--name", "A", "--max-tasks", 1,
          "--progress", "none"])

@@ -70,7 +70,7 @@ set +e
 "$PS_TRAIN" run --addr "127.0.0.1:$PS_PORT" --job demo-sparse --workers "$WORKERS" \
     --model fm --dim "$DIM" --train "$PREFIX.train.libsvm" --test "$PREFIX.test.libsvm" \
     --table-optim "$OPTIM" --table-lr "$LR" --init-std "$INIT_STD" --batch "$BATCH" --epochs "$EPOCHS" \
-    --admit "$ADMIT" ${CAPACITY:+--capacity "$CAPACITY"} --shards "$SHARDS" \
+    --admit "$ADMIT" ${CAPACITY:+--capacity "$CAPACITY"} --table-shards "$SHARDS" \
     --overlap "$OVERLAP" --seed "$SEED" --progress line --interval-ms 5000 --min-auc "$MIN_AUC" 2>&1 | tee "$PS_DIR/run.out" |
     grep -v '^ACKED'
 rc=${PIPESTATUS[0]}

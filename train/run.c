@@ -1,11 +1,7 @@
-/* train_eval.c -- ps-train eval and run.
- *
- * eval pulls the model (or, with --at, snapshot NAME of every partition) and
- * evaluates it on the test split of the job's data. run = init + --workers
+/* run.c -- ps-train run: process orchestration. run = init + --workers
  * local worker processes (fork + exec of this binary's "work") + eval, and
- * prints the final accuracy, total time and samples/s. */
+ * prints the final accuracy (or AUC), total time and samples/s. */
 
-#include <cblas.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -15,151 +11,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmds.h"
+#include "conn.h"
+#include "dense.h"
 #include "runlog.h"
-#include "job.h"
-
-/* ========================================================================
- * eval
- * ====================================================================== */
-
-/* Pulls snapshot 'at' of every partition into params. Returns 0 or -1. */
-static int pull_snapshot(const trainOpts *o, psClient *c, psModel *m, float **params,
-                         uint64_t *version) {
-    *version = UINT64_MAX;
-    for (int t = 0; t < psModelNumTensors(m); t++) {
-        size_t elems = psModelTensorElements(m, t), rows = 0;
-        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
-            uint64_t first, nrows;
-            psModelPartitionRows(m, t, p, &first, &nrows);
-            rows += nrows;
-        }
-        size_t row_elems = elems / rows;
-        for (int p = 0; p < psModelNumPartitions(m, t); p++) {
-            const char *key = psModelPartitionKey(m, t, p);
-            uint64_t first, nrows;
-            psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.PULL %s AT %s", key, o->at);
-            if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                r->element[1]->type != REDIS_REPLY_STRING ||
-                r->element[1]->len != nrows * row_elems * sizeof(float)) {
-                tr_err(o, "--at %s: PS.PULL %s: %s", o->at, key,
-                       r == NULL ? c->errstr
-                       : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-                if (r) freeReplyObject(r);
-                return -1;
-            }
-            if ((uint64_t)r->element[0]->integer < *version) *version = r->element[0]->integer;
-            memcpy(params[t] + first * row_elems, r->element[1]->str, r->element[1]->len);
-            freeReplyObject(r);
-        }
-    }
-    return 0;
-}
-
-int tr_evaluate(const trainOpts *o, double *loss, double *acc, uint64_t *version, int *ntest) {
-    jobConfig cfg;
-    ps_mlp mlp = {0};
-    ps_dataset ds = {0};
-    psModel *m = NULL;
-    float **params = NULL;
-    char err[256];
-    int status = -1;
-    psClient *c = tr_connect(o, 0, 0);
-    if (c == NULL) return -1;
-    int rc = tr_load_config(c, o->job, &cfg);
-    if (rc != 0) {
-        if (rc == 1) tr_err(o, "--job %s: no such job", o->job);
-        goto out;
-    }
-    if (strcmp(cfg.state, "ready") != 0) {
-        tr_err(o, "--job %s: init has not finished", o->job);
-        goto out;
-    }
-    if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
-    if (tr_load_data(&cfg, o->test_csv, 0, &ds) != 0) goto out;
-    if (ds.dim != cfg.sizes[0]) {
-        tr_err(o, "the test data has %d features but the model's input is %d", ds.dim,
-               cfg.sizes[0]);
-        goto out;
-    }
-    if (ps_mlp_init(&mlp, cfg.sizes, cfg.nsizes, 1000, err, sizeof(err)) != 0) {
-        tr_err(o, "%s", err);
-        goto out;
-    }
-    params = calloc((size_t)psModelNumTensors(m), sizeof(float *));
-    if (params == NULL) goto out;
-    for (int l = 0; l < mlp.nlayers; l++) {
-        params[2 * l] = mlp.W[l];
-        params[2 * l + 1] = mlp.b[l];
-    }
-    uint64_t v = 0;
-    if (o->at) {
-        if (pull_snapshot(o, c, m, params, &v) != 0) goto out;
-    } else {
-        if (psModelPull(c, m, params, NULL) != PS_OK) {
-            tr_err(o, "pull: %s", c->errstr);
-            goto out;
-        }
-        v = psModelPartitionVersion(m, 0, 0);
-    }
-    ps_mlp_evaluate(&mlp, ds.x, ds.y, ds.n, loss, acc);
-    if (version) *version = v;
-    if (ntest) *ntest = ds.n;
-    status = 0;
-out:
-    free(params);
-    ps_mlp_free(&mlp);
-    ps_dataset_free(&ds);
-    psModelFree(m);
-    psClientFree(c);
-    return status;
-}
-
-int tr_open_log(const trainOpts *o, runLog **lg) {
-    char err[600];
-    *lg = NULL;
-    if (o->log_json == NULL) return 0;
-    if ((*lg = runlog_open(o->log_json, err, sizeof(err))) != NULL) return 0;
-    tr_err(o, "--log-json %s", err);
-    return -1;
-}
-
-static long long samples_trained(const trainOpts *o);
-
-int tr_cmd_eval(const trainOpts *o) {
-    double loss = 0, acc = 0;
-    uint64_t v = 0;
-    int n = 0, sparse = tr_sparse_job(o);
-    if (sparse < 0) return TR_EXIT_FAIL;
-    runLog *lg;
-    if (tr_open_log(o, &lg) != 0) return TR_EXIT_FAIL;
-    if (sparse) {
-        int rc = tr_sparse_cmd_eval(o, lg);
-        runlog_close(lg);
-        return rc;
-    }
-    if (o->threads > 0) openblas_set_num_threads(o->threads);
-    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) {
-        runlog_close(lg);
-        return TR_EXIT_FAIL;
-    }
-    printf("eval job %s%s%s: test_loss=%.4f test_acc=%.4f on %d samples, model version %llu\n",
-           o->job, o->at ? " at " : "", o->at ? o->at : "", loss, acc, n, (unsigned long long)v);
-    /* "samples": what the job's workers had trained when it was evaluated. */
-    RUNLOG(lg, "eval", RL_STR("job", o->job), o->at ? RL_STR("snapshot", o->at) : RL_NONE,
-           RL_NUM("test_acc", acc), RL_NUM("test_loss", loss), RL_INT("test_samples", n),
-           RL_INT("version", v), lg ? RL_INT("samples", samples_trained(o)) : RL_NONE);
-    runlog_close(lg);
-    if (o->min_acc >= 0 && acc < o->min_acc) {
-        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->min_acc);
-        return TR_EXIT_FAIL;
-    }
-    return TR_EXIT_OK;
-}
-
-/* ========================================================================
- * run
- * ====================================================================== */
+#include "sparse.h"
+#include "tasks.h"
+#include "util.h"
 
 static pid_t *Children;
 static int NChildren;
@@ -226,7 +84,7 @@ static pid_t spawn_worker(const trainOpts *o, int i) {
     argv[n++] = o->on_degraded;
     argv[n++] = "--on-lost-state";
     argv[n++] = o->on_lost_state;
-    if (o->batch > 0) {
+    if (tr_given(o, "--batch")) {
         argv[n++] = "--batch";
         argv[n++] = batch;
     }
@@ -269,16 +127,6 @@ static double progress_double(const trainOpts *o, const char *f) {
     return v;
 }
 
-/* Samples the job's workers trained so far (0 when it cannot tell). */
-static long long samples_trained(const trainOpts *o) {
-    long long tasks = 0, samples = 0;
-    psClient *c = tr_connect(o, 0, 0);
-    if (c == NULL) return 0;
-    if (tr_progress(o, c, &tasks, &samples) != 0) samples = 0;
-    psClientFree(c);
-    return samples;
-}
-
 /* run with log 'lg' (may be NULL). Returns the exit code. */
 static int run_job(const trainOpts *o, runLog *lg) {
     double t0 = tr_now();
@@ -302,11 +150,11 @@ static int run_job(const trainOpts *o, runLog *lg) {
         else
             RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
                    RL_STR("layers", cfg.layers), RL_STR("optim", cfg.optim), RL_NUM("lr", cfg.lr),
-                   RL_INT("batch", o->batch > 0 ? o->batch : cfg.batch),
+                   RL_INT("batch", tr_given(o, "--batch") ? o->batch : cfg.batch),
                    RL_INT("epochs", cfg.epochs), RL_INT("train_samples", cfg.train_n),
                    RL_INT("tasks", cfg.tasks), RL_STR("push_format", cfg.push_format));
     }
-    long long samples0 = samples_trained(o);
+    long long samples0 = tr_samples_trained(o);
 
     Children = calloc((size_t)o->workers, sizeof(pid_t));
     if (Children == NULL) return TR_EXIT_FAIL;
@@ -368,7 +216,7 @@ static int run_job(const trainOpts *o, runLog *lg) {
         tr_err(o, "every worker failed");
         return TR_EXIT_FAIL;
     }
-    long long samples = samples_trained(o) - samples0;
+    long long samples = tr_samples_trained(o) - samples0;
     /* Training span: first worker's first step to the last one's end
      * (process start-up and data loading excluded, as in bench/baseline). */
     double span0 = 0, span1 = 0;
@@ -426,17 +274,15 @@ static int run_job(const trainOpts *o, runLog *lg) {
         tr_err(o, "%d of %d workers failed", failed, o->workers);
         return TR_EXIT_FAIL;
     }
-    if (o->min_acc >= 0 && acc < o->min_acc) {
-        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->min_acc);
+    if (o->dense.min_acc >= 0 && acc < o->dense.min_acc) {
+        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->dense.min_acc);
         return TR_EXIT_FAIL;
     }
     return TR_EXIT_OK;
 }
 
-int tr_cmd_run(const trainOpts *o, int argc, char **argv) {
+int tr_cmd_run(const trainOpts *o) {
     runLog *lg;
-    (void)argc;
-    (void)argv;
     if (tr_open_log(o, &lg) != 0) return TR_EXIT_FAIL;
     /* The workers count "t" from the run's start too. */
     if (lg && runlog_export_origin(lg) != 0) tr_err(o, "--log-json: cannot set %s", RUNLOG_T0_ENV);

@@ -1,4 +1,4 @@
-/* train_sparse.h -- private header of ps-train's sparse CTR jobs.
+/* sparse.h -- ps-train's sparse CTR jobs.
  *
  * A sparse job (init --model lr|fm|mlp) trains a ctr_model.h model on a
  * libsvm or Criteo file. Its keys, beside the job's psjob:{J}:* keys:
@@ -12,18 +12,35 @@
  * A task is a byte range [start, start + count) of the train file
  * (ps_sparse_open ranges: every line is read by exactly one task).
  *
- *   train_sparse_cfg.c  flags' checks, config fields (read, checked, diffed)
- *   train_sparse_job.c  init, eval, run's RESULT
- *   train_sparse.c      the worker: one task = batches of pull rows by id,
- *                       gradient, push rows by id (+ dense tensors); the
- *                       table's zero count for eval */
+ *   sparse_cfg.c      flags' checks, config fields (read, checked, diffed),
+ *                     the model, table and dense tensors of a config
+ *   sparse_job.c      init, --reset's delete, status, eval, run's RESULT,
+ *                     the table's totals and zero count
+ *   sparse_trainer.c  the trainer (trainer.h): one task = batches of pull
+ *                     rows by id, gradient, push rows by id (+ dense tensors) */
 #ifndef PS_TRAIN_SPARSE_H
 #define PS_TRAIN_SPARSE_H
 
+#include "config.h"
 #include "ctr_model.h"
+#include "runlog.h"
 #include "sparse_data.h"
-#include "work.h"
+#include "trainer.h"
 
+/* ---- sparse_cfg.c: flags, config fields, the model a config describes ---- */
+
+/* Checks the sparse flags of subcommand 'cmd' ("init", "run", ...). 0 or -1 (printed). */
+int tr_sparse_validate(const trainOpts *o, int init_or_run);
+/* Takes config hash field 'f' with value 'v' into cfg->sp: 1 when it is a
+ * sparse field, else 0. */
+int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v);
+/* Checks the sparse settings of a stored config (an operator or another
+ * client may have edited the hash) against the flags' bounds. Returns 0, or
+ * -1 with the first bad field and its value in 'err'. */
+int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen);
+/* Appends to 'out' ("--flag given (job: stored)", comma separated) every
+ * sparse setting given that differs from job 'cfg'. Returns how many. */
+int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len);
 /* The ctr_model configuration of job 'cfg' for batches of 'max_batch'.
  * 0, or -1 with a message in 'err'. */
 int ts_ctr_config(const jobConfig *cfg, int max_batch, ps_ctr_config *mc, char *err,
@@ -41,28 +58,42 @@ psModel *ts_dense_model(psClient *c, const char *job, ps_ctr_model *m);
  * tensors of 'm', in model order, into 'out' (ps_ctr_dense_count entries). */
 void ts_dense_arrays(ps_ctr_model *m, int grads, float **out);
 
+/* ---- sparse_job.c: init, delete, status, eval, run's result ---- */
+
+/* Fresh sparse job after init's HSETNX: writes the config, creates the
+ * table shards and dense tensors (NX), fills the task stream. Deletes the
+ * tables and tensors it made when it fails. Returns TR_EXIT_*. */
+int tr_sparse_init(const trainOpts *o, psClient *c);
+/* DEL the tables and tensors of sparse job 'cfg'. 0 or -1 (printed). */
+int tr_sparse_delete(const trainOpts *o, psClient *c, const jobConfig *cfg);
+/* 1 when o->job is a sparse job, 0 when dense or absent, -1 on error. */
+int tr_sparse_job(const trainOpts *o);
+/* Checks the test file run will evaluate (opens, parses a batch). 0 or -1. */
+int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg);
+/* eval of a sparse job; 'lg' (may be NULL) gets the eval line. */
+int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg);
+/* status of a sparse job: prints its sparse settings and every table shard
+ * (rows, version), and returns its dense tensors as a laid-out model for
+ * the partition list (NULL on error, printed). */
+psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg);
+/* run after its workers: evaluates and prints the RESULT line (and the eval
+ * and result lines to 'lg', may be NULL). TR_EXIT_*. */
+int tr_sparse_run_result(const trainOpts *o, runLog *lg, double total_t0, double train_secs,
+                         long long samples, double span, int failed);
 /* Totals over a table's shards (PS.INFO). */
 typedef struct tableInfo {
     long long rows, created, dropped, evicted, version;
 } tableInfo;
 /* 0, or -1 with c->err / a server error printed. */
 int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti);
-/* train_sparse.c: values of the table's live rows and how many of them are
+/* Values of the table's live rows and how many of them are
  * exactly 0 (an FTRL table's sparsity), by a full PS.SCANROWS of every
  * shard (O(rows), the rows' values cross the wire once). 0, or -1
  * (printed). */
 int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
                    long long *zeros);
 
-/* ---- train_sparse.c: the worker (dispatched from train_work.c) ---- */
-/* After the job config was loaded into w->cfg: sets up the model, table and
- * w->m (dense tensors). Returns 0 or -1 (printed). */
-int tr_sparse_setup(worker *w);
-/* Trains task 't' (a byte range); sets t->samples. Returns 1 done, 0
- * abandoned (lease lost), -1 error, -2 interrupted. */
-int tr_sparse_task(worker *w, task *t);
-/* The sparse part of the final report (ACKED_TABLE line). */
-void tr_sparse_report(worker *w);
-void tr_sparse_free(worker *w);
+/* ---- sparse_trainer.c ---- */
+extern const trainer SparseTrainer;
 
 #endif

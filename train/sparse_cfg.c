@@ -1,23 +1,23 @@
-/* train_sparse_cfg.c -- ps-train sparse jobs' settings: the sparse flags'
+/* sparse_cfg.c -- ps-train sparse jobs' settings: the sparse flags'
  * checks, the config hash fields (read, checked against the flags' bounds
- * after an edit on the server, compared with a second init's flags). */
+ * after an edit on the server, compared with a second init's flags), and
+ * the model, table and dense tensors a job's config describes (shared by
+ * the trainer, sparse_trainer.c, and the job's commands, sparse_job.c). */
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "conn.h"
 #include "sparse.h"
+#include "tasks.h"
+#include "util.h"
+#include "wirefmt.h"
 
 /* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
 static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",
                                           "ftrl"};
-
-/* Flags that only a sparse job takes (init/run without --model refuses them). */
-static const char *const SparseFlags[] = {
-    "--train", "--format", "--dim", "--fields", "--hidden", "--table-optim", "--table-lr",
-    "--ftrl-beta", "--l1", "--l2", "--init-std", "--admit", "--capacity", "--shards",
-    "--shard-bytes"};
 
 /* ========================================================================
  * Flags and config
@@ -31,59 +31,41 @@ double ts_default_init_std(const char *model, const char *optim) {
 
 int tr_sparse_validate(const trainOpts *o, int init_or_run) {
     const char *c = o->cmd;
-    if (!init_or_run) return 0;
-    if (o->model == NULL) {
-        for (size_t i = 0; i < sizeof(SparseFlags) / sizeof(SparseFlags[0]); i++)
-            if (tr_given(o, SparseFlags[i])) {
-                fprintf(stderr, "ps-train %s: %s is for sparse jobs: add --model lr|fm|mlp\n", c,
-                        SparseFlags[i]);
-                return -1;
-            }
-        if (o->test) {
-            fprintf(stderr, "ps-train %s: --test is for sparse jobs (--model); dense CSV jobs "
-                            "take --test-csv\n", c);
-            return -1;
-        }
-        return 0;
-    }
+    /* Flags of the other kind were refused already (tr_opts_check_kind). */
+    if (!init_or_run || o->sparse.model == NULL) return 0;
     int ok = 0;
-    if (ps_ctr_parse_model(o->model) < 0) {
-        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, o->model);
+    if (ps_ctr_parse_model(o->sparse.model) < 0) {
+        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, o->sparse.model);
         return -1;
     }
-    if (o->train == NULL) {
+    if (o->sparse.train == NULL) {
         fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)\n", c);
         return -1;
     }
-    if (!strcmp(c, "run") && o->test == NULL) {
+    if (!strcmp(c, "run") && o->sparse.test == NULL) {
         fprintf(stderr, "ps-train run: --model needs --test FILE (run evaluates on it)\n");
         return -1;
     }
-    if (o->data || o->csv || o->test_csv) {
-        fprintf(stderr, "ps-train %s: --data/--csv/--test-csv are for dense jobs, not with "
-                        "--model\n", c);
-        return -1;
-    }
-    if (strcmp(o->format, "libsvm") && strcmp(o->format, "criteo")) {
-        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->format);
+    if (strcmp(o->sparse.format, "libsvm") && strcmp(o->sparse.format, "criteo")) {
+        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->sparse.format);
         return -1;
     }
     for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
-        if (!strcasecmp(o->table_optim, TableOptims[i])) ok = 1;
+        if (!strcasecmp(o->sparse.table_optim, TableOptims[i])) ok = 1;
     if (!ok) {
         fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (sgd momentum adagrad "
-                        "rowadagrad adam ftrl)\n", c, o->table_optim);
+                        "rowadagrad adam ftrl)\n", c, o->sparse.table_optim);
         return -1;
     }
-    if (!strcasecmp(o->table_optim, "ftrl") && o->init_std > 0) {
+    if (!strcasecmp(o->sparse.table_optim, "ftrl") && o->sparse.init_std > 0) {
         fprintf(stderr, "ps-train %s: --table-optim ftrl rows start at 0: --init-std must be "
                         "0\n", c);
         return -1;
     }
-    if (!strcasecmp(o->model, "mlp")) {
+    if (!strcasecmp(o->sparse.model, "mlp")) {
         int sizes[PS_CTR_MAX_HIDDEN + 2];
         char spec[80], err[256];
-        snprintf(spec, sizeof(spec), "1,%s", o->hidden);
+        snprintf(spec, sizeof(spec), "1,%s", o->sparse.hidden);
         if (ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, sizeof(err)) < 0) {
             fprintf(stderr, "ps-train %s: --hidden: %s\n", c, err);
             return -1;
@@ -165,38 +147,121 @@ int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t l
     const sparseConfig *sp = &cfg->sp;
     int n = 0;
 #define SDIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
-    SDIFF(o->model && strcasecmp(o->model, sp->model), "--model %s (job: %s)", o->model,
+    SDIFF(o->sparse.model && strcasecmp(o->sparse.model, sp->model), "--model %s (job: %s)", o->sparse.model,
           sp->model[0] ? sp->model : "none, a dense MLP");
     if (!sp->model[0]) return n;
-    SDIFF(tr_given(o, "--train") && strcmp(o->train, sp->train), "--train %s (job: %s)",
-          o->train, sp->train);
-    SDIFF(tr_given(o, "--test") && strcmp(o->test, sp->test), "--test %s (job: %s)", o->test,
+    SDIFF(tr_given(o, "--train") && strcmp(o->sparse.train, sp->train), "--train %s (job: %s)",
+          o->sparse.train, sp->train);
+    SDIFF(tr_given(o, "--test") && strcmp(o->sparse.test, sp->test), "--test %s (job: %s)", o->sparse.test,
           sp->test[0] ? sp->test : "none");
-    SDIFF(tr_given(o, "--format") && strcmp(o->format, sp->format), "--format %s (job: %s)",
-          o->format, sp->format);
-    SDIFF(tr_given(o, "--dim") && o->dim != sp->dim, "--dim %d (job: %d)", o->dim, sp->dim);
-    SDIFF(tr_given(o, "--fields") && o->fields != sp->fields, "--fields %d (job: %d)", o->fields,
+    SDIFF(tr_given(o, "--format") && strcmp(o->sparse.format, sp->format), "--format %s (job: %s)",
+          o->sparse.format, sp->format);
+    SDIFF(tr_given(o, "--dim") && o->sparse.dim != sp->dim, "--dim %d (job: %d)", o->sparse.dim, sp->dim);
+    SDIFF(tr_given(o, "--fields") && o->sparse.fields != sp->fields, "--fields %d (job: %d)", o->sparse.fields,
           sp->fields);
-    SDIFF(tr_given(o, "--hidden") && strcmp(o->hidden, sp->hidden), "--hidden %s (job: %s)",
-          o->hidden, sp->hidden);
-    SDIFF(tr_given(o, "--table-optim") && strcasecmp(o->table_optim, sp->table_optim),
-          "--table-optim %s (job: %s)", o->table_optim, sp->table_optim);
-    SDIFF(tr_given(o, "--table-lr") && o->table_lr != sp->table_lr, "--table-lr %g (job: %g)",
-          o->table_lr, sp->table_lr);
-    SDIFF(tr_given(o, "--ftrl-beta") && o->ftrl_beta != sp->ftrl_beta,
-          "--ftrl-beta %g (job: %g)", o->ftrl_beta, sp->ftrl_beta);
-    SDIFF(tr_given(o, "--l1") && o->l1 != sp->l1, "--l1 %g (job: %g)", o->l1, sp->l1);
-    SDIFF(tr_given(o, "--l2") && o->l2 != sp->l2, "--l2 %g (job: %g)", o->l2, sp->l2);
-    SDIFF(tr_given(o, "--init-std") && o->init_std != sp->init_std, "--init-std %g (job: %g)",
-          o->init_std, sp->init_std);
-    SDIFF(tr_given(o, "--admit") && o->admit != sp->admit, "--admit %d (job: %d)", o->admit,
+    SDIFF(tr_given(o, "--hidden") && strcmp(o->sparse.hidden, sp->hidden), "--hidden %s (job: %s)",
+          o->sparse.hidden, sp->hidden);
+    SDIFF(tr_given(o, "--table-optim") && strcasecmp(o->sparse.table_optim, sp->table_optim),
+          "--table-optim %s (job: %s)", o->sparse.table_optim, sp->table_optim);
+    SDIFF(tr_given(o, "--table-lr") && o->sparse.table_lr != sp->table_lr, "--table-lr %g (job: %g)",
+          o->sparse.table_lr, sp->table_lr);
+    SDIFF(tr_given(o, "--ftrl-beta") && o->sparse.ftrl_beta != sp->ftrl_beta,
+          "--ftrl-beta %g (job: %g)", o->sparse.ftrl_beta, sp->ftrl_beta);
+    SDIFF(tr_given(o, "--l1") && o->sparse.l1 != sp->l1, "--l1 %g (job: %g)", o->sparse.l1, sp->l1);
+    SDIFF(tr_given(o, "--l2") && o->sparse.l2 != sp->l2, "--l2 %g (job: %g)", o->sparse.l2, sp->l2);
+    SDIFF(tr_given(o, "--init-std") && o->sparse.init_std != sp->init_std, "--init-std %g (job: %g)",
+          o->sparse.init_std, sp->init_std);
+    SDIFF(tr_given(o, "--admit") && o->sparse.admit != sp->admit, "--admit %d (job: %d)", o->sparse.admit,
           sp->admit);
-    SDIFF(tr_given(o, "--capacity") && o->capacity != sp->capacity, "--capacity %lld (job: %lld)",
-          o->capacity, sp->capacity);
-    SDIFF(tr_given(o, "--shards") && o->shards != sp->shards, "--shards %d (job: %d)", o->shards,
-          sp->shards);
-    SDIFF(tr_given(o, "--shard-bytes") && o->shard_bytes != sp->shard_bytes,
-          "--shard-bytes %lld (job: %lld)", o->shard_bytes, sp->shard_bytes);
+    SDIFF(tr_given(o, "--capacity") && o->sparse.capacity != sp->capacity, "--capacity %lld (job: %lld)",
+          o->sparse.capacity, sp->capacity);
+    SDIFF(tr_given(o, "--table-shards") && o->sparse.table_shards != sp->shards,
+          "--table-shards %d (job: %d)", o->sparse.table_shards, sp->shards);
+    SDIFF(tr_given(o, "--task-bytes") && o->sparse.task_bytes != sp->shard_bytes,
+          "--task-bytes %lld (job: %lld)", o->sparse.task_bytes, sp->shard_bytes);
 #undef SDIFF
     return n;
 }
+
+/* ========================================================================
+ * Model, table and dense tensors of a job (the trainer's and the job's)
+ * ====================================================================== */
+
+int ts_ctr_config(const jobConfig *cfg, int max_batch, ps_ctr_config *mc, char *err,
+                  size_t errlen) {
+    const sparseConfig *sp = &cfg->sp;
+    memset(mc, 0, sizeof(*mc));
+    mc->model = ps_ctr_parse_model(sp->model);
+    mc->k = sp->dim;
+    mc->emb_dim = sp->dim;
+    mc->fields = sp->fields;
+    mc->max_batch = max_batch;
+    if (mc->model < 0) {
+        snprintf(err, errlen, "job has an unknown model '%s'", sp->model);
+        return -1;
+    }
+    if (mc->model == PS_CTR_MLP) {
+        int sizes[PS_CTR_MAX_HIDDEN + 2];
+        char spec[80];
+        snprintf(spec, sizeof(spec), "1,%s", sp->hidden);
+        int ns = ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, errlen);
+        if (ns < 0) return -1;
+        mc->nhidden = ns - 1;
+        memcpy(mc->hidden, sizes + 1, (size_t)mc->nhidden * sizeof(int));
+    }
+    return 0;
+}
+
+
+void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so) {
+    memset(so, 0, sizeof(*so));
+    so->format = !strcmp(cfg->sp.format, "criteo") ? PS_SPARSE_CRITEO : PS_SPARSE_LIBSVM;
+    so->field_bits = PS_SPARSE_FIELD_BITS;
+    /* The train file as init measured it: a file changed since fails its
+     * read instead of training other lines (readers of another file, the
+     * test file, clear this). */
+    so->expect_bytes = cfg->sp.train_bytes > 0 ? (uint64_t)cfg->sp.train_bytes : 0;
+}
+
+
+psEmbed *ts_table(const char *job, const jobConfig *cfg, int dim) {
+    char name[TR_JOB_MAX + 8];
+    snprintf(name, sizeof(name), "%s:emb", job);
+    return psEmbedNew(name, dim, cfg->sp.shards);
+}
+
+
+void ts_dense_arrays(ps_ctr_model *m, int grads, float **out) {
+    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
+        float *g;
+        float *v = ps_ctr_dense(m, i, NULL, &g, NULL);
+        out[i] = grads ? g : v;
+    }
+}
+
+
+psModel *ts_dense_model(psClient *c, const char *job, ps_ctr_model *m) {
+    psModel *dm = psModelNew(job);
+    if (dm == NULL) return NULL;
+    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
+        const char *name;
+        size_t len;
+        ps_ctr_dense(m, i, &len, NULL, &name);
+        /* MLP weights are out x in matrices (He init by fan-in). */
+        uint64_t d[2] = {(uint64_t)len, 1};
+        int nd = 1;
+        if (m->c.model == PS_CTR_MLP && i % 2 == 0) {
+            d[0] = (uint64_t)m->mlp.sizes[i / 2 + 1];
+            d[1] = (uint64_t)m->mlp.sizes[i / 2];
+            nd = 2;
+        }
+        if (psModelAddTensor(dm, name, nd, d) < 0) goto fail;
+    }
+    if (psModelLayout(c, dm) != PS_OK) goto fail;
+    return dm;
+fail:
+    fprintf(stderr, "ps-train: dense tensors layout failed: %s\n", c->err ? c->errstr : "shape");
+    psModelFree(dm);
+    return NULL;
+}
+

@@ -5,7 +5,7 @@
  * init --model lr|fm|mlp --train FILE writes the job config (the sparse
  * settings next to the dense ones: the dense tensors take --optim/--lr,
  * ADAGRAD with the table's LR unless given), creates the table shards and
- * the dense tensors with NX, and one task per --shard-bytes of the train
+ * the dense tensors with NX, and one task per --task-bytes of the train
  * file per epoch. Like dense jobs, a second init (or run) whose settings
  * differ from the stored ones is refused (exit 2). The flags and the
  * stored config's fields are train_sparse_cfg.c's. */
@@ -20,87 +20,48 @@
 #include <zlib.h>
 
 #include "metrics.h"
+#include "conn.h"
 #include "sparse.h"
+#include "tasks.h"
+#include "util.h"
+#include "wirefmt.h"
 
 #define TS_FILTER_LOG2 22       /* admission filter: 4M one-byte counters per shard */
 
-/* ========================================================================
- * Shared with the worker: model, table, dense tensors
- * ====================================================================== */
-
-int ts_ctr_config(const jobConfig *cfg, int max_batch, ps_ctr_config *mc, char *err,
-                  size_t errlen) {
-    const sparseConfig *sp = &cfg->sp;
-    memset(mc, 0, sizeof(*mc));
-    mc->model = ps_ctr_parse_model(sp->model);
-    mc->k = sp->dim;
-    mc->emb_dim = sp->dim;
-    mc->fields = sp->fields;
-    mc->max_batch = max_batch;
-    if (mc->model < 0) {
-        snprintf(err, errlen, "job has an unknown model '%s'", sp->model);
-        return -1;
-    }
-    if (mc->model == PS_CTR_MLP) {
-        int sizes[PS_CTR_MAX_HIDDEN + 2];
-        char spec[80];
-        snprintf(spec, sizeof(spec), "1,%s", sp->hidden);
-        int ns = ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, errlen);
-        if (ns < 0) return -1;
-        mc->nhidden = ns - 1;
-        memcpy(mc->hidden, sizes + 1, (size_t)mc->nhidden * sizeof(int));
+int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
+                   long long *zeros) {
+    *values = *zeros = 0;
+    for (int s = 0; psEmbedShardKey(e, s) != NULL; s++) {
+        const char *key = psEmbedShardKey(e, s);
+        char cursor[32] = "0";
+        do {
+            redisReply *r = tr_cmd_ok(o, c, key, "PS.SCANROWS %s %s COUNT 65536 FORMAT F32", key,
+                                      cursor);
+            if (r == NULL) return -1;
+            /* [next cursor (string), version, ids, values] */
+            if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
+                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
+                r->element[3]->type != REDIS_REPLY_STRING ||
+                r->element[3]->len % (sizeof(float) * (size_t)dim) != 0) {
+                tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
+                freeReplyObject(r);
+                return -1;
+            }
+            memcpy(cursor, r->element[0]->str, r->element[0]->len);
+            cursor[r->element[0]->len] = '\0';
+            size_t n = r->element[3]->len / sizeof(float);
+            for (size_t i = 0; i < n; i++) {
+                float v;
+                memcpy(&v, r->element[3]->str + i * sizeof(float), sizeof(float));
+                *zeros += v == 0.0f;
+            }
+            *values += (long long)n;
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0);
     }
     return 0;
 }
 
-void ts_reader_opts(const jobConfig *cfg, ps_sparse_opts *so) {
-    memset(so, 0, sizeof(*so));
-    so->format = !strcmp(cfg->sp.format, "criteo") ? PS_SPARSE_CRITEO : PS_SPARSE_LIBSVM;
-    so->field_bits = PS_SPARSE_FIELD_BITS;
-    /* The train file as init measured it: a file changed since fails its
-     * read instead of training other lines (readers of another file, the
-     * test file, clear this). */
-    so->expect_bytes = cfg->sp.train_bytes > 0 ? (uint64_t)cfg->sp.train_bytes : 0;
-}
-
-psEmbed *ts_table(const char *job, const jobConfig *cfg, int dim) {
-    char name[TR_JOB_MAX + 8];
-    snprintf(name, sizeof(name), "%s:emb", job);
-    return psEmbedNew(name, dim, cfg->sp.shards);
-}
-
-void ts_dense_arrays(ps_ctr_model *m, int grads, float **out) {
-    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
-        float *g;
-        float *v = ps_ctr_dense(m, i, NULL, &g, NULL);
-        out[i] = grads ? g : v;
-    }
-}
-
-psModel *ts_dense_model(psClient *c, const char *job, ps_ctr_model *m) {
-    psModel *dm = psModelNew(job);
-    if (dm == NULL) return NULL;
-    for (int i = 0; i < ps_ctr_dense_count(m); i++) {
-        const char *name;
-        size_t len;
-        ps_ctr_dense(m, i, &len, NULL, &name);
-        /* MLP weights are out x in matrices (He init by fan-in). */
-        uint64_t d[2] = {(uint64_t)len, 1};
-        int nd = 1;
-        if (m->c.model == PS_CTR_MLP && i % 2 == 0) {
-            d[0] = (uint64_t)m->mlp.sizes[i / 2 + 1];
-            d[1] = (uint64_t)m->mlp.sizes[i / 2];
-            nd = 2;
-        }
-        if (psModelAddTensor(dm, name, nd, d) < 0) goto fail;
-    }
-    if (psModelLayout(c, dm) != PS_OK) goto fail;
-    return dm;
-fail:
-    fprintf(stderr, "ps-train: dense tensors layout failed: %s\n", c->err ? c->errstr : "shape");
-    psModelFree(dm);
-    return NULL;
-}
 
 /* Reads integer field 'f' of a flat PS.INFO reply (0 when absent). */
 static long long info_field(const redisReply *r, const char *f) {
@@ -270,33 +231,35 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     char err[512], ckey[128];
     int status = TR_EXIT_FAIL, have_model = 0, made = 0;
     memset(&cfg, 0, sizeof(cfg));
-    snprintf(sp->model, sizeof(sp->model), "%s", o->model);
+    snprintf(sp->model, sizeof(sp->model), "%s", o->sparse.model);
     for (char *p = sp->model; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    snprintf(sp->train, sizeof(sp->train), "%s", o->train);
-    if (o->test) snprintf(sp->test, sizeof(sp->test), "%s", o->test);
-    snprintf(sp->format, sizeof(sp->format), "%s", o->format);
-    snprintf(sp->hidden, sizeof(sp->hidden), "%s", o->hidden);
-    upper(sp->table_optim, sizeof(sp->table_optim), o->table_optim);
-    sp->dim = o->dim;
-    sp->fields = tr_given(o, "--fields") ? o->fields
-                 : !strcmp(o->format, "criteo") ? PS_CRITEO_FIELDS : 26;
-    sp->table_lr = o->table_lr;
-    sp->ftrl_beta = o->ftrl_beta;
-    sp->l1 = o->l1;
-    sp->l2 = o->l2;
-    sp->init_std = o->init_std >= 0 ? o->init_std : ts_default_init_std(o->model, o->table_optim);
-    sp->admit = o->admit;
-    sp->capacity = o->capacity;
-    sp->shards = o->shards;
-    sp->shard_bytes = o->shard_bytes;
-    /* The dense tensors: per-element Adagrad at the table's rate unless given. */
-    upper(cfg.optim, sizeof(cfg.optim), tr_given(o, "--optim") ? o->optim : "adagrad");
-    cfg.lr = tr_given(o, "--lr") ? o->lr : o->table_lr;
-    cfg.batch = o->batch > 0 ? o->batch : 256;
+    snprintf(sp->train, sizeof(sp->train), "%s", o->sparse.train);
+    if (o->sparse.test) snprintf(sp->test, sizeof(sp->test), "%s", o->sparse.test);
+    snprintf(sp->format, sizeof(sp->format), "%s", o->sparse.format);
+    snprintf(sp->hidden, sizeof(sp->hidden), "%s", o->sparse.hidden);
+    upper(sp->table_optim, sizeof(sp->table_optim), o->sparse.table_optim);
+    sp->dim = o->sparse.dim;
+    sp->fields = tr_given(o, "--fields") ? o->sparse.fields
+                 : !strcmp(o->sparse.format, "criteo") ? PS_CRITEO_FIELDS : 26;
+    sp->table_lr = o->sparse.table_lr;
+    sp->ftrl_beta = o->sparse.ftrl_beta;
+    sp->l1 = o->sparse.l1;
+    sp->l2 = o->sparse.l2;
+    sp->init_std = o->sparse.init_std >= 0 ? o->sparse.init_std
+                   : ts_default_init_std(o->sparse.model, o->sparse.table_optim);
+    sp->admit = o->sparse.admit;
+    sp->capacity = o->sparse.capacity;
+    sp->shards = o->sparse.table_shards;
+    sp->shard_bytes = o->sparse.task_bytes;
+    /* The dense tensors: --optim, --lr and --batch with a sparse job's
+     * defaults (opts.c: per-element Adagrad at the table's rate, 256). */
+    upper(cfg.optim, sizeof(cfg.optim), o->optim);
+    cfg.lr = o->lr;
+    cfg.batch = o->batch;
     cfg.epochs = o->epochs;
     cfg.seed = o->seed;
     /* Tables take F32, BF16 or F16 pushes (F16/BF16 with error feedback:
-     * train_sparse.c); the dense tensors of the job push alike. */
+     * sparse_trainer.c); the dense tensors of the job push alike. */
     pushFormat pf;
     if (tr_parse_push(o->push_format, &pf) != 0 ||
         (pf.fmt != PS_WIRE_F32 && pf.fmt != PS_WIRE_BF16 && pf.fmt != PS_WIRE_F16)) {
@@ -317,8 +280,8 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     const long long ntasks_all = (sp->train_bytes + sp->shard_bytes - 1) / sp->shard_bytes * ep;
     if (ntasks_all > TR_SP_MAX_TASKS) {
         const long long per = TR_SP_MAX_TASKS / ep > 0 ? TR_SP_MAX_TASKS / ep : 1;
-        tr_err(o, "--shard-bytes %lld: %s (%lld bytes) in %lld epochs makes %lld tasks, at most "
-               "%lld: give --shard-bytes %lld or more", sp->shard_bytes, sp->train,
+        tr_err(o, "--task-bytes %lld: %s (%lld bytes) in %lld epochs makes %lld tasks, at most "
+               "%lld: give --task-bytes %lld or more", sp->shard_bytes, sp->train,
                sp->train_bytes, ep, ntasks_all, TR_SP_MAX_TASKS,
                (sp->train_bytes + per - 1) / per);
         status = TR_EXIT_USAGE;
@@ -371,7 +334,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     }
     if ((e = ts_table(o->job, &cfg, ps_ctr_row_dim(&m))) == NULL ||
         (dm = ts_dense_model(c, o->job, &m)) == NULL) {
-        if (e == NULL) tr_err(o, "--shards %d: cannot make the table handle", sp->shards);
+        if (e == NULL) tr_err(o, "--table-shards %d: cannot make the table handle", sp->shards);
         goto out;
     }
     made = 1;
@@ -481,7 +444,7 @@ int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg) {
     ps_ctr_config mc;
     ps_ctr_model m;
     char err[256];
-    const char *path = o->test ? o->test : cfg->sp.test;
+    const char *path = o->sparse.test ? o->sparse.test : cfg->sp.test;
     if (!path[0]) {
         tr_err(o, "job %s has no test file: give --test FILE", o->job);
         return -1;
@@ -529,7 +492,7 @@ static int evaluate(const trainOpts *o, evalResult *res) {
         tr_err(o, "--job %s: no such job, or its init has not finished", o->job);
         goto out;
     }
-    const char *path = o->test ? o->test : cfg.sp.test;
+    const char *path = o->sparse.test ? o->sparse.test : cfg.sp.test;
     if (!path[0]) {
         tr_err(o, "job %s has no test file: give --test FILE", o->job);
         goto out;
@@ -621,8 +584,8 @@ static void table_text(const evalResult *res, char *buf, size_t len) {
 }
 
 static int check_auc(const trainOpts *o, double auc) {
-    if (o->min_auc >= 0 && !(auc >= o->min_auc)) {
-        tr_err(o, "test AUC %.4f is below --min-auc %.4f", auc, o->min_auc);
+    if (o->sparse.min_auc >= 0 && !(auc >= o->sparse.min_auc)) {
+        tr_err(o, "test AUC %.4f is below --min-auc %.4f", auc, o->sparse.min_auc);
         return TR_EXIT_FAIL;
     }
     return TR_EXIT_OK;

@@ -1,8 +1,8 @@
-/* train_sparse.c -- ps-train work for sparse CTR jobs (train_sparse.h).
+/* sparse_trainer.c -- ps-train's sparse trainer (trainer.h) for sparse CTR
+ * jobs (sparse.h).
  *
- * The task stream, leases, recording and XACK are the dense worker's
- * (train_tasks.c); train_work.c calls here for the parts that differ. A
- * task is a byte range of the train file; per batch of --batch lines:
+ * The task stream, leases, recording and XACK are work.c's and tasks.c's
+ * for every kind; this file trains a task. A task is a byte range of the train file; per batch of --batch lines:
  *   1. the batch is read and parsed, and its distinct ids listed
  *      (ps_ctr_unique_build);
  *   2. the dense tensors' pull and the pull of its rows by id from the
@@ -32,7 +32,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conn.h"
 #include "sparse.h"
+#include "tasks.h"
+#include "util.h"
+#include "wirefmt.h"
+#include "util.h"
+#include "wirefmt.h"
 
 #define TS_HLL_FLUSH 65536      /* ids per PFADD of the distinct-id estimate */
 #define TS_SEEN_MAX (1u << 22)  /* ids the seen-set holds before it starts over */
@@ -73,44 +79,6 @@ struct sparseWork {
 };
 
 /* ========================================================================
- * Table report (eval, run's RESULT: train_sparse_job.c)
- * ====================================================================== */
-
-int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long long *values,
-                   long long *zeros) {
-    *values = *zeros = 0;
-    for (int s = 0; psEmbedShardKey(e, s) != NULL; s++) {
-        const char *key = psEmbedShardKey(e, s);
-        char cursor[32] = "0";
-        do {
-            redisReply *r = tr_cmd_ok(o, c, key, "PS.SCANROWS %s %s COUNT 65536 FORMAT F32", key,
-                                      cursor);
-            if (r == NULL) return -1;
-            /* [next cursor (string), version, ids, values] */
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
-                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
-                r->element[3]->type != REDIS_REPLY_STRING ||
-                r->element[3]->len % (sizeof(float) * (size_t)dim) != 0) {
-                tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
-                freeReplyObject(r);
-                return -1;
-            }
-            memcpy(cursor, r->element[0]->str, r->element[0]->len);
-            cursor[r->element[0]->len] = '\0';
-            size_t n = r->element[3]->len / sizeof(float);
-            for (size_t i = 0; i < n; i++) {
-                float v;
-                memcpy(&v, r->element[3]->str + i * sizeof(float), sizeof(float));
-                *zeros += v == 0.0f;
-            }
-            *values += (long long)n;
-            freeReplyObject(r);
-        } while (strcmp(cursor, "0") != 0);
-    }
-    return 0;
-}
-
-/* ========================================================================
  * Setup
  * ====================================================================== */
 
@@ -122,8 +90,8 @@ int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long lo
  * tensors: F32, or F16/BF16 rounded with error feedback (each id's and each
  * tensor's rounding error goes out with its next push). Tables take no I8
  * or TOPK, so neither can a sparse job. Returns 0 or -1 (printed). */
-static int ts_push_format(const trainOpts *o, worker *w, pushFormat *pf) {
-    struct sparseWork *sp = w->sp;
+static int ts_push_format(const trainOpts *o, workCtx *w, pushFormat *pf) {
+    struct sparseWork *sp = w->state;
     if (tr_parse_push(w->push_name, pf) != 0 ||
         (pf->fmt != PS_WIRE_F32 && pf->fmt != PS_WIRE_F16 && pf->fmt != PS_WIRE_BF16)) {
         tr_err(o, "job %s pushes %s: sparse jobs push f32, bf16 or f16", o->job, w->push_name);
@@ -139,7 +107,7 @@ static int ts_push_format(const trainOpts *o, worker *w, pushFormat *pf) {
     return 0;
 }
 
-int tr_sparse_setup(worker *w) {
+static int sparse_setup(workCtx *w) {
     const trainOpts *o = w->o;
     struct sparseWork *sp;
     ps_ctr_config mc;
@@ -152,7 +120,7 @@ int tr_sparse_setup(worker *w) {
     if (tr_check_push_format(o, &w->cfg) != 0) return -1;
     snprintf(w->push_name, sizeof(w->push_name), "%s",
              w->cfg.push_format[0] ? w->cfg.push_format : "f32");
-    if ((w->sp = sp = calloc(1, sizeof(*sp))) == NULL) {
+    if ((w->state = sp = calloc(1, sizeof(*sp))) == NULL) {
         tr_err(o, "out of memory");
         return -1;
     }
@@ -207,8 +175,8 @@ int tr_sparse_setup(worker *w) {
     return 0;
 }
 
-void tr_sparse_free(worker *w) {
-    struct sparseWork *sp = w->sp;
+static void sparse_free(workCtx *w) {
+    struct sparseWork *sp = w->state;
     if (sp == NULL) return;
     psEmbedFree(sp->e);
     if (sp->have_model) ps_ctr_free(&sp->m);
@@ -226,7 +194,7 @@ void tr_sparse_free(worker *w) {
     free(sp->hll_argl);
     free(sp->seen);
     free(sp);
-    w->sp = NULL;
+    w->state = NULL;
 }
 
 /* ========================================================================
@@ -235,8 +203,8 @@ void tr_sparse_free(worker *w) {
 
 /* PFADDs the buffered ids to psjob:{J}:ids (a report, so a failure is only
  * a warning). */
-static void hll_flush(worker *w) {
-    struct sparseWork *sp = w->sp;
+static void hll_flush(workCtx *w) {
+    struct sparseWork *sp = w->state;
     const char **argv = sp->hll_argv;
     size_t *argl = sp->hll_argl;
     if (sp->nhll == 0) return;
@@ -304,8 +272,8 @@ static int grow_floats(float **p, size_t *cap, size_t need) {
  * (into the back buffers with --overlap, else the model's own arrays) and
  * its rows by id. Returns 0 (sp->inflight set) or -1 (printed; nothing in
  * flight). */
-static int send_pulls(worker *w, int k) {
-    struct sparseWork *sp = w->sp;
+static int send_pulls(workCtx *w, int k) {
+    struct sparseWork *sp = w->state;
     size_t dim = (size_t)ps_ctr_row_dim(&sp->m);
     if (ps_ctr_unique_build(&sp->u[k], &sp->b[k]) != 0 ||
         grow_floats(&sp->rows[k], &sp->cap[k], (sp->u[k].n ? sp->u[k].n : 1) * dim) != 0 ||
@@ -324,14 +292,14 @@ static int send_pulls(worker *w, int k) {
         return -1;
     }
     sp->inflight = 1;
-    w->t_pull += tr_now() - t0;
+    w->st.t_pull += tr_now() - t0;
     return 0;
 }
 
 /* Waits for the pulls in flight (both, also after an error) and, with
  * --overlap, copies the dense values into the model. 0 or -1 (printed). */
-static int wait_pulls(worker *w) {
-    struct sparseWork *sp = w->sp;
+static int wait_pulls(workCtx *w) {
+    struct sparseWork *sp = w->state;
     double t0 = tr_now();
     int rc = 0;
     if (!sp->inflight) return 0;
@@ -346,14 +314,14 @@ static int wait_pulls(worker *w) {
     }
     for (int i = 0; rc == 0 && w->o->overlap && i < sp->ndense; i++)
         memcpy(sp->dense[i], sp->dback[i], sp->dlen[i] * sizeof(float));
-    w->t_pull += tr_now() - t0;
+    w->st.t_pull += tr_now() - t0;
     return rc;
 }
 
 /* Gradient and push of batch k, whose pulls were waited for. Returns 0 or
  * -1 (printed). */
-static int compute_push(worker *w, int k, int epoch) {
-    struct sparseWork *sp = w->sp;
+static int compute_push(workCtx *w, int k, int epoch) {
+    struct sparseWork *sp = w->state;
     const ps_ctr_unique *u = &sp->u[k];
     int nb = sp->b[k].n;
     char err[256];
@@ -378,22 +346,22 @@ static int compute_push(worker *w, int k, int epoch) {
             if (sp->nhll == TS_HLL_FLUSH) hll_flush(w);
         }
     }
-    w->t_grad += t2 - t1;
-    w->t_push += tr_now() - t2;
-    w->pushes++;
-    w->win_loss += nb ? loss / nb : 0.0;
-    w->win_batches++;
-    w->win_samples += nb;
-    w->samples += nb;
+    w->st.t_grad += t2 - t1;
+    w->st.t_push += tr_now() - t2;
+    w->st.pushes++;
+    w->st.win_loss += nb ? loss / nb : 0.0;
+    w->st.win_batches++;
+    w->st.win_samples += nb;
+    w->st.samples += nb;
     /* The progress line's version: pushes the table's shards applied. */
     uint64_t v = 0;
     for (int s = 0; s < sp->nshards; s++) v += psEmbedShardVersion(sp->e, s);
-    w->last_version = v;
+    w->st.last_version = v;
     return 0;
 }
 
-int tr_sparse_task(worker *w, task *t) {
-    struct sparseWork *sp = w->sp;
+static int sparse_task(workCtx *w, task *t) {
+    struct sparseWork *sp = w->state;
     char err[512];
     int got, next = 0, cur = 0, rc = 1, ov = w->o->overlap;
     if (t->start < 0 || t->count < 1 || t->start + t->count > w->cfg.sp.train_bytes) {
@@ -401,7 +369,7 @@ int tr_sparse_task(worker *w, task *t) {
                t->start, t->start + t->count - 1, w->cfg.sp.train, w->cfg.sp.train_bytes);
         return -1;
     }
-    w->cur_epoch = t->epoch;
+    w->st.cur_epoch = t->epoch;
     t->samples = 0;
     sp->so.start = (uint64_t)t->start;
     sp->so.end = (uint64_t)(t->start + t->count);
@@ -457,8 +425,8 @@ int tr_sparse_task(worker *w, task *t) {
     return rc;
 }
 
-void tr_sparse_report(worker *w) {
-    struct sparseWork *sp = w->sp;
+static void sparse_report(workCtx *w) {
+    struct sparseWork *sp = w->state;
     char list[4096] = "";
     size_t n = 0;
     for (int s = 0; s < sp->nshards && n + 24 < sizeof(list); s++)
@@ -472,3 +440,16 @@ void tr_sparse_report(worker *w) {
            (unsigned long long)w->c->stats.rows_pulled,
            (unsigned long long)w->c->stats.rows_pushed, (unsigned long long)w->c->stats.wait_short);
 }
+
+/* Nothing is in flight between tasks (a task waits for its pulls). */
+static int sparse_finish(workCtx *w) {
+    (void)w;
+    return 0;
+}
+
+static int sparse_is_kind(const jobConfig *cfg) {
+    return cfg->sp.model[0] != '\0';
+}
+
+const trainer SparseTrainer = {"sparse", sparse_is_kind, sparse_setup, sparse_task, sparse_finish,
+                               sparse_report, sparse_free};

@@ -7,7 +7,12 @@
 #include <string.h>
 #include <strings.h>
 
-#include "job.h"
+#include "cmds.h"
+#include "conn.h"
+#include "dense.h"
+#include "sparse.h"
+#include "tasks.h"
+#include "util.h"
 
 /* ========================================================================
  * status

@@ -1,5 +1,5 @@
-/* train_tasks.c -- ps-train work: the task stream of a job (shared by the
- * dense and the sparse worker loops, train_work.h).
+/* tasks.c -- ps-train: the task stream of a job (tasks.h): init fills it,
+ * status reads its totals, the worker loop (work.c) takes tasks from it.
  *
  * A worker takes a task (first its own pending ones, XREADGROUP id 0, left
  * by a run under the same --name that was stopped; then new ones, ">"; when
@@ -13,7 +13,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "work.h"
+#include "conn.h"
+#include "rng.h"
+#include "trainer.h"
+#include "util.h"
 
 
 /* Set by SIGINT/SIGTERM: the worker stops after the step it is in, drains
@@ -70,8 +73,8 @@ static int parse_entry(const redisReply *e, task *t) {
 
 /* Takes the next task. Returns 1 with 't' filled, 0 when the job is done,
  * -1 on error. Waits (polling) while tasks are pending on live workers. */
-int tw_next_task(worker *w, task *t) {
-    while (!w->own_done && !tw_stop) {
+int tw_next_task(workCtx *w, task *t) {
+    while (!w->q.own_done && !tw_stop) {
         /* A worker restarted under its name first takes back the tasks it
          * held (its pending entries: id 0), instead of waiting --lease-ms
          * for XAUTOCLAIM to hand them out. */
@@ -86,7 +89,7 @@ int tw_next_task(worker *w, task *t) {
         freeReplyObject(r);
         /* None left (or one deleted from the stream: XAUTOCLAIM clears those). */
         if (ok != 0) {
-            w->own_done = 1;
+            w->q.own_done = 1;
             break;
         }
         /* Said even under --progress none: it explains a resume's first task. */
@@ -104,7 +107,7 @@ int tw_next_task(worker *w, task *t) {
             int ok = entries->elements == 1 ? parse_entry(entries->element[0], t) : -1;
             freeReplyObject(r);
             if (ok == 0) {
-                w->waiting = 0;
+                w->q.waiting = 0;
                 return 1;
             }
             continue;
@@ -119,8 +122,8 @@ int tw_next_task(worker *w, task *t) {
             int ok = parse_entry(r->element[1]->element[0], t);
             freeReplyObject(r);
             if (ok == 0) {
-                w->claimed++;
-                w->waiting = 0;
+                w->q.claimed++;
+                w->q.waiting = 0;
                 if (!w->quiet)
                     printf("[%s] claimed task %s (epoch %d, samples %lld..%lld) idle > %d ms\n",
                            w->name, t->id, t->epoch, t->start, t->start + t->count - 1,
@@ -134,7 +137,7 @@ int tw_next_task(worker *w, task *t) {
         r = psCommand(w->c, w->tkey, "XPENDING %s %s", w->tkey, TR_GROUP);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) goto fail;
         long long pending = r->element[0]->integer;
-        if (pending > 0 && !w->waiting) {
+        if (pending > 0 && !w->q.waiting) {
             /* Say once what this worker waits for, even under --progress none:
              * a silent wait of --lease-ms looks like a hang. */
             char who[256] = "";
@@ -149,7 +152,7 @@ int tw_next_task(worker *w, task *t) {
             fprintf(stderr, "[%s] no new task: waiting for %lld pending on %s to be acked, or "
                             "to be claimed here once idle for --lease-ms %d\n",
                     w->name, pending, who, w->o->lease_ms);
-            w->waiting = 1;
+            w->q.waiting = 1;
         }
         freeReplyObject(r);
         if (pending == 0) return 0;
@@ -164,7 +167,7 @@ fail:
 
 /* Renews the lease of 't' if this worker still owns it. Returns 1 when
  * owned, 0 when another worker took it (or it was acked), -1 on error. */
-int tw_renew_lease(worker *w, const task *t) {
+int tw_renew_lease(workCtx *w, const task *t) {
     redisReply *r = psCommand(w->c, w->tkey, "XPENDING %s %s %s %s 1", w->tkey, TR_GROUP, t->id,
                               t->id);
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
@@ -180,51 +183,6 @@ int tw_renew_lease(worker *w, const task *t) {
     return 1;
 }
 
-/* ========================================================================
- * Durability events
- * ====================================================================== */
-
-/* libps announces a shard that cannot keep --wait replicas (once), its
- * recovery, and lost-state events: each is a stderr line, and the set of
- * degraded shards goes into the progress line and the progress hash. */
-void tw_on_event(void *udata, int ev, const char *node, const char *msg) {
-    worker *w = udata;
-    char *at = strstr(w->degraded, node);
-    size_t nl = strlen(node);
-    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
-    fflush(stderr);
-    if (ev == PS_EVENT_DEGRADED && at == NULL &&
-        strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
-        if (w->degraded[0]) strcat(w->degraded, " ");
-        strcat(w->degraded, node);
-    } else if (ev == PS_EVENT_RESTORED && at != NULL) {
-        size_t skip = nl + (at[nl] == ' ' ? 1 : 0);
-        memmove(at, at + skip, strlen(at + skip) + 1);
-        nl = strlen(w->degraded);
-        if (nl && w->degraded[nl - 1] == ' ') w->degraded[nl - 1] = '\0';
-    }
-}
-
-/* The durability state for the progress hash: "full", or the degraded
- * shards and the pushes they did not replicate. */
-void tw_durability_text(const worker *w, char *buf, size_t len) {
-    unsigned long long unrep = (unsigned long long)w->c->stats.unreplicated_pushes;
-    if (w->o->wait <= 0) snprintf(buf, len, "no WAIT");
-    else if (w->degraded[0])
-        snprintf(buf, len, "degraded (%s): %llu pushes not replicated, policy %s", w->degraded,
-                 unrep, w->o->on_degraded);
-    else if (unrep)
-        snprintf(buf, len, "full (WAIT %d) again; %llu pushes not replicated earlier", w->o->wait,
-                 unrep);
-    else
-        snprintf(buf, len, "full (WAIT %d)", w->o->wait);
-    if (w->c->stats.lost_state) {
-        size_t l = strlen(buf);
-        snprintf(buf + l, len - l, "; %llu lost-state events (policy %s)",
-                 (unsigned long long)w->c->stats.lost_state, w->o->on_lost_state);
-    }
-}
-
 /* Records task 't' as done by this worker, then XACKs it. Every command is
  * idempotent, so a resend after a lost reply (libps retries on timeouts
  * and reconnects) changes nothing: the done hash field is set to 1 (one
@@ -235,7 +193,7 @@ void tw_durability_text(const worker *w, char *buf, size_t len) {
  * records it; one whose task was claimed by another counts it as lost.
  * PS_TRAIN_RESEND_ACKS=1 sends the commands twice, as a resend after a
  * lost reply does (tests). Returns 0 or -1. */
-int tw_ack_task(worker *w, const task *t, long long samples) {
+int tw_ack_task(workCtx *w, const task *t, long long samples) {
     if (psDrain(w->c) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->name, w->c->errstr);
         return -1;
@@ -246,7 +204,7 @@ int tw_ack_task(worker *w, const task *t, long long samples) {
         return -1;
     }
     if (own == 0) {
-        w->lost++;
+        w->q.lost++;
         if (!w->quiet)
             printf("[%s] task %s was claimed by another worker; not counted here\n", w->name,
                    t->id);
@@ -255,8 +213,8 @@ int tw_ack_task(worker *w, const task *t, long long samples) {
     char ft[160], fs[160], nt[32], ns[32];
     snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
     snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
-    snprintf(nt, sizeof(nt), "%lld", w->my_tasks + 1);
-    snprintf(ns, sizeof(ns), "%lld", w->my_samples + samples);
+    snprintf(nt, sizeof(nt), "%lld", w->q.my_tasks + 1);
+    snprintf(ns, sizeof(ns), "%lld", w->q.my_samples + samples);
     /* In one round trip (pipelined; all in slot {job}). */
     const char *done[] = {"HSET", w->dkey, t->id, "1"};
     const char *prog[] = {"HSET", w->pkey, ft, nt, fs, ns};
@@ -286,16 +244,16 @@ int tw_ack_task(worker *w, const task *t, long long samples) {
         }
         if (bad) return -1;
     }
-    w->my_tasks++;
-    w->my_samples += samples;
-    w->tasks_done++;
-    w->t_last = tr_wall();
+    w->q.my_tasks++;
+    w->q.my_samples += samples;
+    w->q.done++;
+    w->st.t_last = tr_wall();
     return 0;
 }
 
 /* Reads this worker's counters (w:<name>:tasks, w:<name>:samples) so that a
  * worker restarted under its name continues them. Returns 0 or -1. */
-int tw_load_counters(worker *w) {
+int tw_load_counters(workCtx *w) {
     char ft[160], fs[160];
     snprintf(ft, sizeof(ft), "w:%s:tasks", w->name);
     snprintf(fs, sizeof(fs), "w:%s:samples", w->name);
@@ -307,9 +265,86 @@ int tw_load_counters(worker *w) {
         return -1;
     }
     for (size_t i = 0; i + 1 < r->elements; i += 2) {
-        if (!strcmp(r->element[i]->str, ft)) w->my_tasks = atoll(r->element[i + 1]->str);
-        if (!strcmp(r->element[i]->str, fs)) w->my_samples = atoll(r->element[i + 1]->str);
+        if (!strcmp(r->element[i]->str, ft)) w->q.my_tasks = atoll(r->element[i + 1]->str);
+        if (!strcmp(r->element[i]->str, fs)) w->q.my_samples = atoll(r->element[i + 1]->str);
     }
     freeReplyObject(r);
     return 0;
+}
+
+/* ========================================================================
+ * Filling the stream, totals
+ * ====================================================================== */
+
+long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long total,
+                        long long per) {
+    char key[128];
+    tr_key(key, sizeof(key), o->job, "tasks");
+    redisReply *r = psCommand(c, key, "XGROUP CREATE %s %s 0 MKSTREAM", key, TR_GROUP);
+    if (r == NULL || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)) {
+        tr_err(o, "XGROUP CREATE %s: %s", key, r ? r->str : c->errstr);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    freeReplyObject(r);
+    long long nshards = (total + per - 1) / per;
+    long long *order = malloc((size_t)nshards * sizeof(long long));
+    if (order == NULL) return -1;
+    PSRng rng;
+    ps_rng_seed(&rng, cfg->seed * 0x9E3779B97F4A7C15ULL + 17);
+    long long n = 0;
+    for (int e = 1; e <= cfg->epochs; e++) {
+        for (long long i = 0; i < nshards; i++) order[i] = i;
+        for (long long i = nshards - 1; i > 0; i--) {
+            long long j = (long long)ps_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+            order[i] = order[j];
+            order[j] = t;
+        }
+        for (long long i = 0; i < nshards; i++) {
+            long long start = order[i] * per;
+            long long cnt = total - start < per ? total - start : per;
+            r = psCommand(c, key, "XADD %s * epoch %d start %lld count %lld", key, e, start, cnt);
+            if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+                tr_err(o, "XADD %s: %s", key, r ? r->str : c->errstr);
+                if (r) freeReplyObject(r);
+                free(order);
+                return -1;
+            }
+            freeReplyObject(r);
+            n++;
+        }
+    }
+    free(order);
+    return n;
+}
+
+
+int tr_progress(const trainOpts *o, psClient *c, long long *tasks, long long *samples) {
+    char dkey[128], pkey[128];
+    tr_key(dkey, sizeof(dkey), o->job, "done");
+    tr_key(pkey, sizeof(pkey), o->job, "progress");
+    redisReply *r = tr_cmd_ok(o, c, dkey, "HLEN %s", dkey);
+    if (r == NULL) return -1;
+    *tasks = r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    freeReplyObject(r);
+    *samples = 0;
+    if ((r = tr_cmd_ok(o, c, pkey, "HGETALL %s", pkey)) == NULL) return -1;
+    for (size_t i = 0; r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const char *f = r->element[i]->str;
+        size_t n = strlen(f);
+        if (!strncmp(f, "w:", 2) && n > 10 && !strcmp(f + n - 8, ":samples"))
+            *samples += atoll(r->element[i + 1]->str);
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+
+long long tr_samples_trained(const trainOpts *o) {
+    long long tasks = 0, samples = 0;
+    psClient *c = tr_connect(o, 0, 0);
+    if (c == NULL) return 0;
+    if (tr_progress(o, c, &tasks, &samples) != 0) samples = 0;
+    psClientFree(c);
+    return samples;
 }
