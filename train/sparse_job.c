@@ -1,6 +1,6 @@
-/* train_sparse_job.c -- ps-train for sparse CTR jobs: init, eval and run's
- * RESULT line (the worker loop is train_sparse.c; keys and
- * layout in train_sparse.h).
+/* sparse_job.c -- ps-train for sparse CTR jobs: init, --reset, status,
+ * eval and run's RESULT line (the trainer is sparse_trainer.c; keys and
+ * layout in sparse.h).
  *
  * init --model lr|fm|mlp --train FILE writes the job config (the sparse
  * settings next to the dense ones: the dense tensors take --optim/--lr,
@@ -8,7 +8,7 @@
  * the dense tensors with NX, and one task per --task-bytes of the train
  * file per epoch. Like dense jobs, a second init (or run) whose settings
  * differ from the stored ones is refused (exit 2). The flags and the
- * stored config's fields are train_sparse_cfg.c's. */
+ * stored config's fields are sparse_cfg.c's. */
 
 #include <errno.h>
 #include <math.h>
@@ -407,6 +407,13 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
            "table rows %s lr %g, admit %d, capacity %lld\n", sp->model, ps_ctr_row_dim(&m),
            sp->format, sp->train, sp->train_bytes, sp->shard_bytes, sp->test[0] ? sp->test : "-",
            sp->table_optim, sp->table_lr, sp->admit, sp->capacity);
+    /* Every setting init recorded, defaults included (opts.c has them). */
+    printf("sparse settings: --dim %d --fields %d --hidden %s --table-shards %d --task-bytes %lld "
+           "--table-optim %s --table-lr %g --ftrl-beta %g --l1 %g --l2 %g --init-std %g "
+           "--admit %d --capacity %lld --optim %s --lr %g --batch %d --epochs %d --seed %llu\n",
+           sp->dim, sp->fields, sp->hidden, sp->shards, sp->shard_bytes, sp->table_optim,
+           sp->table_lr, sp->ftrl_beta, sp->l1, sp->l2, sp->init_std, sp->admit, sp->capacity,
+           cfg->optim, cfg->lr, cfg->batch, cfg->epochs, (unsigned long long)cfg->seed);
     psEmbed *e = ts_table(o->job, cfg, ps_ctr_row_dim(&m));
     printf("table shards:\n");
     for (int s = 0; e && s < sp->shards; s++) {

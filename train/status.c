@@ -1,4 +1,4 @@
-/* train_status.c -- ps-train status (the job's config, progress, workers
+/* status.c -- ps-train status (the job's config, progress, workers
  * and where its partitions live) and ps-train snapshot (PS.SNAPSHOT of
  * every partition of the job's model under one name). */
 
@@ -92,11 +92,17 @@ int tr_cmd_status(const trainOpts *o) {
                cfg.state);
         goto out;
     }
-    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg.state, cfg.layers,
-           cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
-           cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
-           cfg.pull_format[0] ? cfg.pull_format : "f32");
+    if (cfg.sp.model[0])   /* its sparse settings follow (tr_sparse_status) */
+        printf("job %s: state %s, sparse model %s, dense tensors optim %s lr %g, batch %d, "
+               "epochs %d, %lld tasks, push %s\n", o->job, cfg.state, cfg.sp.model, cfg.optim,
+               cfg.lr, cfg.batch, cfg.epochs, cfg.tasks,
+               cfg.push_format[0] ? cfg.push_format : "f32");
+    else
+        printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
+               "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg.state, cfg.layers,
+               cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
+               cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
+               cfg.pull_format[0] ? cfg.pull_format : "f32");
     tr_key(tkey, sizeof(tkey), o->job, "tasks");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 
