@@ -177,7 +177,13 @@ $(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 
 # ---- tests -----------------------------------------------------------------
 
-test: check-deps check-layers all unit pytest
+test: check-deps check-layers all check-cycles unit pytest
+
+# No call cycle between the files of ml/, train/ and tools/ (from the symbols
+# of their objects), none of more than 2 files inside one (docs/design.md).
+.PHONY: check-cycles
+check-cycles: client
+	$(PYTHON) scripts/check_cycles.py $(OBJ) ml train tools
 
 # Speed guard: the SGD apply of 1M floats, best of 30, against a memcpy of the
 # same bytes in the same process. It measures ~2x here; a kernel that stops
