@@ -3,23 +3,19 @@
  * Loop: take a task (first its own pending ones, XREADGROUP id 0, left by a
  * run under the same --name that was stopped; then new ones, ">"; when no
  * task is new, XAUTOCLAIM one idle past --lease-ms: its worker died), train
- * on its shard (per mini-batch: pull the model, compute the mean gradient,
- * push it with the versions of the pull: the job's trainer, trainer.h),
+ * on it (the job's trainer, trainer.h: dense_trainer.c or sparse_trainer.c),
  * then record it and XACK it. Only a worker that still owns the task
- * records it, with idempotent writes (see tw_ack_task in tasks.c), so every task is counted once even when a slow worker and a
- * claimer both finish it, or a reply is lost and the command resent. While
+ * records it, with idempotent writes (see tw_ack_task in tasks.c), so every
+ * task is counted once even when a slow worker and a claimer both finish
+ * it, or a reply is lost and the command resent. While
  * a task runs its lease is renewed (XCLAIM ... JUSTID by its owner) every
  * third of the lease; a worker that finds its task owned by another
  * abandons it. The worker exits when nothing is new, nothing is claimable
- * and nothing is pending in the group, or after SIGINT/SIGTERM (exit 130).
- */
+ * and nothing is pending in the group, or after SIGINT/SIGTERM (exit 130). */
 
 #include <cblas.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cmds.h"
