@@ -63,12 +63,13 @@ int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train,
  * labels below the output width. Returns 0, or -1 (printed). Run calls it
  * before the first step, so a bad test file fails before training. */
 int tr_check_test(const trainOpts *o, const jobConfig *cfg) {
+    const denseOpts *d = &o->dense;
     ps_dataset ds = {0};
     int rc = -1;
-    if (tr_load_data(cfg, o->dense.test_csv, 0, &ds) != 0) return -1;
+    if (tr_load_data(cfg, d->test_csv, 0, &ds) != 0) return -1;
     if (ds.dim != cfg->sizes[0])
         tr_err(o, "the test data%s%s has %d features but the model's input width is %d",
-               cfg->csv[0] ? " " : "", cfg->csv[0] ? (o->dense.test_csv ? o->dense.test_csv : cfg->test_csv)
+               cfg->csv[0] ? " " : "", cfg->csv[0] ? (d->test_csv ? d->test_csv : cfg->test_csv)
                                                     : "", ds.dim, cfg->sizes[0]);
     else if (ds.nclasses > cfg->sizes[cfg->nsizes - 1])
         tr_err(o, "the test data has labels up to %d but the model's output width is %d",

@@ -49,13 +49,14 @@ static int delete_job(const trainOpts *o, psClient *c) {
  * how many differ. Flags not given are not compared: a rerun may leave them
  * out. */
 static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
+    const denseOpts *d = &o->dense;
     int n = 0;
     out[0] = '\0';
 #define DIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
     if (tr_given(o, "--layers")) {
-        int sizes[TR_MAX_LAYERS], k = ps_parse_layers(o->dense.layers, sizes, TR_MAX_LAYERS, NULL, 0);
+        int sizes[TR_MAX_LAYERS], k = ps_parse_layers(d->layers, sizes, TR_MAX_LAYERS, NULL, 0);
         int same = k == cfg->nsizes && !memcmp(sizes, cfg->sizes, (size_t)k * sizeof(int));
-        DIFF(!same, "--layers %s (job: %s)", o->dense.layers, cfg->layers);
+        DIFF(!same, "--layers %s (job: %s)", d->layers, cfg->layers);
     }
     DIFF(tr_given(o, "--optim") && strcasecmp(o->optim, cfg->optim), "--optim %s (job: %s)",
          o->optim, cfg->optim);
@@ -70,20 +71,20 @@ static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size
          cfg->epochs);
     DIFF(tr_given(o, "--batch") && o->batch != cfg->batch, "--batch %d (job: %d)", o->batch,
          cfg->batch);
-    DIFF(tr_given(o, "--task-samples") && o->dense.task_samples != cfg->shard_size,
-         "--task-samples %d (job: %d)", o->dense.task_samples, cfg->shard_size);
-    DIFF(tr_given(o, "--partition-bytes") && o->dense.partition_bytes != cfg->partition_bytes,
-         "--partition-bytes %lld (job: %lld)", o->dense.partition_bytes, cfg->partition_bytes);
-    DIFF(tr_given(o, "--data") && strcmp(o->dense.data, cfg->data), "--data %s (job: %s)", o->dense.data,
+    DIFF(tr_given(o, "--task-samples") && d->task_samples != cfg->shard_size,
+         "--task-samples %d (job: %d)", d->task_samples, cfg->shard_size);
+    DIFF(tr_given(o, "--partition-bytes") && d->partition_bytes != cfg->partition_bytes,
+         "--partition-bytes %lld (job: %lld)", d->partition_bytes, cfg->partition_bytes);
+    DIFF(tr_given(o, "--data") && strcmp(d->data, cfg->data), "--data %s (job: %s)", d->data,
          cfg->data[0] ? cfg->data : "default");
-    DIFF(tr_given(o, "--csv") && strcmp(o->dense.csv, cfg->csv), "--csv %s (job: %s)", o->dense.csv,
+    DIFF(tr_given(o, "--csv") && strcmp(d->csv, cfg->csv), "--csv %s (job: %s)", d->csv,
          cfg->csv[0] ? cfg->csv : "none, Fashion-MNIST");
-    DIFF(tr_given(o, "--test-csv") && strcmp(o->dense.test_csv, cfg->test_csv),
-         "--test-csv %s (job: %s)", o->dense.test_csv, cfg->test_csv[0] ? cfg->test_csv : "none");
-    DIFF(tr_given(o, "--label-col") && o->dense.label_col != cfg->label_col,
-         "--label-col %d (job: %d)", o->dense.label_col, cfg->label_col);
-    DIFF(tr_given(o, "--limit") && cfg->has_limit && o->dense.limit != cfg->limit,
-         "--limit %d (job: %d)", o->dense.limit, cfg->limit);
+    DIFF(tr_given(o, "--test-csv") && strcmp(d->test_csv, cfg->test_csv),
+         "--test-csv %s (job: %s)", d->test_csv, cfg->test_csv[0] ? cfg->test_csv : "none");
+    DIFF(tr_given(o, "--label-col") && d->label_col != cfg->label_col,
+         "--label-col %d (job: %d)", d->label_col, cfg->label_col);
+    DIFF(tr_given(o, "--limit") && cfg->has_limit && d->limit != cfg->limit,
+         "--limit %d (job: %d)", d->limit, cfg->limit);
 #undef DIFF
     return n + tr_sparse_diff(o, cfg, out, len);
 }

@@ -30,42 +30,43 @@ double ts_default_init_std(const char *model, const char *optim) {
 }
 
 int tr_sparse_validate(const trainOpts *o, int init_or_run) {
+    const sparseOpts *g = &o->sparse;
     const char *c = o->cmd;
     /* Flags of the other kind were refused already (tr_opts_check_kind). */
-    if (!init_or_run || o->sparse.model == NULL) return 0;
+    if (!init_or_run || g->model == NULL) return 0;
     int ok = 0;
-    if (ps_ctr_parse_model(o->sparse.model) < 0) {
-        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, o->sparse.model);
+    if (ps_ctr_parse_model(g->model) < 0) {
+        fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, g->model);
         return -1;
     }
-    if (o->sparse.train == NULL) {
+    if (g->train == NULL) {
         fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)\n", c);
         return -1;
     }
-    if (!strcmp(c, "run") && o->sparse.test == NULL) {
+    if (!strcmp(c, "run") && g->test == NULL) {
         fprintf(stderr, "ps-train run: --model needs --test FILE (run evaluates on it)\n");
         return -1;
     }
-    if (strcmp(o->sparse.format, "libsvm") && strcmp(o->sparse.format, "criteo")) {
-        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->sparse.format);
+    if (strcmp(g->format, "libsvm") && strcmp(g->format, "criteo")) {
+        fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, g->format);
         return -1;
     }
     for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
-        if (!strcasecmp(o->sparse.table_optim, TableOptims[i])) ok = 1;
+        if (!strcasecmp(g->table_optim, TableOptims[i])) ok = 1;
     if (!ok) {
         fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (sgd momentum adagrad "
-                        "rowadagrad adam ftrl)\n", c, o->sparse.table_optim);
+                        "rowadagrad adam ftrl)\n", c, g->table_optim);
         return -1;
     }
-    if (!strcasecmp(o->sparse.table_optim, "ftrl") && o->sparse.init_std > 0) {
+    if (!strcasecmp(g->table_optim, "ftrl") && g->init_std > 0) {
         fprintf(stderr, "ps-train %s: --table-optim ftrl rows start at 0: --init-std must be "
                         "0\n", c);
         return -1;
     }
-    if (!strcasecmp(o->sparse.model, "mlp")) {
+    if (!strcasecmp(g->model, "mlp")) {
         int sizes[PS_CTR_MAX_HIDDEN + 2];
         char spec[80], err[256];
-        snprintf(spec, sizeof(spec), "1,%s", o->sparse.hidden);
+        snprintf(spec, sizeof(spec), "1,%s", g->hidden);
         if (ps_parse_layers(spec, sizes, PS_CTR_MAX_HIDDEN + 1, err, sizeof(err)) < 0) {
             fprintf(stderr, "ps-train %s: --hidden: %s\n", c, err);
             return -1;
@@ -144,41 +145,42 @@ int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
 }
 
 int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t len) {
+    const sparseOpts *g = &o->sparse; /* what was given */
     const sparseConfig *sp = &cfg->sp;
     int n = 0;
 #define SDIFF(cond, ...) do { if (cond) { tr_add_diff(out, len, __VA_ARGS__); n++; } } while (0)
-    SDIFF(o->sparse.model && strcasecmp(o->sparse.model, sp->model), "--model %s (job: %s)", o->sparse.model,
+    SDIFF(g->model && strcasecmp(g->model, sp->model), "--model %s (job: %s)", g->model,
           sp->model[0] ? sp->model : "none, a dense MLP");
     if (!sp->model[0]) return n;
-    SDIFF(tr_given(o, "--train") && strcmp(o->sparse.train, sp->train), "--train %s (job: %s)",
-          o->sparse.train, sp->train);
-    SDIFF(tr_given(o, "--test") && strcmp(o->sparse.test, sp->test), "--test %s (job: %s)", o->sparse.test,
+    SDIFF(tr_given(o, "--train") && strcmp(g->train, sp->train), "--train %s (job: %s)",
+          g->train, sp->train);
+    SDIFF(tr_given(o, "--test") && strcmp(g->test, sp->test), "--test %s (job: %s)", g->test,
           sp->test[0] ? sp->test : "none");
-    SDIFF(tr_given(o, "--format") && strcmp(o->sparse.format, sp->format), "--format %s (job: %s)",
-          o->sparse.format, sp->format);
-    SDIFF(tr_given(o, "--dim") && o->sparse.dim != sp->dim, "--dim %d (job: %d)", o->sparse.dim, sp->dim);
-    SDIFF(tr_given(o, "--fields") && o->sparse.fields != sp->fields, "--fields %d (job: %d)", o->sparse.fields,
+    SDIFF(tr_given(o, "--format") && strcmp(g->format, sp->format), "--format %s (job: %s)",
+          g->format, sp->format);
+    SDIFF(tr_given(o, "--dim") && g->dim != sp->dim, "--dim %d (job: %d)", g->dim, sp->dim);
+    SDIFF(tr_given(o, "--fields") && g->fields != sp->fields, "--fields %d (job: %d)", g->fields,
           sp->fields);
-    SDIFF(tr_given(o, "--hidden") && strcmp(o->sparse.hidden, sp->hidden), "--hidden %s (job: %s)",
-          o->sparse.hidden, sp->hidden);
-    SDIFF(tr_given(o, "--table-optim") && strcasecmp(o->sparse.table_optim, sp->table_optim),
-          "--table-optim %s (job: %s)", o->sparse.table_optim, sp->table_optim);
-    SDIFF(tr_given(o, "--table-lr") && o->sparse.table_lr != sp->table_lr, "--table-lr %g (job: %g)",
-          o->sparse.table_lr, sp->table_lr);
-    SDIFF(tr_given(o, "--ftrl-beta") && o->sparse.ftrl_beta != sp->ftrl_beta,
-          "--ftrl-beta %g (job: %g)", o->sparse.ftrl_beta, sp->ftrl_beta);
-    SDIFF(tr_given(o, "--l1") && o->sparse.l1 != sp->l1, "--l1 %g (job: %g)", o->sparse.l1, sp->l1);
-    SDIFF(tr_given(o, "--l2") && o->sparse.l2 != sp->l2, "--l2 %g (job: %g)", o->sparse.l2, sp->l2);
-    SDIFF(tr_given(o, "--init-std") && o->sparse.init_std != sp->init_std, "--init-std %g (job: %g)",
-          o->sparse.init_std, sp->init_std);
-    SDIFF(tr_given(o, "--admit") && o->sparse.admit != sp->admit, "--admit %d (job: %d)", o->sparse.admit,
+    SDIFF(tr_given(o, "--hidden") && strcmp(g->hidden, sp->hidden), "--hidden %s (job: %s)",
+          g->hidden, sp->hidden);
+    SDIFF(tr_given(o, "--table-optim") && strcasecmp(g->table_optim, sp->table_optim),
+          "--table-optim %s (job: %s)", g->table_optim, sp->table_optim);
+    SDIFF(tr_given(o, "--table-lr") && g->table_lr != sp->table_lr, "--table-lr %g (job: %g)",
+          g->table_lr, sp->table_lr);
+    SDIFF(tr_given(o, "--ftrl-beta") && g->ftrl_beta != sp->ftrl_beta,
+          "--ftrl-beta %g (job: %g)", g->ftrl_beta, sp->ftrl_beta);
+    SDIFF(tr_given(o, "--l1") && g->l1 != sp->l1, "--l1 %g (job: %g)", g->l1, sp->l1);
+    SDIFF(tr_given(o, "--l2") && g->l2 != sp->l2, "--l2 %g (job: %g)", g->l2, sp->l2);
+    SDIFF(tr_given(o, "--init-std") && g->init_std != sp->init_std, "--init-std %g (job: %g)",
+          g->init_std, sp->init_std);
+    SDIFF(tr_given(o, "--admit") && g->admit != sp->admit, "--admit %d (job: %d)", g->admit,
           sp->admit);
-    SDIFF(tr_given(o, "--capacity") && o->sparse.capacity != sp->capacity, "--capacity %lld (job: %lld)",
-          o->sparse.capacity, sp->capacity);
-    SDIFF(tr_given(o, "--table-shards") && o->sparse.table_shards != sp->shards,
-          "--table-shards %d (job: %d)", o->sparse.table_shards, sp->shards);
-    SDIFF(tr_given(o, "--task-bytes") && o->sparse.task_bytes != sp->shard_bytes,
-          "--task-bytes %lld (job: %lld)", o->sparse.task_bytes, sp->shard_bytes);
+    SDIFF(tr_given(o, "--capacity") && g->capacity != sp->capacity, "--capacity %lld (job: %lld)",
+          g->capacity, sp->capacity);
+    SDIFF(tr_given(o, "--table-shards") && g->table_shards != sp->shards,
+          "--table-shards %d (job: %d)", g->table_shards, sp->shards);
+    SDIFF(tr_given(o, "--task-bytes") && g->task_bytes != sp->shard_bytes,
+          "--task-bytes %lld (job: %lld)", g->task_bytes, sp->shard_bytes);
 #undef SDIFF
     return n;
 }

@@ -2,7 +2,8 @@
  * jobs (sparse.h).
  *
  * The task stream, leases, recording and XACK are work.c's and tasks.c's
- * for every kind; this file trains a task. A task is a byte range of the train file; per batch of --batch lines:
+ * for every kind; this file trains a task. A task is a byte range of the
+ * train file; per batch of --batch lines:
  *   1. the batch is read and parsed, and its distinct ids listed
  *      (ps_ctr_unique_build);
  *   2. the dense tensors' pull and the pull of its rows by id from the
@@ -35,8 +36,6 @@
 #include "conn.h"
 #include "sparse.h"
 #include "tasks.h"
-#include "util.h"
-#include "wirefmt.h"
 #include "util.h"
 #include "wirefmt.h"
 

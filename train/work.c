@@ -169,7 +169,8 @@ int tr_cmd_work(const trainOpts *o) {
            (unsigned long long)st->bytes_received);
     tr->report(&w);
     RUNLOG(w.log, "done", RL_STR("worker", w.name), RL_INT("tasks", w.q.done),
-           RL_INT("claimed", w.q.claimed), RL_INT("lost", w.q.lost), RL_INT("samples", w.st.samples),
+           RL_INT("claimed", w.q.claimed), RL_INT("lost", w.q.lost),
+           RL_INT("samples", w.st.samples),
            RL_NUM("seconds", secs), RL_NUM("samples_per_s", secs > 0 ? w.st.samples / secs : 0.0),
            RL_INT("model_pushes", w.st.pushes), RL_BOOL("interrupted", tw_stop));
     status = TR_EXIT_OK;
