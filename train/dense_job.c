@@ -1,13 +1,17 @@
 /* dense_job.c -- ps-train's dense (MLP) jobs: the model layout and the
- * data of a job, init's fresh job, --reset's delete, and eval (dense.h).
- * The dense trainer is dense_trainer.c. */
+ * data of a job, init's fresh job, --reset's delete, status, eval and run's
+ * RESULT line (dense.h; DenseKind, kind.h). The dense trainer is
+ * dense_trainer.c. */
 
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "conn.h"
 #include "dense.h"
+#include "kind.h"
+#include "runlog.h"
 #include "tasks.h"
 #include "util.h"
 #include "wirefmt.h"
@@ -321,3 +325,106 @@ out:
     return status;
 }
 
+
+/* ========================================================================
+ * The dense kind (kind.h)
+ * ====================================================================== */
+
+static int dense_wants(const trainOpts *o) {
+    return o->sparse.model == NULL;
+}
+
+static int dense_is_kind(const jobConfig *cfg) {
+    return cfg->sp.model[0] == '\0';
+}
+
+/* A job whose init did not finish has no layout recorded: nothing to delete. */
+static int dense_delete_keys(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    return cfg->nsizes > 0 ? tr_dense_delete(o, c, cfg) : 0;
+}
+
+static void dense_describe(const trainOpts *o, const jobConfig *cfg) {
+    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
+           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg->state, cfg->layers,
+           cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n, cfg->shard_size,
+           cfg->tasks, cfg->push_format[0] ? cfg->push_format : "unrecorded (each worker's flag)",
+           cfg->pull_format[0] ? cfg->pull_format : "f32");
+}
+
+static psModel *dense_status(const trainOpts *o, psClient *c, const jobConfig *cfg) {
+    return tr_model(c, o->job, cfg);
+}
+
+static void dense_log_start(const trainOpts *o, runLog *lg, const jobConfig *cfg) {
+    RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
+           RL_STR("layers", cfg->layers), RL_STR("optim", cfg->optim), RL_NUM("lr", cfg->lr),
+           RL_INT("batch", tr_given(o, "--batch") ? o->batch : cfg->batch),
+           RL_INT("epochs", cfg->epochs), RL_INT("train_samples", cfg->train_n),
+           RL_INT("tasks", cfg->tasks), RL_STR("push_format", cfg->push_format));
+}
+
+static int dense_eval(const trainOpts *o, runLog *lg) {
+    double loss = 0, acc = 0;
+    uint64_t v = 0;
+    int n = 0;
+    if (o->threads > 0) openblas_set_num_threads(o->threads);
+    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
+    printf("eval job %s%s%s: test_loss=%.4f test_acc=%.4f on %d samples, model version %llu\n",
+           o->job, o->at ? " at " : "", o->at ? o->at : "", loss, acc, n, (unsigned long long)v);
+    /* "samples": what the job's workers had trained when it was evaluated. */
+    RUNLOG(lg, "eval", RL_STR("job", o->job), o->at ? RL_STR("snapshot", o->at) : RL_NONE,
+           RL_NUM("test_acc", acc), RL_NUM("test_loss", loss), RL_INT("test_samples", n),
+           RL_INT("version", v), lg ? RL_INT("samples", tr_samples_trained(o)) : RL_NONE);
+    if (o->dense.min_acc >= 0 && acc < o->dense.min_acc) {
+        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->dense.min_acc);
+        return TR_EXIT_FAIL;
+    }
+    return TR_EXIT_OK;
+}
+
+
+static int dense_run_result(const trainOpts *o, runLog *lg, const runTotals *rt) {
+    double loss = 0, acc = 0, train_secs = rt->train_secs, span = rt->span, steps = rt->steps;
+    long long samples = rt->samples;
+    int failed = rt->failed;
+    uint64_t v = 0;
+    int n = 0;
+    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
+    double total = tr_now() - rt->t0;
+    printf("ps-train run: job %s: test_loss=%.4f test_acc=%.4f (%d test samples, model version "
+           "%llu)\n", o->job, loss, acc, n, (unsigned long long)v);
+    printf("RESULT test_acc=%.4f test_loss=%.4f total_seconds=%.2f train_seconds=%.2f "
+           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f "
+           "push_bytes_per_step=%.0f pull_bytes_per_step=%.0f\n",
+           acc, loss, total, train_secs, samples, train_secs > 0 ? samples / train_secs : 0.0,
+           o->workers, span, span > 0 ? samples / span : 0.0,
+           steps > 0 ? rt->push_bytes / steps : 0.0, steps > 0 ? rt->pull_bytes / steps : 0.0);
+    fflush(stdout);
+    /* The same numbers as the RESULT line; eval first, result last. */
+    RUNLOG(lg, "eval", RL_STR("job", o->job), RL_NUM("test_acc", acc), RL_NUM("test_loss", loss),
+           RL_INT("test_samples", n), RL_INT("version", v), RL_INT("samples", samples));
+    RUNLOG(lg, "result", RL_STR("job", o->job), RL_NUM("test_acc", acc),
+           RL_NUM("test_loss", loss), RL_NUM("total_seconds", total),
+           RL_NUM("train_seconds", train_secs), RL_INT("samples", samples),
+           RL_NUM("samples_per_s", train_secs > 0 ? samples / train_secs : 0.0),
+           RL_INT("workers", o->workers), RL_NUM("span_seconds", span),
+           RL_NUM("span_samples_per_s", span > 0 ? samples / span : 0.0),
+           RL_NUM("push_bytes_per_step", steps > 0 ? rt->push_bytes / steps : 0.0),
+           RL_NUM("pull_bytes_per_step", steps > 0 ? rt->pull_bytes / steps : 0.0),
+           RL_INT("failed_workers", failed));
+    if (failed) {
+        tr_err(o, "%d of %d workers failed", failed, o->workers);
+        return TR_EXIT_FAIL;
+    }
+    if (o->dense.min_acc >= 0 && acc < o->dense.min_acc) {
+        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->dense.min_acc);
+        return TR_EXIT_FAIL;
+    }
+    return TR_EXIT_OK;
+}
+
+
+const modelKind DenseKind = {"dense",           dense_wants,     dense_is_kind,
+                             tr_dense_init,     dense_delete_keys, dense_describe,
+                             dense_status,      tr_check_test,   dense_log_start,
+                             dense_eval,        dense_run_result};

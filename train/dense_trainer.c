@@ -313,15 +313,11 @@ static void dense_free(workCtx *w) {
     w->state = NULL;
 }
 
-static int dense_is_kind(const jobConfig *cfg) {
-    return cfg->sp.model[0] == '\0';
-}
-
 static int dense_task(workCtx *w, task *t) {
     t->samples = t->count;
     return run_task(w, t);
 }
 
-const trainer DenseTrainer = {"dense", dense_is_kind, dense_setup, dense_task, dense_finish,
-                              dense_report, dense_free};
+const trainer DenseTrainer = {"dense", dense_setup, dense_task, dense_finish, dense_report,
+                              dense_free};
 

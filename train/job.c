@@ -20,7 +20,7 @@
 
 #include "cmds.h"
 #include "conn.h"
-#include "dense.h"
+#include "kind.h"
 #include "sparse.h"
 #include "tasks.h"
 #include "util.h"
@@ -32,8 +32,7 @@ static int delete_job(const trainOpts *o, psClient *c) {
     char k[4][128];
     int rc = tr_load_config(c, o->job, &cfg);
     if (rc < 0) return -1;
-    if (rc == 0 && cfg.nsizes > 0 && tr_dense_delete(o, c, &cfg) != 0) return -1;
-    if (rc == 0 && cfg.sp.model[0] && tr_sparse_delete(o, c, &cfg) != 0) return -1;
+    if (rc == 0 && tr_kind_of(&cfg)->delete_keys(o, c, &cfg) != 0) return -1;
     tr_key(k[0], 128, o->job, "config");
     tr_key(k[1], 128, o->job, "tasks");
     tr_key(k[2], 128, o->job, "progress");
@@ -140,16 +139,11 @@ int tr_cmd_init(const trainOpts *o) {
         goto out;
     }
 
-    if (o->sparse.model) {
-        /* A sparse job (sparse_job.c) makes its own config and keys. */
-        if ((status = tr_sparse_init(o, c)) == TR_EXIT_OK) goto out;
-        goto undo;
-    }
-    /* Fresh job: the kind's init writes the config fields, creates its keys
-     * and fills the stream; on failure it deletes the keys it created. */
-    if ((status = tr_dense_init(o, c)) == TR_EXIT_OK) goto out;
+    /* Fresh job: its kind's init (dense_job.c, sparse_job.c) writes the
+     * config fields, creates its keys and fills the stream; on failure it
+     * deletes the keys it created. */
+    if ((status = tr_kind_for(o)->init(o, c)) == TR_EXIT_OK) goto out;
 
-undo:
     /* This init made the job (HSETNX answered 1): remove what it wrote, so
      * no half-made job stays behind and init can be rerun. */
     {

@@ -13,9 +13,8 @@
 
 #include "cmds.h"
 #include "conn.h"
-#include "dense.h"
+#include "kind.h"
 #include "runlog.h"
-#include "sparse.h"
 #include "tasks.h"
 #include "util.h"
 
@@ -130,7 +129,8 @@ static double progress_double(const trainOpts *o, const char *f) {
 /* run with log 'lg' (may be NULL). Returns the exit code. */
 static int run_job(const trainOpts *o, runLog *lg) {
     double t0 = tr_now();
-    int rc = tr_cmd_init(o), sparse = 0;
+    const modelKind *kind;
+    int rc = tr_cmd_init(o);
     if (rc != TR_EXIT_OK) return rc;
     {
         /* The final eval's data must fit before anything trains. */
@@ -140,19 +140,9 @@ static int run_job(const trainOpts *o, runLog *lg) {
         rc = tr_load_config(c, o->job, &cfg);
         psClientFree(c);
         if (rc != 0) return TR_EXIT_FAIL;
-        sparse = cfg.sp.model[0] != 0;
-        if ((sparse ? tr_sparse_check_test(o, &cfg) : tr_check_test(o, &cfg)) != 0)
-            return TR_EXIT_USAGE;
-        if (sparse)
-            RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
-                   RL_STR("model", cfg.sp.model), RL_INT("epochs", cfg.epochs),
-                   RL_INT("tasks", cfg.tasks));
-        else
-            RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
-                   RL_STR("layers", cfg.layers), RL_STR("optim", cfg.optim), RL_NUM("lr", cfg.lr),
-                   RL_INT("batch", tr_given(o, "--batch") ? o->batch : cfg.batch),
-                   RL_INT("epochs", cfg.epochs), RL_INT("train_samples", cfg.train_n),
-                   RL_INT("tasks", cfg.tasks), RL_STR("push_format", cfg.push_format));
+        kind = tr_kind_of(&cfg);
+        if (kind->check_test(o, &cfg) != 0) return TR_EXIT_USAGE;
+        kind->log_start(o, lg, &cfg);
     }
     long long samples0 = tr_samples_trained(o);
 
@@ -243,42 +233,8 @@ static int run_job(const trainOpts *o, runLog *lg) {
         steps += progress_double(o, f);
     }
 
-    if (sparse) return tr_sparse_run_result(o, lg, t0, train_secs, samples, span, failed);
-    double loss = 0, acc = 0;
-    uint64_t v = 0;
-    int n = 0;
-    if (tr_evaluate(o, &loss, &acc, &v, &n) != 0) return TR_EXIT_FAIL;
-    double total = tr_now() - t0;
-    printf("ps-train run: job %s: test_loss=%.4f test_acc=%.4f (%d test samples, model version "
-           "%llu)\n", o->job, loss, acc, n, (unsigned long long)v);
-    printf("RESULT test_acc=%.4f test_loss=%.4f total_seconds=%.2f train_seconds=%.2f "
-           "samples=%lld samples_per_s=%.0f workers=%d span_seconds=%.3f span_samples_per_s=%.0f "
-           "push_bytes_per_step=%.0f pull_bytes_per_step=%.0f\n",
-           acc, loss, total, train_secs, samples, train_secs > 0 ? samples / train_secs : 0.0,
-           o->workers, span, span > 0 ? samples / span : 0.0,
-           steps > 0 ? push_bytes / steps : 0.0, steps > 0 ? pull_bytes / steps : 0.0);
-    fflush(stdout);
-    /* The same numbers as the RESULT line; eval first, result last. */
-    RUNLOG(lg, "eval", RL_STR("job", o->job), RL_NUM("test_acc", acc), RL_NUM("test_loss", loss),
-           RL_INT("test_samples", n), RL_INT("version", v), RL_INT("samples", samples));
-    RUNLOG(lg, "result", RL_STR("job", o->job), RL_NUM("test_acc", acc),
-           RL_NUM("test_loss", loss), RL_NUM("total_seconds", total),
-           RL_NUM("train_seconds", train_secs), RL_INT("samples", samples),
-           RL_NUM("samples_per_s", train_secs > 0 ? samples / train_secs : 0.0),
-           RL_INT("workers", o->workers), RL_NUM("span_seconds", span),
-           RL_NUM("span_samples_per_s", span > 0 ? samples / span : 0.0),
-           RL_NUM("push_bytes_per_step", steps > 0 ? push_bytes / steps : 0.0),
-           RL_NUM("pull_bytes_per_step", steps > 0 ? pull_bytes / steps : 0.0),
-           RL_INT("failed_workers", failed));
-    if (failed) {
-        tr_err(o, "%d of %d workers failed", failed, o->workers);
-        return TR_EXIT_FAIL;
-    }
-    if (o->dense.min_acc >= 0 && acc < o->dense.min_acc) {
-        tr_err(o, "test accuracy %.4f is below --min-acc %.4f", acc, o->dense.min_acc);
-        return TR_EXIT_FAIL;
-    }
-    return TR_EXIT_OK;
+    runTotals rt = {t0, train_secs, samples, span, push_bytes, pull_bytes, steps, failed};
+    return kind->run_result(o, lg, &rt);
 }
 
 int tr_cmd_run(const trainOpts *o) {

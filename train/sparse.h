@@ -58,7 +58,7 @@ psModel *ts_dense_model(psClient *c, const char *job, ps_ctr_model *m);
  * tensors of 'm', in model order, into 'out' (ps_ctr_dense_count entries). */
 void ts_dense_arrays(ps_ctr_model *m, int grads, float **out);
 
-/* ---- sparse_job.c: init, delete, status, eval, run's result ---- */
+/* ---- sparse_job.c: init, delete, status, eval, run's result (SparseKind) ---- */
 
 /* Fresh sparse job after init's HSETNX: writes the config, creates the
  * table shards and dense tensors (NX), fills the task stream. Deletes the
@@ -66,20 +66,12 @@ void ts_dense_arrays(ps_ctr_model *m, int grads, float **out);
 int tr_sparse_init(const trainOpts *o, psClient *c);
 /* DEL the tables and tensors of sparse job 'cfg'. 0 or -1 (printed). */
 int tr_sparse_delete(const trainOpts *o, psClient *c, const jobConfig *cfg);
-/* 1 when o->job is a sparse job, 0 when dense or absent, -1 on error. */
-int tr_sparse_job(const trainOpts *o);
 /* Checks the test file run will evaluate (opens, parses a batch). 0 or -1. */
 int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg);
-/* eval of a sparse job; 'lg' (may be NULL) gets the eval line. */
-int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg);
 /* status of a sparse job: prints its sparse settings and every table shard
  * (rows, version), and returns its dense tensors as a laid-out model for
  * the partition list (NULL on error, printed). */
 psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg);
-/* run after its workers: evaluates and prints the RESULT line (and the eval
- * and result lines to 'lg', may be NULL). TR_EXIT_*. */
-int tr_sparse_run_result(const trainOpts *o, runLog *lg, double total_t0, double train_secs,
-                         long long samples, double span, int failed);
 /* Totals over a table's shards (PS.INFO). */
 typedef struct tableInfo {
     long long rows, created, dropped, evicted, version;

@@ -19,8 +19,9 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
-#include "metrics.h"
 #include "conn.h"
+#include "kind.h"
+#include "metrics.h"
 #include "sparse.h"
 #include "tasks.h"
 #include "util.h"
@@ -438,15 +439,6 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
  * eval, run
  * ====================================================================== */
 
-int tr_sparse_job(const trainOpts *o) {
-    jobConfig cfg;
-    psClient *c = tr_connect(o, 0, 0);
-    if (c == NULL) return -1;
-    int rc = tr_load_config(c, o->job, &cfg);
-    psClientFree(c);
-    return rc < 0 ? -1 : rc == 1 ? 0 : cfg.sp.model[0] != 0;
-}
-
 int tr_sparse_check_test(const trainOpts *o, const jobConfig *cfg) {
     ps_ctr_config mc;
     ps_ctr_model m;
@@ -604,7 +596,7 @@ static int check_auc(const trainOpts *o, double auc) {
         RL_INT("test_samples", (res).n), RL_INT("table_rows", (res).ti.rows),                  \
         RL_INT("distinct_ids", (res).distinct), RL_NUM("table_zero_frac", (res).zero_frac)
 
-int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg) {
+static int sparse_eval(const trainOpts *o, runLog *lg) {
     evalResult res;
     char tab[320];
     if (evaluate(o, &res) != 0) return TR_EXIT_FAIL;
@@ -615,8 +607,10 @@ int tr_sparse_cmd_eval(const trainOpts *o, runLog *lg) {
     return check_auc(o, res.auc);
 }
 
-int tr_sparse_run_result(const trainOpts *o, runLog *lg, double total_t0, double train_secs,
-                         long long samples, double span, int failed) {
+static int sparse_run_result(const trainOpts *o, runLog *lg, const runTotals *rt) {
+    double total_t0 = rt->t0, train_secs = rt->train_secs, span = rt->span;
+    long long samples = rt->samples;
+    int failed = rt->failed;
     evalResult res;
     char tab[320];
     if (evaluate(o, &res) != 0) return TR_EXIT_FAIL;
@@ -646,3 +640,34 @@ int tr_sparse_run_result(const trainOpts *o, runLog *lg, double total_t0, double
     }
     return check_auc(o, res.auc);
 }
+
+/* ========================================================================
+ * The sparse kind (kind.h)
+ * ====================================================================== */
+
+static int sparse_wants(const trainOpts *o) {
+    return o->sparse.model != NULL;
+}
+
+static int sparse_is_kind(const jobConfig *cfg) {
+    return cfg->sp.model[0] != '\0';
+}
+
+static void sparse_describe(const trainOpts *o, const jobConfig *cfg) {
+    /* Its sparse settings follow (tr_sparse_status). */
+    printf("job %s: state %s, sparse model %s, dense tensors optim %s lr %g, batch %d, "
+           "epochs %d, %lld tasks, push %s\n", o->job, cfg->state, cfg->sp.model, cfg->optim,
+           cfg->lr, cfg->batch, cfg->epochs, cfg->tasks,
+           cfg->push_format[0] ? cfg->push_format : "f32");
+}
+
+static void sparse_log_start(const trainOpts *o, runLog *lg, const jobConfig *cfg) {
+    RUNLOG(lg, "start", RL_STR("job", o->job), RL_INT("workers", o->workers),
+           RL_STR("model", cfg->sp.model), RL_INT("epochs", cfg->epochs),
+           RL_INT("tasks", cfg->tasks));
+}
+
+const modelKind SparseKind = {"sparse",           sparse_wants,     sparse_is_kind,
+                              tr_sparse_init,     tr_sparse_delete, sparse_describe,
+                              tr_sparse_status,   tr_sparse_check_test, sparse_log_start,
+                              sparse_eval,        sparse_run_result};

@@ -446,9 +446,5 @@ static int sparse_finish(workCtx *w) {
     return 0;
 }
 
-static int sparse_is_kind(const jobConfig *cfg) {
-    return cfg->sp.model[0] != '\0';
-}
-
-const trainer SparseTrainer = {"sparse", sparse_is_kind, sparse_setup, sparse_task, sparse_finish,
-                               sparse_report, sparse_free};
+const trainer SparseTrainer = {"sparse", sparse_setup, sparse_task, sparse_finish, sparse_report,
+                               sparse_free};

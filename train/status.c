@@ -10,7 +10,7 @@
 #include "cmds.h"
 #include "conn.h"
 #include "dense.h"
-#include "sparse.h"
+#include "kind.h"
 #include "tasks.h"
 #include "util.h"
 
@@ -77,6 +77,7 @@ static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
 
 int tr_cmd_status(const trainOpts *o) {
     jobConfig cfg;
+    const modelKind *kind;
     char tkey[128], pkey[128];
     int status = TR_EXIT_FAIL;
     psModel *m = NULL;
@@ -92,17 +93,8 @@ int tr_cmd_status(const trainOpts *o) {
                cfg.state);
         goto out;
     }
-    if (cfg.sp.model[0])   /* its sparse settings follow (tr_sparse_status) */
-        printf("job %s: state %s, sparse model %s, dense tensors optim %s lr %g, batch %d, "
-               "epochs %d, %lld tasks, push %s\n", o->job, cfg.state, cfg.sp.model, cfg.optim,
-               cfg.lr, cfg.batch, cfg.epochs, cfg.tasks,
-               cfg.push_format[0] ? cfg.push_format : "f32");
-    else
-        printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-               "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg.state, cfg.layers,
-               cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
-               cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
-               cfg.pull_format[0] ? cfg.pull_format : "f32");
+    kind = tr_kind_of(&cfg);
+    kind->describe(o, &cfg);
     tr_key(tkey, sizeof(tkey), o->job, "tasks");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 
@@ -142,8 +134,7 @@ int tr_cmd_status(const trainOpts *o) {
     }
     if (r) freeReplyObject(r);
     if (pend) freeReplyObject(pend);
-    if ((m = cfg.sp.model[0] ? tr_sparse_status(o, c, &cfg) : tr_model(c, o->job, &cfg)) == NULL)
-        goto out;
+    if ((m = kind->status(o, c, &cfg)) == NULL) goto out;
     print_partitions(o, c, m);
     status = TR_EXIT_OK;
 out:

@@ -5,9 +5,9 @@
  * from the job's stream (tasks.c), have the job's trainer train it, record
  * and XACK it, print progress (progress.c). What differs between kinds is
  * one trainer: a table of five functions over the worker state (workCtx),
- * whose own data hangs off w->state. A model kind is then one file that
- * defines its trainer (dense_trainer.c: the MLP; sparse_trainer.c: CTR
- * models over an embedding table), plus its row in work.c's Trainers[].
+ * whose own data hangs off w->state. A model kind's trainer is one file
+ * (dense_trainer.c: the MLP; sparse_trainer.c: CTR models over an
+ * embedding table), named next to its kind in kinds.c (kind.h).
  *
  * A trainer counts what its steps did in w->st (progress lines and the
  * final report read them) and calls the services of tasks.h (tw_stop,
@@ -78,8 +78,6 @@ typedef struct workCtx {
 
 typedef struct trainer {
     const char *kind;       /* "dense", "sparse" */
-    /* 1 when job 'cfg' is of this kind. */
-    int (*is_kind)(const jobConfig *cfg);
     /* After the job config was loaded into w->cfg: sets w->batch, w->m,
      * w->push_name/pull_name and w->state. 0 or -1 (printed). */
     int (*setup)(workCtx *w);

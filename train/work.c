@@ -20,13 +20,8 @@
 
 #include "cmds.h"
 #include "conn.h"
-#include "dense.h"
-#include "sparse.h"
+#include "kind.h"
 #include "util.h"
-
-/* The trainers, one per model kind: a job is trained by the first whose
- * is_kind() accepts its config. */
-static const trainer *const Trainers[] = {&SparseTrainer, &DenseTrainer};
 
 /* Loads the job's config into w->cfg and picks its trainer. NULL on error
  * (printed). */
@@ -41,10 +36,7 @@ static const trainer *load_job(workCtx *w) {
         tr_err(o, "--job %s: init has not finished (state %s)", o->job, w->cfg.state);
         return NULL;
     }
-    for (size_t i = 0; i < sizeof(Trainers) / sizeof(Trainers[0]); i++)
-        if (Trainers[i]->is_kind(&w->cfg)) return Trainers[i];
-    tr_err(o, "--job %s: no trainer for this job's model", o->job);
-    return NULL;
+    return tr_trainer_of(&w->cfg);
 }
 
 int tr_cmd_work(const trainOpts *o) {
