@@ -9,11 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
-#include "conn.h"
 #include "sparse.h"
-#include "tasks.h"
 #include "util.h"
-#include "wirefmt.h"
 
 /* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
 static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",

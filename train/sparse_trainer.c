@@ -33,9 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conn.h"
 #include "sparse.h"
-#include "tasks.h"
 #include "util.h"
 #include "wirefmt.h"
 
