@@ -389,6 +389,15 @@ def test_a_flag_of_the_other_model_kind_is_refused(args, needle):
     assert p.returncode == 2 and needle in p.out, p.out
 
 
+def test_run_result_checks_are_not_job_settings(ps_train):
+    # --min-auc without --model reruns an existing sparse job (no settings given): it passes
+    # the command line and fails only at connect here.
+    for extra in (["--min-auc", 0.5],
+                  ["--min-acc", 0.5, "--model", "fm", "--train", "x", "--test", "y"]):
+        p = run(["run", "--addr", "127.0.0.1:1", "--job", "k"] + extra, check=False)
+        assert p.returncode == 1 and "cannot connect" in p.out, (extra, p.out)
+
+
 def test_gen_ctr_subcommand_runs_ps_gen_ctr_with_a_note(ps_train, tmp_path):
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     new = run_gen_ctr(["--out", a, "--samples", 300, "--vocab", 20, "--seed", 5])

@@ -326,7 +326,10 @@ int tr_opts_check_kind(const trainOpts *o) {
     int sparse = o->sparse.model != NULL;
     for (size_t k = 0; k < NFLAGS; k++) {
         const flagDef *f = &Flags[k];
-        if (f->alias_of || !is_given(o, f) || (f->kinds & (sparse ? K_SPARSE : K_DENSE)))
+        /* A job's settings (what init takes); --min-acc/--min-auc are only
+         * checks of run's result. */
+        if (f->alias_of || !is_given(o, f) || !(f->cmds & C_INIT) ||
+            (f->kinds & (sparse ? K_SPARSE : K_DENSE)))
             continue;
         if (sparse)
             fprintf(stderr, "ps-train %s: %s is for dense jobs, not with --model\n", o->cmd,

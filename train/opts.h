@@ -129,8 +129,9 @@ int tr_opts_parse(const char *cmd, int bit, const char *summary, int argc, char 
 void tr_opts_help(FILE *out, const char *cmd, int bit, const char *summary);
 /* Prints the whole flag table: flag, subcommands, kinds, default. */
 void tr_opts_table(FILE *out);
-/* At init/run: refuses (printed, -1) a flag given that is not for the job's
- * kind (dense without --model, sparse with it). 0 otherwise. */
+/* At init/run: refuses (printed, -1) a job setting given (a flag init
+ * takes) that is not for the job's kind (dense without --model, sparse
+ * with it). 0 otherwise. */
 int tr_opts_check_kind(const trainOpts *o);
 /* 1 when flag 'name' (e.g. "--epochs", or a deprecated spelling of it) was
  * given on the command line. */
