@@ -148,7 +148,7 @@ static void batch_unacked(psClient *c, psPushAck *a) {
 
 /* Whether 'reply' is the module's "no such key" error. */
 static int is_nokey(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "no such key") != NULL;
+    return psi_reply_error(reply) == PS_PROTO_ERR_NOKEY;
 }
 
 /* Record that partition 'p' was seen at version 'v' (acknowledged). */

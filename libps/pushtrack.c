@@ -137,7 +137,7 @@ void psi_group_submit(psClient *c, psPushGroup *g) {
 
 /* Whether 'reply' is the module's "no such key" error. */
 static int is_nokey(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "no such key") != NULL;
+    return psi_reply_error(reply) == PS_PROTO_ERR_NOKEY;
 }
 
 int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, int has_version,
@@ -151,8 +151,7 @@ int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, in
         if (!*has_acked || ver > *acked) *acked = ver;
         *has_acked = 1;
         out = PSI_PUSH_ACKED;
-    } else if (reply->type == REDIS_REPLY_ERROR && has_version &&
-               strstr(reply->str, "is newer than the tensor's version") != NULL) {
+    } else if (has_version && psi_reply_error(reply) == PS_PROTO_ERR_FUTURE) {
         /* "ERR VERSION v is newer than the tensor's version now": the server
          * lost updates this client had pulled (a failover or restart that
          * lost acknowledged writes). Policy continue: the gradient is still
@@ -167,7 +166,7 @@ int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, in
             c->stats.push_errors++;
             psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
         }
-    } else if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0) {
+    } else if (psi_reply_error(reply) == PS_PROTO_ERR_STALE) {
         c->stats.stale_rejects++;
     } else if (is_nokey(reply) && *has_acked) {
         c->stats.push_errors++;
@@ -176,9 +175,9 @@ int psi_push_reply(psClient *c, psReq *r, redisReply *reply, const char *key, in
     } else {
         const char *hint = "";
         c->stats.push_errors++;
-        if (reply->type == REDIS_REPLY_ERROR &&
-            (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
-             strstr(reply->str, "option")))
+        int cls = psi_reply_error(reply);
+        if (cls == PS_PROTO_ERR_SYNTAX || cls == PS_PROTO_ERR_UNKNOWN_OPT ||
+            cls == PS_PROTO_ERR_DUP_OPT || cls == PS_PROTO_ERR_MISSING_ARG)
             hint = " (server without VERSION/ID? see PS_FLAG_NO_PUSH_ID)";
         else if (is_nokey(reply))
             hint = " (never seen by this client: not created yet, or created with another "
