@@ -9,17 +9,14 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "model.h"
 
 /* ========================================================================
  * Connection
  * ======================================================================== */
 
-static uint64_t now_us(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (uint64_t)tv.tv_sec * 1000000u + (uint64_t)tv.tv_usec;
-}
+static uint64_t now_us(void) { return ps_wall_us(); }
 
 /* 64 random bits from /dev/urandom, or the clock mixed with the pid. */
 static uint64_t random64(void) {
