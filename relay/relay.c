@@ -86,11 +86,12 @@ static void fault_point(relay *r, const char *phase) {
 /* PS.INFO of 'name' on 'c' into '*ki' (psInfo). 0 for a tensor; 1 on a
  * connection problem; 2 when the key answers an error or is no tensor (a
  * table answers as a reply the relay does not expect); 3 when it does not
- * exist. */
-static int tensor_info(psClient *c, const char *name, psKeyInfo *ki) {
+ * exist. '*why' says what went wrong. */
+static int tensor_info(psClient *c, const char *name, psKeyInfo *ki, const char **why) {
+    *why = c->errstr;
     if (psInfo(c, name, ki) == PS_OK) {
         if (!ki->is_table) return 0;
-        snprintf(c->errstr, sizeof(c->errstr), "unexpected PS.INFO reply");
+        *why = "unexpected PS.INFO reply";
         return 2;
     }
     if (c->err == PS_ERR_NOKEY) return 3;
@@ -168,13 +169,14 @@ static int setup_key(relay *r, relayKey *k) {
     char a[128], b[128];
     psKeyInfo ui, li;
     redisReply *rep;
-    int st = tensor_info(r->up, k->name, &ui);
+    const char *why;
+    int st = tensor_info(r->up, k->name, &ui, &why);
     if (st == 1) {
-        say(r, "PS.INFO %s upstream: %s", k->name, r->up->errstr);
+        say(r, "PS.INFO %s upstream: %s", k->name, why);
         return 1;
     }
     if (st != 0) {
-        say(r, "upstream key %s is not a tensor the relay can serve: %s", k->name, r->up->errstr);
+        say(r, "upstream key %s is not a tensor the relay can serve: %s", k->name, why);
         return 2;
     }
     const char *optim = ui.optimizer;
@@ -191,9 +193,9 @@ static int setup_key(relay *r, relayKey *k) {
     }
     shape_str(a, sizeof(a), k->ndim, k->dims);
     for (int attempt = 0; attempt < 2; attempt++) {
-        st = tensor_info(r->local, k->name, &li);
+        st = tensor_info(r->local, k->name, &li, &why);
         if (st == 1) {
-            say(r, "PS.INFO %s local: %s", k->name, r->local->errstr);
+            say(r, "PS.INFO %s local: %s", k->name, why);
             return 1;
         }
         if (st == 3) {
@@ -220,7 +222,7 @@ static int setup_key(relay *r, relayKey *k) {
             continue;
         }
         if (st != 0) {
-            say(r, "local key %s is not a tensor: %s", k->name, r->local->errstr);
+            say(r, "local key %s is not a tensor: %s", k->name, why);
             return 2;
         }
         const char *lopt = li.optimizer;
