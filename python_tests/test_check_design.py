@@ -59,11 +59,14 @@ def test_a_call_up_and_a_circle_across_components_fail(tmp_path):
     files = dict(CLEAN)
     files["common/c.c"] = "int a_fn(void); int c_fn(void) { return 1; }\nint up(void) { return a_fn(); }\n"
     files["module/m.c"] = "int b_fn(void); int m_fn(void) { return b_fn(); }\n"
+    # A subfolder belongs to its top-level folder's component.
+    files["module/core/k.c"] = "int a_fn(void); int k_fn(void) { return a_fn(); }\n"
     make_tree(str(tmp_path), files)
     rc, out = run(str(tmp_path))
     assert rc == 1, out
     assert "common/c.c calls libps/a.c (a_fn): common may call only itself" in out, out
     assert "module/m.c calls libps/b.c (b_fn): module may call only common" in out, out
+    assert "module/core/k.c calls libps/a.c (a_fn): module may call only common" in out, out
     assert "call circle across components common/libps: common/c.c libps/a.c" in out, out
 
 
