@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "protocol.h"
 #include "wire.h"
 
 /* The batch layer's part of a client. */
@@ -35,24 +36,23 @@ static int grow(void *pp, size_t *cap, size_t n, size_t size) {
 
 /* Whether 'reply' is the module's "no such key" error. */
 static int is_nokey(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR && strstr(reply->str, "no such key") != NULL;
+    return psi_reply_error(reply) == PS_PROTO_ERR_NOKEY;
 }
 
 /* Whether 'reply' is "ERR VERSION v is newer than the tensor's version now". */
 static int is_version_ahead(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR &&
-           strstr(reply->str, "is newer than the tensor's version") != NULL;
+    return psi_reply_error(reply) == PS_PROTO_ERR_FUTURE;
 }
 
 static int is_stale(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "STALE", 5) == 0;
+    return psi_reply_error(reply) == PS_PROTO_ERR_STALE;
 }
 
 /* Whether 'reply' refuses an option an older server lacks (VERSION, ID). */
 static int is_unknown_option(const redisReply *reply) {
-    return reply->type == REDIS_REPLY_ERROR &&
-           (strstr(reply->str, "syntax") || strstr(reply->str, "unknown") ||
-            strstr(reply->str, "option"));
+    int cls = psi_reply_error(reply);
+    return cls == PS_PROTO_ERR_SYNTAX || cls == PS_PROTO_ERR_UNKNOWN_OPT ||
+           cls == PS_PROTO_ERR_DUP_OPT || cls == PS_PROTO_ERR_MISSING_ARG;
 }
 
 static void key_acked(psKey *k, uint64_t v) {

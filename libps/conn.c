@@ -379,7 +379,7 @@ int psi_topology_init(psClient *c, const char *addrs) {
             free(host);
             continue;
         }
-        if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled")) {
+        if (psi_reply_error(r) == PS_PROTO_ERR_NOCLUSTER) {
             /* standalone: this connection becomes node 0, owner of every slot */
             freeReplyObject(r);
             node = psi_node_find_or_add(c, host, strlen(host), port);

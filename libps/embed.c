@@ -122,8 +122,9 @@ uint64_t psEmbedShardVersion(const psEmbed *e, int s) {
 }
 
 int psEmbedSetPushFormat(psEmbed *e, psWireFormat fmt) {
-    if (fmt != PS_WIRE_F32 && fmt != PS_WIRE_F16 && fmt != PS_WIRE_BF16) return PS_ERR;
-    e->push_fmt = (ps_format)fmt;
+    ps_format f; /* the formats tables take (common/protocol.h) */
+    if (psi_format(fmt, &f) != 0 || !ps_proto_format_table(f)) return PS_ERR;
+    e->push_fmt = f;
     return PS_OK;
 }
 
@@ -137,8 +138,9 @@ int psEmbedSetErrorFeedback(psEmbed *e, size_t max_ids) {
 static int feedback_on(const psEmbed *e) { return e->fb.max > 0 && e->push_fmt != PS_FMT_F32; }
 
 int psEmbedSetPullFormat(psEmbed *e, psWireFormat fmt) {
-    if (fmt != PS_WIRE_F32 && fmt != PS_WIRE_F16 && fmt != PS_WIRE_BF16) return PS_ERR;
-    e->pull_fmt = (ps_format)fmt;
+    ps_format f;
+    if (psi_format(fmt, &f) != 0 || !ps_proto_format_table(f)) return PS_ERR;
+    e->pull_fmt = f;
     return PS_OK;
 }
 

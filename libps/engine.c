@@ -412,10 +412,6 @@ static redisReply *build_reply(psClient *c, redisContext *ctx, psReq *r, const c
     return reply;
 }
 
-static int err_is(const redisReply *r, const char *code) {
-    size_t n = strlen(code);
-    return r->len >= n && strncmp(r->str, code, n) == 0 && (r->len == n || r->str[n] == ' ');
-}
 
 /* Handle one reply read from node 'i' for queue entry 'e'. */
 static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
@@ -430,7 +426,8 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
-        int moved = err_is(reply, "MOVED"), ask = err_is(reply, "ASK");
+        const int cls = psi_reply_error(reply);
+        int moved = cls == PS_PROTO_ERR_MOVED, ask = cls == PS_PROTO_ERR_ASK;
         if (moved || ask) {
             /* "MOVED <slot> <host>:<port>" */
             char *sp1 = strchr(reply->str, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
@@ -458,12 +455,12 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
             retry_req(c, r, 0, "redirect");
             return;
         }
-        if (err_is(reply, "TRYAGAIN") || err_is(reply, "CLUSTERDOWN") ||
-            err_is(reply, "LOADING") || err_is(reply, "MASTERDOWN") ||
-            err_is(reply, "READONLY")) {
+        if (cls == PS_PROTO_ERR_TRYAGAIN || cls == PS_PROTO_ERR_CLUSTERDOWN ||
+            cls == PS_PROTO_ERR_LOADING || cls == PS_PROTO_ERR_MASTERDOWN ||
+            cls == PS_PROTO_ERR_READONLY) {
             char msg[128];
             snprintf(msg, sizeof(msg), "%.100s", reply->str);
-            if (!err_is(reply, "TRYAGAIN") && !err_is(reply, "LOADING") &&
+            if (cls != PS_PROTO_ERR_TRYAGAIN && cls != PS_PROTO_ERR_LOADING &&
                 (c->cluster || pv->topo.nseeds > 1))
                 pv->topo.need_refresh = 1;
             freeReplyObject(reply);

@@ -61,18 +61,18 @@ int psModelAddTensor(psModel *m, const char *name, int ndim, const uint64_t *dim
 }
 
 int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio) {
-    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8, PS_FMT_TOPK};
-    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_TOPK) return PS_ERR;
-    if (fmt == PS_WIRE_TOPK && !(topk_ratio > 0 && topk_ratio <= 1)) return PS_ERR;
-    m->push_fmt = map[fmt];
-    if (fmt == PS_WIRE_TOPK) m->topk_ratio = topk_ratio;
+    ps_format f; /* a tensor push takes every format (common/protocol.h) */
+    if (psi_format(fmt, &f) != 0) return PS_ERR;
+    if (f == PS_FMT_TOPK && !(topk_ratio > 0 && topk_ratio <= 1)) return PS_ERR;
+    m->push_fmt = f;
+    if (f == PS_FMT_TOPK) m->topk_ratio = topk_ratio;
     return PS_OK;
 }
 
 int psModelSetPullFormat(psModel *m, psWireFormat fmt) {
-    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8};
-    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_I8) return PS_ERR;
-    m->pull_fmt = map[fmt];
+    ps_format f; /* a pull answers a dense format */
+    if (psi_format(fmt, &f) != 0 || !ps_proto_format_dense(f)) return PS_ERR;
+    m->pull_fmt = f;
     return PS_OK;
 }
 

@@ -13,10 +13,14 @@
  *   embed.c    sharded embedding tables: ids onto shard keys
  *   client.c   psConnect, generic commands, psDrain, psClientFree
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
- *              the policies), lost-state events, event announcements */
+ *              the policies), lost-state events, event announcements
+ *   proto.c    common/protocol.h on libps's side: reply classification,
+ *              public wire formats -> codec formats
+ *   info.c     PS.INFO (psInfo, psInfoParse) */
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
+#include "codec.h"
 #include "redis-ps/ps.h"
 #include "resp.h"
 #include "slot.h"
@@ -167,6 +171,14 @@ void psi_set_error(psClient *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reset the error before a public call. */
 void psi_clear_error(psClient *c);
+/* The class of a reply (reply.c): PS_PROTO_ERR_NONE for any reply but an
+ * error, else the PS_PROTO_ERRORS row (common/protocol.h) its text matches.
+ * Every reply libps tells apart is told apart here (an int: the values are
+ * protocol.h's ps_proto_error). */
+int psi_reply_error(const redisReply *r);
+/* The codec format of public wire format 'w' (proto.c): 0, or -1 when 'w'
+ * is none. */
+int psi_format(psWireFormat w, ps_format *out);
 int64_t psi_mono_ms(void);
 /* Wall clock in microseconds. */
 uint64_t psi_wall_us(void);
