@@ -1,22 +1,25 @@
 /* ps_internal.h -- private structures of libps shared by its layers. Not
- * installed. From the bottom up:
- *   conn.c     connections, nodes and the hash-slot map (topology)
+ * installed. From the bottom up (each file calls only files below it;
+ * docs/design.md "libps layers" has the picture):
+ *   slot.c, resid.c, wire.c, resp.c   pure: hash slots, error-feedback
+ *              residuals, RESP encoders of the PS commands (wire.h), the
+ *              engine's RESP2 reply framer (resp.h)
+ *   conn.c     errors, connections, nodes and the hash-slot map (topology)
+ *   proto.c    common/protocol.h on libps's side: reply classification,
+ *              public wire formats -> codec formats
  *   engine.c   the request engine: routing, redirects, retries, WAIT,
  *              pipelining; completes requests through their callbacks and
  *              knows nothing of models
- *   wire.c     RESP encoding of the model commands (wire.h)
- *   resp.c     the engine's RESP2 reply framer (resp.h)
- *   raw.c      raw requests: a command whose reply is kept (raw.h)
- *   batch.c    the batch layer: keyed pulls, push groups with their
- *              replies, resends and WAITs (batch.h)
- *   model.c, model_io.c   models: partitions of tensors onto keys
- *   embed.c    sharded embedding tables: ids onto shard keys
- *   client.c   psConnect, generic commands, psDrain, psClientFree
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
  *              the policies), lost-state events, event announcements
- *   proto.c    common/protocol.h on libps's side: reply classification,
- *              public wire formats -> codec formats
- *   info.c     PS.INFO (psInfo, psInfoParse) */
+ *   raw.c      raw requests: a command whose reply is kept (raw.h)
+ *   batch.c    the batch layer: keyed pulls, push groups with their
+ *              replies, resends and WAITs; users (models, tables) attached
+ *              to a client (batch.h)
+ *   model.c, model_io.c   models: tensors partitioned onto keys (model.h)
+ *   embed.c    sharded embedding tables: ids onto shard keys
+ *   info.c     PS.INFO (psInfo, psInfoParse)
+ *   client.c   psConnect, generic commands, psDrain, psClientFree */
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
