@@ -194,11 +194,18 @@ void psi_batches_free(psClient *c) {
     c->priv->batch = NULL;
 }
 
+static int window_busy(const psPushWindow *w) {
+    for (int i = 0; i < w->n; i++)
+        if (w->g[i].in_use) return 1;
+    return 0;
+}
+
 int psi_batches_idle(psClient *c, void *arg) {
     struct psBatches *bp = c->priv->batch;
     (void)arg;
+    if (window_busy(&bp->shared)) return 0;
     for (int i = 0; i < bp->nusers; i++)
-        if (user_busy(bp->users[i])) return 0;
+        if (window_busy(&bp->users[i]->own)) return 0;
     return 1;
 }
 

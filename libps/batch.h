@@ -214,7 +214,8 @@ int psi_push_send(psClient *c, psPushGroup *g);
 int psi_batches_init(psClient *c, const psOptions *o);
 /* Forget every user attached to 'c' and free the shared window. */
 void psi_batches_free(psClient *c);
-/* 1 when no request of any user is in flight on 'c'. */
+/* 1 when no push of any user is in flight on 'c' (psDrain; pulls in flight
+ * are their waits'). */
 int psi_batches_idle(psClient *c, void *arg);
 
 #endif /* PS_BATCH_H */
