@@ -69,9 +69,9 @@ static void set_degraded(psClient *c, int node, long long got) {
     psClientPriv *pv = c->priv;
     psNode *n = &pv->topo.nodes[node];
     char name[80];
-    n->probe_at = psi_mono_ms() + pv->dur.probe_ms;
-    if (n->degraded) return;
-    n->degraded = 1;
+    n->dur.probe_at = psi_mono_ms() + pv->dur.probe_ms;
+    if (n->dur.degraded) return;
+    n->dur.degraded = 1;
     c->stats.degraded_nodes++;
     psi_node_name(c, node, name, sizeof(name));
     psi_event(c, PS_EVENT_DEGRADED, node,
@@ -89,8 +89,8 @@ static void set_degraded(psClient *c, int node, long long got) {
 void psi_wait_full(psClient *c, int node) {
     psNode *n = &c->priv->topo.nodes[node];
     char name[80];
-    if (!n->degraded) return;
-    n->degraded = 0;
+    if (!n->dur.degraded) return;
+    n->dur.degraded = 0;
     c->stats.degraded_nodes--;
     psi_event(c, PS_EVENT_RESTORED, node,
               "durability restored on %s: %d replica%s in sync again; pushes are WAITed for again",
@@ -129,18 +129,18 @@ static void probe_done(psClient *c, void *udata, int node, redisReply *reply) {
     psNode *n = &c->priv->topo.nodes[node];
     long long got = online_replicas(reply);
     (void)udata;
-    n->probing = 0;
+    n->dur.probing = 0;
     if (got >= c->priv->dur.wait_replicas) psi_wait_full(c, node);
-    else n->probe_at = psi_mono_ms() + c->priv->dur.probe_ms;
+    else n->dur.probe_at = psi_mono_ms() + c->priv->dur.probe_ms;
     if (reply) freeReplyObject(reply);
 }
 
 int psi_wait_wanted(psClient *c, int node) {
     psClientPriv *pv = c->priv;
     psNode *n = &pv->topo.nodes[node];
-    if (!n->degraded || pv->dur.durability_policy != PS_DURABILITY_DEGRADE) return 1;
-    if (!n->probing && psi_mono_ms() >= n->probe_at && psi_submit_probe(c, node, probe_done, NULL) == 0)
-        n->probing = 1;
+    if (!n->dur.degraded || pv->dur.durability_policy != PS_DURABILITY_DEGRADE) return 1;
+    if (!n->dur.probing && psi_mono_ms() >= n->dur.probe_at && psi_submit_probe(c, node, probe_done, NULL) == 0)
+        n->dur.probing = 1;
     return 0;
 }
 

@@ -53,25 +53,25 @@
  * ======================================================================== */
 
 static int q_push(psNode *n, psQent e) {
-    if (n->qlen == n->qcap) {
-        size_t cap = n->qcap ? n->qcap * 2 : 64, i;
+    if (n->io.qlen == n->io.qcap) {
+        size_t cap = n->io.qcap ? n->io.qcap * 2 : 64, i;
         psQent *nq = malloc(sizeof(*nq) * cap);
         if (nq == NULL) return -1;
-        for (i = 0; i < n->qlen; i++) nq[i] = n->q[(n->qhead + i) % n->qcap];
-        free(n->q);
-        n->q = nq;
-        n->qcap = cap;
-        n->qhead = 0;
+        for (i = 0; i < n->io.qlen; i++) nq[i] = n->io.q[(n->io.qhead + i) % n->io.qcap];
+        free(n->io.q);
+        n->io.q = nq;
+        n->io.qcap = cap;
+        n->io.qhead = 0;
     }
-    n->q[(n->qhead + n->qlen) % n->qcap] = e;
-    n->qlen++;
+    n->io.q[(n->io.qhead + n->io.qlen) % n->io.qcap] = e;
+    n->io.qlen++;
     return 0;
 }
 
 static psQent q_pop(psNode *n) {
-    psQent e = n->q[n->qhead];
-    n->qhead = (n->qhead + 1) % n->qcap;
-    n->qlen--;
+    psQent e = n->io.q[n->io.qhead];
+    n->io.qhead = (n->io.qhead + 1) % n->io.qcap;
+    n->io.qlen--;
     return e;
 }
 
@@ -141,10 +141,10 @@ static void node_fail(psClient *c, int i, const char *why) {
         redisFree(n->ctx);
         n->ctx = NULL;
     }
-    n->inlen = 0;
-    memset(&n->scan, 0, sizeof(n->scan));
-    n->gen++;
-    while (n->qlen) {
+    n->io.inlen = 0;
+    memset(&n->io.scan, 0, sizeof(n->io.scan));
+    n->io.gen++;
+    while (n->io.qlen) {
         psQent e = q_pop(n);
         if (e.kind == PSQ_REQ) retry_req(c, e.r, 1, msg);
         else if (e.kind == PSQ_WAIT) e.wait_done(c, e.wait_udata, i, NULL);
@@ -157,8 +157,8 @@ void psi_engine_free(psClient *c) {
     psClientPriv *pv = c->priv;
     int i;
     for (i = 0; i < pv->topo.nnodes; i++) {
-        free(pv->topo.nodes[i].q);
-        free(pv->topo.nodes[i].in);
+        free(pv->topo.nodes[i].io.q);
+        free(pv->topo.nodes[i].io.in);
     }
     free(pv->eng.retry);
 }
@@ -476,41 +476,41 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
 static void node_read(psClient *c, int i) {
     psClientPriv *pv = c->priv;
     psNode *n = &pv->topo.nodes[i];
-    unsigned gen = n->gen;
-    size_t off = 0, want = n->inlen + PS_READ_CHUNK / 4;
+    unsigned gen = n->io.gen;
+    size_t off = 0, want = n->io.inlen + PS_READ_CHUNK / 4;
     ssize_t nr;
 
-    if (n->scan.need > want) want = n->scan.need;
-    if (n->incap < want) {
-        size_t cap = n->inlen + PS_READ_CHUNK > n->scan.need ? n->inlen + PS_READ_CHUNK : n->scan.need;
-        char *nb = realloc(n->in, cap);
+    if (n->io.scan.need > want) want = n->io.scan.need;
+    if (n->io.incap < want) {
+        size_t cap = n->io.inlen + PS_READ_CHUNK > n->io.scan.need ? n->io.inlen + PS_READ_CHUNK : n->io.scan.need;
+        char *nb = realloc(n->io.in, cap);
         if (nb == NULL) {
             node_fail(c, i, "out of memory");
             return;
         }
-        n->in = nb;
-        n->incap = cap;
+        n->io.in = nb;
+        n->io.incap = cap;
     }
-    nr = read(n->ctx->fd, n->in + n->inlen, n->incap - n->inlen);
+    nr = read(n->ctx->fd, n->io.in + n->io.inlen, n->io.incap - n->io.inlen);
     if (nr < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (nr <= 0) {
         node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
         return;
     }
-    n->inlen += (size_t)nr;
-    while (n->qlen && off < n->inlen) {
-        psQent *head = &n->q[n->qhead];
+    n->io.inlen += (size_t)nr;
+    while (n->io.qlen && off < n->io.inlen) {
+        psQent *head = &n->io.q[n->io.qhead];
         redisReply *reply;
         size_t len;
-        int rc = psi_scan_reply(&n->scan, n->in + off, n->inlen - off);
+        int rc = psi_scan_reply(&n->io.scan, n->io.in + off, n->io.inlen - off);
         if (rc < 0) {
             node_fail(c, i, "protocol error in a reply");
             return;
         }
         if (rc == 0) break;     /* s->need counts from the reply's start */
-        len = n->scan.pos;
-        memset(&n->scan, 0, sizeof(n->scan));
-        reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->in + off, len);
+        len = n->io.scan.pos;
+        memset(&n->io.scan, 0, sizeof(n->io.scan));
+        reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->io.in + off, len);
         if (reply == NULL) {
             node_fail(c, i, "protocol error in a reply");
             return;
@@ -518,11 +518,11 @@ static void node_read(psClient *c, int i) {
         off += len;
         handle_reply(c, i, q_pop(n), reply);
         n = &pv->topo.nodes[i];      /* a redirect may have added nodes */
-        if (n->gen != gen) return;      /* the callback dropped the connection */
+        if (n->io.gen != gen) return;      /* the callback dropped the connection */
     }
     if (off) {
-        memmove(n->in, n->in + off, n->inlen - off);
-        n->inlen -= off;
+        memmove(n->io.in, n->io.in + off, n->io.inlen - off);
+        n->io.inlen -= off;
     }
 }
 
@@ -573,7 +573,7 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
             }
         }
         for (i = 0; i < pv->topo.nnodes; i++) {
-            if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].qlen == 0) continue;
+            if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].io.qlen == 0) continue;
             fds[nfds].fd = pv->topo.nodes[i].ctx->fd;
             fds[nfds].events = POLLIN;
             fds[nfds].revents = 0;
@@ -607,7 +607,7 @@ void psi_flush(psClient *c) {
     if (pv->eng.nretry) run_retries(c);
     write_all(c);
     for (i = 0; i < pv->topo.nnodes; i++) {
-        if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].qlen == 0) continue;
+        if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].io.qlen == 0) continue;
         pfd.fd = pv->topo.nodes[i].ctx->fd;
         pfd.events = POLLIN;
         pfd.revents = 0;

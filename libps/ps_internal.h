@@ -107,21 +107,31 @@ typedef struct psQent {
     void *wait_udata;
 } psQent;
 
+/* A node's requests and replies in flight (engine.c). */
+typedef struct psNodeIO {
+    psQent *q;                  /* ring of pending replies */
+    size_t qhead, qlen, qcap;
+    char *in;                   /* bytes read, not yet handled */
+    size_t inlen, incap;
+    psScan scan;
+    unsigned gen;               /* bumped when the connection is dropped */
+} psNodeIO;
+
+/* A node's durability (durable.c). */
+typedef struct psNodeDur {
+    int degraded;               /* announced as unable to satisfy wait_replicas */
+    int probing;                /* an INFO replication probe is queued */
+    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
+} psNodeDur;
+
+/* A node: its address and connection (conn.c), and each layer's part. */
 typedef struct psNode {
     char *host;
     int port;
     redisContext *ctx;          /* NULL when not connected */
     int ever_connected;
-    psQent *q;                  /* ring of pending replies */
-    size_t qhead, qlen, qcap;
-    char *in;                   /* bytes read, not yet handled (engine.c) */
-    size_t inlen, incap;
-    psScan scan;
-    unsigned gen;               /* bumped when the connection is dropped */
-    /* durability (durable.c) */
-    int degraded;               /* announced as unable to satisfy wait_replicas */
-    int probing;                /* an INFO replication probe is queued */
-    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
+    psNodeIO io;
+    psNodeDur dur;
 } psNode;
 
 /* The private state of a client: one struct per layer, each written by its
