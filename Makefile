@@ -152,7 +152,15 @@ $(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 
 # ---- tests -----------------------------------------------------------------
 
-test: check-deps check-layers all unit pytest
+test: check-deps check-layers all check-design unit pytest
+
+# Design check (scripts/check_design.py, docs/design.md "Design check"): no
+# call circles between components or of more than 2 files inside one (bar the
+# reasoned exceptions in scripts/design_allow.txt), one libps encoder per
+# command, each protocol fact in one table. Reads the objects `all` built.
+.PHONY: check-design
+check-design: all
+	@$(PYTHON) scripts/check_design.py --obj $(OBJ)
 
 # Speed guard: the SGD apply of 1M floats, best of 30, against a memcpy of the
 # same bytes in the same process. It measures ~2x here; a kernel that stops

@@ -106,6 +106,31 @@ int ps_proto_optim_of_table_code(int code) {
     return code >= 0 && code < PS_PROTO_TABLE_OPTIM_COUNT ? TableOptims[code] : -1;
 }
 
+int ps_proto_optim_for(const char *name, int kind, int updates) {
+    int o = name ? ps_proto_optim_parse(name, strlen(name)) : -1;
+    if (o < 0 || (updates && !Optims[o].updates)) return -1;
+    if ((kind == PS_PROTO_KIND_TENSOR && ps_proto_optim_tensor_code(o) < 0) ||
+        (kind == PS_PROTO_KIND_TABLE && ps_proto_optim_table_code(o) < 0))
+        return -1;
+    return o;
+}
+
+char *ps_proto_optim_names(int kind, int updates, const char *sep, char *buf, size_t cap) {
+    const int *list = kind == PS_PROTO_KIND_TABLE ? TableOptims : TensorOptims;
+    int n = kind == PS_PROTO_KIND_TABLE ? PS_PROTO_TABLE_OPTIM_COUNT : PS_PROTO_TENSOR_OPTIM_COUNT;
+    size_t len = 0;
+    if (cap == 0) return buf;
+    buf[0] = '\0';
+    for (int k = 0; k < n; k++) {
+        if (updates && !Optims[list[k]].updates) continue;
+        const char *parts[2] = {len ? sep : "", Optims[list[k]].name};
+        for (int j = 0; j < 2; j++)
+            for (const char *p = parts[j]; *p && len + 1 < cap; p++) buf[len++] = *p;
+        buf[len] = '\0';
+    }
+    return buf;
+}
+
 static const unsigned char FormatDense[] = {
 #define PS_ROW_(ID, dense, table) dense,
     PS_PROTO_FORMATS(PS_ROW_, PS_ROW_)
@@ -132,6 +157,11 @@ static const char *const ErrText[PS_PROTO_ERR_COUNT] = {
 
 const char *ps_proto_error_text(ps_proto_error e) {
     return (int)e >= 0 && e < PS_PROTO_ERR_COUNT ? ErrText[e] : "";
+}
+
+int ps_proto_error_is_err(ps_proto_error e) {
+    const char *t = ps_proto_error_text(e);
+    return strncmp(t, "ERR", 3) == 0 && (t[3] == ' ' || t[3] == '\0');
 }
 
 /* Length of the number at s[0 .. n) (an optional '-', then digits), 0 if none. */

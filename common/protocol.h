@@ -205,6 +205,19 @@ int ps_proto_optim_table_code(int o);
 int ps_proto_optim_of_tensor_code(int code);
 int ps_proto_optim_of_table_code(int code);
 
+/* Kinds of key an optimizer applies to (ps_proto_optim_names). */
+#define PS_PROTO_KIND_TENSOR 1
+#define PS_PROTO_KIND_TABLE 2
+
+/* The optimizer 'name' names when it applies to 'kind' (and updates
+ * weights, when 'updates' is 1), else -1. Case-insensitive. */
+int ps_proto_optim_for(const char *name, int kind, int updates);
+
+/* Writes the lower-case names of the optimizers of 'kind' (only those that
+ * update weights when 'updates' is 1), in code order, joined by 'sep', into
+ * 'buf' (room 'cap', NUL-terminated, cut to fit). Returns 'buf'. */
+char *ps_proto_optim_names(int kind, int updates, const char *sep, char *buf, size_t cap);
+
 /* 1 when format 'f' (a ps_format value) is dense / taken by tables. */
 int ps_proto_format_dense(int f);
 int ps_proto_format_table(int f);
@@ -217,6 +230,9 @@ ps_proto_error ps_proto_error_class(const char *s, size_t len);
 
 /* The template of error class 'e' ("ERR no such key"), "" for NONE. */
 const char *ps_proto_error_text(ps_proto_error e);
+
+/* 1 when the code word of class 'e' is ERR (NOKEY, SYNTAX, ..., ERR). */
+int ps_proto_error_is_err(ps_proto_error e);
 
 /* The keyword of push option 'o' ("FORMAT") and its value count. */
 const char *ps_proto_push_option_name(ps_proto_push_option o);

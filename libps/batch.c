@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "batch.h"
+#include "clock.h"
 #include "protocol.h"
 #include "wire.h"
 
@@ -166,7 +167,7 @@ int psi_batches_init(psClient *c, const psOptions *o) {
     c->priv->batch = bp;
     bp->push_window = o->push_window > 0 ? o->push_window : PS_DEFAULT_PUSH_WINDOW;
     bp->flags = o->flags;
-    bp->seq_base = psi_wall_us();
+    bp->seq_base = ps_wall_us();
     bp->shared.n = bp->push_window;
     bp->shared.g = calloc((size_t)bp->shared.n, sizeof(psPushGroup));
     if (bp->shared.g == NULL) {

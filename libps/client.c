@@ -5,10 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "batch.h"
+#include "clock.h"
 #include "raw.h"
 
 /* ========================================================================
@@ -23,7 +23,7 @@ static uint64_t random64(void) {
         if (fread(&x, sizeof(x), 1, f) != 1) x = 0;
         fclose(f);
     }
-    if (x == 0) x = psi_wall_us() * 6364136223846793005ull ^ (uint64_t)getpid();
+    if (x == 0) x = ps_wall_us() * 6364136223846793005ull ^ (uint64_t)getpid();
     return x;
 }
 

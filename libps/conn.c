@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ps_internal.h"
 
 /* ========================================================================
@@ -34,24 +35,12 @@ void psi_clear_error(psClient *c) {
     c->errstr[0] = '\0';
 }
 
-int64_t psi_mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t psi_mono_ms(void) { return ps_mono_ms(); }
 
-uint64_t psi_wall_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
+/* Sleeps all of 'ms', signals or not. */
 void psi_sleep_ms(long ms) {
-    struct timespec ts;
-    if (ms <= 0) return;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (ms % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+    while ((ms = ps_sleep_ms(ms)) > 0) {
+    }
 }
 
 /* Split "host:port" (the last ':' separates, "[v6]:port" allowed) into a

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "ctr_gen.h"
+#include "protocol.h"
 #include "train_job.h"
 
 /* Subcommand bits. */
@@ -285,8 +286,6 @@ static int valid_job(const char *j) {
 
 /* Checks cross-flag rules after parsing. Returns 0 or -1 (printed). */
 static int validate(trainOpts *o, int bit) {
-    static const char *optims[] = {"sgd", "momentum", "nesterov", "adagrad",
-                                   "rmsprop", "adam", "adamw"};
     const char *c = o->cmd;
     if (!o->addr) {
         fprintf(stderr, "ps-train %s: --addr is required\n", c);
@@ -302,12 +301,11 @@ static int validate(trainOpts *o, int bit) {
         return -1;
     }
     if (bit & (C_INIT | C_RUN)) {
-        int ok = 0;
-        for (size_t i = 0; i < sizeof(optims) / sizeof(optims[0]); i++)
-            if (strcasecmp(o->optim, optims[i]) == 0) ok = 1;
-        if (!ok) {
-            fprintf(stderr, "ps-train %s: --optim: unknown optimizer '%s' (sgd momentum nesterov "
-                            "adagrad rmsprop adam adamw)\n", c, o->optim);
+        /* The tensor optimizers that train (common/protocol.h). */
+        if (ps_proto_optim_for(o->optim, PS_PROTO_KIND_TENSOR, 1) < 0) {
+            char names[160];
+            fprintf(stderr, "ps-train %s: --optim: unknown optimizer '%s' (%s)\n", c, o->optim,
+                    ps_proto_optim_names(PS_PROTO_KIND_TENSOR, 1, " ", names, sizeof(names)));
             return -1;
         }
         char err[256];

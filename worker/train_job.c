@@ -13,6 +13,7 @@
  * On an existing job, settings given that differ from its config are an
  * error, and a job with every task done is reported finished. */
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
+#include "codec.h"
+#include "protocol.h"
 #include "train_job.h"
 
 /* ========================================================================
@@ -41,18 +45,28 @@ void tr_err(const trainOpts *o, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+/* The formats are those of PS_PROTO_FORMATS (common/protocol.h): 'push'
+ * takes the dense ones (a model's pushes and pulls), otherwise the ones
+ * tables take (a sparse job's pulls). */
 int tr_parse_wire(const char *name, int push, psWireFormat *out) {
-    if (name == NULL || !strcasecmp(name, "f32")) *out = PS_WIRE_F32;
-    else if (!strcasecmp(name, "bf16")) *out = PS_WIRE_BF16;
-    else if (!strcasecmp(name, "f16")) *out = PS_WIRE_F16;
-    else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
-    else return -1;
-    return 0;
+    if (name == NULL) {
+        *out = PS_WIRE_F32;
+        return 0;
+    }
+#define TR_WIRE_(ID, dense, table)                                                                 \
+    if (!strcasecmp(name, #ID) && (push ? dense : table)) {                                        \
+        *out = PS_WIRE_##ID;                                                                       \
+        return 0;                                                                                  \
+    }
+    PS_PROTO_FORMATS(TR_WIRE_, TR_WIRE_)
+#undef TR_WIRE_
+    return -1;
 }
 
 int tr_parse_push(const char *name, pushFormat *out) {
+    const char *topk = ps_format_name(PS_FMT_TOPK); /* "TOPK", then ":k" or ":ratio" */
     memset(out, 0, sizeof(*out));
-    if (name == NULL || strncasecmp(name, "topk", 4) != 0)
+    if (name == NULL || strncasecmp(name, topk, 4) != 0)
         return tr_parse_wire(name, 1, &out->fmt);
     out->fmt = PS_WIRE_TOPK;
     if (name[4] == '\0') {
@@ -79,9 +93,15 @@ int tr_parse_push(const char *name, pushFormat *out) {
 }
 
 const char *tr_push_name(const pushFormat *pf, char *buf, size_t len) {
-    static const char *names[] = {"f32", "f16", "bf16", "i8", "topk"};
-    if (pf->fmt != PS_WIRE_TOPK)
-        snprintf(buf, len, "%s", names[pf->fmt]);
+    static const char *const names[] = {
+#define TR_NAME_(ID, dense, table) [PS_WIRE_##ID] = #ID,
+        PS_PROTO_FORMATS(TR_NAME_, TR_NAME_)
+#undef TR_NAME_
+    };
+    if (pf->fmt != PS_WIRE_TOPK) {
+        snprintf(buf, len, "%s", names[pf->fmt]); /* lower case, as recorded in configs */
+        for (char *p = buf; *p; p++) *p = (char)tolower((unsigned char)*p);
+    }
     else if (pf->topk_count > 0)
         snprintf(buf, len, "topk:%lld", pf->topk_count);
     else {
@@ -108,22 +128,12 @@ int tr_push_apply(psModel *m, const pushFormat *pf) {
     return psModelSetPushFormat(m, pf->fmt, r);
 }
 
-double tr_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_wall(void) { return ps_wall_s(); }
 
-double tr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_now(void) { return ps_mono_s(); }
 
-void tr_sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+/* A signal cuts the sleep short (a stop request is seen at once). */
+void tr_sleep_ms(long ms) { ps_sleep_ms(ms); }
 
 /* 1 when the server knows PS.PULL, 0 after printing how to load the
  * module. It sends PS.PULL without arguments: Redis answers "unknown

@@ -40,18 +40,14 @@ static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
             const char *key = psModelPartitionKey(m, t, p);
             uint64_t first, nrows;
             long long version = -1, pushes = -1;
+            psKeyInfo ki;
             psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.INFO %s", key);
-            if (r && r->type == REDIS_REPLY_ARRAY) {
-                for (size_t i = 0; i + 1 < r->elements; i += 2) {
-                    if (r->element[i]->type != REDIS_REPLY_STRING) continue;
-                    if (!strcmp(r->element[i]->str, "version")) version = r->element[i + 1]->integer;
-                    if (!strcmp(r->element[i]->str, "pushes")) pushes = r->element[i + 1]->integer;
-                }
+            if (psInfo(c, key, &ki) == PS_OK) {
+                version = (long long)ki.version;
+                pushes = (long long)ki.pushes;
             } else {
-                tr_err(o, "PS.INFO %s: %s", key, r ? r->str : c->errstr);
+                tr_err(o, "PS.INFO %s: %s", key, c->errstr);
             }
-            if (r) freeReplyObject(r);
             char node[80] = "";
             if (c->cluster) {
                 redisReply *s = psCommand(c, NULL, "CLUSTER KEYSLOT %s", key);
