@@ -230,7 +230,7 @@ FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
-FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
 FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
 MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
@@ -254,6 +254,11 @@ $(FUZZ_B)/fuzz_embed: fuzz/fuzz_embed.c module/type_embed.c $(MODULE_CORE_SRC) $
 $(FUZZ_B)/fuzz_push: fuzz/fuzz_push.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+# libps's RESP framer (libps/resp.c), checked against hiredis's reader.
+$(FUZZ_B)/fuzz_resp: fuzz/fuzz_resp.c libps/resp.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lhiredis
 
 fuzz-short: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_NAMES); do \
