@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "hugepage.h"
 #include "optim.h"
 
 /* ------------------------------------------------------------------------
@@ -57,6 +58,7 @@ static void index_put(uint32_t *idx, uint64_t size, uint64_t h, uint64_t slot) {
 static int index_rebuild(PSEmbed *t, uint64_t size) {
     uint32_t *idx = pse_alloc(t, size * sizeof(uint32_t));
     if (!idx) return PSE_ERR_OOM;
+    ps_advise_hugepages(idx, size * sizeof(uint32_t));
     memset(idx, 0, size * sizeof(uint32_t));
     for (uint64_t s = 0; s < t->nrows; s++)
         index_put(idx, size, pse_hash(t, pse_rec_id(pse_rec(t, s))), s);
@@ -132,7 +134,7 @@ static void index_delete_at(PSEmbed *t, uint64_t i) {
 #define PF_DIST 16
 #define PF_RING 64
 
-static inline void prefetch_span(const unsigned char *r, size_t span) {
+static inline __attribute__((always_inline)) void prefetch_span(const unsigned char *r, size_t span) {
     const uintptr_t end = (uintptr_t)r + span;
     for (uintptr_t a = (uintptr_t)r & ~(uintptr_t)63; a < end; a += 64)
         __builtin_prefetch((const void *)a);
