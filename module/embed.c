@@ -133,9 +133,12 @@ static void index_delete_at(PSEmbed *t, uint64_t i) {
  * the slot or -1 to slots[i]. */
 #define PF_DIST 16
 #define PF_RING 64
+#define PF_MAX_SPAN 512 /* bytes prefetched per record at most: a wide row's
+                         * rest is streamed by the hardware prefetcher, and
+                         * 16 rows of it in flight would only evict others */
 
 static inline __attribute__((always_inline)) void prefetch_span(const unsigned char *r, size_t span) {
-    const uintptr_t end = (uintptr_t)r + span;
+    const uintptr_t end = (uintptr_t)r + (span < PF_MAX_SPAN ? span : PF_MAX_SPAN);
     for (uintptr_t a = (uintptr_t)r & ~(uintptr_t)63; a < end; a += 64)
         __builtin_prefetch((const void *)a);
 }
