@@ -88,6 +88,7 @@ ptools: $(PTOOL_BINS)
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
+$(OBJ)/module/embed_optim.o: OPT = -O3
 $(OBJ)/common/codec.o: OPT = -O3
 
 HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
