@@ -217,6 +217,18 @@ pytest: module client $(PTOOL_BINS) ## the integration tests (PYTEST_ARGS=..., P
 	  $(PYTHON) -m pytest -q --lf $(PYTEST_ARGS); \
 	else exit $$rc; fi
 
+# Soak: the fault-injection tests (marker slow: kills, failovers, restarts, resharding, the
+# relay SIGKILLed at random points) SOAK_ROUNDS times, each round with its own PS_TEST_SEED
+# (the random kill points of test_relay.py), stopping at the first failure (no rerun). For
+# long runs before a release; `make test` runs each of them once.
+SOAK_ROUNDS ?= 5
+.PHONY: soak
+soak: module client $(PTOOL_BINS) ## the fault-injection tests SOAK_ROUNDS (5) times with new seeds
+	@set -e; cd python_tests && export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)}; \
+	for i in $$(seq 1 $(SOAK_ROUNDS)); do \
+	  echo "== soak round $$i of $(SOAK_ROUNDS) (PS_TEST_SEED=$$i)"; \
+	  PS_TEST_SEED=$$i $(PYTHON) -m pytest -q -x -m slow $(PYTEST_ARGS); done
+
 # ---- memory safety: sanitizers, valgrind, fuzzing (docs/security.md, docs/fuzzing.md)
 
 # The whole unit suite and the integration tests against an ASan+UBSan module,

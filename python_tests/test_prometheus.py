@@ -119,3 +119,25 @@ def test_script_on_a_cluster_node_reports_the_tensors_it_holds(module_path):
         assert ("ps_tensor_version/" + ka).encode() not in vals
     finally:
         cl.cleanup()
+
+
+def test_script_on_a_cluster_replica_exports_the_counters_only(module_path):
+    """A cluster replica serves no slots, so a script there may not read its replicated keys
+    ("non local key"): the script exports INFO ps and says it is a replica instead of failing
+    every scrape; the master exports the per-key series."""
+    cl = psserver.RedisClusterHelper(masters=3, replicas=1, module=module_path)
+    try:
+        m = cl.masters()[0]
+        k = cl.key_for(m, "t")
+        m.client().execute_command("PS.CREATE", k, "SHAPE", "2")
+        with open(SCRIPT) as f:
+            src = f.read()
+        replica = [n for n in cl.nodes if n.client().execute_command("ROLE")[0] == b"slave"][0]
+        vals = dict(zip(*[iter(replica.client().execute_command("EVAL", src, "0"))] * 2))
+        assert vals[b"ps_exporter_cluster_replica"] == b"1" and b"ps_pushes" in vals
+        assert vals[b"ps_exporter_tensors"] == b"0"
+        vals = dict(zip(*[iter(m.client().execute_command("EVAL", src, "0"))] * 2))
+        assert vals[b"ps_exporter_cluster_replica"] == b"0"
+        assert vals[("ps_tensor_version/" + k).encode()] == b"0"
+    finally:
+        cl.cleanup()

@@ -21,6 +21,9 @@
 --   ps_table_evicted_explicit, ps_table_pushes, ps_table_pulls, ps_table_ids_pulled,
 --   ps_table_dedup_hits, ps_table_stale_rejects, ps_table_nonfinite_rejects,
 --   ps_table_memory_bytes
+-- On a cluster replica only the INFO ps counters are exported (a script there may not read
+-- keys of slots its master serves), with ps_exporter_cluster_replica 1: scrape every node,
+-- the masters give the per-key series.
 -- plus ps_exporter_tensors and ps_exporter_tables (keys seen) and ps_exporter_truncated (1
 -- when more than MAX_KEYS keys of the two types exist: the rest are left out to bound the
 -- time the script blocks the server). Redis runs scripts atomically: keep MAX_KEYS modest
@@ -103,8 +106,17 @@ local function each(typ, fn)
   return n
 end
 
-each('ps-tensor', tensor)
-if truncated == 0 then each('ps-embeds', table_) end
+-- A cluster replica serves no slots: a script there may not touch its (replicated) keys, so it
+-- exports the server-wide counters only; the per-key series come from the masters' exporters.
+local cluster_replica = 0
+if string.find(redis.call('INFO', 'cluster'), 'cluster_enabled:1', 1, true) and
+   string.find(redis.call('INFO', 'replication'), 'role:slave', 1, true) then
+  cluster_replica = 1
+else
+  each('ps-tensor', tensor)
+  if truncated == 0 then each('ps-embeds', table_) end
+end
+put('ps_exporter_cluster_replica', cluster_replica)
 put('ps_exporter_tensors', seen)
 put('ps_exporter_tables', tables)
 put('ps_exporter_truncated', truncated)
