@@ -1,4 +1,4 @@
-"""The least-privilege worker role of README's Security section: a user with exactly what
+"""The least-privilege worker role of docs/security.md and docs/operations.md section 4: a user with exactly what
 `ps-train work` needs for one job trains under it (credentials given with --user/--password
 or PS_USER/PS_PASSWORD), and cannot create, delete, snapshot, roll back, overwrite or
 reconfigure tensors, touch another job, or administer the server."""

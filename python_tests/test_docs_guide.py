@@ -288,3 +288,30 @@ def test_make_plots_writes_under_build_and_leaves_tracked_files_alone(tmp_path):
     out = subprocess.run(["make", "-n", "--no-print-directory", "-C", ROOT, "plots"],
                          stdout=subprocess.PIPE, text=True).stdout
     assert "PLOTS_DIR=build/plots" in out, out
+
+
+def test_a_lost_state_warning_is_printed_once_per_key(server):
+    """A partition key deleted under a training worker is a lost-state event: the worker
+    names the key once (libps reports every request that meets the loss) and stops."""
+    require_ps_train()
+    args = ["--addr", server.addr, "--job", "lsj"]
+    run_ps_train(["init"] + args + ["--layers", "784,16,10", "--epochs", 20, "--limit", 4000])
+    p = subprocess.Popen([PS_TRAIN, "work"] + args + ["--progress", "none", "--name", "w1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        c = server.client()
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            inf = c.execute_command("PS.INFO", "lsj:b1:0")
+            if int(dict(zip(inf[0::2], inf[1::2]))[b"version"]) > 20:
+                break
+            time.sleep(0.05)
+        c.delete("lsj:b1:0")
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 1, out
+    warnings = [l for l in out.split("\n") if "WARNING: lost state: lsj:b1:0" in l]
+    assert len(warnings) == 1, out

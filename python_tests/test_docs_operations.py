@@ -56,8 +56,10 @@ def test_operations_doc_runs_as_written(tmp_path):
     assert re.search(r"test_auc=0\.[6-9]", out)                        # the sparse job learned
     assert re.search(r"\d+ existed and keep their settings: tree:W0:0 holds optimizer accum",
                      out, re.I), out[-3000:]
+    assert re.search(r"^note: no task of job tree was taken on this server", out, re.M)
     assert re.search(r"^slave$", out, re.M)                             # the old master rejoined
     assert re.search(r"^\s*6 1$", out, re.M)                            # ps on all 6 after the roll
+    assert "versions unchanged" in out                                  # the roll lost nothing
     adam, sgd = [int(x) for x in re.findall(r"^(\d{7,})$", out, re.M)[:2]]
     assert 12_000_000 <= adam < 12_200_000 and 4_000_000 <= sgd < 4_100_000, (adam, sgd)
     assert re.search(r'^redis_script_values\{key="ps_exporter_tensors"\} [1-9]', out, re.M)

@@ -17,7 +17,7 @@
 # appendonly yes + appendfsync always and the workers with --wait 1: no
 # acknowledged push is lost by a failover, nor by a master restarted (by a
 # supervisor) before its replica could take over, which a cluster without
-# persistence turns into an empty shard (README "Operations"). "none" is the
+# persistence turns into an empty shard (docs/operations.md, section 5). "none" is the
 # fastest setting (no AOF, no WAIT): a failover may lose the pushes the
 # replica had not received, and a fast restart loses the node's tensors.
 #
