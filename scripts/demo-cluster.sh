@@ -141,8 +141,8 @@ echo "demo-cluster: after training:"
 # partition's version must equal the sum of the workers' model_pushes.
 acked=$(sed -n 's/.*ACKED .*model_pushes=\([0-9]*\).*/\1/p' "$DIR/run.log" | awk '{s += $1} END {if (NR) print s}')
 retries=$(sed -n 's/.*ACKED .* retries=\([0-9]*\).*/\1/p' "$DIR/run.log" | awk '{s += $1} END {if (NR) print s}')
-# Pushes acknowledged while a shard had no replica (after the kill, until the old master
-# rejoined as a replica): not lost, but they lived on one node (README / docs/operations.md).
+# Pushes acknowledged while a shard had no replica (after the kill; the demo does not restart the old master,
+# which would rejoin as a replica): not lost, but they lived on one node (README / docs/operations.md).
 unrep=$(sed -n 's/.*ACKED .* unreplicated=\([0-9]*\).*/\1/p' "$DIR/run.log" | awk '{s += $1} END {print s + 0}')
 if [ -n "$acked" ]; then
     awk -v acked="$acked" -v retries="$retries" -v unrep="$unrep" -v wait="$WAIT" '/^  [^ ]+ +rows/ {
@@ -150,7 +150,7 @@ if [ -n "$acked" ]; then
             if (v > acked) twice += v - acked; else lost += acked - v; n++ }
         END { printf "demo-cluster: %d partitions, %d acknowledged pushes each, worker retries %d: applied twice %d, lost %d\n",
                      n, acked, retries, twice, lost
-              if (wait > 0) printf "demo-cluster: partition pushes acknowledged without a replica (a shard degraded after the kill, until its old master rejoined): %d over all workers; lost 0 counts them as kept, a second failure of that master before it resynced would have lost them\n", unrep }' "$DIR/status.log"
+              if (wait > 0) printf "demo-cluster: partition pushes acknowledged without a replica (the promoted replica has none: the demo does not restart the killed master): %d over all workers; lost 0 counts them as kept, a second failure of that node would lose them\n", unrep }' "$DIR/status.log"
 fi
 grep -h "test_acc" "$DIR/run.log" | tail -1 | sed 's/^/demo-cluster: /'
 if [ $rc -eq 0 ]; then echo "demo-cluster: ok"; else echo "demo-cluster: FAILED (ps-train exit $rc)" >&2; fi
