@@ -60,6 +60,8 @@ def test_operations_doc_runs_as_written(tmp_path):
     assert re.search(r"^slave$", out, re.M)                             # the old master rejoined
     assert re.search(r"^\s*6 1$", out, re.M)                            # ps on all 6 after the roll
     assert "versions unchanged" in out                                  # the roll lost nothing
+    evals = re.findall(r"^eval job mnist: .*$", out, re.M)
+    assert len(evals) == 2 and evals[0] == evals[1], evals              # same model, same answer
     adam, sgd = [int(x) for x in re.findall(r"^(\d{7,})$", out, re.M)[:2]]
     assert 12_000_000 <= adam < 12_200_000 and 4_000_000 <= sgd < 4_100_000, (adam, sgd)
     assert re.search(r'^redis_script_values\{key="ps_exporter_tensors"\} [1-9]', out, re.M)
