@@ -173,7 +173,8 @@ static void usage_main(FILE *out) {
     fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
                  "exit codes: 0 ok, 1 runtime failure, 2 usage error (or settings that differ\n"
                  "from the existing job's), 3 the job has finished already (init, run),\n"
-                 "130 interrupted (the job is resumable)\n");
+                 "130 interrupted (the job is resumable)\n"
+                 "ps-train --version prints the release.\n");
 }
 
 static void usage_cmd(FILE *out, const cmdDef *cd) {
@@ -384,6 +385,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage_main(stdout);
+        return TR_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+#ifndef REDIS_PS_VERSION
+#define REDIS_PS_VERSION "unknown"
+#endif
+        printf("ps-train (redis-ps) %s, hiredis %d.%d.%d\n", REDIS_PS_VERSION, HIREDIS_MAJOR,
+               HIREDIS_MINOR, HIREDIS_PATCH);
         return TR_EXIT_OK;
     }
     if (!strcmp(argv[1], "gen-ctr")) return ps_gen_ctr_main(argc - 1, argv + 1);

@@ -170,6 +170,64 @@ int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state) {
     return 0;
 }
 
+/* Copies INFO field 'name' ("run_id") of 'info' into buf ("?" when absent). */
+static void info_value(const char *info, const char *name, char *buf, size_t len) {
+    size_t n = strlen(name);
+    snprintf(buf, len, "?");
+    for (const char *l = info; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, n) == 0 && l[n] == ':') {
+            size_t k = strcspn(l + n + 1, "\r\n");
+            snprintf(buf, len, "%.*s", (int)(k < len ? k : len - 1), l + n + 1);
+            return;
+        }
+    }
+}
+
+/* Says once per process which server(s) this command works on: the --addr
+ * given, standalone or a cluster with its node and master counts (from
+ * CLUSTER SLOTS), and the answering node's port, Redis version and run_id
+ * (INFO server: a role needs +info|server, else "?"), so a job that reached
+ * an unexpected server shows it in its first line. */
+void tr_announce_server(const trainOpts *o, psClient *c) {
+    static int done;
+    char runid[48], version[32], port[16], role[16], where[160] = "standalone";
+    if (done) return;
+    done = 1;
+    redisReply *r = psCommand(c, NULL, "INFO server");
+    const char *info = r && r->type == REDIS_REPLY_STRING ? r->str : "";
+    info_value(info, "run_id", runid, sizeof(runid));
+    info_value(info, "redis_version", version, sizeof(version));
+    info_value(info, "tcp_port", port, sizeof(port));
+    if (r) freeReplyObject(r);
+    if (c->cluster) {
+        int nodes = 0, masters = 0;
+        char seen[128][64];
+        redisReply *s = psCommand(c, NULL, "CLUSTER SLOTS");
+        for (size_t i = 0; s && s->type == REDIS_REPLY_ARRAY && i < s->elements; i++) {
+            const redisReply *e = s->element[i];
+            for (size_t k = 2; e->type == REDIS_REPLY_ARRAY && k < e->elements; k++) {
+                const redisReply *n = e->element[k];
+                if (n->type != REDIS_REPLY_ARRAY || n->elements < 2) continue;
+                char id[64];
+                snprintf(id, sizeof(id), "%s:%lld", n->element[0]->str, n->element[1]->integer);
+                int j = 0;
+                while (j < nodes && strcmp(seen[j], id) != 0) j++;
+                if (j < nodes || nodes == 128) continue;
+                snprintf(seen[nodes++], sizeof(seen[0]), "%s", id);
+                if (k == 2) masters++;
+            }
+        }
+        if (s) freeReplyObject(s);
+        snprintf(where, sizeof(where), "cluster of %d nodes (%d masters)", nodes, masters);
+        snprintf(role, sizeof(role), "node");
+    } else {
+        snprintf(role, sizeof(role), "server");
+    }
+    printf("ps-train %s: server %s: %s; answering %s on port %s: redis %s, run_id %s\n", o->cmd,
+           o->addr, where, role, port, version, runid);
+    fflush(stdout);
+}
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
@@ -193,6 +251,7 @@ psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
         psClientFree(c);
         return NULL;
     }
+    tr_announce_server(o, c);
     return c;
 }
 
@@ -435,8 +494,26 @@ static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const job
         created += n;
         parts += psModelNumPartitions(m, t);
     }
-    printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
-           o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+    if (created == parts) {
+        printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
+               o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+        return 0;
+    }
+    /* Keys that existed keep their own optimizer (e.g. a relay's ACCUM tensors, whose
+     * upstream holds the real one): say what the server has, not what NX skipped. */
+    char have[32] = "?", lr[32] = "?";
+    const char *key0 = psModelPartitionKey(m, 0, 0);
+    redisReply *r = psCommand(c, key0, "PS.INFO %s", key0);
+    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
+        const redisReply *f = r->element[i], *v = r->element[i + 1];
+        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+        if (!strcmp(f->str, "optimizer")) snprintf(have, sizeof(have), "%s", v->str);
+        if (!strcmp(f->str, "lr")) snprintf(lr, sizeof(lr), "%g", atof(v->str));
+    }
+    if (r) freeReplyObject(r);
+    printf("ps-train %s: model %s: %d tensors in %d keys (%d created, %d existed and keep their "
+           "settings: %s holds optimizer %s lr %s)\n", o->cmd, o->job, psModelNumTensors(m),
+           parts, created, parts - created, key0, have, lr);
     return 0;
 }
 

@@ -305,7 +305,10 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
         return TR_EXIT_USAGE;
     }
     have_model = 1;
-    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) goto out;
+    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) {
+        status = TR_EXIT_USAGE;     /* like an unreadable --test: a bad flag value */
+        goto out;
+    }
     const long long ep = cfg.epochs > 0 ? cfg.epochs : 1;
     const long long ntasks_all = (sp->train_bytes + sp->shard_bytes - 1) / sp->shard_bytes * ep;
     if (ntasks_all > TR_SP_MAX_TASKS) {
