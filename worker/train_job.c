@@ -503,14 +503,11 @@ static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const job
      * upstream holds the real one): say what the server has, not what NX skipped. */
     char have[32] = "?", lr[32] = "?";
     const char *key0 = psModelPartitionKey(m, 0, 0);
-    redisReply *r = psCommand(c, key0, "PS.INFO %s", key0);
-    for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-        const redisReply *f = r->element[i], *v = r->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
-        if (!strcmp(f->str, "optimizer")) snprintf(have, sizeof(have), "%s", v->str);
-        if (!strcmp(f->str, "lr")) snprintf(lr, sizeof(lr), "%g", atof(v->str));
+    psKeyInfo ki;
+    if (psInfo(c, key0, &ki) == PS_OK) {
+        snprintf(have, sizeof(have), "%s", ki.optimizer);
+        snprintf(lr, sizeof(lr), "%g", ki.lr);
     }
-    if (r) freeReplyObject(r);
     printf("ps-train %s: model %s: %d tensors in %d keys (%d created, %d existed and keep their "
            "settings: %s holds optimizer %s lr %s)\n", o->cmd, o->job, psModelNumTensors(m),
            parts, created, parts - created, key0, have, lr);
