@@ -44,6 +44,66 @@ int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state) {
 }
 
 
+/* Copies INFO field 'name' ("run_id") of 'info' into buf ("?" when absent). */
+static void info_value(const char *info, const char *name, char *buf, size_t len) {
+    size_t n = strlen(name);
+    snprintf(buf, len, "?");
+    for (const char *l = info; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, n) == 0 && l[n] == ':') {
+            size_t k = strcspn(l + n + 1, "\r\n");
+            snprintf(buf, len, "%.*s", (int)(k < len ? k : len - 1), l + n + 1);
+            return;
+        }
+    }
+}
+
+
+/* Says once per process which server(s) this command works on: the --addr
+ * given, standalone or a cluster with its node and master counts (from
+ * CLUSTER SLOTS), and the answering node's port, Redis version and run_id
+ * (INFO server: a role needs +info|server, else "?"), so a job that reached
+ * an unexpected server shows it in its first line. */
+void tr_announce_server(const trainOpts *o, psClient *c) {
+    static int done;
+    char runid[48], version[32], port[16], role[16], where[160] = "standalone";
+    if (done) return;
+    done = 1;
+    redisReply *r = psCommand(c, NULL, "INFO server");
+    const char *info = r && r->type == REDIS_REPLY_STRING ? r->str : "";
+    info_value(info, "run_id", runid, sizeof(runid));
+    info_value(info, "redis_version", version, sizeof(version));
+    info_value(info, "tcp_port", port, sizeof(port));
+    if (r) freeReplyObject(r);
+    if (c->cluster) {
+        int nodes = 0, masters = 0;
+        char seen[128][64];
+        redisReply *s = psCommand(c, NULL, "CLUSTER SLOTS");
+        for (size_t i = 0; s && s->type == REDIS_REPLY_ARRAY && i < s->elements; i++) {
+            const redisReply *e = s->element[i];
+            for (size_t k = 2; e->type == REDIS_REPLY_ARRAY && k < e->elements; k++) {
+                const redisReply *n = e->element[k];
+                if (n->type != REDIS_REPLY_ARRAY || n->elements < 2) continue;
+                char id[64];
+                snprintf(id, sizeof(id), "%s:%lld", n->element[0]->str, n->element[1]->integer);
+                int j = 0;
+                while (j < nodes && strcmp(seen[j], id) != 0) j++;
+                if (j < nodes || nodes == 128) continue;
+                snprintf(seen[nodes++], sizeof(seen[0]), "%s", id);
+                if (k == 2) masters++;
+            }
+        }
+        if (s) freeReplyObject(s);
+        snprintf(where, sizeof(where), "cluster of %d nodes (%d masters)", nodes, masters);
+        snprintf(role, sizeof(role), "node");
+    } else {
+        snprintf(role, sizeof(role), "server");
+    }
+    printf("ps-train %s: server %s: %s; answering %s on port %s: redis %s, run_id %s\n", o->cmd,
+           o->addr, where, role, port, version, runid);
+    fflush(stdout);
+}
+
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
@@ -67,6 +127,7 @@ psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
         psClientFree(c);
         return NULL;
     }
+    tr_announce_server(o, c);
     return c;
 }
 

@@ -7,8 +7,11 @@
 #include "opts.h"
 #include "redis-ps/ps.h"
 
-/* Connects with the options' address and credentials; prints the error and
- * returns NULL on failure. */
+/* Prints, once per process, the server(s) behind the connection (--addr,
+ * standalone or cluster node/master counts, port, version, run_id). */
+void tr_announce_server(const trainOpts *o, psClient *c);
+/* Connects with the options' address and credentials (and announces the
+ * server, tr_announce_server); prints the error and returns NULL on failure. */
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas);
 /* Parses --on-degraded / --on-lost-state names into PS_DURABILITY_* /
  * PS_LOST_STATE_*. Returns 0 or -1. */

@@ -102,8 +102,23 @@ static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const job
         created += n;
         parts += psModelNumPartitions(m, t);
     }
-    printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
-           o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+    if (created == parts) {
+        printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
+               o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+        return 0;
+    }
+    /* Keys that existed keep their own optimizer (e.g. a relay's ACCUM tensors, whose
+     * upstream holds the real one): say what the server has, not what NX skipped. */
+    char have[32] = "?", lr[32] = "?";
+    const char *key0 = psModelPartitionKey(m, 0, 0);
+    psKeyInfo ki;
+    if (psInfo(c, key0, &ki) == PS_OK) {
+        snprintf(have, sizeof(have), "%s", ki.optimizer);
+        snprintf(lr, sizeof(lr), "%g", ki.lr);
+    }
+    printf("ps-train %s: model %s: %d tensors in %d keys (%d created, %d existed and keep their "
+           "settings: %s holds optimizer %s lr %s)\n", o->cmd, o->job, psModelNumTensors(m),
+           parts, created, parts - created, key0, have, lr);
     return 0;
 }
 
@@ -343,9 +358,9 @@ static int dense_delete_keys(const trainOpts *o, psClient *c, const jobConfig *c
     return cfg->nsizes > 0 ? tr_dense_delete(o, c, cfg) : 0;
 }
 
-static void dense_describe(const trainOpts *o, const jobConfig *cfg) {
+static void dense_describe(const trainOpts *o, const jobConfig *cfg, const char *state) {
     printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg->state, cfg->layers,
+           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, state, cfg->layers,
            cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n, cfg->shard_size,
            cfg->tasks, cfg->push_format[0] ? cfg->push_format : "unrecorded (each worker's flag)",
            cfg->pull_format[0] ? cfg->pull_format : "f32");

@@ -34,8 +34,9 @@ typedef struct modelKind {
     int (*init)(const trainOpts *o, psClient *c);
     /* --reset: DEL the job's model keys. 0 or -1 (printed). */
     int (*delete_keys)(const trainOpts *o, psClient *c, const jobConfig *cfg);
-    /* status: the job's first line (its settings). */
-    void (*describe)(const trainOpts *o, const jobConfig *cfg);
+    /* status: the job's first line (its settings), with 'state' (finished,
+     * training or ready: status.c reads it from the task stream). */
+    void (*describe)(const trainOpts *o, const jobConfig *cfg, const char *state);
     /* status, after the tasks and workers: prints what the kind adds, and
      * returns the laid-out model whose partitions status lists (NULL on
      * error, printed). */

@@ -69,15 +69,35 @@ reset:
 }
 
 
+/* 1 when this process already printed a lost-state event for the key named in
+ * 'msg' ("lost state: KEY on ..."): libps reports each request that meets the
+ * loss (a pull, the push, its resend), the operator needs the key once. */
+static int lost_state_seen(const char *msg) {
+    static char seen[64][72];
+    static int n;
+    const char *k = strncmp(msg, "lost state: ", 12) == 0 ? msg + 12 : NULL;
+    if (k == NULL) return 0;
+    char key[72];
+    snprintf(key, sizeof(key), "%.*s", (int)strcspn(k, " "), k);
+    for (int i = 0; i < n; i++)
+        if (strcmp(seen[i], key) == 0) return 1;
+    if (n < 64) snprintf(seen[n++], sizeof(seen[0]), "%s", key);
+    return 0;
+}
+
+
 /* libps announces a shard that cannot keep --wait replicas (once), its
- * recovery, and lost-state events: each is a stderr line, and the set of
- * degraded shards goes into the progress line and the progress hash. */
+ * recovery, and lost-state events: each is a stderr line (a lost-state one
+ * once per key), and the set of degraded shards goes into the progress line
+ * and the progress hash. */
 void tw_on_event(void *udata, int ev, const char *node, const char *msg) {
     workCtx *w = udata;
     char *at = strstr(w->degraded, node);
     size_t nl = strlen(node);
-    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
-    fflush(stderr);
+    if (ev != PS_EVENT_LOST_STATE || !lost_state_seen(msg)) {
+        fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
+        fflush(stderr);
+    }
     if (ev == PS_EVENT_DEGRADED && at == NULL &&
         strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
         if (w->degraded[0]) strcat(w->degraded, " ");

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "conn.h"
 #include "rng.h"
 #include "trainer.h"
@@ -27,14 +28,13 @@ volatile sig_atomic_t tw_stop;
 static volatile sig_atomic_t StopAt; /* CLOCK_MONOTONIC seconds of the first */
 
 static void on_stop(int sig) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (tw_stop && ts.tv_sec > StopAt + 1) {
+    const long long now_s = (long long)(ps_mono_ms() / 1000); /* clock_gettime: signal-safe */
+    if (tw_stop && now_s > StopAt + 1) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
     if (!tw_stop) {
-        StopAt = (sig_atomic_t)ts.tv_sec;
+        StopAt = (sig_atomic_t)now_s;
         tw_stop = sig;
     }
 }

@@ -3,8 +3,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "runlog.h"
 #include "util.h"
 
@@ -24,24 +24,14 @@ void tr_err(const trainOpts *o, const char *fmt, ...) {
 }
 
 
-double tr_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_wall(void) { return ps_wall_s(); }
 
 
-double tr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_now(void) { return ps_mono_s(); }
 
 
-void tr_sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+/* A signal cuts the sleep short (a stop request is seen at once). */
+void tr_sleep_ms(long ms) { ps_sleep_ms(ms); }
 
 
 void tr_add_diff(char *out, size_t len, const char *fmt, ...) {

@@ -1,26 +1,39 @@
 /* wirefmt.c -- --pull-format and --push-format values (wirefmt.h). */
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "codec.h"
+#include "protocol.h"
 #include "wirefmt.h"
 
+/* The formats are those of PS_PROTO_FORMATS (common/protocol.h): 'push'
+ * takes the dense ones (a model's pushes and pulls), otherwise the ones
+ * tables take (a sparse job's pulls). */
 int tr_parse_wire(const char *name, int push, psWireFormat *out) {
-    if (name == NULL || !strcasecmp(name, "f32")) *out = PS_WIRE_F32;
-    else if (!strcasecmp(name, "bf16")) *out = PS_WIRE_BF16;
-    else if (!strcasecmp(name, "f16")) *out = PS_WIRE_F16;
-    else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
-    else return -1;
-    return 0;
+    if (name == NULL) {
+        *out = PS_WIRE_F32;
+        return 0;
+    }
+#define TR_WIRE_(ID, dense, table)                                                                 \
+    if (!strcasecmp(name, #ID) && (push ? dense : table)) {                                        \
+        *out = PS_WIRE_##ID;                                                                       \
+        return 0;                                                                                  \
+    }
+    PS_PROTO_FORMATS(TR_WIRE_, TR_WIRE_)
+#undef TR_WIRE_
+    return -1;
 }
 
 
 int tr_parse_push(const char *name, pushFormat *out) {
+    const char *topk = ps_format_name(PS_FMT_TOPK); /* "TOPK", then ":k" or ":ratio" */
     memset(out, 0, sizeof(*out));
-    if (name == NULL || strncasecmp(name, "topk", 4) != 0)
+    if (name == NULL || strncasecmp(name, topk, 4) != 0)
         return tr_parse_wire(name, 1, &out->fmt);
     out->fmt = PS_WIRE_TOPK;
     if (name[4] == '\0') {
@@ -48,9 +61,15 @@ int tr_parse_push(const char *name, pushFormat *out) {
 
 
 const char *tr_push_name(const pushFormat *pf, char *buf, size_t len) {
-    static const char *names[] = {"f32", "f16", "bf16", "i8", "topk"};
-    if (pf->fmt != PS_WIRE_TOPK)
-        snprintf(buf, len, "%s", names[pf->fmt]);
+    static const char *const names[] = {
+#define TR_NAME_(ID, dense, table) [PS_WIRE_##ID] = #ID,
+        PS_PROTO_FORMATS(TR_NAME_, TR_NAME_)
+#undef TR_NAME_
+    };
+    if (pf->fmt != PS_WIRE_TOPK) {
+        snprintf(buf, len, "%s", names[pf->fmt]); /* lower case, as recorded in configs */
+        for (char *p = buf; *p; p++) *p = (char)tolower((unsigned char)*p);
+    }
     else if (pf->topk_count > 0)
         snprintf(buf, len, "topk:%lld", pf->topk_count);
     else {
