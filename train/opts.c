@@ -15,6 +15,7 @@
 
 #include "data.h"
 #include "opts.h"
+#include "protocol.h"
 
 enum { F_STR, F_INT, F_LL, F_DBL, F_U64, F_FLAG };
 
@@ -38,6 +39,10 @@ typedef struct flagDef {
 #define D(f) offsetof(trainOpts, dense.f)
 #define S(f) offsetof(trainOpts, sparse.f)
 #define ALIAS(old, new) {.name = old, .alias_of = new}
+/* Where a help text lists the optimizers: help_text() writes the names of
+ * common/protocol.h's table there (ps_proto_optim_names). */
+#define TENSOR_OPTIMS "\001"
+#define TABLE_OPTIMS "\002"
 
 static const flagDef Flags[] = {
     /* connection (every subcommand, every kind) */
@@ -51,8 +56,8 @@ static const flagDef Flags[] = {
      "PASS", "password", NULL},
     /* the job, both kinds */
     {"--optim", F_STR, O(optim), 0, 0, C_INIT | C_RUN, K_ALL, "sgd", "adagrad", 0, NULL, "NAME",
-     "server optimizer of the tensors: sgd momentum nesterov adagrad rmsprop adam adamw (sparse "
-     "jobs: their dense tensors)", NULL},
+     "server optimizer of the tensors: " TENSOR_OPTIMS " (sparse jobs: their dense tensors)",
+     NULL},
     {"--lr", F_DBL, O(lr), 1e-12, 1e6, C_INIT | C_RUN, K_ALL, "0.1", "--table-lr", 0, NULL, "X",
      "learning rate (sparse jobs: of their dense tensors)", NULL},
     {"--momentum", F_DBL, O(momentum), 0, 0.999999, C_INIT | C_RUN, K_ALL, "-1", NULL, 0,
@@ -146,7 +151,7 @@ static const flagDef Flags[] = {
     {"--hidden", F_STR, S(hidden), 0, 0, C_INIT | C_RUN, K_SPARSE, "64,32", NULL, 0, NULL,
      "W1,W2,...", "mlp: hidden widths", NULL},
     {"--table-optim", F_STR, S(table_optim), 0, 0, C_INIT | C_RUN, K_SPARSE, "adagrad", NULL, 0,
-     NULL, "NAME", "row optimizer: sgd momentum adagrad rowadagrad adam ftrl", NULL},
+     NULL, "NAME", "row optimizer: " TABLE_OPTIMS, NULL},
     {"--table-lr", F_DBL, S(table_lr), 1e-12, 1e6, C_INIT | C_RUN, K_SPARSE, "0.05", NULL, 0,
      NULL, "X", "row learning rate, FTRL's alpha (--lr defaults to it)", NULL},
     {"--ftrl-beta", F_DBL, S(ftrl_beta), 1e-12, 1e6, C_INIT | C_RUN, K_SPARSE, "1", NULL, 0,
@@ -383,6 +388,17 @@ static void print_wrapped(FILE *out, const char *text) {
     fputc('\n', out);
 }
 
+/* f->help with the optimizer lists (TENSOR_OPTIMS, TABLE_OPTIMS) written out. */
+static const char *help_text(const flagDef *f, char *buf, size_t len) {
+    const char *mark = strpbrk(f->help, TENSOR_OPTIMS TABLE_OPTIMS);
+    char names[160];
+    if (mark == NULL) return f->help;
+    ps_proto_optim_names(*mark == TENSOR_OPTIMS[0] ? PS_PROTO_KIND_TENSOR : PS_PROTO_KIND_TABLE,
+                         1, " ", names, sizeof(names));
+    snprintf(buf, len, "%.*s%s%s", (int)(mark - f->help), f->help, names, mark + 1);
+    return buf;
+}
+
 void tr_opts_help(FILE *out, const char *cmd, int bit, const char *summary) {
     static const struct {
         int kinds;
@@ -395,18 +411,19 @@ void tr_opts_help(FILE *out, const char *cmd, int bit, const char *summary) {
         int header = 0;
         for (size_t i = 0; i < NFLAGS; i++) {
             const flagDef *f = &Flags[i];
-            char left[64], def[160], text[640];
+            char left[64], def[160], text[640], hbuf[400];
             if (f->alias_of || !(f->cmds & bit) || f->kinds != groups[g].kinds) continue;
             if (!header++) fprintf(out, "\n%s:\n", groups[g].title);
             snprintf(left, sizeof(left), "%s%s%s", f->name, f->arg ? " " : "",
                      f->arg ? f->arg : "");
+            const char *help = help_text(f, hbuf, sizeof(hbuf));
             default_text(f, bit, def, sizeof(def));
             if (!strcmp(def, "required"))
-                snprintf(text, sizeof(text), "%s (required)", f->help);
+                snprintf(text, sizeof(text), "%s (required)", help);
             else if (def[0])
-                snprintf(text, sizeof(text), "%s [default %s]", f->help, def);
+                snprintf(text, sizeof(text), "%s [default %s]", help, def);
             else
-                snprintf(text, sizeof(text), "%s", f->help);
+                snprintf(text, sizeof(text), "%s", help);
             fprintf(out, "  %-28s ", left);
             print_wrapped(out, text);
         }
