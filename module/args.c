@@ -171,13 +171,49 @@ static int fail(RedisModuleCtx *ctx, const char *msg) {
  * a type error rather than an unknown option. */
 enum { O_FORMAT, O_ROWS, O_VERSION, O_ID, O_SCALE, O_IDS, O_AT, O_MINVERSION, O_TIMEOUT };
 
+/* The type faults of a shared verb's option list, answered before any other
+ * fault (docs/commands.md "Embedding tables"), and the grammar to parse it
+ * with. Walks the option slots from argv[i]: a keyword of either grammar
+ * ('all') and its values, then the next keyword; a value is never looked
+ * at. A token that is no keyword is stepped over alone and a keyword
+ * missing its values ends the walk: the parse answers both, so they only
+ * decide which fault a command with several gets. IDS, the table's keyword, on a key that holds
+ * no table answers ERR no such key / WRONGTYPE: returns 1 after replying. A
+ * table's option list without IDS is a tensor's: *grammar becomes
+ * PS_KIND_OTHER, so that it is parsed as a tensor's and then answers
+ * WRONGTYPE (as it did before issue 21, when the verbs were routed by IDS).
+ * Otherwise *grammar is 'kind'. */
+static int type_fault(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
+                      const PSOption *all, PSKeyKind kind, PSKeyKind *grammar) {
+    *grammar = kind;
+    int ids = 0;
+    while (i < argc) {
+        int k = 0;
+        while (all[k].name && !ps_arg_is(argv[i], all[k].name)) k++;
+        if (!all[k].name) {
+            i++;
+            continue;
+        }
+        if (strcmp(all[k].name, "IDS") == 0) {
+            if (kind != PS_KIND_TABLE) {
+                ps_reply_kind(ctx, kind);
+                return 1;
+            }
+            ids = 1;
+        }
+        if (i + all[k].nvals >= argc) return 0;
+        i += 1 + all[k].nvals;
+    }
+    if (kind == PS_KIND_TABLE && !ids) *grammar = PS_KIND_OTHER;
+    return 0;
+}
+
 /* ========================================================================
  * PS.PUSHGRAD
  * ====================================================================== */
 
 int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPushArgs *a) {
-    const int table = kind == PS_KIND_TABLE;
     memset(a, 0, sizeof(*a));
     a->fmt = PS_FMT_F32;
     a->scale = 1.0;
@@ -187,12 +223,16 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
         while (i < argc && ps_values_number(argv[i], &d)) i++;
         a->values_start = 3;
         a->nvalues = i - 3;
-        if (a->nvalues == 0) return fail(ctx, PSERR_VALUES_EMPTY);
     } else {
         a->grad = argv[2];
     }
+    /* The tensor list holds every keyword of both grammars. */
     static const PSOption tensor_opts[] = {{"FORMAT", 1}, {"ROWS", 1}, {"VERSION", 1}, {"ID", 2},
                                            {"SCALE", 1},  {"IDS", 1},  {NULL, 0}};
+    PSKeyKind grammar;
+    if (type_fault(ctx, argv, argc, i, tensor_opts, kind, &grammar)) return REDISMODULE_ERR;
+    const int table = grammar == PS_KIND_TABLE;
+    if (a->values_start && a->nvalues == 0) return fail(ctx, PSERR_VALUES_EMPTY);
     static const int tensor_codes[] = {O_FORMAT, O_ROWS, O_VERSION, O_ID, O_SCALE, O_IDS};
     static const PSOption table_opts[] = {{"IDS", 1}, {"FORMAT", 1}, {"VERSION", 1}, {"ID", 2},
                                           {"ROWS", 1}, {NULL, 0}};
@@ -261,6 +301,8 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
         /* A table is pushed by IDS: without it the command is a tensor's. */
         if (!ids) return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
         if (ids_arg(ctx, ids, PSE_MAX_PUSH_IDS, &a->ids, &a->nids)) return REDISMODULE_ERR;
+    } else if (kind == PS_KIND_TABLE) {
+        return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); /* a tensor's command on a table */
     }
     return REDISMODULE_OK;
 }
@@ -271,12 +313,15 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
 
 int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPullArgs *a) {
-    const int table = kind == PS_KIND_TABLE;
     memset(a, 0, sizeof(*a));
     a->fmt = PS_FMT_F32;
+    /* The tensor list holds every keyword of both grammars. */
     static const PSOption tensor_opts[] = {{"FORMAT", 1},     {"ROWS", 1},    {"AT", 1},
                                            {"MINVERSION", 1}, {"TIMEOUT", 1}, {"IDS", 1},
                                            {NULL, 0}};
+    PSKeyKind grammar;
+    if (type_fault(ctx, argv, argc, 2, tensor_opts, kind, &grammar)) return REDISMODULE_ERR;
+    const int table = grammar == PS_KIND_TABLE;
     static const int tensor_codes[] = {O_FORMAT, O_ROWS, O_AT, O_MINVERSION, O_TIMEOUT, O_IDS};
     static const PSOption table_opts[] = {{"IDS", 1}, {"FORMAT", 1}, {"ROWS", 1}, {NULL, 0}};
     static const int table_codes[] = {O_IDS, O_FORMAT, O_ROWS};
@@ -339,6 +384,8 @@ int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
         if (ids_arg(ctx, ids, SIZE_MAX, &a->ids, &a->nids)) return REDISMODULE_ERR;
     } else if (have_timeout && !a->has_min) {
         return fail(ctx, PSERR_TIMEOUT_NEEDS_MIN);
+    } else if (kind == PS_KIND_TABLE) {
+        return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); /* a tensor's command on a table */
     }
     return REDISMODULE_OK;
 }

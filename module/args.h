@@ -99,11 +99,13 @@ typedef struct PSPushArgs {
 /* The numbers of a parsed VALUES list as float32 into dst (a->nvalues). */
 void ps_values_fill(RedisModuleString **argv, const PSPushArgs *a, float *dst);
 
-/* Parses a PS.PUSHGRAD of a key of 'kind': a table's grammar for
- * PS_KIND_TABLE, a tensor's for the others. In a tensor's grammar IDS is the
- * table's keyword: it answers ps_reply_kind's error for an empty or foreign
- * key, WRONGTYPE for a tensor; in a table's, ROWS and a missing IDS answer
- * WRONGTYPE. */
+/* Parses a PS.PUSHGRAD of a key of 'kind' (the router's ps_key_kind). The
+ * type faults come first, found by walking the option slots (keywords and
+ * their values, never reading a value as a keyword): IDS, the table's
+ * keyword, on a key that holds no table answers ERR no such key /
+ * WRONGTYPE; a table's option list without IDS is a tensor's, parsed as one
+ * and answered WRONGTYPE. Then the grammar of the kind: a table's (ROWS is
+ * WRONGTYPE there) or a tensor's. */
 int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPushArgs *a);
 
