@@ -11,7 +11,9 @@
 #include "embed_glue.h"
 #include "ps_module.h"
 
+/* The two registered types (type.c and type_embed.c register them). */
 RedisModuleType *PSTensorType = NULL;
+RedisModuleType *PSEmbedType = NULL;
 PSConfig PSConf = {
     .max_tensor_bytes = 4LL << 30,
     .max_snapshots = 16,

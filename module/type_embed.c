@@ -32,7 +32,6 @@
 
 #include "embed_glue.h"
 
-RedisModuleType *PSEmbedType = NULL;
 PSEmbedModuleStats PSEmbedCounters;
 
 /* ========================================================================
