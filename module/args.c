@@ -64,11 +64,19 @@ int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what,
     return REDISMODULE_OK;
 }
 
+/* Whether the token 'tok' of 'len' bytes is 'keyword' (case-insensitive);
+ * the first letter rejects most keywords without a string compare. */
+static int token_is(const char *tok, size_t len, const char *keyword) {
+    return len && (tok[0] | 0x20) == (keyword[0] | 0x20) && strlen(keyword) == len &&
+           strncasecmp(tok, keyword, len) == 0;
+}
+
 int ps_option_at(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
                  const PSOption *opts, unsigned *seen) {
-    const char *an = RedisModule_StringPtrLen(argv[i], NULL);
+    size_t len;
+    const char *an = RedisModule_StringPtrLen(argv[i], &len);
     for (int k = 0; opts[k].name; k++) {
-        if (!ps_arg_is(argv[i], opts[k].name)) continue;
+        if (!token_is(an, len, opts[k].name)) continue;
         if (*seen & (1u << k)) {
             ps_reply_errorf(ctx, PSERR_DUP_OPT_F, opts[k].name);
             return -1;
@@ -188,8 +196,10 @@ static int type_fault(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     *grammar = kind;
     int ids = 0;
     while (i < argc) {
+        size_t len;
+        const char *tok = RedisModule_StringPtrLen(argv[i], &len);
         int k = 0;
-        while (all[k].name && !ps_arg_is(argv[i], all[k].name)) k++;
+        while (all[k].name && !token_is(tok, len, all[k].name)) k++;
         if (!all[k].name) {
             i++;
             continue;
