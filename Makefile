@@ -48,7 +48,7 @@ TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_GLUE = $(filter module/module.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
+MODULE_GLUE = $(filter module/module.c module/glue.c module/args.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
 MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
 LIBPS_SRC   = $(wildcard libps/*.c)
 # Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
