@@ -56,7 +56,7 @@ TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iml -Iml/ref -Itrain
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_GLUE = $(filter module/module.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
+MODULE_GLUE = $(filter module/module.c module/glue.c module/args.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
 MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
 LIBPS_SRC   = $(wildcard libps/*.c)
 # The ML library (ps-train, ps-gen-ctr, tests and bench link it); its

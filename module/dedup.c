@@ -9,6 +9,9 @@
 #include "hugepage.h"
 #include "tensor.h"
 
+_Static_assert((int)PS_DEDUP_OK == (int)PST_OK && (int)PS_DEDUP_ERR_OOM == (int)PST_ERR_OOM,
+               "the set operations answer the tensor status codes");
+
 /* The index over s->e[0..len): 'slots' maps an id's hash to an entry
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
  * 'heap' is a 4-ary min-heap of entry positions ordered by (version,
@@ -37,7 +40,7 @@ struct PSDedupIndex {
     uint32_t *hpos;
 };
 
-uint64_t PSTensor_DedupHash(const char *id, size_t idlen) {
+uint64_t PSDedup_Hash(const char *id, size_t idlen) {
     uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < idlen; i++) {
         h ^= (unsigned char)id[i];
@@ -46,14 +49,14 @@ uint64_t PSTensor_DedupHash(const char *id, size_t idlen) {
     return h;
 }
 
-int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq) {
+int PSDedupEntry_Seen(const PSDedupEntry *e, uint64_t seq) {
     if (seq >= e->seq) return seq == e->seq;
     const uint64_t d = e->seq - seq;
     if (d > PS_DEDUP_WINDOW) return 1;
     return (e->window >> (d - 1)) & 1;
 }
 
-void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version) {
+void PSDedupEntry_Mark(PSDedupEntry *e, uint64_t seq, uint64_t version) {
     if (seq > e->seq) {
         const uint64_t d = seq - e->seq;
         uint64_t w = d < 64 ? e->window << d : 0;
@@ -180,7 +183,7 @@ static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
     ix->hpos = (uint32_t *)(ix->slots + ns);
     memset(ix->slots, 0, ns * sizeof(Slot));
     for (uint32_t i = 0; i < len; i++) {
-        E[i].hash = PSTensor_DedupHash(E[i].id, E[i].idlen);
+        E[i].hash = PSDedup_Hash(E[i].id, E[i].idlen);
         slot_insert(ix, E[i].hash, i);
         ix->heap[i].version = E[i].version;
         ix->heap[i].pos = i;
@@ -226,7 +229,7 @@ static inline __attribute__((always_inline)) void prefetch_victim(const PSDedupS
 
 PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen) {
     if (!s->len) return NULL;
-    const uint64_t h = PSTensor_DedupHash(id, idlen);
+    const uint64_t h = PSDedup_Hash(id, idlen);
     PSDedupIndex *ix = index_of(s);
     if (ix) {
         const uint32_t h32 = slot_hash(h);
@@ -314,7 +317,7 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
     const uint32_t i = s->len++;
     PSDedupEntry *ne = &s->e[i];
     ne->id = idcopy;
-    ne->hash = PSTensor_DedupHash(idcopy, idlen);
+    ne->hash = PSDedup_Hash(idcopy, idlen);
     ne->idlen = (uint32_t)idlen;
     ne->seq = seq;
     ne->window = window;
@@ -333,7 +336,7 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
 
 void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     const uint64_t before = e->version;
-    PSTensor_DedupMark(e, seq, version);
+    PSDedupEntry_Mark(e, seq, version);
     if (e->version != before && s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
 }
 
@@ -380,6 +383,8 @@ void PSDedupSet_Free(PSDedupSet *s) {
     s->len = s->cap = 0;
 }
 
+void PSDedupSet_Discard(char *idcopy) { PSTensor_Dealloc(idcopy); }
+
 size_t PSDedupSet_MemUsage(const PSDedupSet *s) {
     if (!s->cap) return 0;
     size_t bytes = s->cap * sizeof(PSDedupEntry) + index_bytes(s->cap);
@@ -424,26 +429,26 @@ void PSTensor_DedupShrink(PSTensor *t) {
     set_back(t, &s);
 }
 
-char *PSDedup_Prepare(PSTensor *t, const char *id, size_t idlen) {
+char *PSTensor_DedupPrepare(PSTensor *t, const char *id, size_t idlen) {
     PSDedupSet s = set_of(t);
     char *copy = PSDedupSet_Prepare(&s, id, idlen);
     set_back(t, &s);
     return copy;
 }
 
-void PSDedup_Commit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
+void PSTensor_DedupCommit(PSTensor *t, char *idcopy, size_t idlen, uint64_t seq, uint64_t window,
                     uint64_t version) {
     PSDedupSet s = set_of(t);
     PSDedupSet_Commit(&s, idcopy, idlen, seq, window, version);
     set_back(t, &s);
 }
 
-void PSDedup_Applied(PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version) {
+void PSTensor_DedupApplied(PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     PSDedupSet s = set_of(t);
     PSDedupSet_Applied(&s, e, seq, version);
 }
 
-int PSDedup_CopyInto(PSTensor *dst, const PSTensor *src) {
+int PSTensor_DedupCopyInto(PSTensor *dst, const PSTensor *src) {
     PSDedupSet d = set_of(dst);
     const PSDedupSet s = set_of(src);
     const int rc = PSDedupSet_CopyInto(&d, &s);
@@ -451,13 +456,13 @@ int PSDedup_CopyInto(PSTensor *dst, const PSTensor *src) {
     return rc;
 }
 
-void PSDedup_Free(PSTensor *t) {
+void PSTensor_DedupFree(PSTensor *t) {
     PSDedupSet s = set_of(t);
     PSDedupSet_Free(&s);
     set_back(t, &s);
 }
 
-size_t PSDedup_MemUsage(const PSTensor *t) {
+size_t PSTensor_DedupMemUsage(const PSTensor *t) {
     const PSDedupSet s = set_of(t);
     return PSDedupSet_MemUsage(&s);
 }

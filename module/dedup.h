@@ -1,10 +1,12 @@
 /* dedup.h -- the exactly-once table of a tensor or an embedding table:
  * which pushes (client id, seq) were applied, bounded by DEDUPMAX entries.
- * A PSDedupSet is the table; a tensor keeps its fields in PSTensor
- * (dedup_max, dedup_len, dedup_cap, dedup, dedup_ix) and uses the
- * PSTensor_Dedup* / PSDedup_* wrappers, an embedding table holds a
- * PSDedupSet (embed_glue.h). Both types save the same fields (client id,
- * seq, window, version) in the same array order.
+ * Names: PSDedupSet_* (a table), PSDedupEntry_* (one client's entry) and
+ * PSDedup_Hash are shared by both value types; a tensor keeps its set's
+ * fields in PSTensor (dedup_max, dedup_len, dedup_cap, dedup, dedup_ix) and
+ * goes through the PSTensor_Dedup* wrappers, an embedding table holds a
+ * PSDedupSet (embed_glue.h) that its push core (PSEmbed_PushOnce, embed.h)
+ * uses. Both types save the same fields (client id, seq, window, version) in
+ * the same array order.
  *
  * The entries live in the array s->e[0..len) in the
  * order RDB, AOF rewrite and DEBUG DIGEST walk them; that order is the same
@@ -44,7 +46,7 @@ struct PSTensor;
 #define PS_DEDUP_WINDOW 64
 typedef struct PSDedupEntry {
     char *id;
-    uint64_t hash; /* PSTensor_DedupHash(id): compared first on lookup */
+    uint64_t hash; /* PSDedup_Hash(id): compared first on lookup */
     uint32_t idlen;
     uint64_t seq;
     uint64_t window;
@@ -65,8 +67,13 @@ typedef struct PSDedupSet {
     PSDedupIndex *ix; /* NULL until needed (or when it cannot be allocated) */
 } PSDedupSet;
 
+/* Status of the set operations that allocate (the values of PST_OK and
+ * PST_ERR_OOM, dedup.c checks). */
+enum { PS_DEDUP_OK = 0, PS_DEDUP_ERR_OOM = 1 };
+
 /* The operations on a set; what each does is described at the tensor
- * wrapper of the same name below. Memory from PSTensor_Alloc. */
+ * wrapper of the same name below (PSTensor_DedupFind for Find, ...).
+ * Memory from PSTensor_Alloc. */
 PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen);
 int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
                       uint64_t version);
@@ -78,18 +85,21 @@ void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t v
 int PSDedupSet_CopyInto(PSDedupSet *dst, const PSDedupSet *src); /* dst->max is kept */
 void PSDedupSet_Free(PSDedupSet *s);
 size_t PSDedupSet_MemUsage(const PSDedupSet *s);
+/* Frees an id copy from PSDedupSet_Prepare that is not committed (the push
+ * failed after it); NULL does nothing. */
+void PSDedupSet_Discard(char *idcopy);
 
 /* Hash of a client id (FNV-1a 64), cached in each entry. */
-uint64_t PSTensor_DedupHash(const char *id, size_t idlen);
+uint64_t PSDedup_Hash(const char *id, size_t idlen);
 
 /* Whether push 'seq' of an entry's client was already applied (or is too
  * old to tell, below the window). */
-int PSTensor_DedupSeen(const PSDedupEntry *e, uint64_t seq);
+int PSDedupEntry_Seen(const PSDedupEntry *e, uint64_t seq);
 
 /* Marks 'seq' applied in a lone entry (advancing it when seq is the
  * newest); 'version' is what the push produced. It may raise the entry's
- * version, so an entry of a table goes through PSDedup_Applied instead. */
-void PSTensor_DedupMark(PSDedupEntry *e, uint64_t seq, uint64_t version);
+ * version, so an entry of a set goes through PSDedupSet_Applied instead. */
+void PSDedupEntry_Mark(PSDedupEntry *e, uint64_t seq, uint64_t version);
 
 /* Lookup: the entry for 'id', or NULL. O(1). The pointer is valid until the
  * table next changes. */
@@ -108,28 +118,28 @@ void PSTensor_DedupShrink(struct PSTensor *t);
 
 /* The push path, in two steps so that everything that can fail happens
  * before the tensor changes:
- *   PSDedup_Prepare makes room for one more entry (growing the array and
+ *   PSTensor_DedupPrepare makes room for one more entry (growing the array and
  *   the index) and returns a copy of 'id' the caller owns, or NULL on OOM
  *   with the table unchanged;
- *   PSDedup_Commit inserts it (taking ownership), evicting the oldest entry
+ *   PSTensor_DedupCommit inserts it (taking ownership), evicting the oldest entry
  *   when the table is full. */
-char *PSDedup_Prepare(struct PSTensor *t, const char *id, size_t idlen);
-void PSDedup_Commit(struct PSTensor *t, char *idcopy, size_t idlen, uint64_t seq,
+char *PSTensor_DedupPrepare(struct PSTensor *t, const char *id, size_t idlen);
+void PSTensor_DedupCommit(struct PSTensor *t, char *idcopy, size_t idlen, uint64_t seq,
                     uint64_t window, uint64_t version);
 
 /* Marks push 'seq' of table entry 'e' applied with 'version' (keeps the
  * eviction order right). */
-void PSDedup_Applied(struct PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version);
+void PSTensor_DedupApplied(struct PSTensor *t, PSDedupEntry *e, uint64_t seq, uint64_t version);
 
 /* Copies the table of 'src' into 'dst' (whose table is empty). Returns
- * PST_OK or PST_ERR_OOM (dst's partial table is freed by PSDedup_Free). */
-int PSDedup_CopyInto(struct PSTensor *dst, const struct PSTensor *src);
+ * PST_OK or PST_ERR_OOM (dst's partial table is freed by PSTensor_DedupFree). */
+int PSTensor_DedupCopyInto(struct PSTensor *dst, const struct PSTensor *src);
 
 /* Frees the entries, the array and the index. */
-void PSDedup_Free(struct PSTensor *t);
+void PSTensor_DedupFree(struct PSTensor *t);
 
 /* Bytes the table holds: the array, the ids, and the index counted as if
  * built (so that MEMORY USAGE does not depend on whether a lookup ran). */
-size_t PSDedup_MemUsage(const struct PSTensor *t);
+size_t PSTensor_DedupMemUsage(const struct PSTensor *t);
 
 #endif /* PS_DEDUP_H */

@@ -24,7 +24,11 @@ enum {
     PSE_ERR_ARG,       /* bad argument (empty push, too many ids, bad age) */
     PSE_ERR_NONFINITE, /* NaN or Inf in a gradient */
     PSE_ERR_FULL,      /* the push would exceed PSE_MAX_ROWS rows */
-    PSE_ERR_CORRUPT    /* a rebuild from serialized rows failed validation */
+    PSE_ERR_CORRUPT,   /* a rebuild from serialized rows failed validation */
+    /* PSEmbed_PushOnce only: */
+    PSE_DUPLICATE,     /* ID seq already applied: nothing done */
+    PSE_ERR_STALE,     /* VERSION more than maxstale versions behind */
+    PSE_ERR_FUTURE     /* VERSION newer than the table */
 };
 
 /* Per-row optimizers (docs/embed-design.md "Optimizers"): PSE_OPT_<ID> for
@@ -112,6 +116,7 @@ typedef struct PSEmbedPushResult {
     uint64_t created;
     uint64_t dropped;
     uint64_t evicted; /* rows removed after the push (TTL sweep + CAPACITY) */
+    uint64_t staleness; /* PSEmbed_PushOnce: table version - VERSION (0 without VERSION) */
 } PSEmbedPushResult;
 
 typedef struct PSEmbed PSEmbed;
@@ -176,6 +181,34 @@ int PSEmbed_Lookup(const PSEmbed *t, uint64_t id, PSEmbedRow *row);
  * unchanged). */
 int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsigned char *grad,
                  PSEmbedPushResult *res);
+
+/* One push of PS.PUSHGRAD ... IDS (PSEmbed_PushOnce). */
+typedef struct PSEmbedPush {
+    const unsigned char *ids; /* k little-endian uint64 ids */
+    size_t k;
+    const unsigned char *grad; /* k * dim little-endian float32 */
+    const char *id;            /* ID client (NULL: none), idlen bytes */
+    size_t idlen;
+    uint64_t seq;              /* ID seq (>= 1) */
+    int has_version;
+    uint64_t version;          /* VERSION: the table version the gradient was computed at */
+} PSEmbedPush;
+
+struct PSDedupSet;
+
+/* A table push with its exactly-once and staleness rules, as PSTensor_Push
+ * for tensors (embed_once.c), in this order:
+ *   1. an ID seq already applied (dedup.h) answers PSE_DUPLICATE with
+ *      res->version the version the client's pushes reached;
+ *   2. a VERSION newer than the table answers PSE_ERR_FUTURE; one more than
+ *      'maxstale' (>= 0; -1 = no bound) versions behind answers
+ *      PSE_ERR_STALE with res->staleness set;
+ *   3. a new client's entry gets its room in 'dd' (PSE_ERR_OOM), then
+ *      PSEmbed_Push applies the gradient (its errors);
+ *   4. once applied, the client's entry records seq and the new version.
+ * Nothing changes unless it answers PSE_OK. */
+int PSEmbed_PushOnce(PSEmbed *t, struct PSDedupSet *dd, int64_t maxstale, const PSEmbedPush *p,
+                     PSEmbedPushResult *res);
 
 /* Changes what may change after creation (PS.CONFIG): the
  * hyper-parameters, unknown_zeros, capacity and ttl. dim, optim, init,

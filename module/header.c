@@ -32,8 +32,6 @@ void PSHeader_Init(PSHeader *hd) {
 #undef PS_HP_DEFAULT
 }
 
-int PSHeader_ValidPow(double x) { return isfinite(x) && x >= 0 && x <= 1; }
-
 const char *PSHeader_Check(const PSHeader *hd, uint64_t *n) {
     const char *serr;
     if (hd->ndim < 1 || hd->ndim > PS_MAX_DIMS) return "bad ndim";

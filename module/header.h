@@ -9,6 +9,7 @@
 #ifndef PS_HEADER_H
 #define PS_HEADER_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,7 +65,7 @@ size_t PSHeader_Scalars(int encver);
 void PSHeader_Init(PSHeader *hd);
 
 /* Whether a saved running product beta^t is in [0, 1]. */
-int PSHeader_ValidPow(double x);
+static inline int PSHeader_ValidPow(double x) { return isfinite(x) && x >= 0 && x <= 1; }
 
 /* Returns NULL when the header is valid (and sets *n), or why it is not. */
 const char *PSHeader_Check(const PSHeader *hd, uint64_t *n);

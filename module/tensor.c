@@ -10,43 +10,7 @@
 #include "accum.h"
 #include "rng.h"
 
-/* ------------------------------------------------------------------------
- * Allocation
- * ---------------------------------------------------------------------- */
-
-static void *(*TryAllocFn)(size_t) = malloc;
-static void (*FreeFn)(void *) = free;
-
-void PSTensor_SetAllocator(void *(*tryalloc)(size_t), void (*freefn)(void *)) {
-    TryAllocFn = tryalloc;
-    FreeFn = freefn;
-}
-
-void *PSTensor_Alloc(size_t bytes) { return TryAllocFn(bytes ? bytes : 1); }
-
-void PSTensor_Dealloc(void *p) {
-    if (p) FreeFn(p);
-}
-
-PSBuf *PSBuf_New(uint64_t n, int zero) {
-    if (n > (SIZE_MAX - sizeof(PSBuf)) / sizeof(float)) return NULL;
-    size_t bytes = sizeof(PSBuf) + (size_t)n * sizeof(float);
-    PSBuf *b = PSTensor_Alloc(bytes);
-    if (!b) return NULL;
-    b->refs = 1;
-    b->n = n;
-    if (zero) memset(b->v, 0, (size_t)n * sizeof(float));
-    return b;
-}
-
-void PSBuf_Release(PSBuf *b) {
-    if (b && --b->refs == 0) PSTensor_Dealloc(b);
-}
-
-PSBuf *PSBuf_Retain(PSBuf *b) {
-    if (b) b->refs++;
-    return b;
-}
+/* The allocator, PSBuf and PSTensor_DupBytes are in mem.c. */
 
 /* A private copy of 'b' (refs 1), or NULL on OOM. */
 static PSBuf *buf_clone(const PSBuf *b) {
@@ -141,7 +105,7 @@ void PSTensor_Free(PSTensor *t) {
     PSOptState_Release(&t->opt);
     PSBuf_Release(t->round_acc);
     PSAccum_Release(&t->acc);
-    PSDedup_Free(t);
+    PSTensor_DedupFree(t);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         PSTensor_Dealloc(t->snaps[i].name);
         PSBuf_Release(t->snaps[i].data);
@@ -149,14 +113,6 @@ void PSTensor_Free(PSTensor *t) {
     }
     PSTensor_Dealloc(t->snaps);
     PSTensor_Dealloc(t);
-}
-
-char *PSTensor_DupBytes(const char *s, size_t len) {
-    char *d = PSTensor_Alloc(len + 1);
-    if (!d) return NULL;
-    memcpy(d, s, len);
-    d[len] = '\0';
-    return d;
 }
 
 PSTensor *PSTensor_Copy(const PSTensor *t) {
@@ -178,7 +134,7 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
         c->round_acc = buf_clone(t->round_acc);
         if (!c->round_acc) goto oom;
     }
-    if (PSDedup_CopyInto(c, t) != PST_OK) goto oom;
+    if (PSTensor_DedupCopyInto(c, t) != PST_OK) goto oom;
     if (t->nsnap) {
         c->snaps = PSTensor_Alloc(t->nsnap * sizeof(PSSnapshot));
         if (!c->snaps) goto oom;
@@ -209,7 +165,7 @@ size_t PSTensor_MemUsage(const PSTensor *t) {
     if (t->round_acc) bytes += fb;
     if (t->acc.sum) bytes += fb;
     if (t->acc.pend) bytes += fb;
-    bytes += PSDedup_MemUsage(t);
+    bytes += PSTensor_DedupMemUsage(t);
     /* A snapshot's arrays count only where not shared with the live tensor
      * or an earlier snapshot (snapshots taken with no write between them
      * hold one array). */
@@ -416,9 +372,9 @@ int PSTensor_CloseRound(PSTensor *t) {
 static void dedup_done(PSTensor *t, PSDedupEntry *de, char *idcopy, const PSPush *p,
                        uint64_t version) {
     if (de) {
-        PSDedup_Applied(t, de, p->seq, version);
+        PSTensor_DedupApplied(t, de, p->seq, version);
     } else if (idcopy) {
-        PSDedup_Commit(t, idcopy, p->idlen, p->seq, 0, version);
+        PSTensor_DedupCommit(t, idcopy, p->idlen, p->seq, 0, version);
     }
 }
 
@@ -447,7 +403,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     PSDedupEntry *found = NULL;
     if (p->id) {
         PSDedupEntry *e = found = PSTensor_DedupFind(t, p->id, p->idlen);
-        if (e && PSTensor_DedupSeen(e, p->seq)) {
+        if (e && PSDedupEntry_Seen(e, p->seq)) {
             t->stats.dedup_hits++;
             r->version = e->version;
             return PST_DUPLICATE;
@@ -520,7 +476,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
     /* 6. Everything that can fail before anything changes. */
     if (p->id && t->dedup_max) {
         de = found;
-        if (!de && !(idcopy = PSDedup_Prepare(t, p->id, p->idlen))) {
+        if (!de && !(idcopy = PSTensor_DedupPrepare(t, p->id, p->idlen))) {
             st = PST_ERR_OOM;
             goto fail;
         }

@@ -146,9 +146,9 @@ static void test_pushes_at_a_full_table_evict_like_the_linear_table(void **st) {
         const int ri = ref_find(&r, id);
         if (ri >= 0) {
             RefEntry *e = &r.e[ri];
-            /* seq is the newest: the window shifts (see PSTensor_DedupMark). */
+            /* seq is the newest: the window shifts (see PSDedupEntry_Mark). */
             PSDedupEntry tmp = {.seq = e->seq, .window = e->window, .version = e->version};
-            PSTensor_DedupMark(&tmp, p.seq, res.version);
+            PSDedupEntry_Mark(&tmp, p.seq, res.version);
             e->seq = tmp.seq, e->window = tmp.window, e->version = tmp.version;
         } else {
             ref_record(&r, id, p.seq, 0, res.version);

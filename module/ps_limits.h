@@ -1,4 +1,4 @@
-/* limits.h -- what a pull may cost (issue 11 item 1). Pure core: the
+/* ps_limits.h -- what a pull may cost (issue 11 item 1). Pure core: the
  * PS.PULL handler asks before it allocates anything, and the fuzz harness
  * checks the bound holds for any request. */
 

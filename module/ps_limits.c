@@ -1,6 +1,6 @@
-/* limits.c -- what a pull may cost (see limits.h). */
+/* ps_limits.c -- what a pull may cost (see ps_limits.h). */
 
-#include "limits.h"
+#include "ps_limits.h"
 
 int ps_pull_size(const PSTensor *t, size_t nrows, uint64_t elem_bytes, uint64_t max_bytes,
                  uint64_t *m) {
