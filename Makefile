@@ -30,7 +30,8 @@ OBJ = $(B)/obj
 # Components (README "Layout"). Each is a folder compiled with its own include
 # path, so a file can only include headers of the components below it:
 #   common/  code both sides must compute identically (wire codecs, shape rules, RNG)
-#   module/  the Redis module: server glue + server-side cores    sees common/
+#   module/  the Redis module's glue (commands, types, configs)   sees module/core/, common/
+#   module/core/  its pure cores (tensor, table, optimizers, dedup) sees common/ (no redismodule.h)
 #   libps/   the client library                                     sees common/
 #   ml/      the ML library: MLP, CTR models, data readers, metrics,
 #            the synthetic CTR generator (no Redis, no sockets)     sees common/
@@ -42,7 +43,9 @@ OBJ = $(B)/obj
 # A module object that includes "ps.h" fails with "No such file or directory";
 # `make check-layers` also refuses relative includes that reach across folders.
 COMMON_INCS = -Icommon
-MODULE_INCS = -Icommon
+# module/core/: the pure cores (no Redis calls): redismodule.h is not on their path.
+MODULE_CORE_INCS = -Imodule/core -Icommon
+MODULE_INCS = -Imodule/core -Icommon
 LIBPS_INCS  = -Ilibps/include -Icommon
 ML_INCS     = -Icommon
 MLREF_INCS  = -Iml -Icommon
@@ -52,12 +55,12 @@ RELAY_INCS  = -Ilibps/include -Icommon $(VERSION_DEF)
 # The release (`ps-train --version`, libps.pc): LIBPS_VERSION below, written once.
 VERSION_DEF = -DREDIS_PS_VERSION='"$(LIBPS_VERSION)"'
 # Tests, benches and fuzz harnesses may see every component they exercise.
-TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iml -Iml/ref -Itrain
+TEST_INCS   = -Imodule -Imodule/core -Icommon -Ilibps -Ilibps/include -Iml -Iml/ref -Itrain
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_GLUE = $(filter module/module.c module/glue.c module/args.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
-MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
+MODULE_GLUE = $(wildcard module/*.c)
+MODULE_PURE = $(wildcard module/core/*.c)
 LIBPS_SRC   = $(wildcard libps/*.c)
 # The ML library (ps-train, ps-gen-ctr, tests and bench link it); its
 # reference table (ml/ref/) is linked by tests and bench only.
@@ -107,17 +110,20 @@ ptools: $(PTOOL_BINS) ## the small C drivers the integration tests use
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
-$(OBJ)/module/optim.o: OPT = -O3
-$(OBJ)/module/embed_optim.o: OPT = -O3
+$(OBJ)/module/core/optim.o: OPT = -O3
+$(OBJ)/module/core/embed_optim.o: OPT = -O3
 $(OBJ)/common/codec.o: OPT = -O3
 
-HDRS = $(wildcard */*.h ml/ref/*.h libps/include/redis-ps/*.h)
+HDRS = $(wildcard */*.h module/core/*.h ml/ref/*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(COMMON_INCS) -c $< -o $@
 $(OBJ)/module/%.o: module/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(MODULE_INCS) -c $< -o $@
+$(OBJ)/module/core/%.o: module/core/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(MODULE_CORE_INCS) -c $< -o $@
 $(OBJ)/libps/%.o: libps/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(LIBPS_INCS) -c $< -o $@
@@ -140,7 +146,7 @@ $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 # Layering check: no relative include may climb out of its own folder.
 check-layers: ## refuse includes that cross component folders
 	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
-	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h ml/*.[ch] ml/ref/*.[ch] train/*.[ch] $(wildcard tools/*.[ch]) relay/*.[ch]; then \
+	    common/*.[ch] module/*.[ch] module/core/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h ml/*.[ch] ml/ref/*.[ch] train/*.[ch] $(wildcard tools/*.[ch]) relay/*.[ch]; then \
 	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
 
 # The module links nothing but libc and libm; only RedisModule_OnLoad is exported.

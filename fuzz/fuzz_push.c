@@ -1,5 +1,5 @@
 /* fuzz_push.c -- libFuzzer harness for PSTensor_Push and the other tensor
- * writes (module/tensor.c) on small tensors: fuzzed optimizer, hyper-
+ * writes (module/core/tensor.c) on small tensors: fuzzed optimizer, hyper-
  * parameters, sync mode, staleness policy and exactly-once table, then a
  * fuzzed sequence of pushes (dense or ROWS, VERSION, ID, SCALE, raw float
  * bits including NaN/Inf), snapshots, rollbacks, round closes, SET and copies.

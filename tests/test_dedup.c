@@ -1,4 +1,4 @@
-/* test_dedup.c -- cmocka tests of module/dedup.[ch], the exactly-once table
+/* test_dedup.c -- cmocka tests of module/core/dedup.[ch], the exactly-once table
  * (issue 11 item 4): the indexed table keeps exactly the array order, the
  * contents and the evictions of the former linear table (so RDB, AOF and
  * DEBUG DIGEST output is unchanged), and a push at a full table of 2^17

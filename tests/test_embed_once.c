@@ -1,5 +1,5 @@
 /* test_embed_once.c -- cmocka tests of a table push's exactly-once and
- * staleness rules (PSEmbed_PushOnce, module/embed_once.c): a resend is a
+ * staleness rules (PSEmbed_PushOnce, module/core/embed_once.c): a resend is a
  * duplicate answered with the client's version and changes nothing; a
  * VERSION from the future or beyond maxstale is refused and changes
  * nothing; a late seq inside the window is applied once; a push that fails
