@@ -149,6 +149,7 @@ int ps_reply_status(RedisModuleCtx *ctx, int status) {
     case PST_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
     case PST_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
     case PST_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
+    case PST_ERR_BACKLOG: return RedisModule_ReplyWithError(ctx, PSERR_BACKLOG);
     default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
     }
 }
@@ -429,7 +430,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     if (PSType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSEmbedType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
-    if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR || PSPushHooks_Register(ctx) == REDISMODULE_ERR)
+    if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR || PSPushHooks_Register(ctx) == REDISMODULE_ERR ||
+        PSRelayHooks_Register(ctx) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
     if (registerConfigs(ctx) == REDISMODULE_ERR) {
         RedisModule_Log(ctx, "warning", "could not register ps.* configs");

@@ -299,7 +299,7 @@ def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree
     psserver.wait_until(lambda: pull_np(uc, k)[0] == 2, timeout=5, what="the round timeout")
     assert time.monotonic() - t0 >= 0.35           # ... for its timeout
     assert r.stop() == 0
-    assert "rounds not of N 1)" in r.output(), r.output()
+    assert "rounds not of N 1," in r.output(), r.output()
 
 
 def test_a_relay_of_a_relay_reaches_the_upstream_once(tree, make_server, relays):

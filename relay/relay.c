@@ -21,18 +21,26 @@ typedef struct relayKey {
     uint64_t dims[8];
     uint64_t n;               /* elements */
     uint64_t mirror_version;  /* local version after the last mirror */
+    long long summed;         /* pushes summed at the last peek (-1: pending slot) */
+    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed, or
+                                 the pending take's) */
+    uint64_t seq, part;       /* the part taken this cycle: its seq and gradients */
+    float *buf;               /* the scaled part (--mean, or a split take) */
 } relayKey;
 
 typedef struct relay {
     const relayOpts *o;
     psClient *local, *up;
     relayKey *keys;
-    int nkeys;
+    int nkeys, capkeys;
+    long long max_backlog;    /* MAXBACKLOG sent with every take */
+    long long max_round;      /* MAXROUND sent with every take (0: none) */
     uint64_t seqfloor;        /* wall clock in us at start: seqs of a wiped local server move on */
     relayStats st;
     long long start_ms, last_pull_ms, last_progress_ms;
     long long round_start_ms; /* first push of the open round seen; -1: none */
     long long last_warn_ms;   /* rate limit of the "upstream unreachable" line */
+    char backlog_arg[24];     /* MAXBACKLOG as sent */
     const char *fault;        /* PS_RELAY_FAULT "phase:n": SIGKILL itself (tests) */
 } relay;
 
@@ -118,7 +126,13 @@ static void shape_str(char *buf, size_t len, int ndim, const uint64_t *dims) {
 
 /* Adds a key name (copied). 0, or -1 when there are too many. */
 static int add_key(relay *r, const char *name, size_t len) {
-    if (r->nkeys == RELAY_MAX_KEYS) return -1;
+    if (r->nkeys == r->capkeys) {
+        int cap = r->capkeys ? r->capkeys * 2 : 16;
+        relayKey *nk = realloc(r->keys, (size_t)cap * sizeof(relayKey));
+        if (!nk) return -1;
+        r->keys = nk;
+        r->capkeys = cap;
+    }
     relayKey *k = &r->keys[r->nkeys++];
     memset(k, 0, sizeof(*k));
     k->name = strndup(name, len);
@@ -159,7 +173,7 @@ static int find_keys(relay *r) {
             for (size_t i = 0; i < ks->elements; i++)
                 if (add_key(r, ks->element[i]->str, ks->element[i]->len) != 0) {
                     freeReplyObject(rep);
-                    say(r, "more than %d keys", RELAY_MAX_KEYS);
+                    say(r, "out of memory");
                     return -1;
                 }
             freeReplyObject(rep);
@@ -262,68 +276,129 @@ static int setup_key(relay *r, relayKey *k) {
  * The cycle
  * ====================================================================== */
 
-/* A batch of one command per key, argv held by the caller. */
+/* A batch of at most one command per key: argv per command (room for the
+ * longest command the relay sends), sized for the relay's keys. */
+#define RELAY_ARGV 12
 typedef struct batch {
-    int n;
-    const char *keys[RELAY_MAX_KEYS];
-    int argc[RELAY_MAX_KEYS];
-    const char **argv[RELAY_MAX_KEYS];
-    const size_t *argl[RELAY_MAX_KEYS];
-    int idx[RELAY_MAX_KEYS]; /* key index of each command */
-    redisReply *rep[RELAY_MAX_KEYS];
+    int n, cap;
+    const char **keys;
+    int *argc;
+    const char *(*argv)[RELAY_ARGV];
+    size_t (*argl)[RELAY_ARGV];
+    const char ***argvp;     /* per command: argv[i] as the pointer psCommandBatchArgv wants */
+    const size_t **arglp;
+    int *idx;                /* key index of each command */
+    redisReply **rep;
+    char (*num)[3][24];      /* per command: formatted numbers */
 } batch;
 
+static void batch_free(batch *b) {
+    if (!b) return;
+    free(b->keys), free(b->argc), free(b->argv), free(b->argl), free(b->argvp);
+    free(b->arglp), free(b->idx), free(b->rep), free(b->num);
+    free(b);
+}
+
+static batch *batch_new(int cap) {
+    batch *b = calloc(1, sizeof(batch));
+    if (!b) return NULL;
+    size_t c = (size_t)(cap > 0 ? cap : 1);
+    b->cap = (int)c;
+    b->keys = calloc(c, sizeof(*b->keys));
+    b->argc = calloc(c, sizeof(*b->argc));
+    b->argv = calloc(c, sizeof(*b->argv));
+    b->argl = calloc(c, sizeof(*b->argl));
+    b->argvp = calloc(c, sizeof(*b->argvp));
+    b->arglp = calloc(c, sizeof(*b->arglp));
+    b->idx = calloc(c, sizeof(*b->idx));
+    b->rep = calloc(c, sizeof(*b->rep));
+    b->num = calloc(c, sizeof(*b->num));
+    if (!b->keys || !b->argc || !b->argv || !b->argl || !b->argvp || !b->arglp || !b->idx ||
+        !b->rep || !b->num) {
+        batch_free(b);
+        return NULL;
+    }
+    return b;
+}
+
+/* Starts command j of 'b' for key index 'i': returns its argv to fill. */
+static const char **batch_add(batch *b, relay *r, int i) {
+    int j = b->n++;
+    b->keys[j] = r->keys[i].name;
+    b->idx[j] = i;
+    b->argc[j] = 0;
+    return b->argv[j];
+}
+
+/* Appends argument 's' (length 'l', or strlen when (size_t)-1) to the last command. */
+static void batch_arg(batch *b, const char *s, size_t l) {
+    int j = b->n - 1;
+    b->argv[j][b->argc[j]] = s;
+    b->argl[j][b->argc[j]] = l == (size_t)-1 ? strlen(s) : l;
+    b->argc[j]++;
+}
+
+/* A number argument of the last command (slot 0..2 of its buffers). */
+static void batch_num(batch *b, int slot, long long v) {
+    int j = b->n - 1;
+    snprintf(b->num[j][slot], sizeof(b->num[j][slot]), "%lld", v);
+    batch_arg(b, b->num[j][slot], (size_t)-1);
+}
+
+/* Runs the batch on 'c'. Returns the number of replies, or -1. */
+static int batch_run(psClient *c, batch *b) {
+    for (int j = 0; j < b->n; j++) {
+        b->argvp[j] = b->argv[j];
+        b->arglp[j] = b->argl[j];
+    }
+    return psCommandBatchArgv(c, b->n, b->keys, b->argc, (const char **const *)b->argvp,
+                              (const size_t *const *)b->arglp, b->rep);
+}
+
+static void free_replies(batch *b) {
+    for (int i = 0; i < b->n; i++) {
+        if (b->rep[i]) freeReplyObject(b->rep[i]);
+        b->rep[i] = NULL;
+    }
+}
+
 /* Pulls every key upstream and mirrors it locally. 0, or -1 (retry later). */
-static int pull_and_mirror(relay *r, batch *b) {
-    static const char *pargv[RELAY_MAX_KEYS][2];
-    static size_t pargl[RELAY_MAX_KEYS][2];
+static int pull_and_mirror(relay *r, batch *b, batch *m) {
     b->n = 0;
     for (int i = 0; i < r->nkeys; i++) {
-        pargv[i][0] = "PS.PULL", pargv[i][1] = r->keys[i].name;
-        pargl[i][0] = 7, pargl[i][1] = strlen(r->keys[i].name);
-        b->keys[i] = r->keys[i].name, b->argc[i] = 2, b->argv[i] = pargv[i], b->argl[i] = pargl[i];
-        b->idx[i] = i;
-        b->n++;
+        batch_add(b, r, i);
+        batch_arg(b, "PS.PULL", (size_t)-1);
+        batch_arg(b, r->keys[i].name, (size_t)-1);
     }
-    if (psCommandBatchArgv(r->up, b->n, b->keys, b->argc, b->argv, b->argl, b->rep) < 0) return -1;
-    static const char *margv[RELAY_MAX_KEYS][4];
-    static size_t margl[RELAY_MAX_KEYS][4];
-    static char vbuf[RELAY_MAX_KEYS][24];
-    batch *m = malloc(sizeof(batch));
-    int rc = m ? 0 : -1;
-    if (m) m->n = 0;
-    for (int i = 0; m && i < b->n; i++) {
-        redisReply *p = b->rep[i];
-        relayKey *k = &r->keys[i];
+    if (batch_run(r->up, b) < 0) return -1;
+    int rc = 0;
+    m->n = 0;
+    for (int j = 0; j < b->n; j++) {
+        redisReply *p = b->rep[j];
+        relayKey *k = &r->keys[b->idx[j]];
         if (!p || p->type != REDIS_REPLY_ARRAY || p->elements != 2 ||
             p->element[1]->type != REDIS_REPLY_STRING || p->element[1]->len != k->n * 4) {
             rc = -1;
             continue;
         }
-        snprintf(vbuf[i], sizeof(vbuf[i]), "%lld", p->element[0]->integer);
-        if (i == 0) r->st.up_version = (uint64_t)p->element[0]->integer;
-        margv[i][0] = "PS.MIRROR", margv[i][1] = k->name, margv[i][2] = vbuf[i];
-        margv[i][3] = p->element[1]->str;
-        margl[i][0] = 9, margl[i][1] = strlen(k->name), margl[i][2] = strlen(vbuf[i]);
-        margl[i][3] = p->element[1]->len;
-        int j = m->n++;
-        m->keys[j] = k->name, m->argc[j] = 4, m->argv[j] = margv[i], m->argl[j] = margl[i];
-        m->idx[j] = i;
+        if (b->idx[j] == 0) r->st.up_version = (uint64_t)p->element[0]->integer;
+        batch_add(m, r, b->idx[j]);
+        batch_arg(m, "PS.MIRROR", (size_t)-1);
+        batch_arg(m, k->name, (size_t)-1);
+        batch_num(m, 0, p->element[0]->integer);
+        batch_arg(m, p->element[1]->str, p->element[1]->len);
     }
-    if (m && m->n && psCommandBatchArgv(r->local, m->n, m->keys, m->argc, m->argv, m->argl,
-                                        m->rep) >= 0) {
+    if (m->n && batch_run(r->local, m) >= 0) {
         for (int j = 0; j < m->n; j++) {
             if (m->rep[j] && m->rep[j]->type == REDIS_REPLY_INTEGER)
                 r->keys[m->idx[j]].mirror_version = (uint64_t)m->rep[j]->integer;
             else rc = -1;
-            if (m->rep[j]) freeReplyObject(m->rep[j]);
         }
-    } else if (m && m->n) {
+    } else if (m->n) {
         rc = -1;
     }
-    for (int i = 0; i < b->n; i++)
-        if (b->rep[i]) freeReplyObject(b->rep[i]);
-    free(m);
+    free_replies(m);
+    free_replies(b);
     if (rc == 0) r->st.pulls++;
     r->last_pull_ms = mono_ms();
     return rc;
@@ -332,13 +407,20 @@ static int pull_and_mirror(relay *r, batch *b) {
 static void progress(relay *r, const char *what) {
     const relayStats *s = &r->st;
     double saved = s->bytes_local ? 100.0 * (1.0 - (double)s->bytes_up / (double)s->bytes_local) : 0;
+    uint64_t backlog = 0;
+    for (int i = 0; i < r->nkeys; i++)
+        if (r->keys[i].backlog > backlog) backlog = r->keys[i].backlog;
     fprintf(stdout,
             "[relay %s] %s%.1fs | local pushes in %" PRIu64 " | upstream pushes out %" PRIu64
-            " (resent %" PRIu64 ", rounds not of N %" PRIu64 ") | bytes in %.1f MB out %.1f MB "
-            "saved %.1f%% | upstream version %" PRIu64 " | upstream staleness %.2f\n",
+            " (resent %" PRIu64 ", rounds not of N %" PRIu64 ", split parts %" PRIu64
+            ", largest take %" PRIu64 ", largest push %" PRIu64 ") | backlog %" PRIu64
+            " of %lld%s (full %" PRIu64 "x) | bytes in %.1f MB out %.1f MB saved %.1f%% | "
+            "upstream version %" PRIu64 " | upstream staleness %.2f\n",
             r->o->name, what, (double)(mono_ms() - r->start_ms) / 1000.0, s->local_pushes,
-            s->up_pushes, s->resends, s->uneven_rounds, (double)s->bytes_local / 1e6,
-            (double)s->bytes_up / 1e6, saved,
+            s->up_pushes, s->resends, s->uneven_rounds, s->split_parts, s->largest_take,
+            s->largest_part, backlog, r->max_backlog,
+            r->max_backlog && backlog >= (uint64_t)r->max_backlog ? " FULL: workers paused" : "",
+            s->backlog_full, (double)s->bytes_local / 1e6, (double)s->bytes_up / 1e6, saved,
             s->up_version, s->up_pushes ? (double)s->stale_sum / (double)s->up_pushes : 0.0);
     fflush(stdout);
 }
@@ -354,29 +436,25 @@ static long long take_mincount(const relay *r, long long now) {
     return o->every_pushes > 0 ? o->every_pushes : (1LL << 62);
 }
 
-/* Fills 'tk' with PS.TAKE key MINCOUNT 'minb' SEQFLOOR 'floorb' for every
- * key and runs it on the local server. 0, or -1 when nothing came back. */
-static int take_all(relay *r, batch *tk, const char *minb, const char *floorb) {
-    static const char *targv[RELAY_MAX_KEYS][6];
-    static size_t targl[RELAY_MAX_KEYS][6];
+/* Fills 'tk' with PS.TAKE key MINCOUNT 'min' SEQFLOOR f MAXROUND r
+ * MAXBACKLOG b for every key and runs it on the local server. 0, or -1
+ * when nothing came back. */
+static int take_all(relay *r, batch *tk, long long min) {
     tk->n = 0;
     for (int i = 0; i < r->nkeys; i++) {
-        const char **a = targv[i];
-        a[0] = "PS.TAKE", a[1] = r->keys[i].name, a[2] = "MINCOUNT", a[3] = minb;
-        a[4] = "SEQFLOOR", a[5] = floorb;
-        for (int j = 0; j < 6; j++) targl[i][j] = strlen(a[j]);
-        tk->keys[i] = r->keys[i].name, tk->argc[i] = 6, tk->argv[i] = a, tk->argl[i] = targl[i];
-        tk->idx[i] = i;
-        tk->n++;
+        batch_add(tk, r, i);
+        batch_arg(tk, "PS.TAKE", (size_t)-1);
+        batch_arg(tk, r->keys[i].name, (size_t)-1);
+        batch_arg(tk, "MINCOUNT", (size_t)-1);
+        batch_num(tk, 0, min);
+        batch_arg(tk, "SEQFLOOR", (size_t)-1);
+        batch_num(tk, 1, (long long)r->seqfloor);
+        batch_arg(tk, "MAXROUND", (size_t)-1);
+        batch_num(tk, 2, r->max_round);
+        batch_arg(tk, "MAXBACKLOG", (size_t)-1);
+        batch_arg(tk, r->backlog_arg, (size_t)-1);
     }
-    return psCommandBatchArgv(r->local, tk->n, tk->keys, tk->argc, tk->argv, tk->argl, tk->rep) < 0
-               ? -1
-               : 0;
-}
-
-static void free_replies(batch *b) {
-    for (int i = 0; i < b->n; i++)
-        if (b->rep[i]) freeReplyObject(b->rep[i]);
+    return batch_run(r->local, tk) < 0 ? -1 : 0;
 }
 
 /* Whether a round is due: a pending slot is there (to resend), or enough
@@ -386,20 +464,28 @@ static void free_replies(batch *b) {
  * A round is decided once for all keys, so a worker's push of the whole
  * model lands in one upstream push per round and one pull follows it (not
  * one per key). A peek is a PS.TAKE whose MINCOUNT cannot be met: it
- * changes nothing. Sets *summed when any key has something summed. */
+ * changes nothing (but sets MAXBACKLOG the first time). Sets each key's
+ * 'summed' and 'backlog' and *summed when any key has something summed. */
 static int round_due(relay *r, batch *tk, long long need, int *summed) {
-    static char peekb[24], floorb[24];
-    snprintf(peekb, sizeof(peekb), "%lld", 1LL << 62);
-    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
-    if (take_all(r, tk, peekb, floorb) != 0) return 0;
+    if (take_all(r, tk, 1LL << 62) != 0) return 0;
     long long most = 0, least = 1LL << 62;
     int pending = 0;
-    for (int i = 0; i < tk->n; i++) {
-        const redisReply *t = tk->rep[i];
-        if (t && t->type == REDIS_REPLY_ARRAY) pending = 1;
-        if (t && t->type == REDIS_REPLY_INTEGER && t->integer > most) most = t->integer;
-        if (t && t->type == REDIS_REPLY_INTEGER && t->integer < least) least = t->integer;
+    for (int j = 0; j < tk->n; j++) {
+        const redisReply *t = tk->rep[j];
+        relayKey *k = &r->keys[tk->idx[j]];
+        if (t && t->type == REDIS_REPLY_ARRAY) {
+            pending = 1;
+            k->summed = -1;
+            if (t->elements == 5) k->backlog = (uint64_t)t->element[3]->integer;
+        }
+        if (t && t->type == REDIS_REPLY_INTEGER) {
+            k->summed = t->integer;
+            k->backlog = (uint64_t)t->integer;
+            if (t->integer > most) most = t->integer;
+            if (t->integer < least) least = t->integer;
+        }
         if (t && t->type == REDIS_REPLY_ERROR) pending = 1; /* the take below reports it */
+        if (r->max_backlog && k->backlog >= (uint64_t)r->max_backlog) r->st.backlog_full++;
     }
     free_replies(tk);
     *summed = most > 0;
@@ -408,77 +494,120 @@ static int round_due(relay *r, batch *tk, long long need, int *summed) {
     return pending || (most > 0 && have >= need);
 }
 
+/* Sleeps on the local server (PS.TAKEWAIT) until a round may be due: on
+ * the key that decides it (sync: the one with the fewest pushes summed;
+ * async: the one with the most), for the round's count, at most until the
+ * round's time is up, the next pull or progress line, or --poll-ms. */
+static void wait_for_round(relay *r, long long need, long long now) {
+    const relayOpts *o = r->o;
+    long long timeout = o->poll_ms;
+    int pick = 0;
+    long long min = 1;
+    if (r->round_start_ms >= 0) {
+        long long limit = o->sync ? o->round_timeout_ms : o->every_ms;
+        long long left = r->round_start_ms + limit - now;
+        if (left < timeout) timeout = left;
+        for (int i = 1; i < r->nkeys; i++)
+            if (o->sync ? r->keys[i].summed < r->keys[pick].summed
+                        : r->keys[i].summed > r->keys[pick].summed)
+                pick = i;
+        min = need;
+    }
+    if (!o->sync) {
+        long long left = r->last_pull_ms + o->pull_ms - now;
+        if (left < timeout) timeout = left;
+    }
+    if (o->progress_ms > 0) {
+        long long left = r->last_progress_ms + o->progress_ms - now;
+        if (left < timeout) timeout = left;
+    }
+    if (timeout < 1) timeout = 1;
+    if (min < 1) min = 1;
+    r->st.waits++;
+    redisReply *rep = psCommand(r->local, r->keys[pick].name, "PS.TAKEWAIT %s MINCOUNT %lld TIMEOUT %lld",
+                                r->keys[pick].name, min, timeout);
+    if (!rep || rep->type == REDIS_REPLY_ERROR) sleep_ms(timeout); /* reported by the takes */
+    if (rep) freeReplyObject(rep);
+}
+
 /* One cycle over every key. Returns the number of upstream pushes
  * acknowledged, 0 when nothing was due, -1 on a fatal error. */
 static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
-    static char floorb[32];
     long long now = mono_ms();
     int summed = 0;
-    const int due = round_due(r, tk, take_mincount(r, now), &summed);
+    const long long need = take_mincount(r, now);
+    const int due = round_due(r, tk, need, &summed);
     if (summed && r->round_start_ms < 0) r->round_start_ms = now;
-    if (!due) return 0;
-    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
-    if (take_all(r, tk, "1", floorb) != 0) return 0;
-    static const char *pargv[RELAY_MAX_KEYS][7];
-    static size_t pargl[RELAY_MAX_KEYS][7];
-    static char seqb[RELAY_MAX_KEYS][24];
-    static float *meanbuf[RELAY_MAX_KEYS];
-    uint64_t counts[RELAY_MAX_KEYS];
+    if (!due) {
+        if (!Stop) wait_for_round(r, need, now);
+        return 0;
+    }
+    if (take_all(r, tk, 1) != 0) return 0;
     int fatal = 0;
     pu->n = 0;
-    for (int i = 0; i < tk->n; i++) {
-        redisReply *t = tk->rep[i];
+    for (int j = 0; j < tk->n; j++) {
+        redisReply *t = tk->rep[j];
+        const int i = tk->idx[j];
+        relayKey *k = &r->keys[i];
         if (!t) continue;
         if (t->type == REDIS_REPLY_INTEGER) continue;
         if (t->type == REDIS_REPLY_ERROR) {
-            say(r, "PS.TAKE %s: %s", r->keys[i].name, t->str);
+            say(r, "PS.TAKE %s: %s", k->name, t->str);
             fatal = 1;
             continue;
         }
-        if (t->type != REDIS_REPLY_ARRAY || t->elements != 3 ||
-            t->element[2]->len != r->keys[i].n * 4) {
-            say(r, "PS.TAKE %s: unexpected reply", r->keys[i].name);
+        if (t->type != REDIS_REPLY_ARRAY || t->elements != 5 ||
+            t->element[2]->type != REDIS_REPLY_STRING || t->element[2]->len != k->n * 4 ||
+            t->element[1]->integer < 1 || t->element[3]->integer < t->element[1]->integer) {
+            say(r, "PS.TAKE %s: unexpected reply", k->name);
             fatal = 1;
             continue;
         }
-        relayKey *k = &r->keys[i];
         const redisReply *blob = t->element[2];
-        counts[i] = (uint64_t)t->element[1]->integer;
-        snprintf(seqb[i], sizeof(seqb[i]), "%lld", t->element[0]->integer);
+        const uint64_t part = (uint64_t)t->element[1]->integer;
+        const uint64_t count = (uint64_t)t->element[3]->integer;
+        k->part = part;
+        k->seq = (uint64_t)t->element[0]->integer;
+        if (count > r->st.largest_take) r->st.largest_take = count;
+        if (part > r->st.largest_part) r->st.largest_part = part;
         const char *data = blob->str;
-        if (r->o->mean) {
-            /* The mean of the count pushes: each element divided once. */
-            float *mb = realloc(meanbuf[i], blob->len);
+        if (r->o->mean || part != count) {
+            /* The mean of the count pushes (each element divided once), or
+             * this part's share of the sum: part / count of it, so the
+             * parts add up to the sum and none carries more than MAXROUND
+             * gradients. A whole sum is sent as it is (bit for bit). */
+            float *mb = realloc(k->buf, blob->len);
             if (!mb) return -1;
-            meanbuf[i] = mb;
+            k->buf = mb;
             memcpy(mb, blob->str, blob->len);
-            for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] / (float)counts[i];
+            if (r->o->mean)
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] / (float)count;
+            else
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] * (float)part / (float)count;
             data = (const char *)mb;
         }
-        const char **a = pargv[i];
-        a[0] = "PS.PUSHGRAD", a[1] = k->name, a[2] = data, a[3] = "ID", a[4] = r->o->name;
-        a[5] = seqb[i];
-        for (int j = 0; j < 6; j++) pargl[i][j] = j == 2 ? blob->len : strlen(a[j]);
-        int j = pu->n++;
-        pu->keys[j] = k->name, pu->argc[j] = 6, pu->argv[j] = a, pu->argl[j] = pargl[i];
-        pu->idx[j] = i;
+        if (part != count) r->st.split_parts++;
+        batch_add(pu, r, i);
+        batch_arg(pu, "PS.PUSHGRAD", (size_t)-1);
+        batch_arg(pu, k->name, (size_t)-1);
+        batch_arg(pu, data, blob->len);
+        batch_arg(pu, "ID", (size_t)-1);
+        batch_arg(pu, r->o->name, (size_t)-1);
+        batch_num(pu, 0, (long long)k->seq);
     }
     for (int j = 0; r->o->sync && j < pu->n; j++)
-        if (counts[pu->idx[j]] != (uint64_t)r->o->workers) {
+        if (r->keys[pu->idx[j]].part != (uint64_t)r->o->workers) {
             r->st.uneven_rounds++;
             break;
         }
     if (pu->n) fault_point(r, "take");
     int acked = 0;
-    if (pu->n && psCommandBatchArgv(r->up, pu->n, pu->keys, pu->argc, pu->argv, pu->argl,
-                                    pu->rep) >= 0) {
+    if (pu->n && batch_run(r->up, pu) >= 0) {
         fault_point(r, "push");
-        static const char *aargv[RELAY_MAX_KEYS][3];
-        static size_t aargl[RELAY_MAX_KEYS][3];
         ak->n = 0;
         for (int j = 0; j < pu->n; j++) {
             redisReply *p = pu->rep[j];
-            int i = pu->idx[j];
+            const int i = pu->idx[j];
             relayKey *k = &r->keys[i];
             if (!p) { /* no answer: the slot stays pending and is resent next cycle */
                 long long t = mono_ms();
@@ -498,19 +627,16 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
             } else if (p->type == REDIS_REPLY_INTEGER) {
                 uint64_t v = (uint64_t)p->integer;
                 r->st.stale_sum += v > k->mirror_version + 1 ? v - k->mirror_version - 1 : 0;
-                r->st.local_pushes += counts[i];
-                r->st.bytes_local += counts[i] * k->n * 4;
+                r->st.local_pushes += k->part;
+                r->st.bytes_local += k->part * k->n * 4;
                 r->st.bytes_up += k->n * 4;
-                const char **a = aargv[i];
-                a[0] = "PS.TAKEACK", a[1] = k->name, a[2] = seqb[i];
-                for (int m = 0; m < 3; m++) aargl[i][m] = strlen(a[m]);
-                int m = ak->n++;
-                ak->keys[m] = k->name, ak->argc[m] = 3, ak->argv[m] = a, ak->argl[m] = aargl[i];
-                ak->idx[m] = i;
+                batch_add(ak, r, i);
+                batch_arg(ak, "PS.TAKEACK", (size_t)-1);
+                batch_arg(ak, k->name, (size_t)-1);
+                batch_num(ak, 0, (long long)k->seq);
             }
         }
-        if (ak->n && psCommandBatchArgv(r->local, ak->n, ak->keys, ak->argc, ak->argv, ak->argl,
-                                        ak->rep) >= 0) {
+        if (ak->n && batch_run(r->local, ak) >= 0) {
             for (int m = 0; m < ak->n; m++) {
                 redisReply *a = ak->rep[m];
                 if (a && a->type == REDIS_REPLY_INTEGER) {
@@ -518,16 +644,62 @@ static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
                     r->st.up_pushes++;
                     if (a->integer == 0) r->st.resends++;
                 }
-                if (a) freeReplyObject(a);
             }
             fault_point(r, "ack");
         }
-        for (int j = 0; j < pu->n; j++)
-            if (pu->rep[j]) freeReplyObject(pu->rep[j]);
+        free_replies(ak);
+        free_replies(pu);
     }
     free_replies(tk);
     if (acked) r->round_start_ms = -1;
     return fatal ? -1 : acked;
+}
+
+/* The defaults of --max-backlog and --max-round (relay.h). */
+static void round_bounds(relay *r) {
+    const relayOpts *o = r->o;
+    long long round = o->sync ? o->workers : o->every_pushes; /* 0: time only */
+    r->max_round = o->max_round >= 0 ? o->max_round : (o->sync ? round : 2 * round);
+    r->max_backlog = o->max_backlog >= 0 ? o->max_backlog : (round ? 4 * round : 64);
+    snprintf(r->backlog_arg, sizeof(r->backlog_arg), "%lld", r->max_backlog);
+}
+
+/* ps-relay --status: the local tensors' persisted round counters. */
+static int print_status(relay *r) {
+    int bad = 0;
+    printf("%-24s %8s %8s %10s %6s %6s %8s %8s %9s %8s\n", "key", "takes", "rounds", "forwarded",
+           "min", "max", "backlog", "max_bl", "refusals", "pending");
+    for (int i = 0; i < r->nkeys; i++) {
+        redisReply *rep = psCommand(r->local, r->keys[i].name, "PS.INFO %s", r->keys[i].name);
+        if (!rep || rep->type != REDIS_REPLY_ARRAY) {
+            printf("%-24s %s\n", r->keys[i].name,
+                   rep && rep->type == REDIS_REPLY_ERROR ? rep->str : r->local->errstr);
+            bad = 1;
+            if (rep) freeReplyObject(rep);
+            continue;
+        }
+        static const char *const f[] = {"relay_takes", "relay_rounds", "relay_forwarded",
+                                        "relay_round_min", "relay_round_max", "backlog",
+                                        "max_backlog", "backlog_refusals", "pending_parts"};
+        long long v[9];
+        for (int x = 0; x < 9; x++) v[x] = -1;
+        for (size_t e = 0; e + 1 < rep->elements; e += 2)
+            for (int x = 0; x < 9; x++)
+                if (rep->element[e]->type == REDIS_REPLY_STRING &&
+                    !strcmp(rep->element[e]->str, f[x]) &&
+                    rep->element[e + 1]->type == REDIS_REPLY_INTEGER)
+                    v[x] = rep->element[e + 1]->integer;
+        freeReplyObject(rep);
+        if (v[0] < 0) {
+            printf("%-24s not an ACCUM tensor of this module version\n", r->keys[i].name);
+            bad = 1;
+            continue;
+        }
+        printf("%-24s %8lld %8lld %10lld %6lld %6lld %8lld %8lld %9lld %8lld\n", r->keys[i].name,
+               v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+    }
+    fflush(stdout);
+    return bad ? 1 : 0;
 }
 
 int relay_run(const relayOpts *o) {
@@ -537,6 +709,7 @@ int relay_run(const relayOpts *o) {
     r.fault = getenv("PS_RELAY_FAULT");
     r.round_start_ms = -1;
     r.start_ms = r.last_progress_ms = mono_ms();
+    round_bounds(&r);
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     r.seqfloor = (uint64_t)wall.tv_sec * 1000000u + (uint64_t)wall.tv_nsec / 1000u;
@@ -548,18 +721,24 @@ int relay_run(const relayOpts *o) {
     sigaction(SIGTERM, &sa, NULL);
 
     int rc = 1;
-    batch *b[3] = {malloc(sizeof(batch)), malloc(sizeof(batch)), malloc(sizeof(batch))};
-    r.keys = calloc(RELAY_MAX_KEYS, sizeof(relayKey));
+    batch *b[4] = {NULL, NULL, NULL, NULL};
     psOptions opt = {0};
     opt.client_id = o->name;
     r.local = psConnect(o->local, &opt);
-    r.up = psConnect(o->upstream, &opt);
-    if (!b[0] || !b[1] || !b[2] || !r.keys || !r.local || !r.up) {
+    r.up = o->status ? NULL : psConnect(o->upstream, &opt);
+    if (!r.local || (!o->status && !r.up)) {
         say(&r, "out of memory");
         goto out;
     }
     if (r.local->err) {
         say(&r, "--local %s: %s", o->local, r.local->errstr);
+        goto out;
+    }
+    if (o->status) {
+        /* The keys as given, or matched on the local server. */
+        r.up = r.local;
+        rc = find_keys(&r) != 0 ? 2 : print_status(&r);
+        r.up = NULL;
         goto out;
     }
     if (r.up->err) {
@@ -570,16 +749,23 @@ int relay_run(const relayOpts *o) {
         rc = 2;
         goto out;
     }
+    for (int i = 0; i < 4; i++)
+        if (!(b[i] = batch_new(r.nkeys))) {
+            say(&r, "out of memory");
+            goto out;
+        }
     for (int i = 0; i < r.nkeys; i++)
         if ((rc = setup_key(&r, &r.keys[i])) != 0) goto out;
     rc = 1;
-    if (pull_and_mirror(&r, b[0]) != 0) {
+    if (pull_and_mirror(&r, b[0], b[3]) != 0) {
         say(&r, "the first upstream pull failed: %s", r.up->err ? r.up->errstr : "bad reply");
         goto out;
     }
-    printf("[relay %s] relaying %d keys from %s to %s, %s, sending the %s, seq floor %" PRIu64 "\n",
+    printf("[relay %s] relaying %d keys from %s to %s, %s, sending the %s, seq floor %" PRIu64
+           ", at most %lld gradients per upstream push%s, local backlog bound %lld%s\n",
            o->name, r.nkeys, o->local, o->upstream, o->sync ? "sync rounds" : "async",
-           o->mean ? "mean" : "sum", r.seqfloor);
+           o->mean ? "mean" : "sum", r.seqfloor, r.max_round, r.max_round ? "" : " (no bound)",
+           r.max_backlog, r.max_backlog ? "" : " (none)");
     fflush(stdout);
     for (;;) {
         int stopping = Stop;
@@ -590,7 +776,8 @@ int relay_run(const relayOpts *o) {
          * worker waiting for the version above its model's (ps-train
          * --sync-rounds, MINVERSION) wakes when its own round is upstream,
          * never on a periodic pull of the other relays' progress. */
-        if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms)) pull_and_mirror(&r, b[0]);
+        if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms))
+            pull_and_mirror(&r, b[0], b[3]);
         if (o->progress_ms > 0 && now - r.last_progress_ms >= o->progress_ms) {
             progress(&r, "");
             r.last_progress_ms = now;
@@ -598,15 +785,14 @@ int relay_run(const relayOpts *o) {
         /* Stopping: one more cycle took everything summed (MINCOUNT 1); stop
          * once a cycle forwards nothing. */
         if (stopping && n == 0) break;
-        if (n == 0) sleep_ms(o->poll_ms);
     }
     progress(&r, "stopped after ");
     rc = 0;
 out:
     psClientFree(r.local);
     psClientFree(r.up);
-    for (int i = 0; r.keys && i < r.nkeys; i++) free(r.keys[i].name);
+    for (int i = 0; r.keys && i < r.nkeys; i++) free(r.keys[i].name), free(r.keys[i].buf);
     free(r.keys);
-    for (int i = 0; i < 3; i++) free(b[i]);
+    for (int i = 0; i < 4; i++) batch_free(b[i]);
     return rc;
 }

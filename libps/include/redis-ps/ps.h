@@ -230,6 +230,9 @@ typedef struct psStats {
     uint64_t lost_state;      /* lost-state events (keys vanished or rolled back) */
     uint64_t rows_pulled;     /* embedding rows (ids) answered by shard pulls */
     uint64_t rows_pushed;     /* embedding rows (ids) in acknowledged shard pushes */
+    uint64_t backlog_waits;   /* pushes answered BACKLOG (a relay's local ACCUM tensor
+                                 full while the relay is down or behind) and resent after
+                                 a backoff: backpressure, within the retry budget */
 } psStats;
 
 struct psClientPriv;
