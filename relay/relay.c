@@ -40,7 +40,6 @@ typedef struct relay {
     long long start_ms, last_pull_ms, last_progress_ms;
     long long round_start_ms; /* first push of the open round seen; -1: none */
     long long last_warn_ms;   /* rate limit of the "upstream unreachable" line */
-    char backlog_arg[24];     /* MAXBACKLOG as sent */
     const char *fault;        /* PS_RELAY_FAULT "phase:n": SIGKILL itself (tests) */
 } relay;
 
@@ -225,24 +224,10 @@ static int setup_key(relay *r, relayKey *k) {
             freeReplyObject(rep);
             /* Create it mirroring the upstream shape; NX: a concurrent
              * creator wins and is checked on the next round. */
-            const char *argv[16];
-            size_t argl[16];
-            char dbuf[8][24];
-            int c = 0;
-            argv[c++] = "PS.CREATE", argv[c++] = k->name, argv[c++] = "SHAPE";
-            for (int i = 0; i < k->ndim; i++) {
-                snprintf(dbuf[i], sizeof(dbuf[i]), "%" PRIu64, k->dims[i]);
-                argv[c++] = dbuf[i];
+            if (psAccumCreate(r->local, k->name, k->ndim, k->dims) != PS_OK) {
+                say(r, "PS.CREATE %s local: %s", k->name, r->local->errstr);
+                return r->local->err == PS_ERR_SERVER ? 2 : 1;
             }
-            argv[c++] = "OPTIM", argv[c++] = "ACCUM", argv[c++] = "NX";
-            for (int i = 0; i < c; i++) argl[i] = strlen(argv[i]);
-            rep = psCommandArgv(r->local, k->name, c, argv, argl);
-            if (!rep || rep->type == REDIS_REPLY_ERROR) {
-                say(r, "PS.CREATE %s local: %s", k->name, rep ? rep->str : r->local->errstr);
-                if (rep) freeReplyObject(rep);
-                return rep ? 2 : 1;
-            }
-            freeReplyObject(rep);
             continue;
         }
         if (rep->type == REDIS_REPLY_ERROR ||
@@ -276,129 +261,77 @@ static int setup_key(relay *r, relayKey *k) {
  * The cycle
  * ====================================================================== */
 
-/* A batch of at most one command per key: argv per command (room for the
- * longest command the relay sends), sized for the relay's keys. */
-#define RELAY_ARGV 12
-typedef struct batch {
-    int n, cap;
-    const char **keys;
-    int *argc;
-    const char *(*argv)[RELAY_ARGV];
-    size_t (*argl)[RELAY_ARGV];
-    const char ***argvp;     /* per command: argv[i] as the pointer psCommandBatchArgv wants */
-    const size_t **arglp;
-    int *idx;                /* key index of each command */
-    redisReply **rep;
-    char (*num)[3][24];      /* per command: formatted numbers */
-} batch;
+/* Scratch item arrays, one item per key, reused by every call. */
+typedef struct relayItems {
+    psAccumItem *take;   /* per key: its peek / take */
+    psAccumItem *up;     /* the forwards (or pulls) of this cycle */
+    psAccumItem *loc;    /* the acks (or mirrors) of this cycle */
+    int *idx;            /* key index of each up / loc item */
+    float *pulled;       /* room for every key's values (pulls) */
+} relayItems;
 
-static void batch_free(batch *b) {
-    if (!b) return;
-    free(b->keys), free(b->argc), free(b->argv), free(b->argl), free(b->argvp);
-    free(b->arglp), free(b->idx), free(b->rep), free(b->num);
-    free(b);
+static void items_free(relayItems *it, int nkeys) {
+    if (it->take) psAccumItemsRelease(it->take, (size_t)nkeys);
+    free(it->take), free(it->up), free(it->loc), free(it->idx), free(it->pulled);
+    memset(it, 0, sizeof(*it));
 }
 
-static batch *batch_new(int cap) {
-    batch *b = calloc(1, sizeof(batch));
-    if (!b) return NULL;
-    size_t c = (size_t)(cap > 0 ? cap : 1);
-    b->cap = (int)c;
-    b->keys = calloc(c, sizeof(*b->keys));
-    b->argc = calloc(c, sizeof(*b->argc));
-    b->argv = calloc(c, sizeof(*b->argv));
-    b->argl = calloc(c, sizeof(*b->argl));
-    b->argvp = calloc(c, sizeof(*b->argvp));
-    b->arglp = calloc(c, sizeof(*b->arglp));
-    b->idx = calloc(c, sizeof(*b->idx));
-    b->rep = calloc(c, sizeof(*b->rep));
-    b->num = calloc(c, sizeof(*b->num));
-    if (!b->keys || !b->argc || !b->argv || !b->argl || !b->argvp || !b->arglp || !b->idx ||
-        !b->rep || !b->num) {
-        batch_free(b);
-        return NULL;
+static int items_init(relay *r, relayItems *it) {
+    if (r->nkeys < 1) return -1;
+    size_t n = (size_t)(unsigned)r->nkeys, floats = 0;
+    for (int i = 0; i < r->nkeys; i++) floats += r->keys[i].n;
+    it->take = calloc(n, sizeof(psAccumItem));
+    it->up = calloc(n, sizeof(psAccumItem));
+    it->loc = calloc(n, sizeof(psAccumItem));
+    it->idx = calloc(n, sizeof(int));
+    it->pulled = malloc((floats ? floats : 1) * sizeof(float));
+    if (!it->take || !it->up || !it->loc || !it->idx || !it->pulled) return -1;
+    for (int i = 0; i < r->nkeys; i++) {
+        it->take[i].key = r->keys[i].name;
+        it->take[i].n = r->keys[i].n;
     }
-    return b;
+    return 0;
 }
 
-/* Starts command j of 'b' for key index 'i': returns its argv to fill. */
-static const char **batch_add(batch *b, relay *r, int i) {
-    int j = b->n++;
-    b->keys[j] = r->keys[i].name;
-    b->idx[j] = i;
-    b->argc[j] = 0;
-    return b->argv[j];
-}
-
-/* Appends argument 's' (length 'l', or strlen when (size_t)-1) to the last command. */
-static void batch_arg(batch *b, const char *s, size_t l) {
-    int j = b->n - 1;
-    b->argv[j][b->argc[j]] = s;
-    b->argl[j][b->argc[j]] = l == (size_t)-1 ? strlen(s) : l;
-    b->argc[j]++;
-}
-
-/* A number argument of the last command (slot 0..2 of its buffers). */
-static void batch_num(batch *b, int slot, long long v) {
-    int j = b->n - 1;
-    snprintf(b->num[j][slot], sizeof(b->num[j][slot]), "%lld", v);
-    batch_arg(b, b->num[j][slot], (size_t)-1);
-}
-
-/* Runs the batch on 'c'. Returns the number of replies, or -1. */
-static int batch_run(psClient *c, batch *b) {
-    for (int j = 0; j < b->n; j++) {
-        b->argvp[j] = b->argv[j];
-        b->arglp[j] = b->argl[j];
-    }
-    return psCommandBatchArgv(c, b->n, b->keys, b->argc, (const char **const *)b->argvp,
-                              (const size_t *const *)b->arglp, b->rep);
-}
-
-static void free_replies(batch *b) {
-    for (int i = 0; i < b->n; i++) {
-        if (b->rep[i]) freeReplyObject(b->rep[i]);
-        b->rep[i] = NULL;
-    }
+/* Item j of 'arr' for key i (the rest of the item cleared). */
+static psAccumItem *item_for(relay *r, relayItems *it, psAccumItem *arr, int j, int i) {
+    psAccumItem *x = &arr[j];
+    memset(x, 0, sizeof(*x));
+    x->key = r->keys[i].name;
+    x->n = r->keys[i].n;
+    it->idx[j] = i;
+    return x;
 }
 
 /* Pulls every key upstream and mirrors it locally. 0, or -1 (retry later). */
-static int pull_and_mirror(relay *r, batch *b, batch *m) {
-    b->n = 0;
+static int pull_and_mirror(relay *r, relayItems *it) {
+    size_t off = 0;
     for (int i = 0; i < r->nkeys; i++) {
-        batch_add(b, r, i);
-        batch_arg(b, "PS.PULL", (size_t)-1);
-        batch_arg(b, r->keys[i].name, (size_t)-1);
+        item_for(r, it, it->up, i, i)->dst = it->pulled + off;
+        off += r->keys[i].n;
     }
-    if (batch_run(r->up, b) < 0) return -1;
-    int rc = 0;
-    m->n = 0;
-    for (int j = 0; j < b->n; j++) {
-        redisReply *p = b->rep[j];
-        relayKey *k = &r->keys[b->idx[j]];
-        if (!p || p->type != REDIS_REPLY_ARRAY || p->elements != 2 ||
-            p->element[1]->type != REDIS_REPLY_STRING || p->element[1]->len != k->n * 4) {
+    int rc = psAccumPull(r->up, it->up, (size_t)r->nkeys) == PS_OK ? 0 : -1;
+    int m = 0;
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *p = &it->up[i];
+        if (p->status != PS_OK) {
             rc = -1;
             continue;
         }
-        if (b->idx[j] == 0) r->st.up_version = (uint64_t)p->element[0]->integer;
-        batch_add(m, r, b->idx[j]);
-        batch_arg(m, "PS.MIRROR", (size_t)-1);
-        batch_arg(m, k->name, (size_t)-1);
-        batch_num(m, 0, p->element[0]->integer);
-        batch_arg(m, p->element[1]->str, p->element[1]->len);
+        if (i == 0) r->st.up_version = p->version;
+        psAccumItem *x = &it->loc[m++];
+        memset(x, 0, sizeof(*x));
+        x->key = p->key;
+        x->n = p->n;
+        x->data = p->dst;
+        x->version = p->version;
     }
-    if (m->n && batch_run(r->local, m) >= 0) {
-        for (int j = 0; j < m->n; j++) {
-            if (m->rep[j] && m->rep[j]->type == REDIS_REPLY_INTEGER)
-                r->keys[m->idx[j]].mirror_version = (uint64_t)m->rep[j]->integer;
-            else rc = -1;
-        }
-    } else if (m->n) {
-        rc = -1;
+    if (m && psAccumMirror(r->local, it->loc, (size_t)m) != PS_OK) rc = -1;
+    for (int j = 0, i = 0; j < m; j++) {
+        while (i < r->nkeys && strcmp(r->keys[i].name, it->loc[j].key)) i++;
+        if (i < r->nkeys && it->loc[j].status == PS_OK) r->keys[i].mirror_version = it->loc[j].version;
+        else rc = -1;
     }
-    free_replies(m);
-    free_replies(b);
     if (rc == 0) r->st.pulls++;
     r->last_pull_ms = mono_ms();
     return rc;
@@ -436,25 +369,11 @@ static long long take_mincount(const relay *r, long long now) {
     return o->every_pushes > 0 ? o->every_pushes : (1LL << 62);
 }
 
-/* Fills 'tk' with PS.TAKE key MINCOUNT 'min' SEQFLOOR f MAXROUND r
- * MAXBACKLOG b for every key and runs it on the local server. 0, or -1
- * when nothing came back. */
-static int take_all(relay *r, batch *tk, long long min) {
-    tk->n = 0;
-    for (int i = 0; i < r->nkeys; i++) {
-        batch_add(tk, r, i);
-        batch_arg(tk, "PS.TAKE", (size_t)-1);
-        batch_arg(tk, r->keys[i].name, (size_t)-1);
-        batch_arg(tk, "MINCOUNT", (size_t)-1);
-        batch_num(tk, 0, min);
-        batch_arg(tk, "SEQFLOOR", (size_t)-1);
-        batch_num(tk, 1, (long long)r->seqfloor);
-        batch_arg(tk, "MAXROUND", (size_t)-1);
-        batch_num(tk, 2, r->max_round);
-        batch_arg(tk, "MAXBACKLOG", (size_t)-1);
-        batch_arg(tk, r->backlog_arg, (size_t)-1);
-    }
-    return batch_run(r->local, tk) < 0 ? -1 : 0;
+/* PS.TAKE key MINCOUNT 'min' SEQFLOOR f MAXROUND r MAXBACKLOG b for every
+ * key on the local server. 0, or -1 when some take got no reply. */
+static int take_all(relay *r, relayItems *it, long long min) {
+    psAccumTakeOpts t = {(uint64_t)min, r->seqfloor, (uint64_t)r->max_round, r->max_backlog};
+    return psAccumTake(r->local, it->take, (size_t)r->nkeys, &t) == PS_OK ? 0 : -1;
 }
 
 /* Whether a round is due: a pending slot is there (to resend), or enough
@@ -466,28 +385,28 @@ static int take_all(relay *r, batch *tk, long long min) {
  * one per key). A peek is a PS.TAKE whose MINCOUNT cannot be met: it
  * changes nothing (but sets MAXBACKLOG the first time). Sets each key's
  * 'summed' and 'backlog' and *summed when any key has something summed. */
-static int round_due(relay *r, batch *tk, long long need, int *summed) {
-    if (take_all(r, tk, 1LL << 62) != 0) return 0;
+static int round_due(relay *r, relayItems *it, long long need, int *summed) {
+    if (take_all(r, it, 1LL << 62) != 0) return 0;
     long long most = 0, least = 1LL << 62;
     int pending = 0;
-    for (int j = 0; j < tk->n; j++) {
-        const redisReply *t = tk->rep[j];
-        relayKey *k = &r->keys[tk->idx[j]];
-        if (t && t->type == REDIS_REPLY_ARRAY) {
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *t = &it->take[i];
+        relayKey *k = &r->keys[i];
+        if (t->status != PS_OK) {
+            pending = 1; /* the take below reports it */
+        } else if (t->count) {
             pending = 1;
             k->summed = -1;
-            if (t->elements == 5) k->backlog = (uint64_t)t->element[3]->integer;
+            k->backlog = t->total;
+        } else {
+            k->summed = (long long)t->summed;
+            k->backlog = t->summed;
+            if (k->summed > most) most = k->summed;
+            if (k->summed < least) least = k->summed;
         }
-        if (t && t->type == REDIS_REPLY_INTEGER) {
-            k->summed = t->integer;
-            k->backlog = (uint64_t)t->integer;
-            if (t->integer > most) most = t->integer;
-            if (t->integer < least) least = t->integer;
-        }
-        if (t && t->type == REDIS_REPLY_ERROR) pending = 1; /* the take below reports it */
         if (r->max_backlog && k->backlog >= (uint64_t)r->max_backlog) r->st.backlog_full++;
     }
-    free_replies(tk);
+    psAccumItemsRelease(it->take, (size_t)r->nkeys);
     *summed = most > 0;
     /* need 1 is a closing round (timeout, stop): whatever any key has. */
     long long have = r->o->sync && need > 1 ? least : most;
@@ -524,133 +443,115 @@ static void wait_for_round(relay *r, long long need, long long now) {
     if (timeout < 1) timeout = 1;
     if (min < 1) min = 1;
     r->st.waits++;
-    redisReply *rep = psCommand(r->local, r->keys[pick].name, "PS.TAKEWAIT %s MINCOUNT %lld TIMEOUT %lld",
-                                r->keys[pick].name, min, timeout);
-    if (!rep || rep->type == REDIS_REPLY_ERROR) sleep_ms(timeout); /* reported by the takes */
-    if (rep) freeReplyObject(rep);
+    if (psAccumWait(r->local, r->keys[pick].name, (uint64_t)min, (int)timeout) < 0)
+        sleep_ms(timeout); /* an error: the takes report it */
 }
 
 /* One cycle over every key. Returns the number of upstream pushes
  * acknowledged, 0 when nothing was due, -1 on a fatal error. */
-static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
+static int cycle(relay *r, relayItems *it) {
     long long now = mono_ms();
     int summed = 0;
     const long long need = take_mincount(r, now);
-    const int due = round_due(r, tk, need, &summed);
+    const int due = round_due(r, it, need, &summed);
     if (summed && r->round_start_ms < 0) r->round_start_ms = now;
     if (!due) {
         if (!Stop) wait_for_round(r, need, now);
         return 0;
     }
-    if (take_all(r, tk, 1) != 0) return 0;
-    int fatal = 0;
-    pu->n = 0;
-    for (int j = 0; j < tk->n; j++) {
-        redisReply *t = tk->rep[j];
-        const int i = tk->idx[j];
+    if (take_all(r, it, 1) != 0) { /* no reply: what was taken is resent next cycle */
+        psAccumItemsRelease(it->take, (size_t)r->nkeys);
+        return 0;
+    }
+    int fatal = 0, npu = 0;
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *t = &it->take[i];
         relayKey *k = &r->keys[i];
-        if (!t) continue;
-        if (t->type == REDIS_REPLY_INTEGER) continue;
-        if (t->type == REDIS_REPLY_ERROR) {
-            say(r, "PS.TAKE %s: %s", k->name, t->str);
+        if (t->status == PS_ERR_SERVER || t->status == PS_ERR_PROTOCOL) {
+            say(r, "PS.TAKE %s: %s", k->name, t->err);
             fatal = 1;
             continue;
         }
-        if (t->type != REDIS_REPLY_ARRAY || t->elements != 5 ||
-            t->element[2]->type != REDIS_REPLY_STRING || t->element[2]->len != k->n * 4 ||
-            t->element[1]->integer < 1 || t->element[3]->integer < t->element[1]->integer) {
-            say(r, "PS.TAKE %s: unexpected reply", k->name);
-            fatal = 1;
-            continue;
-        }
-        const redisReply *blob = t->element[2];
-        const uint64_t part = (uint64_t)t->element[1]->integer;
-        const uint64_t count = (uint64_t)t->element[3]->integer;
-        k->part = part;
-        k->seq = (uint64_t)t->element[0]->integer;
-        if (count > r->st.largest_take) r->st.largest_take = count;
-        if (part > r->st.largest_part) r->st.largest_part = part;
-        const char *data = blob->str;
-        if (r->o->mean || part != count) {
-            /* The mean of the count pushes (each element divided once), or
-             * this part's share of the sum: part / count of it, so the
+        if (t->status != PS_OK || t->count == 0) continue;
+        k->part = t->count;
+        k->seq = t->seq;
+        if (t->total > r->st.largest_take) r->st.largest_take = t->total;
+        if (t->count > r->st.largest_part) r->st.largest_part = t->count;
+        const float *data = t->sum;
+        if (r->o->mean || t->count != t->total) {
+            /* The mean of the total pushes (each element divided once), or
+             * this part's share of the sum: count / total of it, so the
              * parts add up to the sum and none carries more than MAXROUND
              * gradients. A whole sum is sent as it is (bit for bit). */
-            float *mb = realloc(k->buf, blob->len);
+            float *mb = realloc(k->buf, k->n * sizeof(float));
             if (!mb) return -1;
             k->buf = mb;
-            memcpy(mb, blob->str, blob->len);
+            const float tot = (float)t->total, part = (float)t->count;
             if (r->o->mean)
-                for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] / (float)count;
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = t->sum[e] / tot;
             else
-                for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] * (float)part / (float)count;
-            data = (const char *)mb;
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = t->sum[e] * part / tot;
+            data = mb;
         }
-        if (part != count) r->st.split_parts++;
-        batch_add(pu, r, i);
-        batch_arg(pu, "PS.PUSHGRAD", (size_t)-1);
-        batch_arg(pu, k->name, (size_t)-1);
-        batch_arg(pu, data, blob->len);
-        batch_arg(pu, "ID", (size_t)-1);
-        batch_arg(pu, r->o->name, (size_t)-1);
-        batch_num(pu, 0, (long long)k->seq);
+        if (t->count != t->total) r->st.split_parts++;
+        psAccumItem *x = item_for(r, it, it->up, npu++, i);
+        x->data = data;
+        x->seq = k->seq;
     }
-    for (int j = 0; r->o->sync && j < pu->n; j++)
-        if (r->keys[pu->idx[j]].part != (uint64_t)r->o->workers) {
+    for (int j = 0; r->o->sync && j < npu; j++)
+        if (r->keys[it->idx[j]].part != (uint64_t)r->o->workers) {
             r->st.uneven_rounds++;
             break;
         }
-    if (pu->n) fault_point(r, "take");
+    if (npu) fault_point(r, "take");
     int acked = 0;
-    if (pu->n && batch_run(r->up, pu) >= 0) {
+    if (npu) {
+        psAccumForward(r->up, it->up, (size_t)npu);
         fault_point(r, "push");
-        ak->n = 0;
-        for (int j = 0; j < pu->n; j++) {
-            redisReply *p = pu->rep[j];
-            const int i = pu->idx[j];
+        int nak = 0;
+        int *akidx = malloc((size_t)npu * sizeof(int));
+        if (!akidx) return -1;
+        for (int j = 0; j < npu; j++) {
+            const psAccumItem *p = &it->up[j];
+            const int i = it->idx[j];
             relayKey *k = &r->keys[i];
-            if (!p) { /* no answer: the slot stays pending and is resent next cycle */
+            if (p->status == PS_ERR_SERVER) {
+                say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->err,
+                    strncmp(p->err, "ERR", 3) && strncmp(p->err, "WRONGTYPE", 9)
+                        ? " (kept pending, retried)"
+                        : " (kept pending; fix the upstream tensor and restart the relay)");
+                if (!strncmp(p->err, "ERR", 3) || !strncmp(p->err, "WRONGTYPE", 9)) fatal = 1;
+            } else if (p->status != PS_OK) {
+                /* no answer: the slot stays pending and is resent next cycle */
                 long long t = mono_ms();
                 if (t - r->last_warn_ms >= 1000) {
                     say(r, "upstream push of %s: %s (kept pending, retried)", k->name,
-                        r->up->errstr[0] ? r->up->errstr : "no reply");
+                        r->up->errstr[0] ? r->up->errstr : p->err[0] ? p->err : "no reply");
                     r->last_warn_ms = t;
                 }
-                continue;
-            }
-            if (p->type == REDIS_REPLY_ERROR) {
-                say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->str,
-                    strncmp(p->str, "ERR", 3) && strncmp(p->str, "WRONGTYPE", 9)
-                        ? " (kept pending, retried)"
-                        : " (kept pending; fix the upstream tensor and restart the relay)");
-                if (!strncmp(p->str, "ERR", 3) || !strncmp(p->str, "WRONGTYPE", 9)) fatal = 1;
-            } else if (p->type == REDIS_REPLY_INTEGER) {
-                uint64_t v = (uint64_t)p->integer;
+            } else {
+                const uint64_t v = p->version;
                 r->st.stale_sum += v > k->mirror_version + 1 ? v - k->mirror_version - 1 : 0;
                 r->st.local_pushes += k->part;
                 r->st.bytes_local += k->part * k->n * 4;
                 r->st.bytes_up += k->n * 4;
-                batch_add(ak, r, i);
-                batch_arg(ak, "PS.TAKEACK", (size_t)-1);
-                batch_arg(ak, k->name, (size_t)-1);
-                batch_num(ak, 0, (long long)k->seq);
+                akidx[nak++] = i;
             }
         }
-        if (ak->n && batch_run(r->local, ak) >= 0) {
-            for (int m = 0; m < ak->n; m++) {
-                redisReply *a = ak->rep[m];
-                if (a && a->type == REDIS_REPLY_INTEGER) {
-                    acked++;
-                    r->st.up_pushes++;
-                    if (a->integer == 0) r->st.resends++;
-                }
+        for (int m = 0; m < nak; m++) item_for(r, it, it->loc, m, akidx[m])->seq = r->keys[akidx[m]].seq;
+        free(akidx);
+        if (nak) {
+            psAccumAck(r->local, it->loc, (size_t)nak);
+            for (int m = 0; m < nak; m++) {
+                if (it->loc[m].status != PS_OK) continue;
+                acked++;
+                r->st.up_pushes++;
+                if (it->loc[m].acked == 0) r->st.resends++;
             }
             fault_point(r, "ack");
         }
-        free_replies(ak);
-        free_replies(pu);
     }
-    free_replies(tk);
+    psAccumItemsRelease(it->take, (size_t)r->nkeys);
     if (acked) r->round_start_ms = -1;
     return fatal ? -1 : acked;
 }
@@ -661,7 +562,6 @@ static void round_bounds(relay *r) {
     long long round = o->sync ? o->workers : o->every_pushes; /* 0: time only */
     r->max_round = o->max_round >= 0 ? o->max_round : (o->sync ? round : 2 * round);
     r->max_backlog = o->max_backlog >= 0 ? o->max_backlog : (round ? 4 * round : 64);
-    snprintf(r->backlog_arg, sizeof(r->backlog_arg), "%lld", r->max_backlog);
 }
 
 /* ps-relay --status: the local tensors' persisted round counters. */
@@ -721,7 +621,8 @@ int relay_run(const relayOpts *o) {
     sigaction(SIGTERM, &sa, NULL);
 
     int rc = 1;
-    batch *b[4] = {NULL, NULL, NULL, NULL};
+    relayItems items;
+    memset(&items, 0, sizeof(items));
     psOptions opt = {0};
     opt.client_id = o->name;
     r.local = psConnect(o->local, &opt);
@@ -749,15 +650,14 @@ int relay_run(const relayOpts *o) {
         rc = 2;
         goto out;
     }
-    for (int i = 0; i < 4; i++)
-        if (!(b[i] = batch_new(r.nkeys))) {
-            say(&r, "out of memory");
-            goto out;
-        }
     for (int i = 0; i < r.nkeys; i++)
         if ((rc = setup_key(&r, &r.keys[i])) != 0) goto out;
     rc = 1;
-    if (pull_and_mirror(&r, b[0], b[3]) != 0) {
+    if (items_init(&r, &items) != 0) {
+        say(&r, "out of memory");
+        goto out;
+    }
+    if (pull_and_mirror(&r, &items) != 0) {
         say(&r, "the first upstream pull failed: %s", r.up->err ? r.up->errstr : "bad reply");
         goto out;
     }
@@ -769,7 +669,7 @@ int relay_run(const relayOpts *o) {
     fflush(stdout);
     for (;;) {
         int stopping = Stop;
-        int n = cycle(&r, b[0], b[1], b[2]);
+        int n = cycle(&r, &items);
         if (n < 0) goto out;
         long long now = mono_ms();
         /* Sync: the local version moves only after a forwarded round, so a
@@ -777,7 +677,7 @@ int relay_run(const relayOpts *o) {
          * --sync-rounds, MINVERSION) wakes when its own round is upstream,
          * never on a periodic pull of the other relays' progress. */
         if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms))
-            pull_and_mirror(&r, b[0], b[3]);
+            pull_and_mirror(&r, &items);
         if (o->progress_ms > 0 && now - r.last_progress_ms >= o->progress_ms) {
             progress(&r, "");
             r.last_progress_ms = now;
@@ -793,6 +693,6 @@ out:
     psClientFree(r.up);
     for (int i = 0; r.keys && i < r.nkeys; i++) free(r.keys[i].name), free(r.keys[i].buf);
     free(r.keys);
-    for (int i = 0; i < 4; i++) batch_free(b[i]);
+    items_free(&items, r.nkeys);
     return rc;
 }
