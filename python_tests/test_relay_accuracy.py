@@ -1,0 +1,224 @@
+"""A relay outage costs its workers time, not accuracy (issue 27): an async tree (one
+upstream server; a relay with --every-pushes 2 in front of a local server; 2 free-running
+ps-train workers on the Fashion-MNIST MLP), the relay SIGKILLed 3 times at random points
+and restarted after ~2 s. While it is down the local ACCUM tensors fill up to MAXBACKLOG
+and refuse further pushes (BACKLOG), which libps waits on, so the workers pause instead of
+training on a frozen model; after the restart the backlog goes upstream in parts of at most
+MAXROUND gradients. The final test accuracy must stay within 1 point of a fault-free run of
+the same configuration, every local push must reach the upstream exactly once (the local
+tensors' persisted counters: gradients forwarded = pushes summed; every upstream push
+carried at most MAXROUND gradients; upstream versions = upstream pushes acknowledged), and
+the workers and the relay must announce the backpressure.
+
+Run-to-run spread of fault-free runs (measured with `python3 test_relay_accuracy.py sgd 3`
+on 2 loaded cores) is in docs/design.md "Tree topology: outages"; the 1-point bound is
+several times that spread.
+
+    python3 test_relay_accuracy.py sgd|adam RUNS [--faults]   # prints the accuracies
+"""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import psserver
+from pshelpers import PS_TRAIN, info, require_ps_train
+from test_relay import RELAY
+
+# demo-tree's job (scripts/demo-tree.sh): the MLP, batch 64; SGD lr 0.02 over 3 epochs, or
+# Adam lr 0.001 (the issue's configuration) over 2 epochs (a slow test; kept short).
+CONFIGS = {
+    "sgd": ["--optim", "sgd", "--lr", "0.02", "--epochs", "3"],
+    "adam": ["--optim", "adam", "--lr", "0.001", "--epochs", "2"],
+}
+JOB = ["--layers", "784,128,10", "--batch", "64"]
+EVERY_PUSHES = 2          # the relay forwards as soon as 2 pushes are summed
+MAX_ROUND = 2 * EVERY_PUSHES   # the relay's defaults (relay.h)
+MAX_BACKLOG = 4 * EVERY_PUSHES
+WORKERS = 2
+KILLS = 3
+OUTAGE_S = 2.0
+
+
+def start(cmd, out):
+    f = open(out, "ab")
+    p = subprocess.Popen([str(a) for a in cmd], stdout=f, stderr=subprocess.STDOUT,
+                         stdin=subprocess.DEVNULL)
+    f.close()
+    psserver._register(p)
+    return p
+
+
+def stop(p, sig=signal.SIGKILL, timeout=60):
+    if p.poll() is None:
+        os.kill(p.pid, sig)
+    p.wait(timeout=timeout)
+    psserver._unregister(p)
+    return p.returncode
+
+
+def relaying(out, starts):
+    with open(out, errors="replace") as f:
+        return f.read().count("] relaying ") > starts
+
+
+def run_tree(tmp, config, faults, seed=None, relay_extra=()):
+    """One async tree run; returns a dict: accuracy, the local counters per key, the
+    upstream versions, the workers' and the relay's output."""
+    require_ps_train()
+    rnd = random.Random(seed)
+    os.makedirs(tmp, exist_ok=True)
+    servers = []
+    procs = []
+    try:
+        up = psserver.RedisServer(name="acc-up")
+        servers.append(up)
+        local = psserver.RedisServer(name="acc-local")
+        servers.append(local)
+        flags = JOB + CONFIGS[config]
+        subprocess.run([PS_TRAIN, "init", "--addr", up.addr, "--job", "t"] + flags,
+                       check=True, stdout=subprocess.DEVNULL, timeout=60)
+        rout = os.path.join(tmp, "relay.out")
+        rcmd = [RELAY, "--local", local.addr, "--upstream", up.addr, "--name", "relay-acc",
+                "--match", "t:*", "--every-pushes", EVERY_PUSHES, "--progress-ms", 500] + \
+            list(relay_extra)
+        relay = start(rcmd, rout)
+        procs.append(relay)
+        psserver.wait_until(lambda: relaying(rout, 0), timeout=30, what="relay up")
+        subprocess.run([PS_TRAIN, "init", "--addr", local.addr, "--job", "t"] + flags,
+                       check=True, stdout=subprocess.DEVNULL, timeout=60)
+        workers = []
+        for i in range(WORKERS):
+            out = os.path.join(tmp, "w%d.out" % i)
+            workers.append((start([PS_TRAIN, "work", "--addr", local.addr, "--job", "t",
+                                   "--name", "w%d" % i, "--progress", "line",
+                                   "--interval-ms", 500,
+                                   "--log-json", os.path.join(tmp, "w%d.jsonl" % i)], out),
+                            out))
+            procs.append(workers[-1][0])
+        t0 = time.monotonic()
+        if faults:
+            # Kill points spread over the first part of the run (its length is not known
+            # in advance; a kill after the workers finished would test nothing).
+            for k in range(KILLS):
+                time.sleep(rnd.uniform(1.0, 4.0))
+                if any(w.poll() is not None for w, _ in workers):
+                    break
+                stop(relay)
+                time.sleep(rnd.uniform(OUTAGE_S - 0.2, OUTAGE_S + 0.2))
+                starts = open(rout, errors="replace").read().count("] relaying ")
+                relay = start(rcmd, rout)
+                procs.append(relay)
+                psserver.wait_until(lambda: relaying(rout, starts) or relay.poll() is not None,
+                                    timeout=30, what="relay restarted")
+        for w, out in workers:
+            w.wait(timeout=1200)
+            psserver._unregister(w)
+            assert w.returncode == 0, open(out, errors="replace").read()[-3000:]
+        elapsed = time.monotonic() - t0
+        assert stop(relay, signal.SIGTERM) == 0, open(rout).read()[-3000:]
+        ev = subprocess.run([PS_TRAIN, "eval", "--addr", up.addr, "--job", "t"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+        m = re.findall(r"test_acc=([0-9.]+)", ev.stdout.decode())
+        assert m, ev.stdout.decode()
+        lc, uc = local.client(), up.client()
+        keys = sorted(k.decode() for k in uc.keys("t:*") if uc.type(k) == b"ps-tensor")
+        return {
+            "acc": float(m[-1]),
+            "elapsed": elapsed,
+            "local": {k: info(lc, k) for k in keys},
+            "up": {k: info(uc, k) for k in keys},
+            "workers": [open(out, errors="replace").read() for _, out in workers],
+            "jsonl": [open(os.path.join(tmp, "w%d.jsonl" % i)).read() for i in range(WORKERS)],
+            "relay": open(rout, errors="replace").read(),
+        }
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                stop(p)
+        for s in servers:
+            s.stop()
+
+
+def check_exactly_once(res, faults):
+    """Every local push reached the upstream once, in upstream pushes of at most MAX_ROUND
+    gradients, as the local tensors' persisted counters and the upstream versions say."""
+    for k, li in res["local"].items():
+        assert li["accum_pushes"] == 0 and li["pending_pushes"] == 0, (k, li)
+        # Every push summed locally was forwarded; none twice (a doubled or lost one
+        # would make forwarded differ from the pushes summed).
+        assert li["relay_forwarded"] == li["pushes"], (k, li)
+        assert 1 <= li["relay_round_min"] <= li["relay_round_max"] <= MAX_ROUND, (k, li)
+        # Each acknowledged part is one upstream step; resends were answered by the
+        # upstream exactly-once table, never applied again.
+        ui = res["up"][k]
+        assert ui["version"] == li["relay_rounds"], (k, ui["version"], li)
+        assert li["max_backlog"] == MAX_BACKLOG
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    """Fault-free runs, one per config, shared by the tests of this module."""
+    cache = {}
+
+    def get(config):
+        if config not in cache:
+            cache[config] = run_tree(str(tmp_path_factory.mktemp("free-" + config)), config,
+                                     faults=False)
+            check_exactly_once(cache[config], False)
+        return cache[config]
+    return get
+
+
+def check_faulted_run(tmp_path, config, baseline):
+    free = baseline(config)
+    seed = int(os.environ.get("PS_TEST_SEED", "0")) or None
+    res = run_tree(str(tmp_path), config, faults=True, seed=seed)
+    check_exactly_once(res, True)
+    assert res["relay"].count("] relaying ") >= 2, res["relay"][-2000:]
+    # Backpressure engaged and was announced: refused pushes on the local server, the
+    # workers' "backlog waits" (progress line and --log-json), the relay's "FULL".
+    refusals = sum(li["backlog_refusals"] for li in res["local"].values())
+    assert refusals > 0, res["local"]
+    assert any("backlog waits" in w for w in res["workers"]), res["workers"][0][-2000:]
+    assert any('"backlog_waits":' in j and not re.fullmatch(r'(?s).*"backlog_waits": ?0[,}].*', j.splitlines()[-1])
+               for j in res["jsonl"] if j.strip())
+    assert "FULL: workers paused" in res["relay"] or "(full 0x)" not in res["relay"].splitlines()[-1]
+    print("%s: fault-free acc %.4f (%.0fs), 3 relay kills acc %.4f (%.0fs)" % (
+        config, free["acc"], free["elapsed"], res["acc"], res["elapsed"]))
+    assert res["acc"] >= free["acc"] - 0.01, (free["acc"], res["acc"])
+
+
+def test_relay_killed_3_times_costs_sgd_time_not_accuracy(tmp_path, baseline):
+    check_faulted_run(tmp_path, "sgd", baseline)
+
+
+@pytest.mark.slow
+def test_relay_killed_3_times_costs_adam_time_not_accuracy(tmp_path, baseline):
+    check_faulted_run(tmp_path, "adam", baseline)
+
+
+if __name__ == "__main__":
+    import tempfile
+    config, runs = sys.argv[1], int(sys.argv[2])
+    faults = "--faults" in sys.argv
+    # --unbounded: the relay as it was before issue 27 (no backpressure, one push per take).
+    extra = ["--max-backlog", "0", "--max-round", "0"] if "--unbounded" in sys.argv else []
+    accs = []
+    for i in range(runs):
+        with tempfile.TemporaryDirectory() as d:
+            res = run_tree(d, config, faults=faults, relay_extra=extra)
+            if not extra:
+                check_exactly_once(res, faults)
+            accs.append(res["acc"])
+            print("run %d: acc %.4f in %.0fs; refusals %d; largest upstream push %d" % (
+                i, res["acc"], res["elapsed"],
+                sum(li["backlog_refusals"] for li in res["local"].values()),
+                max(li["relay_round_max"] for li in res["local"].values())), flush=True)
+    print("%s faults=%s: %s (spread %.4f)" % (config, faults, accs, max(accs) - min(accs)))
