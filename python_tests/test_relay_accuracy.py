@@ -210,15 +210,25 @@ if __name__ == "__main__":
     faults = "--faults" in sys.argv
     # --unbounded: the relay as it was before issue 27 (no backpressure, one push per take).
     extra = ["--max-backlog", "0", "--max-round", "0"] if "--unbounded" in sys.argv else []
+    if os.environ.get("PS_RELAY_ARGS"):
+        extra = os.environ["PS_RELAY_ARGS"].split()
     accs = []
     for i in range(runs):
         with tempfile.TemporaryDirectory() as d:
+            if os.environ.get("PS_KEEP"):
+                d = tempfile.mkdtemp(prefix="relay-acc-")
+                print("run %d in %s" % (i, d))
             res = run_tree(d, config, faults=faults, relay_extra=extra)
             if not extra:
                 check_exactly_once(res, faults)
+            if faults:
+                print("  (free-run comparison needs the same load: interleave runs)")
             accs.append(res["acc"])
-            print("run %d: acc %.4f in %.0fs; refusals %d; largest upstream push %d" % (
-                i, res["acc"], res["elapsed"],
-                sum(li["backlog_refusals"] for li in res["local"].values()),
-                max(li["relay_round_max"] for li in res["local"].values())), flush=True)
+            print("run %d: acc %.4f in %.0fs; refusals %d; largest upstream push %d; "
+                  "local pushes %d, upstream steps %d" % (
+                      i, res["acc"], res["elapsed"],
+                      sum(li["backlog_refusals"] for li in res["local"].values()),
+                      max(li["relay_round_max"] for li in res["local"].values()),
+                      max(li["pushes"] for li in res["local"].values()),
+                      max(ui["version"] for ui in res["up"].values())), flush=True)
     print("%s faults=%s: %s (spread %.4f)" % (config, faults, accs, max(accs) - min(accs)))

@@ -366,7 +366,7 @@ def test_control_payload_is_accepted(env):
     # An ACCUM tensor with a sum of 2 pushes and a pending slot of 3 under seq 7.
     assert restore(srv, build(accum_items((2, 7, 3), [np.ones(6), np.full(6, 2.0)]),
                               encver=4)) == "OK"
-    assert c.execute_command("PS.TAKE", "dst") == [7, 3, f32(np.full(6, 2.0))]
+    assert c.execute_command("PS.TAKE", "dst") == [7, 3, f32(np.full(6, 2.0)), 3, 1]
     # An open sync round: SGD has no state, so the one extra array is the round's.
     assert restore(srv, build(tensor_items(sync_n=3, round_count=2,
                                            state=[np.ones(6, np.float32)]))) == "OK"

@@ -121,7 +121,8 @@ int main(int argc, char **argv) {
     if (optind < argc) why = "unexpected argument";
     else if (!o.local) why = "--local is required";
     else if (!o.upstream && !o.status) why = "--upstream is required";
-    else if (!o.name || !*o.name || strlen(o.name) > 256) why = "--name is required (1..256 bytes)";
+    else if (!o.status && (!o.name || !*o.name || strlen(o.name) > 256))
+        why = "--name is required (1..256 bytes)";
     else if (!o.keys == !o.match) why = "give exactly one of --keys and --match";
     else if (o.sync && !o.workers) why = "--sync needs --workers N";
     else if (!o.sync && o.workers) why = "--workers is for --sync (async: --every-pushes)";
@@ -132,5 +133,6 @@ int main(int argc, char **argv) {
                 optind < argc ? argv[optind] : "");
         return 2;
     }
+    if (o.status && !o.name) o.name = "status";
     return relay_run(&o);
 }
