@@ -17,6 +17,7 @@ several times that spread.
     python3 test_relay_accuracy.py sgd|adam RUNS [--faults]   # prints the accuracies
 """
 
+import json
 import os
 import random
 import re
@@ -32,15 +33,21 @@ from pshelpers import PS_TRAIN, info, require_ps_train
 from test_relay import RELAY
 
 # demo-tree's job (scripts/demo-tree.sh): the MLP, batch 64; SGD lr 0.02 over 3 epochs, or
-# Adam lr 0.001 (the issue's configuration) over 2 epochs (a slow test; kept short).
+# Adam lr 0.001 (the issue's configuration) over 4 epochs (a slow test; kept short). Adam
+# takes one step per upstream push whatever it carries, so its progress follows the number
+# of upstream pushes, which with the default --max-round (2 x --every-pushes) depends on how
+# far the workers outrun the relay (the machine's load): 3.5 points of spread between
+# fault-free runs on 2 loaded cores. --max-round 2 makes every upstream push carry at most
+# 2 gradients, so the step count follows the pushes, not the load.
 CONFIGS = {
-    "sgd": ["--optim", "sgd", "--lr", "0.02", "--epochs", "3"],
-    "adam": ["--optim", "adam", "--lr", "0.001", "--epochs", "2"],
+    "sgd": (["--optim", "sgd", "--lr", "0.02", "--epochs", "3"], []),
+    "adam": (["--optim", "adam", "--lr", "0.001", "--epochs", os.environ.get("PS_ADAM_EPOCHS", "4")], ["--max-round", "2"]),
 }
 JOB = ["--layers", "784,128,10", "--batch", "64"]
 EVERY_PUSHES = 2          # the relay forwards as soon as 2 pushes are summed
-MAX_ROUND = 2 * EVERY_PUSHES   # the relay's defaults (relay.h)
-MAX_BACKLOG = 4 * EVERY_PUSHES
+MAX_ROUND = {"sgd": 2 * EVERY_PUSHES, "adam": 2}   # (sgd: the relay's default, relay.h)
+MAX_BACKLOG = 4 * EVERY_PUSHES                     # the relay's default
+RUNS = 2                  # runs of each kind; their means are compared
 WORKERS = 2
 KILLS = 3
 OUTAGE_S = 2.0
@@ -81,13 +88,13 @@ def run_tree(tmp, config, faults, seed=None, relay_extra=()):
         servers.append(up)
         local = psserver.RedisServer(name="acc-local")
         servers.append(local)
-        flags = JOB + CONFIGS[config]
+        flags = JOB + CONFIGS[config][0]
         subprocess.run([PS_TRAIN, "init", "--addr", up.addr, "--job", "t"] + flags,
                        check=True, stdout=subprocess.DEVNULL, timeout=60)
         rout = os.path.join(tmp, "relay.out")
         rcmd = [RELAY, "--local", local.addr, "--upstream", up.addr, "--name", "relay-acc",
                 "--match", "t:*", "--every-pushes", EVERY_PUSHES, "--progress-ms", 500] + \
-            list(relay_extra)
+            CONFIGS[config][1] + list(relay_extra)
         relay = start(rcmd, rout)
         procs.append(relay)
         psserver.wait_until(lambda: relaying(rout, 0), timeout=30, what="relay up")
@@ -130,6 +137,7 @@ def run_tree(tmp, config, faults, seed=None, relay_extra=()):
         lc, uc = local.client(), up.client()
         keys = sorted(k.decode() for k in uc.keys("t:*") if uc.type(k) == b"ps-tensor")
         return {
+            "config": config,
             "acc": float(m[-1]),
             "elapsed": elapsed,
             "local": {k: info(lc, k) for k in keys},
@@ -154,7 +162,8 @@ def check_exactly_once(res, faults):
         # Every push summed locally was forwarded; none twice (a doubled or lost one
         # would make forwarded differ from the pushes summed).
         assert li["relay_forwarded"] == li["pushes"], (k, li)
-        assert 1 <= li["relay_round_min"] <= li["relay_round_max"] <= MAX_ROUND, (k, li)
+        assert 1 <= li["relay_round_min"] <= li["relay_round_max"] <= MAX_ROUND[res["config"]], \
+            (k, li)
         # Each acknowledged part is one upstream step; resends were answered by the
         # upstream exactly-once table, never applied again.
         ui = res["up"][k]
@@ -162,46 +171,53 @@ def check_exactly_once(res, faults):
         assert li["max_backlog"] == MAX_BACKLOG
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
-    """Fault-free runs, one per config, shared by the tests of this module."""
-    cache = {}
-
-    def get(config):
-        if config not in cache:
-            cache[config] = run_tree(str(tmp_path_factory.mktemp("free-" + config)), config,
-                                     faults=False)
-            check_exactly_once(cache[config], False)
-        return cache[config]
-    return get
+def mean(xs):
+    return sum(xs) / len(xs)
 
 
-def check_faulted_run(tmp_path, config, baseline):
-    free = baseline(config)
+def check_faulted_runs(tmp_path, config):
+    """RUNS fault-free and RUNS faulted runs, interleaved so that both see the same load
+    on the machine. The faulted runs' mean must be within 1 point of a fault-free run (the
+    lower one): fault-free runs themselves differ, on 2 loaded cores, by up to 1.3 points
+    (SGD, 8 runs) and 2-6 points (Adam, 2-6 epochs), so one run against one run would test
+    the machine's load. The relay before issue 27 (--max-backlog 0 --max-round 0) ends
+    30-60 points below with SGD, far outside."""
     seed = int(os.environ.get("PS_TEST_SEED", "0")) or None
-    res = run_tree(str(tmp_path), config, faults=True, seed=seed)
-    check_exactly_once(res, True)
+    free, faulted = [], []
+    for i in range(RUNS):
+        free.append(run_tree(str(tmp_path / ("free%d" % i)), config, faults=False))
+        check_exactly_once(free[-1], False)
+        faulted.append(run_tree(str(tmp_path / ("faults%d" % i)), config, faults=True,
+                                seed=None if seed is None else seed + i))
+        check_exactly_once(faulted[-1], True)
+        check_announced(faulted[-1])
+    fa, ra = [r["acc"] for r in free], [r["acc"] for r in faulted]
+    print("%s: fault-free %s (%.0fs), 3 relay kills %s (%.0fs)" % (
+        config, fa, mean([r["elapsed"] for r in free]), ra,
+        mean([r["elapsed"] for r in faulted])))
+    assert mean(ra) >= min(fa) - 0.01, (fa, ra)
+
+
+def check_announced(res):
     assert res["relay"].count("] relaying ") >= 2, res["relay"][-2000:]
     # Backpressure engaged and was announced: refused pushes on the local server, the
-    # workers' "backlog waits" (progress line and --log-json), the relay's "FULL".
+    # workers' "backlog waits" (progress line and --log-json), the relay's "backlog full".
     refusals = sum(li["backlog_refusals"] for li in res["local"].values())
     assert refusals > 0, res["local"]
     assert any("backlog waits" in w for w in res["workers"]), res["workers"][0][-2000:]
-    assert any('"backlog_waits":' in j and not re.fullmatch(r'(?s).*"backlog_waits": ?0[,}].*', j.splitlines()[-1])
-               for j in res["jsonl"] if j.strip())
-    assert "FULL: workers paused" in res["relay"] or "(full 0x)" not in res["relay"].splitlines()[-1]
-    print("%s: fault-free acc %.4f (%.0fs), 3 relay kills acc %.4f (%.0fs)" % (
-        config, free["acc"], free["elapsed"], res["acc"], res["elapsed"]))
-    assert res["acc"] >= free["acc"] - 0.01, (free["acc"], res["acc"])
+    waits = [json.loads(line).get("backlog_waits", 0) for j in res["jsonl"]
+             for line in j.splitlines() if '"event":"progress"' in line]
+    assert max(waits) > 0, res["jsonl"][0][-1000:]
+    assert "local backlog full" in res["relay"], res["relay"][-2000:]
 
 
-def test_relay_killed_3_times_costs_sgd_time_not_accuracy(tmp_path, baseline):
-    check_faulted_run(tmp_path, "sgd", baseline)
+def test_relay_killed_3_times_costs_sgd_time_not_accuracy(tmp_path):
+    check_faulted_runs(tmp_path, "sgd")
 
 
 @pytest.mark.slow
-def test_relay_killed_3_times_costs_adam_time_not_accuracy(tmp_path, baseline):
-    check_faulted_run(tmp_path, "adam", baseline)
+def test_relay_killed_3_times_costs_adam_time_not_accuracy(tmp_path):
+    check_faulted_runs(tmp_path, "adam")
 
 
 if __name__ == "__main__":
