@@ -113,11 +113,13 @@ def wait_local_tensors(local):
 
 class Pusher(threading.Thread):
     """A local worker: pushes grad(seq, key) for seq 1..n with ID w seq, resending the same
-    (id, seq) after connection errors, so each push is summed locally exactly once."""
+    (id, seq) after connection errors and after BACKLOG (the local tensor full while the
+    relay is down or behind: libps waits and resends the same way), so each push is summed
+    locally exactly once. Counts the BACKLOG refusals it saw."""
 
     def __init__(self, port, n, pause=0.002):
         super().__init__(daemon=True)
-        self.port, self.n, self.pause, self.done = port, n, pause, 0
+        self.port, self.n, self.pause, self.done, self.refused = port, n, pause, 0, 0
 
     def run(self):
         c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
@@ -127,6 +129,10 @@ class Pusher(threading.Thread):
                     try:
                         c.execute_command("PS.PUSHGRAD", k, f32(grad(seq, k)), "ID", "w", seq)
                         break
+                    except redis.ResponseError as e:
+                        assert str(e).startswith("BACKLOG "), e
+                        self.refused += 1
+                        time.sleep(0.01)
                     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                         time.sleep(0.02)
             self.done = seq
@@ -198,7 +204,7 @@ def test_relay_sigkilled_five_times_at_random_points_loses_and_doubles_nothing(t
         time.sleep(rnd.uniform(0, 0.05))
         r.start()
     p.join(60)
-    assert not p.is_alive()
+    assert not p.is_alive() and p.done == 400
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 400)
     lc = local.client()
@@ -247,7 +253,7 @@ def test_local_server_sigkilled_with_appendfsync_always_loses_and_doubles_nothin
         time.sleep(rnd.uniform(0.1, 0.4))
         local.restart(kill=True, timeout=30)
     p.join(90)
-    assert not p.is_alive()
+    assert not p.is_alive() and p.done == 300
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 300)
     # Counters restart with the server; the seqs do not: the relay (never restarted)
@@ -277,6 +283,7 @@ def test_upstream_sigkilled_with_appendfsync_always_gets_every_round_once(make_s
         time.sleep(rnd.uniform(0.1, 0.4))
         up.restart(kill=True, timeout=30)
     p.join(90)
+    assert not p.is_alive() and p.done == 300
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 300)
     lc = local.client()
@@ -390,32 +397,6 @@ def round_fields(c, k):
     return {f: i[f] for f in ROUND_FIELDS}
 
 
-class BacklogPusher(Pusher):
-    """A Pusher that waits and resends when the local server answers BACKLOG, as libps
-    does; counts the refusals it saw."""
-
-    def __init__(self, port, n, pause=0.002):
-        super().__init__(port, n, pause)
-        self.refused = 0
-
-    def run(self):
-        c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
-        for seq in range(1, self.n + 1):
-            for k in SHAPES:
-                while True:
-                    try:
-                        c.execute_command("PS.PUSHGRAD", k, f32(grad(seq, k)), "ID", "w", seq)
-                        break
-                    except redis.ResponseError as e:
-                        assert str(e).startswith("BACKLOG "), e
-                        self.refused += 1
-                        time.sleep(0.01)
-                    except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
-                        time.sleep(0.02)
-            self.done = seq
-            time.sleep(self.pause)
-
-
 def test_backpressure_pauses_pushes_while_the_relay_is_down_and_releases_after(tree):
     """--max-backlog 6: with the relay killed the local tensors take 6 more pushes, then
     answer BACKLOG (the pusher stalls); the restarted relay forwards the backlog in parts of
@@ -427,7 +408,7 @@ def test_backpressure_pauses_pushes_while_the_relay_is_down_and_releases_after(t
     lc = local.client()
     psserver.wait_until(lambda: all(info(lc, k)["max_backlog"] == 6 for k in SHAPES),
                         timeout=10, what="MAXBACKLOG set")
-    p = BacklogPusher(local.port, 60, pause=0.005)
+    p = Pusher(local.port, 60, pause=0.005)
     p.start()
     psserver.wait_until(lambda: p.done >= 10, timeout=20, what="pushes forwarded")
     r.kill()
