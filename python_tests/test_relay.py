@@ -429,7 +429,7 @@ def test_backpressure_pauses_pushes_while_the_relay_is_down_and_releases_after(t
         assert versions[k] == f["relay_rounds"], (k, versions[k], f)
     # Announced: a line when the restarted relay found the backlog full, and the count of
     # full peeks on its progress lines.
-    assert "local backlog full (6 of MAXBACKLOG 6 gradients)" in r.output(), r.output()
+    assert "local backlog full (6 of MAXBACKLOG 6 gradients;" in r.output(), r.output()
     assert re.search(r"\(full [1-9][0-9]*x\)", r.output().splitlines()[-1]), r.output()
 
 

@@ -35,7 +35,9 @@ typedef struct relay {
     int nkeys, capkeys;
     long long max_backlog;    /* MAXBACKLOG sent with every take */
     long long max_round;      /* MAXROUND sent with every take (0: none) */
-    int full_said;            /* the "backlog full" line was printed for this episode */
+    int full_said;            /* the backlog was full at the last peek */
+    uint64_t full_episodes;   /* full episodes since the last "backlog full" line */
+    long long last_full_say_ms;
     uint64_t seqfloor;        /* wall clock in us at start: seqs of a wiped local server move on */
     relayStats st;
     long long start_ms, last_pull_ms, last_progress_ms;
@@ -408,15 +410,26 @@ static int round_due(relay *r, relayItems *it, long long need, int *summed) {
         if (r->max_backlog && k->backlog >= (uint64_t)r->max_backlog) r->st.backlog_full++;
     }
     psAccumItemsRelease(it->take, (size_t)r->nkeys);
-    /* Announce a full backlog once per episode: the workers are refused. */
+    /* Announce a full backlog (the workers are refused): the first time of an
+     * episode, at most every 5 s (a relay that keeps falling behind would
+     * say it every round), with how many episodes the line stands for. */
     uint64_t worst = 0;
     for (int i = 0; i < r->nkeys; i++)
         if (r->keys[i].backlog > worst) worst = r->keys[i].backlog;
     const int full = r->max_backlog && worst >= (uint64_t)r->max_backlog;
-    if (full && !r->full_said)
-        say(r, "local backlog full (%" PRIu64 " of MAXBACKLOG %lld gradients): the local "
-               "workers' pushes are refused (they wait) until it goes upstream in parts of "
-               "at most %lld", worst, r->max_backlog, r->max_round);
+    if (full && !r->full_said) {
+        r->full_episodes++;
+        const long long t = mono_ms();
+        if (r->last_full_say_ms == 0 || t - r->last_full_say_ms >= 5000) {
+            say(r, "local backlog full (%" PRIu64 " of MAXBACKLOG %lld gradients; %" PRIu64
+                   " time%s since the last such line): the local workers' pushes are refused "
+                   "(they wait) until it goes upstream in parts of at most %lld",
+                worst, r->max_backlog, r->full_episodes, r->full_episodes == 1 ? "" : "s",
+                r->max_round);
+            r->last_full_say_ms = t;
+            r->full_episodes = 0;
+        }
+    }
     r->full_said = full;
     *summed = most > 0;
     /* need 1 is a closing round (timeout, stop): whatever any key has. */
