@@ -39,8 +39,10 @@ OBJ = $(B)/obj
 COMMON_INCS = -Icommon
 MODULE_INCS = -Icommon
 LIBPS_INCS  = -Ilibps/include -Icommon
-WORKER_INCS = -Ilibps/include -Icommon
-RELAY_INCS  = -Ilibps/include -Icommon
+WORKER_INCS = -Ilibps/include -Icommon $(VERSION_DEF)
+RELAY_INCS  = -Ilibps/include -Icommon $(VERSION_DEF)
+# The release (`ps-train --version`, libps.pc): LIBPS_VERSION below, written once.
+VERSION_DEF = -DREDIS_PS_VERSION='"$(LIBPS_VERSION)"'
 # Tests, benches and fuzz harnesses may see every component they exercise.
 TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
 
@@ -76,18 +78,25 @@ BENCH_BINS = $(patsubst bench/%.c,$(B)/bench/%,$(BENCH_SRC)) $(addprefix $(B)/be
 
 CLIENT_LIBS = -lhiredis -lopenblas -lz -lm -lpthread
 
+# libps's version and the shared library's file names (SONAME libps.so.0).
+LIBPS_VERSION = 0.1.0
+LIBPS_SOVERSION = 0
+LIBPS_SO = libps.so.$(LIBPS_VERSION)
+LIBPS_SONAME = libps.so.$(LIBPS_SOVERSION)
+
 .PHONY: all module client check-layers ptools test unit pytest bench bench-durability demo demo-cluster demo-tree deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
-all: module client
+all: module client ## the module, libps (static and shared), ps-train, ps-relay
 
-module: $(B)/ps.so
-client: $(B)/libps.a $(B)/ps-train $(B)/ps-relay
-ptools: $(PTOOL_BINS)
+module: $(B)/ps.so ## the Redis module build/ps.so
+client: $(B)/libps.a $(B)/$(LIBPS_SO) $(B)/ps-train $(B)/ps-relay ## libps, ps-train, ps-relay
+ptools: $(PTOOL_BINS) ## the small C drivers the integration tests use
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
 $(OBJ)/module/optim.o: OPT = -O3
+$(OBJ)/module/embed_optim.o: OPT = -O3
 $(OBJ)/common/codec.o: OPT = -O3
 
 HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
@@ -108,7 +117,7 @@ $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 	$(CC) $(PIC_CFLAGS) $(RELAY_INCS) -c $< -o $@
 
 # Layering check: no relative include may climb out of its own folder.
-check-layers:
+check-layers: ## refuse includes that cross component folders
 	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
 	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch] relay/*.[ch]; then \
 	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
@@ -120,6 +129,25 @@ $(B)/ps.so: $(MODULE_OBJS)
 $(B)/libps.a: $(LIBPS_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
+
+# The shared libps: the same sources compiled with default visibility into
+# $(OBJ)/shared/, linked with a version script that exports exactly the public
+# API (the psXxx names of ps.h); the internals (ps_* codecs, RNG, wire
+# encoders) stay local, as they are hidden in libps.a. SONAME libps.so.0: a
+# release that breaks the ABI bumps LIBPS_SOVERSION.
+LIBPS_SHARED_OBJS = $(patsubst %.c,$(OBJ)/shared/%.o,$(LIBPS_SRC) $(COMMON_SRC))
+$(OBJ)/shared/common/codec.o: OPT = -O3
+$(OBJ)/shared/%.o: %.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(BASE_CFLAGS) -fPIC $(SAN_FLAGS) $(LIBPS_INCS) -c $< -o $@
+$(B)/libps.map: Makefile
+	@mkdir -p $(dir $@)
+	printf '%s\n' '{' '  global: ps[A-Z]*;' '  local: *;' '};' > $@
+$(B)/$(LIBPS_SO): $(LIBPS_SHARED_OBJS) $(B)/libps.map
+	$(CC) -shared $(SAN_FLAGS) -Wl,-soname,$(LIBPS_SONAME) -Wl,--version-script,$(B)/libps.map \
+	  -Wl,--no-undefined -o $@ $(LIBPS_SHARED_OBJS) -lhiredis -lm
+	ln -sf $(LIBPS_SO) $(B)/$(LIBPS_SONAME)
+	ln -sf $(LIBPS_SONAME) $(B)/libps.so
 
 $(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
@@ -150,9 +178,24 @@ $(B)/ptools/%: python_tests/tools/%.c $(B)/libps.a $(APP_PURE_OBJS)
 	@mkdir -p $(dir $@)
 	$(CC) $(APP_CFLAGS) $(TEST_INCS) -o $@ $< $(APP_PURE_OBJS) $(B)/libps.a $(CLIENT_LIBS)
 
+# `make help`: every target with a `## what it does` note on its rule line.
+.PHONY: help
+help: ## list the targets
+	@echo "redis-ps: make TARGET (Debian 12; outputs under build/)"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  sed -E 's/^([a-zA-Z_-]+):.*## (.*)$$/\1|\2/' | awk -F'|' '{printf "  %-18s %s\n", $$1, $$2}'
+
 # ---- tests -----------------------------------------------------------------
 
-test: check-deps check-layers all unit pytest
+test: check-deps check-layers all check-design unit pytest ## unit tests (cmocka) + integration tests (pytest); what CI runs first
+
+# Design check (scripts/check_design.py, docs/design.md "Design check"): no
+# call circles between components or of more than 2 files inside one (bar the
+# reasoned exceptions in scripts/design_allow.txt), one libps encoder per
+# command, each protocol fact in one table. Reads the objects `all` built.
+.PHONY: check-design
+check-design: all
+	@$(PYTHON) scripts/check_design.py --obj $(OBJ)
 
 # Speed guard: the SGD apply of 1M floats, best of 30, against a memcpy of the
 # same bytes in the same process. It measures ~2x here; a kernel that stops
@@ -162,7 +205,7 @@ ifeq ($(SANITIZE),)
 SPEED_GUARD = $(B)/bench/apply_bench
 endif
 
-unit: $(TEST_BINS) $(SPEED_GUARD)
+unit: $(TEST_BINS) $(SPEED_GUARD) ## the cmocka unit tests and the kernel speed guard
 	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t; done
 ifeq ($(SANITIZE),)
 	@echo "== apply kernel speed guard"; ./$(B)/bench/apply_bench --max-sgd-ratio 6 > $(B)/bench/apply_bench.out || \
@@ -175,13 +218,25 @@ endif
 # of asynchronous training. Failed tests are therefore run once more, loudly:
 # a real regression fails twice. PYTEST_RERUN=0 turns the second run off.
 PYTEST_RERUN ?= 1
-pytest: module client $(PTOOL_BINS)
+pytest: module client $(PTOOL_BINS) ## the integration tests (PYTEST_ARGS=..., PYTEST_RERUN=0)
 	@cd python_tests && export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)}; \
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS) && exit 0; rc=$$?; \
 	if [ "$(PYTEST_RERUN)" = 1 ] && [ $$rc = 1 ]; then \
 	  echo "== pytest: running the failed tests once more (see the failures above)"; \
 	  $(PYTHON) -m pytest -q --lf $(PYTEST_ARGS); \
 	else exit $$rc; fi
+
+# Soak: the fault-injection tests (marker slow: kills, failovers, restarts, resharding, the
+# relay SIGKILLed at random points) SOAK_ROUNDS times, each round with its own PS_TEST_SEED
+# (the random kill points of test_relay.py), stopping at the first failure (no rerun). For
+# long runs before a release; `make test` runs each of them once.
+SOAK_ROUNDS ?= 5
+.PHONY: soak
+soak: module client $(PTOOL_BINS) ## the fault-injection tests SOAK_ROUNDS (5) times with new seeds
+	@set -e; cd python_tests && export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)}; \
+	for i in $$(seq 1 $(SOAK_ROUNDS)); do \
+	  echo "== soak round $$i of $(SOAK_ROUNDS) (PS_TEST_SEED=$$i)"; \
+	  PS_TEST_SEED=$$i $(PYTHON) -m pytest -q -x -m slow $(PYTEST_ARGS); done
 
 # ---- memory safety: sanitizers, valgrind, fuzzing (docs/security.md, docs/fuzzing.md)
 
@@ -193,7 +248,7 @@ pytest: module client $(PTOOL_BINS)
 # mostly exercise the uninstrumented worker; ASAN_PYTEST_ARGS= runs them too).
 ASAN_B ?= build/asan
 ASAN_PYTEST_ARGS ?= -m "not slow"
-check-asan: check-deps
+check-asan: check-deps ## unit + integration tests against an ASan/UBSan module (CI)
 	$(MAKE) --no-print-directory client ptools
 	$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined module unit
 	PS_MODULE=$(abspath $(ASAN_B)/ps.so) $(MAKE) --no-print-directory pytest \
@@ -203,7 +258,7 @@ check-asan: check-deps
 # over a redis-server session with the module (fuzz/valgrind-session.sh).
 VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
            --show-leak-kinds=definite
-valgrind: valgrind-unit valgrind-server
+valgrind: valgrind-unit valgrind-server ## unit tests and a server session under valgrind (CI)
 
 valgrind-unit: $(TEST_BINS)
 	@set -e; for t in $(TEST_BINS); do echo "== valgrind $$t"; \
@@ -222,12 +277,12 @@ FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
-FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
 FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
 MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
 
-fuzz: $(FUZZ_BINS)
+fuzz: $(FUZZ_BINS) ## build the libFuzzer harnesses (clang)
 
 $(FUZZ_B)/fuzz_codec: fuzz/fuzz_codec.c $(wildcard common/codec*.c) common/shape.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
@@ -247,7 +302,12 @@ $(FUZZ_B)/fuzz_push: fuzz/fuzz_push.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
-fuzz-short: $(FUZZ_BINS)
+# libps's RESP framer (libps/resp.c), checked against hiredis's reader.
+$(FUZZ_B)/fuzz_resp: fuzz/fuzz_resp.c libps/resp.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lhiredis
+
+fuzz-short: $(FUZZ_BINS) ## replay each fuzz corpus, then fuzz FUZZ_SECONDS each (CI)
 	@set -e; for f in $(FUZZ_NAMES); do \
 	  echo "== $$f: corpus replay + $(FUZZ_SECONDS)s"; \
 	  rm -rf $(FUZZ_B)/$$f.work; mkdir -p $(FUZZ_B)/$$f.work $(FUZZ_B)/$$f.crashes; \
@@ -257,32 +317,32 @@ fuzz-short: $(FUZZ_BINS)
 	    { tail -60 $(FUZZ_B)/$$f.log; echo "$$f FAILED: reproducer in $(FUZZ_B)/$$f.crashes/"; exit 1; }; \
 	  grep -E "^#[0-9]+.DONE" $(FUZZ_B)/$$f.log | tail -1; done
 
-bench: check-deps all $(BENCH_BINS)
+bench: check-deps all $(BENCH_BINS) ## kernels, PUSHGRAD/PULL vs SET/GET, training (about 2.5 minutes)
 	bench/run.sh
 
 # Durability vs throughput on a 3+3 cluster (a few minutes; not part of bench).
-bench-durability: check-deps all
+bench-durability: check-deps all ## throughput of each persistence x WAIT setting on a 3+3 cluster
 	$(PYTHON) bench/durability.py
 
 # Training over a tc-shaped link in a private network namespace (needs root;
 # skips otherwise; about 5 minutes).
 .PHONY: bench-shaped
-bench-shaped: check-deps all
+bench-shaped: check-deps all ## formats over a tc-shaped 1 Gbit/100 Mbit link (root; about 5 minutes)
 	bench/shaped_link.sh
 
 # Training speed of every wire format on loopback against F32 (about 2 minutes).
 .PHONY: bench-formats
-bench-formats: check-deps all
+bench-formats: check-deps all ## training speed of every wire format against F32 (about 2 minutes)
 	bench/formats_bench.sh
 
-demo: check-deps all
+demo: check-deps all ## Fashion-MNIST MLP, 2 async workers, private server
 	scripts/demo.sh
 
-demo-cluster: check-deps all
+demo-cluster: check-deps all ## the same on 3 masters + 3 replicas, one master killed mid-run
 	scripts/demo-cluster.sh
 
 .PHONY: demo-sparse
-demo-sparse: check-deps all
+demo-sparse: check-deps all ## a factorization machine on 1M generated clicks (embedding tables)
 	scripts/demo-sparse.sh
 
 # ---- Python package, plots ---------------------------------------------------
@@ -291,17 +351,19 @@ demo-sparse: check-deps all
 # Installs python/ (package redis_ps) for the invoking user, offline (no build isolation:
 # setuptools comes from Debian). PYINSTALL_FLAGS= installs system-wide instead.
 PYINSTALL_FLAGS ?= --user --break-system-packages
-pyinstall:
+pyinstall: ## pip-install python/ (redis_ps) for this user, offline
 	$(PYTHON) -m pip install --no-deps --no-build-isolation $(PYINSTALL_FLAGS) ./python
 
 # A real training run (ps-train; PyTorch example and bench when python3-torch is
 # installed), then its curves and throughput bars as PNG in $(PLOTS_DIR).
-PLOTS_DIR ?= docs/img
-plots: check-deps all
+# The default writes under build/ (untracked); `make plots PLOTS_DIR=docs/img`
+# refreshes the pictures the docs show, on purpose.
+PLOTS_DIR ?= $(B)/plots
+plots: check-deps all ## train, then draw the curves as PNG into PLOTS_DIR (build/plots)
 	PLOTS_DIR=$(PLOTS_DIR) PYTHON=$(PYTHON) scripts/plots.sh
 
 # The tree topology (ps-relay) against the star: upstream bytes per sample and accuracy.
-demo-tree: check-deps all
+demo-tree: check-deps all ## 4 workers as a star and as a tree of 2 relays: bytes and accuracy
 	scripts/demo-tree.sh
 
 # ---- dependencies ----------------------------------------------------------
@@ -312,54 +374,62 @@ DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenbl
            prometheus-redis-exporter gnuplot-nox
 
 # Installs the Debian packages that are missing (as root), or prints the line to run.
-deps:
+deps: ## install the missing Debian packages (root), or print the apt-get line
 	@missing=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -z "$$missing" ]; then echo "deps: all Debian packages present"; exit 0; fi; \
 	if [ "$$(id -u)" = 0 ]; then \
 	  echo "deps: installing $$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } || \
+	    { echo "deps: apt-get failed (another apt/dpkg holding the lock?): not building"; exit 1; }; \
+	  still=$$(for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	  if [ -n "$$still" ]; then echo "deps: still missing after apt-get: $$still"; exit 1; fi; \
 	else \
 	  echo "deps: missing packages; run as root:"; \
 	  echo "  apt-get install -y $$missing"; exit 1; \
 	fi
 
+# A failed install stops make here (exit 1) instead of a compile error further on.
 check-deps:
-	@for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || { $(MAKE) --no-print-directory deps; break; }; done
+	@for p in $(DEB_PKGS); do dpkg -s $$p >/dev/null 2>&1 || { $(MAKE) --no-print-directory deps || exit 1; break; }; done
 
 # `make install PREFIX=/usr/local DESTDIR=` installs the module, the worker and
 # libps with a pkg-config file; DESTDIR stages the tree elsewhere (packaging),
-# the paths written into libps.pc stay those of PREFIX. libps is a static
-# archive, so its own dependencies (hiredis, libm) reach the link line through
-# `pkg-config --static --libs libps` (README "Use libps from your program").
+# the paths written into libps.pc stay those of PREFIX. libps comes shared
+# (libps.so -> libps.so.0 -> libps.so.0.1.0) and static (libps.a):
+# `cc prog.c $(pkg-config --cflags --libs libps)` links the shared one (hiredis is
+# a public Requires: ps.h includes hiredis.h and hands out redisReply), and
+# `--static` adds the private -lm for a link against libps.a (docs/reference.md).
 PREFIX ?= /usr/local
-LIBPS_VERSION = 0.1.0
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a include/redis-ps/ps.h \
-                lib/pkgconfig/libps.pc
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a lib/$(LIBPS_SO) \
+                lib/$(LIBPS_SONAME) lib/libps.so include/redis-ps/ps.h lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
 	@mkdir -p $(dir $@)
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
 	  'Name: libps' 'Description: C client of the redis-ps parameter server (Redis module ps.so)' \
-	  'Version: $(LIBPS_VERSION)' 'Requires.private: hiredis' \
+	  'Version: $(LIBPS_VERSION)' 'Requires: hiredis' \
 	  'Libs: -L$${libdir} -lps' 'Libs.private: -lm' 'Cflags: -I$${includedir}' > $@
 
 # Rebuilt every time: the file records PREFIX, which may differ between calls.
 .PHONY: $(B)/libps.pc
-install: all $(B)/libps.pc
+install: all $(B)/libps.pc ## install module, ps-train, ps-relay, libps (PREFIX=/usr/local, DESTDIR=)
 	install -d $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/redis-ps \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
 	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
+	install -m 0755 $(B)/$(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SO)
+	ln -sf $(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SONAME)
+	ln -sf $(LIBPS_SONAME) $(DESTDIR)$(PREFIX)/lib/libps.so
 	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
 	install -m 0644 $(B)/libps.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libps.pc
 
 # Removes what install put there (same PREFIX and DESTDIR), and the redis-ps
 # folders if they are left empty.
-uninstall:
+uninstall: ## remove what install put under PREFIX
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/,$(INSTALL_FILES))
 	-rmdir $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/include/redis-ps 2>/dev/null
 
-clean:
+clean: ## remove build/
 	rm -rf $(B)

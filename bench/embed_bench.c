@@ -2,7 +2,15 @@
  * (module/embed*.c), in process, no Redis: pulls of 4,096 ids drawn from
  * Zipf(1.1) (and uniformly, the cache-hostile case) from a table of --rows
  * rows (default 10M) of dim 16, and pushes of the same batches with
- * row-wise Adagrad. Prints ids/s, ns per id and bytes per row.
+ * row-wise Adagrad. Prints ids/s, ns per id and bytes per row, by the
+ * process's CPU time (EMBED_BENCH_WALL=1: by the wall clock).
+ *
+ * Then the memory limit of a pull, measured in the same run: the same
+ * uniform batches copied out of a plain array of --rows records of the
+ * table's size with the id as the index (no hashing, no probe: one record
+ * per id, its lines prefetched 16 ids ahead). A pull cannot beat it (it
+ * reads the same record lines plus an index line per id); the last line is
+ * the pull's ratio to it.
  *
  *   build/bench/embed_bench [--rows N] [--dim D] [--batches B]
  *
@@ -19,7 +27,7 @@
 
 static double now(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(getenv("EMBED_BENCH_WALL") ? CLOCK_MONOTONIC : CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -155,6 +163,43 @@ int main(int argc, char **argv) {
         printf("push %-8s %d x %zu ids (rowadagrad): %.2f M ids/s, %.1f ns/id\n", names[s],
                batches, k, n / dt / 1e6, dt / n * 1e9);
     }
+    /* The memory limit: records of the table's size (id, header, values
+     * and accumulator: 4 * dim + 20 bytes, 4-byte aligned as in the table)
+     * in one array, the values of 'idx' copied out with the record lines
+     * prefetched 16 ids ahead. */
+    const size_t rec = 4 * (size_t)dim + 20;
+    unsigned char *arr = malloc((size_t)rows * rec);
+    uint32_t *rx = malloc((size_t)batches * k * sizeof(uint32_t));
+    if (!arr || !rx) return 1;
+    for (size_t i = 0; i < (size_t)rows * rec; i += 4096) arr[i] = 1;
+    memset(arr, 0, (size_t)rows * rec);
+    for (size_t i = 0; i < (size_t)batches * k; i++) rx[i] = (uint32_t)(rnd() % rows);
+    double best_pull = 0;
+    {
+        t0 = now();
+        for (int b = 0; b < batches; b++)
+            PSEmbed_Pull(t, (const unsigned char *)(ub + (size_t)b * k), k, out);
+        best_pull = (double)batches * (double)k / (now() - t0);
+    }
+    t0 = now();
+    for (int b = 0; b < batches; b++) {
+        const uint32_t *x = rx + (size_t)b * k;
+        for (size_t i = 0; i < k; i++) {
+            if (i + 16 < k) {
+                const unsigned char *r = arr + (size_t)x[i + 16] * rec;
+                __builtin_prefetch(r);
+                __builtin_prefetch(r + rec - 1);
+            }
+            memcpy(out + i * dim, arr + (size_t)x[i] * rec + 20, (size_t)dim * sizeof(float));
+        }
+    }
+    const double gather = (double)batches * (double)k / (now() - t0);
+    printf("memory limit: copy %d x %zu uniform rows of %zu bytes from an array (no index): %.2f M rows/s, %.1f ns/row\n",
+           batches, k, rec, gather / 1e6, 1e9 / gather);
+    printf("pull uniform again, same run: %.2f M ids/s = %.2fx the memory limit\n", best_pull / 1e6,
+           best_pull / gather);
+    free(arr);
+    free(rx);
     printf("digest %016llx\n", (unsigned long long)PSEmbed_Digest64(t));
     PSEmbed_Free(t);
     free(z.cdf);

@@ -20,7 +20,10 @@
 # failed (a missed target is reported, not an error).
 #
 # Part 2c (embedding tables vs a Redis hash, bench/embed_server_bench.py) fills
-# EMBED_BENCH_ROWS rows (default 10000000, about 40 s and 2.7 GB).
+# EMBED_BENCH_ROWS rows (default 10000000, about 40 s and 2.7 GB). Part 2d (ids/s per server
+# core, bench/embed_core_bench.py, then build/bench/embed_bench in process with the memory
+# limit) fills EMBED_CORE_ROWS rows (default 1000000, about 30 s); EMBED_BASE_MODULE=<ps.so>
+# adds a baseline build of the module to 2d, measured in the same run.
 # Environment overrides: REDIS_SERVER (redis-server), BENCH_PS_ARGS (extra
 # ps_bench flags, e.g. "--reps 3 --time-ms 200"), BENCH_TRAIN=0 (skip part 3),
 # BENCH_ACC (0.85), BENCH_MAX_EPOCHS (5), BENCH_DATA (Fashion-MNIST dir),
@@ -37,7 +40,7 @@ LAYERS=784,128,10
 BATCH=64
 LR=0.1
 for f in "$MODULE" "$B/ps-train" "$B/bench/ps_bench" "$B/bench/apply_bench" "$B/bench/codec_bench" \
-         "$B/bench/baseline" "$B/bench/sparse_baseline"; do
+         "$B/bench/baseline" "$B/bench/sparse_baseline" "$B/bench/embed_bench" "$B/bench/dedup_bench"; do
     [ -f "$f" ] || { echo "bench: $f is missing: run make first" >&2; exit 1; }
 done
 command -v "$REDIS_SERVER" >/dev/null || { echo "bench: $REDIS_SERVER not found" >&2; exit 1; }
@@ -97,6 +100,17 @@ start_server embed
 /usr/bin/python3 "$REPO/bench/embed_server_bench.py" --port "$PORT" --rows "${EMBED_BENCH_ROWS:-10000000}" ||
     { echo "bench: embed_server_bench failed" >&2; fail=1; }
 stop_server
+
+echo
+echo "== 2d. embedding lookups per server core (issue 24): pull/push of 4096 uniformly random existing ids, 1M rows (bench/embed_core_bench.py)"
+# The servers' main-thread CPU per id; EMBED_BASE_MODULE=<another ps.so> adds a baseline build
+# measured in the same run (rounds alternate between the two servers) and prints the ratio.
+/usr/bin/python3 "$REPO/bench/embed_core_bench.py" --module "$MODULE" \
+    ${EMBED_BASE_MODULE:+--module "$EMBED_BASE_MODULE"} --rows "${EMBED_CORE_ROWS:-1000000}" ||
+    { echo "bench: embed_core_bench failed" >&2; fail=1; }
+echo "-- the same table in process (no Redis), and the memory limit measured in the same run (build/bench/embed_bench)"
+"$B/bench/embed_bench" --rows "${EMBED_CORE_ROWS:-1000000}" --batches 200 ||
+    { echo "bench: embed_bench failed" >&2; fail=1; }
 
 # Part 4 in its own script: its private server and data cache are its own.
 run_sparse() {

@@ -20,26 +20,29 @@ static inline char ascii_lower(char c) {
     return (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
 }
 
-/* 1 when the 'len' bytes at 's' equal the lower-case 'word' ignoring ASCII
- * case, 0 otherwise. */
-static int word_eq_nocase(const char *s, size_t len, const char *word) {
-    size_t wl = strlen(word);
-    if (len != wl) return 0;
-    for (size_t i = 0; i < len; i++)
-        if (ascii_lower(s[i]) != word[i]) return 0;
-    return 1;
-}
-
 /* ================================================================= formats */
 
-static const char *const format_names[] = { "F32", "F16", "BF16", "I8", "TOPK" };
-static const char *const format_lower[] = { "f32", "f16", "bf16", "i8", "topk" };
-#define PS_NFORMATS (sizeof(format_names) / sizeof(format_names[0]))
+/* The names are those of PS_PROTO_FORMATS (protocol.h). */
+static const char *const format_names[PS_FMT_COUNT] = {
+#define PS_FMT_NAME_(ID, dense, table) [PS_FMT_##ID] = #ID,
+    PS_PROTO_FORMATS(PS_FMT_NAME_, PS_FMT_NAME_)
+#undef PS_FMT_NAME_
+};
+#define PS_NFORMATS ((size_t)PS_FMT_COUNT)
+
+/* 1 when the 'len' bytes at 's' equal 'name' ignoring ASCII case. */
+static int name_eq_nocase(const char *s, size_t len, const char *name) {
+    size_t nl = strlen(name);
+    if (len != nl) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (ascii_lower(s[i]) != ascii_lower(name[i])) return 0;
+    return 1;
+}
 
 int ps_format_parse(const char *s, size_t len, ps_format *out) {
     if (s == NULL) return -1;
     for (size_t i = 0; i < PS_NFORMATS; i++) {
-        if (word_eq_nocase(s, len, format_lower[i])) {
+        if (name_eq_nocase(s, len, format_names[i])) {
             *out = (ps_format)i;
             return 0;
         }

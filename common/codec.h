@@ -27,18 +27,21 @@
 #error "redis-ps codecs assume a little-endian host (the wire format is little-endian)"
 #endif
 
+#include "protocol.h"
+
+/* The wire formats, PS_FMT_<ID> for each row of PS_PROTO_FORMATS (protocol.h),
+ * in its order. */
 typedef enum {
-    PS_FMT_F32 = 0,
-    PS_FMT_F16,
-    PS_FMT_BF16,
-    PS_FMT_I8,
-    PS_FMT_TOPK
+#define PS_FMT_ENUM_(ID, dense, table) PS_FMT_##ID,
+    PS_PROTO_FORMATS(PS_FMT_ENUM_, PS_FMT_ENUM_)
+#undef PS_FMT_ENUM_
+    PS_FMT_COUNT
 } ps_format;
 
 /* ---------------------------------------------------------------- formats */
 
-/* Parse the format name 's' of 'len' bytes, case-insensitively: "F32", "F16",
- * "BF16", "I8" or "TOPK". Stores the result in '*out' and returns 0, or
+/* Parse the format name 's' of 'len' bytes, case-insensitively (the names
+ * of PS_PROTO_FORMATS: F32, F16, BF16, I8, TOPK). Stores the result in '*out' and returns 0, or
  * returns -1 (leaving '*out' untouched) for any other name. */
 int ps_format_parse(const char *s, size_t len, ps_format *out);
 

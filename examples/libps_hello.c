@@ -1,6 +1,6 @@
 /* libps_hello.c -- the smallest libps program: connect, create a tensor, push
  * a gradient, pull the new values. Build against an installed tree:
- *   cc libps_hello.c $(pkg-config --cflags --libs --static libps)
+ *   cc libps_hello.c $(pkg-config --cflags --libs libps)
  * Run against a redis-server that loads ps.so:  ./a.out 127.0.0.1:6379 */
 #include <stdio.h>
 #include <redis-ps/ps.h>

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ps_internal.h"
 
 /* ========================================================================
@@ -34,18 +35,12 @@ void psi_clear_error(psClient *c) {
     c->errstr[0] = '\0';
 }
 
-int64_t psi_mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t psi_mono_ms(void) { return ps_mono_ms(); }
 
+/* Sleeps all of 'ms', signals or not. */
 void psi_sleep_ms(long ms) {
-    struct timespec ts;
-    if (ms <= 0) return;
-    ts.tv_sec = ms / 1000;
-    ts.tv_nsec = (ms % 1000) * 1000000L;
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+    while ((ms = ps_sleep_ms(ms)) > 0) {
+    }
 }
 
 /* Split "host:port" (the last ':' separates, "[v6]:port" allowed) into a
@@ -91,8 +86,8 @@ static redisContext *open_conn(psClient *c, const char *host, int port, char *er
     redisReply *r;
 
     *auth_failed = 0;
-    tv.tv_sec = pv->connect_timeout_ms / 1000;
-    tv.tv_usec = (pv->connect_timeout_ms % 1000) * 1000;
+    tv.tv_sec = pv->topo.connect_timeout_ms / 1000;
+    tv.tv_usec = (pv->topo.connect_timeout_ms % 1000) * 1000;
     ctx = redisConnectWithTimeout(host, port, tv);
     if (ctx == NULL) {
         snprintf(err, errlen, "%.50s:%d: out of memory", host, port);
@@ -103,17 +98,17 @@ static redisContext *open_conn(psClient *c, const char *host, int port, char *er
         redisFree(ctx);
         return NULL;
     }
-    if (pv->command_timeout_ms > 0) {
-        tv.tv_sec = pv->command_timeout_ms / 1000;
-        tv.tv_usec = (pv->command_timeout_ms % 1000) * 1000;
+    if (pv->topo.command_timeout_ms > 0) {
+        tv.tv_sec = pv->topo.command_timeout_ms / 1000;
+        tv.tv_usec = (pv->topo.command_timeout_ms % 1000) * 1000;
         redisSetTimeout(ctx, tv);
     }
     redisEnableKeepAlive(ctx);
-    if (pv->password) {
-        if (pv->user)
-            r = redisCommand(ctx, "AUTH %s %s", pv->user, pv->password);
+    if (pv->topo.password) {
+        if (pv->topo.user)
+            r = redisCommand(ctx, "AUTH %s %s", pv->topo.user, pv->topo.password);
         else
-            r = redisCommand(ctx, "AUTH %s", pv->password);
+            r = redisCommand(ctx, "AUTH %s", pv->topo.password);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
             snprintf(err, errlen, "%.50s:%d: AUTH failed: %.60s", host, port,
                      r ? r->str : ctx->errstr);
@@ -132,25 +127,25 @@ int psi_node_find_or_add(psClient *c, const char *host, size_t hlen, int port) {
     psClientPriv *pv = c->priv;
     psNode *n;
     int i;
-    for (i = 0; i < pv->nnodes; i++)
-        if (pv->nodes[i].port == port && strlen(pv->nodes[i].host) == hlen &&
-            memcmp(pv->nodes[i].host, host, hlen) == 0)
+    for (i = 0; i < pv->topo.nnodes; i++)
+        if (pv->topo.nodes[i].port == port && strlen(pv->topo.nodes[i].host) == hlen &&
+            memcmp(pv->topo.nodes[i].host, host, hlen) == 0)
             return i;
-    if (pv->nnodes == pv->nodecap) {
-        int cap = pv->nodecap ? pv->nodecap * 2 : 8;
-        psNode *nn = realloc(pv->nodes, sizeof(*nn) * (size_t)cap);
+    if (pv->topo.nnodes == pv->topo.nodecap) {
+        int cap = pv->topo.nodecap ? pv->topo.nodecap * 2 : 8;
+        psNode *nn = realloc(pv->topo.nodes, sizeof(*nn) * (size_t)cap);
         if (nn == NULL) return -1;
-        pv->nodes = nn;
-        pv->nodecap = cap;
+        pv->topo.nodes = nn;
+        pv->topo.nodecap = cap;
     }
-    n = &pv->nodes[pv->nnodes];
+    n = &pv->topo.nodes[pv->topo.nnodes];
     memset(n, 0, sizeof(*n));
     n->host = malloc(hlen + 1);
     if (n->host == NULL) return -1;
     memcpy(n->host, host, hlen);
     n->host[hlen] = '\0';
     n->port = port;
-    return pv->nnodes++;
+    return pv->topo.nnodes++;
 }
 
 /* Give the fresh context 'ctx' of a node its socket settings. */
@@ -166,7 +161,7 @@ static void conn_setup(redisContext *ctx) {
 
 /* Make sure node 'i' has a live context. Returns 0, or -1 with 'err'. */
 int psi_node_ensure(psClient *c, int i, char *err, size_t errlen) {
-    psNode *n = &c->priv->nodes[i];
+    psNode *n = &c->priv->topo.nodes[i];
     int auth_failed;
     if (n->ctx) return 0;
     n->ctx = open_conn(c, n->host, n->port, err, errlen, &auth_failed);
@@ -188,7 +183,7 @@ static int load_slots(psClient *c, redisReply *r, const char *from_host) {
     size_t i;
     int s;
     if (r->type != REDIS_REPLY_ARRAY) return -1;
-    for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = -1;
+    for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->topo.slots[s] = -1;
     for (i = 0; i < r->elements; i++) {
         redisReply *e = r->element[i], *m;
         const char *host;
@@ -215,7 +210,7 @@ static int load_slots(psClient *c, redisReply *r, const char *from_host) {
         }
         node = psi_node_find_or_add(c, host, hlen, (int)m->element[1]->integer);
         if (node < 0) return -1;
-        for (s = (int)a; s <= (int)b; s++) pv->slots[s] = (int16_t)node;
+        for (s = (int)a; s <= (int)b; s++) pv->topo.slots[s] = (int16_t)node;
     }
     return 0;
 }
@@ -228,12 +223,12 @@ static int refresh_standalone(psClient *c) {
     psClientPriv *pv = c->priv;
     char err[128] = "no master among the addresses";
     int i, s;
-    for (i = 0; i < pv->nseeds; i++) {
+    for (i = 0; i < pv->topo.nseeds; i++) {
         char *host;
         int port, auth_failed, node, ok;
         redisContext *ctx;
         redisReply *r;
-        if (psi_parse_addr(pv->seeds[i], strlen(pv->seeds[i]), &host, &port) != 0) continue;
+        if (psi_parse_addr(pv->topo.seeds[i], strlen(pv->topo.seeds[i]), &host, &port) != 0) continue;
         ctx = open_conn(c, host, port, err, sizeof(err), &auth_failed);
         if (ctx == NULL) {
             free(host);
@@ -247,12 +242,12 @@ static int refresh_standalone(psClient *c) {
         node = ok ? psi_node_find_or_add(c, host, strlen(host), port) : -1;
         free(host);
         if (node >= 0) {
-            for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = (int16_t)node;
+            for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->topo.slots[s] = (int16_t)node;
             c->stats.refreshes++;
             return 0;
         }
     }
-    psi_set_error(c, PS_ERR_IO, "no master among %d addresses (%.70s)", pv->nseeds, err);
+    psi_set_error(c, PS_ERR_IO, "no master among %d addresses (%.70s)", pv->topo.nseeds, err);
     return -1;
 }
 
@@ -262,19 +257,19 @@ static int refresh_standalone(psClient *c) {
 int psi_refresh(psClient *c) {
     psClientPriv *pv = c->priv;
     char err[128] = "no address";
-    int i, total = pv->nnodes + pv->nseeds;
-    pv->need_refresh = 0;
-    if (!c->cluster) return pv->nseeds > 1 ? refresh_standalone(c) : 0;
+    int i, total = pv->topo.nnodes + pv->topo.nseeds;
+    pv->topo.need_refresh = 0;
+    if (!c->cluster) return pv->topo.nseeds > 1 ? refresh_standalone(c) : 0;
     for (i = 0; i < total; i++) {
         char *host = NULL;
         int port, auth_failed, ok;
         redisContext *ctx;
         redisReply *r;
-        if (i < pv->nnodes) {
-            host = strdup(pv->nodes[i].host);
-            port = pv->nodes[i].port;
+        if (i < pv->topo.nnodes) {
+            host = strdup(pv->topo.nodes[i].host);
+            port = pv->topo.nodes[i].port;
             if (host == NULL) continue;
-        } else if (psi_parse_addr(pv->seeds[i - pv->nnodes], strlen(pv->seeds[i - pv->nnodes]),
+        } else if (psi_parse_addr(pv->topo.seeds[i - pv->topo.nnodes], strlen(pv->topo.seeds[i - pv->topo.nnodes]),
                               &host, &port) != 0) {
             continue;
         }
@@ -297,6 +292,23 @@ int psi_refresh(psClient *c) {
     return -1;
 }
 
+static char *dup_or_env(const char *v, const char *env) {
+    if (v == NULL) v = getenv(env);
+    if (v == NULL || *v == '\0') return NULL;
+    return strdup(v);
+}
+
+void psi_topology_config(psClient *c, const psOptions *o) {
+    psTopo *t = &c->priv->topo;
+    t->connect_timeout_ms = o->connect_timeout_ms > 0 ? o->connect_timeout_ms
+                                                      : PS_DEFAULT_CONNECT_TIMEOUT_MS;
+    t->command_timeout_ms = o->command_timeout_ms == 0 ? PS_DEFAULT_COMMAND_TIMEOUT_MS
+                            : (o->command_timeout_ms < 0 ? -1 : o->command_timeout_ms);
+    t->user = dup_or_env(o->user, "PS_USER");
+    t->password = dup_or_env(o->password, "PS_PASSWORD");
+    for (int s = 0; s < PS_CLUSTER_SLOTS; s++) t->slots[s] = -1;
+}
+
 /* Split 'addrs' into seeds, find the first that answers and detect the
  * mode. Returns 0 or -1 with the error recorded. */
 int psi_topology_init(psClient *c, const char *addrs) {
@@ -305,7 +317,7 @@ int psi_topology_init(psClient *c, const char *addrs) {
     char err[128] = "", lasterr[128] = "no address given";
     int i, s;
 
-    for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = -1;
+    for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->topo.slots[s] = -1;
     while (p && *p) {
         size_t len;
         char **ns;
@@ -321,24 +333,24 @@ int psi_topology_init(psClient *c, const char *addrs) {
                 return -1;
             }
             free(host);
-            ns = realloc(pv->seeds, sizeof(char *) * (size_t)(pv->nseeds + 1));
+            ns = realloc(pv->topo.seeds, sizeof(char *) * (size_t)(pv->topo.nseeds + 1));
             if (ns == NULL) goto oom;
-            pv->seeds = ns;
-            if ((pv->seeds[pv->nseeds] = strndup(p, len)) == NULL) goto oom;
-            pv->nseeds++;
+            pv->topo.seeds = ns;
+            if ((pv->topo.seeds[pv->topo.nseeds] = strndup(p, len)) == NULL) goto oom;
+            pv->topo.nseeds++;
         }
         p = comma ? comma + 1 : NULL;
     }
-    if (pv->nseeds == 0) {
+    if (pv->topo.nseeds == 0) {
         psi_set_error(c, PS_ERR_ARG, "no address given (want host:port[,host:port...])");
         return -1;
     }
-    for (i = 0; i < pv->nseeds; i++) {
+    for (i = 0; i < pv->topo.nseeds; i++) {
         char *host;
         int port, auth_failed, node;
         redisContext *ctx;
         redisReply *r;
-        psi_parse_addr(pv->seeds[i], strlen(pv->seeds[i]), &host, &port);
+        psi_parse_addr(pv->topo.seeds[i], strlen(pv->topo.seeds[i]), &host, &port);
         ctx = open_conn(c, host, port, err, sizeof(err), &auth_failed);
         if (ctx == NULL) {
             free(host);
@@ -351,28 +363,28 @@ int psi_topology_init(psClient *c, const char *addrs) {
         }
         r = redisCommand(ctx, "CLUSTER SLOTS");
         if (r == NULL) {
-            snprintf(lasterr, sizeof(lasterr), "%.50s: %.70s", pv->seeds[i], ctx->errstr);
+            snprintf(lasterr, sizeof(lasterr), "%.50s: %.70s", pv->topo.seeds[i], ctx->errstr);
             redisFree(ctx);
             free(host);
             continue;
         }
-        if (r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled")) {
+        if (psi_reply_error(r) == PS_PROTO_ERR_NOCLUSTER) {
             /* standalone: this connection becomes node 0, owner of every slot */
             freeReplyObject(r);
             node = psi_node_find_or_add(c, host, strlen(host), port);
             free(host);
             if (node < 0) { redisFree(ctx); goto oom; }
-            pv->nodes[node].ctx = ctx;
-            pv->nodes[node].ever_connected = 1;
+            pv->topo.nodes[node].ctx = ctx;
+            pv->topo.nodes[node].ever_connected = 1;
             conn_setup(ctx);
-            for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->slots[s] = (int16_t)node;
+            for (s = 0; s < PS_CLUSTER_SLOTS; s++) pv->topo.slots[s] = (int16_t)node;
             c->cluster = 0;
             return 0;
         }
         if (r->type == REDIS_REPLY_ARRAY && r->elements > 0) {
             c->cluster = 1;
             if (load_slots(c, r, host) != 0) {
-                snprintf(lasterr, sizeof(lasterr), "%.50s: malformed CLUSTER SLOTS reply", pv->seeds[i]);
+                snprintf(lasterr, sizeof(lasterr), "%.50s: malformed CLUSTER SLOTS reply", pv->topo.seeds[i]);
                 freeReplyObject(r);
                 redisFree(ctx);
                 free(host);
@@ -384,7 +396,7 @@ int psi_topology_init(psClient *c, const char *addrs) {
             free(host);
             return 0;
         }
-        snprintf(lasterr, sizeof(lasterr), "%.50s: CLUSTER SLOTS: %.60s", pv->seeds[i],
+        snprintf(lasterr, sizeof(lasterr), "%.50s: CLUSTER SLOTS: %.60s", pv->topo.seeds[i],
                  r->type == REDIS_REPLY_ERROR ? r->str
                  : (r->type == REDIS_REPLY_ARRAY ? "no slots assigned" : "unexpected reply"));
         freeReplyObject(r);
@@ -401,12 +413,14 @@ oom:
 void psi_topology_free(psClient *c) {
     psClientPriv *pv = c->priv;
     int i;
-    for (i = 0; i < pv->nnodes; i++) {
-        if (pv->nodes[i].ctx) redisFree(pv->nodes[i].ctx);
-        free(pv->nodes[i].host);
+    for (i = 0; i < pv->topo.nnodes; i++) {
+        if (pv->topo.nodes[i].ctx) redisFree(pv->topo.nodes[i].ctx);
+        free(pv->topo.nodes[i].host);
     }
-    free(pv->nodes);
-    for (i = 0; i < pv->nseeds; i++) free(pv->seeds[i]);
-    free(pv->seeds);
+    free(pv->topo.nodes);
+    for (i = 0; i < pv->topo.nseeds; i++) free(pv->topo.seeds[i]);
+    free(pv->topo.seeds);
+    free(pv->topo.user);
+    free(pv->topo.password);
 }
 

@@ -17,9 +17,34 @@
 
 #include "ps_internal.h"
 
+void psi_durable_config(psClient *c, const psOptions *o) {
+    psDurable *d = &c->priv->dur;
+    d->wait_replicas = o->wait_replicas > 0 ? o->wait_replicas : 0;
+    d->wait_timeout_ms = o->wait_timeout_ms > 0 ? o->wait_timeout_ms : PS_DEFAULT_WAIT_TIMEOUT_MS;
+    d->durability_policy = o->durability_policy == PS_DURABILITY_BLOCK ||
+                           o->durability_policy == PS_DURABILITY_FAIL
+                           ? o->durability_policy : PS_DURABILITY_DEGRADE;
+    d->probe_ms = o->probe_ms > 0 ? o->probe_ms : PS_DEFAULT_PROBE_MS;
+    d->lost_state_policy = o->lost_state_policy == PS_LOST_STATE_CONTINUE
+                           ? PS_LOST_STATE_CONTINUE : PS_LOST_STATE_STOP;
+    d->on_event = o->on_event;
+    d->event_udata = o->event_udata;
+}
+
+int psi_wait_replicas(const psClient *c) { return c->priv->dur.wait_replicas; }
+
+int psi_lost_state_continues(const psClient *c) {
+    return c->priv->dur.lost_state_policy == PS_LOST_STATE_CONTINUE;
+}
+
+int psi_submit_durable_wait(psClient *c, int node, psWaitFn *done, void *udata) {
+    return psi_submit_wait(c, node, c->priv->dur.wait_replicas, c->priv->dur.wait_timeout_ms, done,
+                           udata);
+}
+
 const char *psi_node_name(const psClient *c, int node, char *buf, size_t len) {
-    if (node < 0 || node >= c->priv->nnodes) snprintf(buf, len, "?");
-    else snprintf(buf, len, "%s:%d", c->priv->nodes[node].host, c->priv->nodes[node].port);
+    if (node < 0 || node >= c->priv->topo.nnodes) snprintf(buf, len, "?");
+    else snprintf(buf, len, "%s:%d", c->priv->topo.nodes[node].host, c->priv->topo.nodes[node].port);
     return buf;
 }
 
@@ -32,7 +57,7 @@ void psi_event(psClient *c, int ev, int node, const char *fmt, ...) {
     psi_node_name(c, node, name, sizeof(name));
     if (ev == PS_EVENT_DEGRADED) c->stats.degraded_events++;
     else if (ev == PS_EVENT_RESTORED) c->stats.restored_events++;
-    if (c->priv->on_event) c->priv->on_event(c->priv->event_udata, ev, name, msg);
+    if (c->priv->dur.on_event) c->priv->dur.on_event(c->priv->dur.event_udata, ev, name, msg);
     else fprintf(stderr, "libps: %s\n", msg);
 }
 
@@ -42,47 +67,48 @@ static const char *policy_name(int p) {
 
 static void set_degraded(psClient *c, int node, long long got) {
     psClientPriv *pv = c->priv;
-    psNode *n = &pv->nodes[node];
+    psNode *n = &pv->topo.nodes[node];
     char name[80];
-    n->probe_at = psi_mono_ms() + pv->probe_ms;
-    if (n->degraded) return;
-    n->degraded = 1;
+    n->dur.probe_at = psi_mono_ms() + pv->dur.probe_ms;
+    if (n->dur.degraded) return;
+    n->dur.degraded = 1;
     c->stats.degraded_nodes++;
     psi_node_name(c, node, name, sizeof(name));
     psi_event(c, PS_EVENT_DEGRADED, node,
               "durability degraded on %s: WAIT %d answered %lld replica%s (the shard has "
               "no in-sync replica: a master lost and not replaced?); policy %s: %s", name,
-              pv->wait_replicas, got, got == 1 ? "" : "s", policy_name(pv->durability_policy),
-              pv->durability_policy == PS_DURABILITY_BLOCK
+              pv->dur.wait_replicas, got, got == 1 ? "" : "s", policy_name(pv->dur.durability_policy),
+              pv->dur.durability_policy == PS_DURABILITY_BLOCK
                   ? "pushes to it block until a replica is back"
-              : pv->durability_policy == PS_DURABILITY_FAIL
+              : pv->dur.durability_policy == PS_DURABILITY_FAIL
                   ? "stopping"
                   : "training goes on, its pushes are counted as not replicated until a "
                     "replica is back");
 }
 
 void psi_wait_full(psClient *c, int node) {
-    psNode *n = &c->priv->nodes[node];
+    psNode *n = &c->priv->topo.nodes[node];
     char name[80];
-    if (!n->degraded) return;
-    n->degraded = 0;
+    if (!n->dur.degraded) return;
+    n->dur.degraded = 0;
     c->stats.degraded_nodes--;
     psi_event(c, PS_EVENT_RESTORED, node,
               "durability restored on %s: %d replica%s in sync again; pushes are WAITed for again",
-              psi_node_name(c, node, name, sizeof(name)), c->priv->wait_replicas,
-              c->priv->wait_replicas == 1 ? "" : "s");
+              psi_node_name(c, node, name, sizeof(name)), c->priv->dur.wait_replicas,
+              c->priv->dur.wait_replicas == 1 ? "" : "s");
 }
 
-void psi_wait_short(psClient *c, int node, long long got) {
+int psi_wait_short(psClient *c, int node, long long got) {
     char name[80];
     c->stats.wait_short++;
-    if (node < 0) return;
+    if (node < 0) return c->priv->dur.durability_policy;
     set_degraded(c, node, got);
-    if (c->priv->durability_policy == PS_DURABILITY_FAIL)
+    if (c->priv->dur.durability_policy == PS_DURABILITY_FAIL)
         psi_set_error(c, PS_ERR_DURABILITY,
                       "durability: WAIT %d on %s answered %lld replicas (policy fail): pushes "
                       "there are applied but not replicated",
-                      c->priv->wait_replicas, psi_node_name(c, node, name, sizeof(name)), got);
+                      c->priv->dur.wait_replicas, psi_node_name(c, node, name, sizeof(name)), got);
+    return c->priv->dur.durability_policy;
 }
 
 /* Count the replicas in state "online" in an INFO replication reply
@@ -100,21 +126,21 @@ static long long online_replicas(const redisReply *r) {
 }
 
 static void probe_done(psClient *c, void *udata, int node, redisReply *reply) {
-    psNode *n = &c->priv->nodes[node];
+    psNode *n = &c->priv->topo.nodes[node];
     long long got = online_replicas(reply);
     (void)udata;
-    n->probing = 0;
-    if (got >= c->priv->wait_replicas) psi_wait_full(c, node);
-    else n->probe_at = psi_mono_ms() + c->priv->probe_ms;
+    n->dur.probing = 0;
+    if (got >= c->priv->dur.wait_replicas) psi_wait_full(c, node);
+    else n->dur.probe_at = psi_mono_ms() + c->priv->dur.probe_ms;
     if (reply) freeReplyObject(reply);
 }
 
 int psi_wait_wanted(psClient *c, int node) {
     psClientPriv *pv = c->priv;
-    psNode *n = &pv->nodes[node];
-    if (!n->degraded || pv->durability_policy != PS_DURABILITY_DEGRADE) return 1;
-    if (!n->probing && psi_mono_ms() >= n->probe_at && psi_submit_probe(c, node, probe_done, NULL) == 0)
-        n->probing = 1;
+    psNode *n = &pv->topo.nodes[node];
+    if (!n->dur.degraded || pv->dur.durability_policy != PS_DURABILITY_DEGRADE) return 1;
+    if (!n->dur.probing && psi_mono_ms() >= n->dur.probe_at && psi_submit_probe(c, node, probe_done, NULL) == 0)
+        n->dur.probing = 1;
     return 0;
 }
 
@@ -130,7 +156,7 @@ void psi_lost_state(psClient *c, int node, const char *key, uint64_t acked, int 
              "likely restarted without persistence or from a lagging AOF (README Operations)",
              key, name, vnow, (unsigned long long)acked);
     psi_event(c, PS_EVENT_LOST_STATE, node, "%s%s", msg,
-              c->priv->lost_state_policy == PS_LOST_STATE_CONTINUE
+              c->priv->dur.lost_state_policy == PS_LOST_STATE_CONTINUE
                   ? "; policy continue: going on from the server's state" : "");
 }
 

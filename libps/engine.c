@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "ps_internal.h"
+#include "resp.h"
 
 #define PS_BACKOFF_CAP_MS 2000
 #define PS_BACKLOG_BACKOFF_CAP_MS 160
@@ -57,25 +58,25 @@
  * ======================================================================== */
 
 static int q_push(psNode *n, psQent e) {
-    if (n->qlen == n->qcap) {
-        size_t cap = n->qcap ? n->qcap * 2 : 64, i;
+    if (n->io.qlen == n->io.qcap) {
+        size_t cap = n->io.qcap ? n->io.qcap * 2 : 64, i;
         psQent *nq = malloc(sizeof(*nq) * cap);
         if (nq == NULL) return -1;
-        for (i = 0; i < n->qlen; i++) nq[i] = n->q[(n->qhead + i) % n->qcap];
-        free(n->q);
-        n->q = nq;
-        n->qcap = cap;
-        n->qhead = 0;
+        for (i = 0; i < n->io.qlen; i++) nq[i] = n->io.q[(n->io.qhead + i) % n->io.qcap];
+        free(n->io.q);
+        n->io.q = nq;
+        n->io.qcap = cap;
+        n->io.qhead = 0;
     }
-    n->q[(n->qhead + n->qlen) % n->qcap] = e;
-    n->qlen++;
+    n->io.q[(n->io.qhead + n->io.qlen) % n->io.qcap] = e;
+    n->io.qlen++;
     return 0;
 }
 
 static psQent q_pop(psNode *n) {
-    psQent e = n->q[n->qhead];
-    n->qhead = (n->qhead + 1) % n->qcap;
-    n->qlen--;
+    psQent e = n->io.q[n->io.qhead];
+    n->io.qhead = (n->io.qhead + 1) % n->io.qcap;
+    n->io.qlen--;
     return e;
 }
 
@@ -98,15 +99,15 @@ static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
     if (backoff) {
         int64_t now = psi_mono_ms();
         if (r->attempts == 0) r->first_err_ms = now;
-        if (++r->attempts > pv->max_retries &&
-            (pv->max_retries == 0 || now - r->first_err_ms >= pv->retry_timeout_ms)) {
+        if (++r->attempts > pv->eng.max_retries &&
+            (pv->eng.max_retries == 0 || now - r->first_err_ms >= pv->eng.retry_timeout_ms)) {
             char msg[128];
             snprintf(msg, sizeof(msg), "%.80s (gave up after %d retries in %lld ms)", why,
                      r->attempts - 1, (long long)(now - r->first_err_ms));
             fail_req(c, r, c->cluster ? PS_ERR_CLUSTER : PS_ERR_IO, msg);
             return;
         }
-        if (r->attempts > pv->backoff_level) pv->backoff_level = r->attempts;
+        if (r->attempts > pv->eng.backoff_level) pv->eng.backoff_level = r->attempts;
         c->stats.retries++;
     } else if (++r->redirects > PS_MAX_REDIRECTS) {
         /* A redirect loop: nodes that disagree about a slot while it
@@ -118,18 +119,18 @@ static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
         retry_req(c, r, 1, "too many MOVED/ASK redirects");
         return;
     }
-    if (pv->nretry == pv->retrycap) {
-        size_t cap = pv->retrycap ? pv->retrycap * 2 : 64;
-        psReq **nr = realloc(pv->retry, sizeof(*nr) * cap);
+    if (pv->eng.nretry == pv->eng.retrycap) {
+        size_t cap = pv->eng.retrycap ? pv->eng.retrycap * 2 : 64;
+        psReq **nr = realloc(pv->eng.retry, sizeof(*nr) * cap);
         if (nr == NULL) {
             fail_req(c, r, PS_ERR_OOM, "out of memory");
             return;
         }
-        pv->retry = nr;
-        pv->retrycap = cap;
+        pv->eng.retry = nr;
+        pv->eng.retrycap = cap;
     }
     r->state = PSS_RETRY;
-    pv->retry[pv->nretry++] = r;
+    pv->eng.retry[pv->eng.nretry++] = r;
 }
 
 void psi_resend(psClient *c, psReq *r, const char *why) { retry_req(c, r, 1, why); }
@@ -138,33 +139,33 @@ void psi_resend(psClient *c, psReq *r, const char *why) { retry_req(c, r, 1, why
  * resend, in order, every request that was waiting on it. */
 static void node_fail(psClient *c, int i, const char *why) {
     psClientPriv *pv = c->priv;
-    psNode *n = &pv->nodes[i];
+    psNode *n = &pv->topo.nodes[i];
     char msg[128];
     snprintf(msg, sizeof(msg), "%.50s:%d: %.60s", n->host, n->port, why);
     if (n->ctx) {
         redisFree(n->ctx);
         n->ctx = NULL;
     }
-    n->inlen = 0;
-    memset(&n->scan, 0, sizeof(n->scan));
-    n->gen++;
-    while (n->qlen) {
+    n->io.inlen = 0;
+    memset(&n->io.scan, 0, sizeof(n->io.scan));
+    n->io.gen++;
+    while (n->io.qlen) {
         psQent e = q_pop(n);
         if (e.kind == PSQ_REQ) retry_req(c, e.r, 1, msg);
         else if (e.kind == PSQ_WAIT) e.wait_done(c, e.wait_udata, i, NULL);
-        n = &pv->nodes[i];
+        n = &pv->topo.nodes[i];
     }
-    if (c->cluster || pv->nseeds > 1) pv->need_refresh = 1;
+    if (c->cluster || pv->topo.nseeds > 1) pv->topo.need_refresh = 1;
 }
 
 void psi_engine_free(psClient *c) {
     psClientPriv *pv = c->priv;
     int i;
-    for (i = 0; i < pv->nnodes; i++) {
-        free(pv->nodes[i].q);
-        free(pv->nodes[i].in);
+    for (i = 0; i < pv->topo.nnodes; i++) {
+        free(pv->topo.nodes[i].io.q);
+        free(pv->topo.nodes[i].io.in);
     }
-    free(pv->retry);
+    free(pv->eng.retry);
 }
 
 /* ========================================================================
@@ -175,11 +176,11 @@ static int route(psClient *c, psReq *r) {
     psClientPriv *pv = c->priv;
     int i;
     if (r->ask_node >= 0) return r->ask_node;
-    if (r->slot >= 0) return pv->slots[r->slot];
-    if (pv->slots[0] >= 0) return pv->slots[0];
-    for (i = 0; i < pv->nnodes; i++)
-        if (pv->nodes[i].ctx) return i;
-    return pv->nnodes ? 0 : -1;
+    if (r->slot >= 0) return pv->topo.slots[r->slot];
+    if (pv->topo.slots[0] >= 0) return pv->topo.slots[0];
+    for (i = 0; i < pv->topo.nnodes; i++)
+        if (pv->topo.nodes[i].ctx) return i;
+    return pv->topo.nnodes ? 0 : -1;
 }
 
 /* Write request 'r' on 'ctx' now: first what hiredis has buffered
@@ -249,16 +250,16 @@ static void dispatch(psClient *c, psReq *r) {
     r->ask_node = -1;
     r->node = -1;
     if (i < 0) {
-        pv->need_refresh = c->cluster || pv->nseeds > 1;
+        pv->topo.need_refresh = c->cluster || pv->topo.nseeds > 1;
         retry_req(c, r, 1, "no node serves this hash slot");
         return;
     }
     if (psi_node_ensure(c, i, err, sizeof(err)) != 0) {
-        pv->need_refresh = c->cluster || pv->nseeds > 1;
+        pv->topo.need_refresh = c->cluster || pv->topo.nseeds > 1;
         retry_req(c, r, 1, err);
         return;
     }
-    n = &pv->nodes[i];
+    n = &pv->topo.nodes[i];
     if (asking) {
         psQent a = {PSQ_ASKING, NULL, NULL, NULL};
         if (redisAppendCommand(n->ctx, "ASKING") != REDIS_OK || q_push(n, a) != 0) {
@@ -288,24 +289,33 @@ static void run_retries(psClient *c) {
     psClientPriv *pv = c->priv;
     psReq **list;
     size_t n, i;
-    if (pv->nretry == 0) return;
-    if (pv->backoff_level > 0) {
-        long ms = (long)pv->backoff_ms << (pv->backoff_level - 1 < 16 ? pv->backoff_level - 1 : 16);
+    if (pv->eng.nretry == 0) return;
+    if (pv->eng.backoff_level > 0) {
+        long ms = (long)pv->eng.backoff_ms << (pv->eng.backoff_level - 1 < 16 ? pv->eng.backoff_level - 1 : 16);
         psi_sleep_ms(ms > PS_BACKOFF_CAP_MS ? PS_BACKOFF_CAP_MS : ms);
-        pv->backoff_level = 0;
+        pv->eng.backoff_level = 0;
     }
-    if (pv->need_refresh) {
+    if (pv->topo.need_refresh) {
         int saved = c->err;
         psi_refresh(c);
         if (!saved) c->err = 0;   /* a failed refresh shows up as failed dispatches */
     }
     /* Take the list: dispatch may put requests back on a new one. */
-    list = pv->retry;
-    n = pv->nretry;
-    pv->retry = NULL;
-    pv->nretry = pv->retrycap = 0;
+    list = pv->eng.retry;
+    n = pv->eng.nretry;
+    pv->eng.retry = NULL;
+    pv->eng.nretry = pv->eng.retrycap = 0;
     for (i = 0; i < n; i++) dispatch(c, list[i]);
     free(list);
+}
+
+void psi_engine_config(psClient *c, const psOptions *o) {
+    psEngine *e = &c->priv->eng;
+    e->max_retries = o->max_retries == 0 ? PS_DEFAULT_MAX_RETRIES
+                     : (o->max_retries < 0 ? 0 : o->max_retries);
+    e->backoff_ms = o->backoff_ms > 0 ? o->backoff_ms : PS_DEFAULT_BACKOFF_MS;
+    e->retry_timeout_ms = o->retry_timeout_ms == 0 ? PS_DEFAULT_RETRY_TIMEOUT_MS
+                          : (o->retry_timeout_ms < 0 ? 0 : o->retry_timeout_ms);
 }
 
 void psi_req_init(psReq *r, const char *key, size_t keylen) {
@@ -318,7 +328,7 @@ void psi_req_init(psReq *r, const char *key, size_t keylen) {
 }
 
 void psi_submit(psClient *c, psReq *r) {
-    if (c->priv->nretry) run_retries(c);
+    if (c->priv->eng.nretry) run_retries(c);
     r->attempts = r->redirects = 0;
     r->first_err_ms = 0;
     r->ask_node = -1;
@@ -331,7 +341,7 @@ void psi_submit(psClient *c, psReq *r) {
  * -1 when nothing was queued (no connection, or out of memory: the
  * connection is dropped then). */
 static int submit_ctl(psClient *c, int i, psWaitFn *done, void *udata, char *cmd, int len) {
-    psNode *n = &c->priv->nodes[i];
+    psNode *n = &c->priv->topo.nodes[i];
     psQent e = {PSQ_WAIT, NULL, done, udata};
     int rc = 0;
     if (len < 0) return -1;
@@ -344,10 +354,10 @@ static int submit_ctl(psClient *c, int i, psWaitFn *done, void *udata, char *cmd
     return rc;
 }
 
-int psi_submit_wait(psClient *c, int i, psWaitFn *done, void *udata) {
+int psi_submit_wait(psClient *c, int i, int replicas, int timeout_ms, psWaitFn *done,
+                    void *udata) {
     char *cmd = NULL;
-    int len = redisFormatCommand(&cmd, "WAIT %d %d", c->priv->wait_replicas,
-                                 c->priv->wait_timeout_ms);
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", replicas, timeout_ms);
     return submit_ctl(c, i, done, udata, cmd, len);
 }
 
@@ -367,77 +377,18 @@ int psi_submit_probe(psClient *c, int i, psWaitFn *done, void *udata) {
  * saves hiredis's allocation and copy of a pulled tensor.
  * ======================================================================== */
 
-/* The integer between 'p' and the "\r\n" at 'end'. 0, or -1 when malformed. */
-static int scan_int(const char *p, const char *end, long long *v) {
-    int neg = 0, digits = 0;
-    long long x = 0;
-    if (p < end && *p == '-') {
-        neg = 1;
-        p++;
-    }
-    for (; p < end; p++, digits++) {
-        if (*p < '0' || *p > '9' || digits == 18) return -1;
-        x = x * 10 + (*p - '0');
-    }
-    if (digits == 0) return -1;
-    *v = neg ? -x : x;
-    return 0;
-}
-
-/* Advance scan 's' over the RESP2 reply at the start of 'buf' ('len'
- * bytes, of which s->pos were scanned by earlier calls). Returns 1 when
- * the reply is complete (s->pos is its length), 0 when more bytes are
- * needed (s->need: at least that many), -1 on a protocol error. */
-static int scan_reply(psScan *s, const char *buf, size_t len) {
-    if (s->pos == 0 && s->pending == 0) s->pending = 1;
-    while (s->pending > 0) {
-        const char *p = buf + s->pos, *nl;
-        size_t hl;
-        long long v = 0;
-        if (s->pos >= len) {
-            s->need = s->pos + 3;
-            return 0;
-        }
-        nl = memchr(p, '\n', len - s->pos);
-        if (nl == NULL) {
-            s->need = len + 1;
-            return 0;
-        }
-        if (nl == p || nl[-1] != '\r') return -1;
-        hl = (size_t)(nl + 1 - p);
-        switch (*p) {
-        case '+':
-        case '-':
-            break;
-        case ':':
-            if (scan_int(p + 1, nl - 1, &v) != 0) return -1;
-            break;
-        case '$':
-            if (scan_int(p + 1, nl - 1, &v) != 0 || v < -1) return -1;
-            if (v >= 0) {
-                size_t end = s->pos + hl + (size_t)v + 2;
-                if (end > len) {
-                    s->need = end;
-                    return 0;
-                }
-                if (buf[end - 2] != '\r' || buf[end - 1] != '\n') return -1;
-                hl = end - s->pos;
-            }
-            break;
-        case '*':
-            if (scan_int(p + 1, nl - 1, &v) != 0 || v < -1 || v > INT32_MAX) return -1;
-            if (v > 0) s->pending += v;
-            break;
-        default:
-            return -1;
-        }
-        s->pos += hl;
-        s->pending--;
-    }
-    return 1;
-}
-
 #define PS_SINK_MAX 8   /* arrays of at most this many scalars are offered */
+
+/* A request's sink as the framer's bulk callback. */
+typedef struct sinkArg {
+    psClient *c;
+    psReq *r;
+} sinkArg;
+
+static int sink_bulk(void *arg, int idx, int n, const char *data, size_t len) {
+    sinkArg *a = arg;
+    return a->r->sink(a->c, a->r, idx, n, data, len);
+}
 
 /* Build the reply of 'r' from the complete RESP reply 'buf' ('len' bytes)
  * with the reader of 'ctx', after offering its bulk strings to r's sink.
@@ -445,31 +396,13 @@ static int scan_reply(psScan *s, const char *buf, size_t len) {
 static redisReply *build_reply(psClient *c, redisContext *ctx, psReq *r, const char *buf,
                                size_t len) {
     redisReader *rd = ctx->reader;
-    size_t from[PS_SINK_MAX], to[PS_SINK_MAX], pos, done = 0;
+    size_t from[PS_SINK_MAX], to[PS_SINK_MAX], done = 0;
     int ntaken = 0;
     void *reply = NULL;
-    long long n = 0;
-    const char *nl = memchr(buf, '\n', len);
 
-    if (r && r->sink && buf[0] == '*' && scan_int(buf + 1, nl - 1, &n) == 0 && n > 0 &&
-        n <= PS_SINK_MAX) {
-        pos = (size_t)(nl + 1 - buf);
-        for (int idx = 0; idx < n; idx++) {
-            long long v = 0;
-            const char *p = buf + pos;
-            size_t hl;
-            nl = memchr(p, '\n', len - pos);
-            hl = (size_t)(nl + 1 - p);
-            if (*p == '*') break;           /* nested: offer nothing more */
-            if (*p == '$' && scan_int(p + 1, nl - 1, &v) == 0 && v >= 0) {
-                if (r->sink(c, r, idx, (int)n, p + hl, (size_t)v)) {
-                    from[ntaken] = pos;
-                    to[ntaken++] = pos + hl + (size_t)v + 2;
-                }
-                hl += (size_t)v + 2;
-            }
-            pos += hl;
-        }
+    if (r && r->sink) {
+        sinkArg a = {c, r};
+        ntaken = psi_resp_array_bulks(buf, len, PS_SINK_MAX, sink_bulk, &a, from, to);
     }
     /* Feed the reply, an empty string in place of each bulk the sink took. */
     for (int k = 0; k < ntaken; k++) {
@@ -484,10 +417,6 @@ static redisReply *build_reply(psClient *c, redisContext *ctx, psReq *r, const c
     return reply;
 }
 
-static int err_is(const redisReply *r, const char *code) {
-    size_t n = strlen(code);
-    return r->len >= n && strncmp(r->str, code, n) == 0 && (r->len == n || r->str[n] == ' ');
-}
 
 /* Handle one reply read from node 'i' for queue entry 'e'. */
 static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
@@ -502,7 +431,8 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
-        int moved = err_is(reply, "MOVED"), ask = err_is(reply, "ASK");
+        const int cls = psi_reply_error(reply);
+        int moved = cls == PS_PROTO_ERR_MOVED, ask = cls == PS_PROTO_ERR_ASK;
         if (moved || ask) {
             /* "MOVED <slot> <host>:<port>" */
             char *sp1 = strchr(reply->str, ' '), *sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
@@ -520,8 +450,8 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
             }
             if (moved) {
                 c->stats.moved++;
-                pv->slots[slot] = (int16_t)node;
-                pv->need_refresh = 1;
+                pv->topo.slots[slot] = (int16_t)node;
+                pv->topo.need_refresh = 1;
             } else {
                 c->stats.ask++;
                 r->ask_node = node;
@@ -530,26 +460,27 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
             retry_req(c, r, 0, "redirect");
             return;
         }
-        if (err_is(reply, "BACKLOG")) {
+        if (cls == PS_PROTO_ERR_BACKLOG) {
             char msg[128];
             snprintf(msg, sizeof(msg), "%.100s", reply->str);
             freeReplyObject(reply);
             c->stats.backlog_waits++;
             retry_req(c, r, 1, msg);
-            while (pv->backoff_level > 1 &&
-                   ((long)pv->backoff_ms << (pv->backoff_level - 1 < 16 ? pv->backoff_level - 1 : 16)) >
+            while (pv->eng.backoff_level > 1 &&
+                   ((long)pv->eng.backoff_ms
+                    << (pv->eng.backoff_level - 1 < 16 ? pv->eng.backoff_level - 1 : 16)) >
                        PS_BACKLOG_BACKOFF_CAP_MS)
-                pv->backoff_level--;
+                pv->eng.backoff_level--;
             return;
         }
-        if (err_is(reply, "TRYAGAIN") || err_is(reply, "CLUSTERDOWN") ||
-            err_is(reply, "LOADING") || err_is(reply, "MASTERDOWN") ||
-            err_is(reply, "READONLY")) {
+        if (cls == PS_PROTO_ERR_TRYAGAIN || cls == PS_PROTO_ERR_CLUSTERDOWN ||
+            cls == PS_PROTO_ERR_LOADING || cls == PS_PROTO_ERR_MASTERDOWN ||
+            cls == PS_PROTO_ERR_READONLY) {
             char msg[128];
             snprintf(msg, sizeof(msg), "%.100s", reply->str);
-            if (!err_is(reply, "TRYAGAIN") && !err_is(reply, "LOADING") &&
-                (c->cluster || pv->nseeds > 1))
-                pv->need_refresh = 1;
+            if (cls != PS_PROTO_ERR_TRYAGAIN && cls != PS_PROTO_ERR_LOADING &&
+                (c->cluster || pv->topo.nseeds > 1))
+                pv->topo.need_refresh = 1;
             freeReplyObject(reply);
             retry_req(c, r, 1, msg);
             return;
@@ -562,54 +493,54 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
 /* Read what node 'i' has sent and handle every complete reply. */
 static void node_read(psClient *c, int i) {
     psClientPriv *pv = c->priv;
-    psNode *n = &pv->nodes[i];
-    unsigned gen = n->gen;
-    size_t off = 0, want = n->inlen + PS_READ_CHUNK / 4;
+    psNode *n = &pv->topo.nodes[i];
+    unsigned gen = n->io.gen;
+    size_t off = 0, want = n->io.inlen + PS_READ_CHUNK / 4;
     ssize_t nr;
 
-    if (n->scan.need > want) want = n->scan.need;
-    if (n->incap < want) {
-        size_t cap = n->inlen + PS_READ_CHUNK > n->scan.need ? n->inlen + PS_READ_CHUNK : n->scan.need;
-        char *nb = realloc(n->in, cap);
+    if (n->io.scan.need > want) want = n->io.scan.need;
+    if (n->io.incap < want) {
+        size_t cap = n->io.inlen + PS_READ_CHUNK > n->io.scan.need ? n->io.inlen + PS_READ_CHUNK : n->io.scan.need;
+        char *nb = realloc(n->io.in, cap);
         if (nb == NULL) {
             node_fail(c, i, "out of memory");
             return;
         }
-        n->in = nb;
-        n->incap = cap;
+        n->io.in = nb;
+        n->io.incap = cap;
     }
-    nr = read(n->ctx->fd, n->in + n->inlen, n->incap - n->inlen);
+    nr = read(n->ctx->fd, n->io.in + n->io.inlen, n->io.incap - n->io.inlen);
     if (nr < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (nr <= 0) {
         node_fail(c, i, nr == 0 ? "connection lost" : strerror(errno));
         return;
     }
-    n->inlen += (size_t)nr;
-    while (n->qlen && off < n->inlen) {
-        psQent *head = &n->q[n->qhead];
+    n->io.inlen += (size_t)nr;
+    while (n->io.qlen && off < n->io.inlen) {
+        psQent *head = &n->io.q[n->io.qhead];
         redisReply *reply;
         size_t len;
-        int rc = scan_reply(&n->scan, n->in + off, n->inlen - off);
+        int rc = psi_scan_reply(&n->io.scan, n->io.in + off, n->io.inlen - off);
         if (rc < 0) {
             node_fail(c, i, "protocol error in a reply");
             return;
         }
         if (rc == 0) break;     /* s->need counts from the reply's start */
-        len = n->scan.pos;
-        memset(&n->scan, 0, sizeof(n->scan));
-        reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->in + off, len);
+        len = n->io.scan.pos;
+        memset(&n->io.scan, 0, sizeof(n->io.scan));
+        reply = build_reply(c, n->ctx, head->kind == PSQ_REQ ? head->r : NULL, n->io.in + off, len);
         if (reply == NULL) {
             node_fail(c, i, "protocol error in a reply");
             return;
         }
         off += len;
         handle_reply(c, i, q_pop(n), reply);
-        n = &pv->nodes[i];      /* a redirect may have added nodes */
-        if (n->gen != gen) return;      /* the callback dropped the connection */
+        n = &pv->topo.nodes[i];      /* a redirect may have added nodes */
+        if (n->io.gen != gen) return;      /* the callback dropped the connection */
     }
     if (off) {
-        memmove(n->in, n->in + off, n->inlen - off);
-        n->inlen -= off;
+        memmove(n->io.in, n->io.in + off, n->io.inlen - off);
+        n->io.inlen -= off;
     }
 }
 
@@ -621,12 +552,12 @@ static void node_read(psClient *c, int i) {
 static void write_all(psClient *c) {
     psClientPriv *pv = c->priv;
     int i, wdone;
-    for (i = 0; i < pv->nnodes; i++) {
-        if (pv->nodes[i].ctx == NULL) continue;
+    for (i = 0; i < pv->topo.nnodes; i++) {
+        if (pv->topo.nodes[i].ctx == NULL) continue;
         wdone = 0;
         while (!wdone) {
-            if (redisBufferWrite(pv->nodes[i].ctx, &wdone) != REDIS_OK) {
-                node_fail(c, i, pv->nodes[i].ctx->errstr);
+            if (redisBufferWrite(pv->topo.nodes[i].ctx, &wdone) != REDIS_OK) {
+                node_fail(c, i, pv->topo.nodes[i].ctx->errstr);
                 break;
             }
         }
@@ -641,17 +572,17 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
     for (;;) {
         int i, nfds = 0, pr;
         if (done(c, arg)) { rc = 0; break; }
-        if (pv->nretry) {
+        if (pv->eng.nretry) {
             run_retries(c);
             continue;
         }
         /* Write every node's buffered commands before waiting for any reply. */
         write_all(c);
-        if (pv->nretry) continue;
-        if (cap < pv->nnodes) {
+        if (pv->eng.nretry) continue;
+        if (cap < pv->topo.nnodes) {
             free(fds);
             free(idx);
-            cap = pv->nnodes;
+            cap = pv->topo.nnodes;
             fds = malloc(sizeof(*fds) * (size_t)cap);
             idx = malloc(sizeof(*idx) * (size_t)cap);
             if (fds == NULL || idx == NULL) {
@@ -659,15 +590,15 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
                 break;
             }
         }
-        for (i = 0; i < pv->nnodes; i++) {
-            if (pv->nodes[i].ctx == NULL || pv->nodes[i].qlen == 0) continue;
-            fds[nfds].fd = pv->nodes[i].ctx->fd;
+        for (i = 0; i < pv->topo.nnodes; i++) {
+            if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].io.qlen == 0) continue;
+            fds[nfds].fd = pv->topo.nodes[i].ctx->fd;
             fds[nfds].events = POLLIN;
             fds[nfds].revents = 0;
             idx[nfds++] = i;
         }
         if (nfds == 0) break;   /* nothing pending and not done: cannot progress */
-        pr = poll(fds, (nfds_t)nfds, pv->command_timeout_ms > 0 ? pv->command_timeout_ms : -1);
+        pr = poll(fds, (nfds_t)nfds, pv->topo.command_timeout_ms > 0 ? pv->topo.command_timeout_ms : -1);
         if (pr < 0) {
             if (errno == EINTR) continue;
             psi_set_error(c, PS_ERR_IO, "poll: %s", strerror(errno));
@@ -678,7 +609,7 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
             continue;
         }
         for (i = 0; i < nfds; i++)
-            if (fds[i].revents && pv->nodes[idx[i]].ctx) node_read(c, idx[i]);
+            if (fds[i].revents && pv->topo.nodes[idx[i]].ctx) node_read(c, idx[i]);
     }
     free(fds);
     free(idx);
@@ -691,11 +622,11 @@ void psi_flush(psClient *c) {
     psClientPriv *pv = c->priv;
     struct pollfd pfd;
     int i;
-    if (pv->nretry) run_retries(c);
+    if (pv->eng.nretry) run_retries(c);
     write_all(c);
-    for (i = 0; i < pv->nnodes; i++) {
-        if (pv->nodes[i].ctx == NULL || pv->nodes[i].qlen == 0) continue;
-        pfd.fd = pv->nodes[i].ctx->fd;
+    for (i = 0; i < pv->topo.nnodes; i++) {
+        if (pv->topo.nodes[i].ctx == NULL || pv->topo.nodes[i].io.qlen == 0) continue;
+        pfd.fd = pv->topo.nodes[i].ctx->fd;
         pfd.events = POLLIN;
         pfd.revents = 0;
         if (poll(&pfd, 1, 0) == 1) node_read(c, i);

@@ -7,6 +7,7 @@
 #include <strings.h>
 
 #include "model.h"
+#include "raw.h"
 
 /* ========================================================================
  * Definition and layout
@@ -21,6 +22,10 @@ psModel *psModelNew(const char *job) {
     }
     m->push_fmt = PS_FMT_F32;
     m->topk_ratio = 0.01;
+    psi_user_init(&m->user, "model", m->job,
+                  " (never seen by this client: not created yet, or created with another "
+                  "partition size?)", 0);
+    snprintf(m->user.shape_hint, sizeof(m->user.shape_hint), "shape differs from the model's?");
     return m;
 }
 
@@ -56,18 +61,18 @@ int psModelAddTensor(psModel *m, const char *name, int ndim, const uint64_t *dim
 }
 
 int psModelSetPushFormat(psModel *m, psWireFormat fmt, double topk_ratio) {
-    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8, PS_FMT_TOPK};
-    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_TOPK) return PS_ERR;
-    if (fmt == PS_WIRE_TOPK && !(topk_ratio > 0 && topk_ratio <= 1)) return PS_ERR;
-    m->push_fmt = map[fmt];
-    if (fmt == PS_WIRE_TOPK) m->topk_ratio = topk_ratio;
+    ps_format f; /* a tensor push takes every format (common/protocol.h) */
+    if (psi_format(fmt, &f) != 0) return PS_ERR;
+    if (f == PS_FMT_TOPK && !(topk_ratio > 0 && topk_ratio <= 1)) return PS_ERR;
+    m->push_fmt = f;
+    if (f == PS_FMT_TOPK) m->topk_ratio = topk_ratio;
     return PS_OK;
 }
 
 int psModelSetPullFormat(psModel *m, psWireFormat fmt) {
-    static const ps_format map[] = {PS_FMT_F32, PS_FMT_F16, PS_FMT_BF16, PS_FMT_I8};
-    if ((int)fmt < 0 || (int)fmt > (int)PS_WIRE_I8) return PS_ERR;
-    m->pull_fmt = map[fmt];
+    ps_format f; /* a pull answers a dense format */
+    if (psi_format(fmt, &f) != 0 || !ps_proto_format_dense(f)) return PS_ERR;
+    m->pull_fmt = f;
     return PS_OK;
 }
 
@@ -102,11 +107,9 @@ int psModelLayout(psClient *c, psModel *m) {
             pp->offset = (size_t)pp->first_row * t->row_elems;
             pp->elements = (size_t)pp->nrows * t->row_elems;
             if (pp->elements > m->max_part_elems) m->max_part_elems = pp->elements;
-            if ((pp->key = malloc(klen)) == NULL) goto oom;
-            snprintf(pp->key, klen, "%s:%s:%d", m->job, t->name, p);
-            pp->keylen = strlen(pp->key);
-            pp->m = m;
-            pp->t = ti;
+            if ((pp->k.key = malloc(klen)) == NULL) goto oom;
+            snprintf(pp->k.key, klen, "%s:%s:%d", m->job, t->name, p);
+            pp->k.keylen = strlen(pp->k.key);
         }
     }
     m->laid_out = 1;
@@ -144,7 +147,7 @@ static const psPart *get_part(const psModel *m, int t, int p) {
 
 const char *psModelPartitionKey(const psModel *m, int t, int p) {
     const psPart *pp = get_part(m, t, p);
-    return pp ? pp->key : NULL;
+    return pp ? pp->k.key : NULL;
 }
 
 void psModelPartitionRows(const psModel *m, int t, int p, uint64_t *first_row, uint64_t *nrows) {
@@ -155,7 +158,7 @@ void psModelPartitionRows(const psModel *m, int t, int p, uint64_t *first_row, u
 
 uint64_t psModelPartitionVersion(const psModel *m, int t, int p) {
     const psPart *pp = get_part(m, t, p);
-    return pp && pp->has_pulled ? pp->pulled_version : 0;
+    return pp && pp->k.has_version ? pp->k.version : 0;
 }
 
 void psModelFree(psModel *m) {
@@ -163,11 +166,11 @@ void psModelFree(psModel *m) {
     if (m == NULL) return;
     /* The engine still points into the model while its pulls or pushes are
      * in flight: wait for them first. */
-    psi_model_detach(m);
+    psi_user_free(&m->user);
     for (t = 0; t < m->ntensors; t++) {
         for (p = 0; p < m->tensors[t].nparts; p++) {
-            free(m->tensors[t].parts[p].key);
-            free(m->tensors[t].parts[p].pullcmd);
+            free(m->tensors[t].parts[p].k.key);
+            psi_pull_free(&m->tensors[t].parts[p].pull);
         }
         free(m->tensors[t].parts);
         free(m->tensors[t].resid);
@@ -220,7 +223,7 @@ static int per_partition(psClient *c, psModel *m, int t0, int t1, buildFn build,
                 psi_set_error(c, PS_ERR_OOM, "out of memory");
                 continue;
             }
-            psi_raw_init(&qs[i], m->tensors[t].parts[p].key, cmd, (size_t)len);
+            psi_raw_init(&qs[i], m->tensors[t].parts[p].k.key, cmd, (size_t)len);
         }
     }
     if (!c->err) psi_raw_run(c, qs, n);
@@ -250,7 +253,7 @@ static int build_create(psModel *m, int t, int p, const char **argv, size_t *arg
     psTensor *tt = &m->tensors[t];
     int argc = 0, i, nbi = 0;
     argv[argc++] = "PS.CREATE";
-    argv[argc++] = tt->parts[p].key;
+    argv[argc++] = tt->parts[p].k.key;
     argv[argc++] = "SHAPE";
     snprintf(nb[nbi], 24, "%llu", (unsigned long long)tt->parts[p].nrows);
     argv[argc++] = nb[nbi++];
@@ -328,7 +331,7 @@ static int build_del(psModel *m, int t, int p, const char **argv, size_t *argl, 
     (void)nb;
     (void)arg;
     argv[0] = "DEL";
-    argv[1] = m->tensors[t].parts[p].key;
+    argv[1] = m->tensors[t].parts[p].k.key;
     argl[0] = 3;
     argl[1] = strlen(argv[1]);
     return 2;

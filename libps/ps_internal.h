@@ -1,20 +1,31 @@
 /* ps_internal.h -- private structures of libps shared by its layers. Not
- * installed. From the bottom up:
- *   conn.c     connections, nodes and the hash-slot map (topology)
+ * installed. From the bottom up (each file calls only files below it;
+ * docs/design.md "libps layers" has the picture):
+ *   slot.c, resid.c, wire.c, resp.c   pure: hash slots, error-feedback
+ *              residuals, RESP encoders of the PS commands (wire.h), the
+ *              engine's RESP2 reply framer (resp.h)
+ *   conn.c     errors, connections, nodes and the hash-slot map (topology)
+ *   proto.c    common/protocol.h on libps's side: reply classification,
+ *              public wire formats -> codec formats
  *   engine.c   the request engine: routing, redirects, retries, WAIT,
  *              pipelining; completes requests through their callbacks and
  *              knows nothing of models
- *   wire.c     RESP encoding of the model commands (wire.h)
- *   model.c, model_io.c   models and partitions: build requests, interpret
- *              replies in the callbacks
- *   embed.c    sharded embedding tables: pulls and pushes by ids
- *   client.c   psConnect, generic commands, psDrain, psClientFree
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
- *              the policies), lost-state events, event announcements */
+ *              the policies), lost-state events, event announcements
+ *   raw.c      raw requests: a command whose reply is kept (raw.h)
+ *   batch.c    the batch layer: keyed pulls, push groups with their
+ *              replies, resends and WAITs; users (models, tables) attached
+ *              to a client (batch.h)
+ *   model.c, model_io.c   models: tensors partitioned onto keys (model.h)
+ *   embed.c    sharded embedding tables: ids onto shard keys
+ *   info.c     PS.INFO (psInfo, psInfoParse)
+ *   client.c   psConnect, generic commands, psDrain, psClientFree */
 #ifndef PS_INTERNAL_H
 #define PS_INTERNAL_H
 
+#include "codec.h"
 #include "redis-ps/ps.h"
+#include "resp.h"
 #include "slot.h"
 
 #define PS_MAX_REDIRECTS 16     /* MOVED/ASK hops of one request */
@@ -96,64 +107,73 @@ typedef struct psQent {
     void *wait_udata;
 } psQent;
 
-/* Where the reply framer stands in a node's read buffer (engine.c). */
-typedef struct psScan {
-    size_t pos;                 /* bytes of the current reply scanned */
-    long long pending;          /* elements of it still to come */
-    size_t need;                /* bytes the reply needs at least (buffer growth) */
-} psScan;
+/* A node's requests and replies in flight (engine.c). */
+typedef struct psNodeIO {
+    psQent *q;                  /* ring of pending replies */
+    size_t qhead, qlen, qcap;
+    char *in;                   /* bytes read, not yet handled */
+    size_t inlen, incap;
+    psScan scan;
+    unsigned gen;               /* bumped when the connection is dropped */
+} psNodeIO;
 
+/* A node's durability (durable.c). */
+typedef struct psNodeDur {
+    int degraded;               /* announced as unable to satisfy wait_replicas */
+    int probing;                /* an INFO replication probe is queued */
+    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
+} psNodeDur;
+
+/* A node: its address and connection (conn.c), and each layer's part. */
 typedef struct psNode {
     char *host;
     int port;
     redisContext *ctx;          /* NULL when not connected */
     int ever_connected;
-    psQent *q;                  /* ring of pending replies */
-    size_t qhead, qlen, qcap;
-    char *in;                   /* bytes read, not yet handled (engine.c) */
-    size_t inlen, incap;
-    psScan scan;
-    unsigned gen;               /* bumped when the connection is dropped */
-    /* durability (durable.c) */
-    int degraded;               /* announced as unable to satisfy wait_replicas */
-    int probing;                /* an INFO replication probe is queued */
-    int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
+    psNodeIO io;
+    psNodeDur dur;
 } psNode;
 
-struct psPushBatch;
-struct psModel;
+/* The private state of a client: one struct per layer, each written by its
+ * own file (the other layers read it, downwards only). */
 
-typedef struct psClientPriv {
-    /* options, defaults resolved */
-    int connect_timeout_ms, command_timeout_ms;
+/* Topology and connections (conn.c). */
+typedef struct psTopo {
+    int connect_timeout_ms;
+    int command_timeout_ms;     /* socket timeout of every node connection; -1 none */
     char *user, *password;
-    int max_retries, retry_timeout_ms, backoff_ms, push_window;
-    int wait_replicas, wait_timeout_ms;
-    int durability_policy, probe_ms, lost_state_policy;
-    psEventFn *on_event;
-    void *event_udata;
-    size_t partition_bytes;
-    int flags;                  /* PS_FLAG_* */
-    uint64_t seq_base;          /* first seq of every key */
-    /* topology (conn.c) */
     char **seeds;               /* "host:port" strings */
     int nseeds;
     psNode *nodes;
     int nnodes, nodecap;
     int16_t slots[PS_CLUSTER_SLOTS];   /* node index per hash slot, -1 unknown */
     int need_refresh;
-    /* engine (engine.c) */
+} psTopo;
+
+/* The request engine (engine.c). */
+typedef struct psEngine {
+    int max_retries, retry_timeout_ms, backoff_ms;
     psReq **retry;              /* FIFO of requests to (re)dispatch */
     size_t nretry, retrycap;
     int backoff_level;          /* > 0: sleep before the next retry round */
-    /* models (model_io.c) */
-    struct psPushBatch *batches;        /* push_window model pushes in flight */
-    int nbatches;
-    struct psModel **models;    /* models with requests on this client */
-    int nmodels, modelcap;
-    /* embedding tables (embed.c) */
-    struct psEmbed **embeds;    /* tables with requests on this client */
-    int nembeds, embedcap;
+} psEngine;
+
+/* Durability options (durable.c; per node state in psNode). */
+typedef struct psDurable {
+    int wait_replicas, wait_timeout_ms;
+    int durability_policy, probe_ms, lost_state_policy;
+    psEventFn *on_event;
+    void *event_udata;
+} psDurable;
+
+struct psBatches;               /* the batch layer's (batch.c) */
+
+typedef struct psClientPriv {
+    psTopo topo;
+    psEngine eng;
+    psDurable dur;
+    struct psBatches *batch;    /* pushes, pulls and their users (batch.c) */
+    size_t partition_bytes;     /* models' default partition size (model.c) */
 } psClientPriv;
 
 /* ------------------------------------------------------------------------
@@ -164,10 +184,22 @@ void psi_set_error(psClient *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Reset the error before a public call. */
 void psi_clear_error(psClient *c);
+/* The class of a reply (reply.c): PS_PROTO_ERR_NONE for any reply but an
+ * error, else the PS_PROTO_ERRORS row (common/protocol.h) its text matches.
+ * Every reply libps tells apart is told apart here (an int: the values are
+ * protocol.h's ps_proto_error). */
+int psi_reply_error(const redisReply *r);
+/* The codec format of public wire format 'w' (proto.c): 0, or -1 when 'w'
+ * is none. */
+int psi_format(psWireFormat w, ps_format *out);
 int64_t psi_mono_ms(void);
 void psi_sleep_ms(long ms);
 /* Split "host:port" into a malloc'ed host and a port. 0 or -1. */
 int psi_parse_addr(const char *addr, size_t len, char **host, int *port);
+/* The topology part of 'c' from its options (timeouts, credentials), with
+ * every slot unknown. */
+void psi_topology_config(psClient *c, const psOptions *o);
+/* Connect to the seeds 'addrs' and load the slot map. */
 int psi_topology_init(psClient *c, const char *addrs);
 void psi_topology_free(psClient *c);
 /* Index of node host:port, added (not connected) when unknown; -1 on OOM. */
@@ -182,6 +214,8 @@ int psi_refresh(psClient *c);
  * engine.c
  * ------------------------------------------------------------------------ */
 
+/* The engine part of 'c' from its options (retries, backoff). */
+void psi_engine_config(psClient *c, const psOptions *o);
 /* Zero 'r' and route it by 'key' (NULL: any node). */
 void psi_req_init(psReq *r, const char *key, size_t keylen);
 /* Submit 'r' (retries of older requests go first, keeping seq order). */
@@ -189,9 +223,10 @@ void psi_submit(psClient *c, psReq *r);
 /* Put 'r', finished with a reply or in flight on a node that failed, back
  * on the retry list as after an error (backoff, counted in retries). */
 void psi_resend(psClient *c, psReq *r, const char *why);
-/* Queue "WAIT wait_replicas wait_timeout_ms" on node 'node'; 'done' gets
- * its reply. Returns 0, or -1 when the node has no connection (nothing queued). */
-int psi_submit_wait(psClient *c, int node, psWaitFn *done, void *udata);
+/* Queue "WAIT replicas timeout_ms" on node 'node'; 'done' gets its reply.
+ * Returns 0, or -1 when the node has no connection (nothing queued). */
+int psi_submit_wait(psClient *c, int node, int replicas, int timeout_ms, psWaitFn *done,
+                    void *udata);
 /* Queue "INFO replication" on node 'node' like psi_submit_wait. */
 int psi_submit_probe(psClient *c, int node, psWaitFn *done, void *udata);
 /* Write buffered commands (after pending retries), read ready replies. */
@@ -203,29 +238,17 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg);
 void psi_engine_free(psClient *c);
 
 /* ------------------------------------------------------------------------
- * model_io.c (used by client.c)
- * ------------------------------------------------------------------------ */
-
-/* Allocate the client's push batches. 0 or -1. */
-int psi_models_init(psClient *c);
-/* Detach every model from 'c' and free the push batches. */
-void psi_models_free(psClient *c);
-/* 1 when no push of any model is in flight on 'c'. */
-int psi_pushes_idle(psClient *c, void *arg);
-
-/* ------------------------------------------------------------------------
- * embed.c (used by client.c)
- * ------------------------------------------------------------------------ */
-
-/* 1 when no embedding push is in flight on 'c'. */
-int psi_embeds_idle(psClient *c, void *arg);
-/* Forget every table attached to 'c' (psClientFree). */
-void psi_embeds_free(psClient *c);
-
-/* ------------------------------------------------------------------------
  * durable.c
  * ------------------------------------------------------------------------ */
 
+/* The durability part of 'c' from its options. */
+void psi_durable_config(psClient *c, const psOptions *o);
+/* psOptions.wait_replicas (0: pushes are not WAITed for). */
+int psi_wait_replicas(const psClient *c);
+/* 1 under PS_LOST_STATE_CONTINUE, 0 under PS_LOST_STATE_STOP. */
+int psi_lost_state_continues(const psClient *c);
+/* Queue "WAIT wait_replicas wait_timeout_ms" on 'node' (psi_submit_wait). */
+int psi_submit_durable_wait(psClient *c, int node, psWaitFn *done, void *udata);
 /* Announce event 'ev' (PS_EVENT_*) about node 'node' (-1: none) with a
  * printf-style message: to the on_event callback, else to stderr. */
 void psi_event(psClient *c, int ev, int node, const char *fmt, ...)
@@ -234,8 +257,8 @@ void psi_event(psClient *c, int ev, int node, const char *fmt, ...)
 const char *psi_node_name(const psClient *c, int node, char *buf, size_t len);
 /* A WAIT on 'node' answered 'got' replicas (< wait_replicas): mark the node
  * degraded (announced once) per the policy. For PS_DURABILITY_FAIL records
- * the error on 'c'. */
-void psi_wait_short(psClient *c, int node, long long got);
+ * the error on 'c'. Returns the policy (PS_DURABILITY_*). */
+int psi_wait_short(psClient *c, int node, long long got);
 /* A WAIT on 'node' answered enough replicas: a degraded node is restored. */
 void psi_wait_full(psClient *c, int node);
 /* Whether the pushes just sent to 'node' should be WAITed for: 0 when the

@@ -2,6 +2,8 @@
 
 #include "wire.h"
 
+#include "protocol.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -34,6 +36,9 @@ static void put_arg(out *o, const char *s, size_t n) {
 
 static void put_str(out *o, const char *s) { put_arg(o, s, strlen(s)); }
 
+/* The keyword of a PS.PUSHGRAD option (common/protocol.h). */
+static void put_opt(out *o, ps_proto_push_option k) { put_str(o, ps_proto_push_option_name(k)); }
+
 static void put_u64(out *o, uint64_t v) {
     char b[24];
     int k = snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
@@ -44,11 +49,11 @@ static void put_u64(out *o, uint64_t v) {
 static void put_version_id(out *t, int version, uint64_t v, int id, const char *client,
                            uint64_t seq) {
     if (version) {
-        put_str(t, "VERSION");
+        put_opt(t, PS_PROTO_PUSH_VERSION);
         put_u64(t, v);
     }
     if (id) {
-        put_str(t, "ID");
+        put_opt(t, PS_PROTO_PUSH_ID);
         put_str(t, client);
         put_u64(t, seq);
     }
@@ -72,14 +77,14 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
     put_header(&h, '$', a->bloblen);
     put(&t, "\r\n", 2);
     if (fmtarg) {
-        put_str(&t, "FORMAT");
+        put_opt(&t, PS_PROTO_PUSH_FORMAT);
         put_str(&t, ps_format_name(a->fmt));
     }
     put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     if (a->scale != 1.0f) {
         char b[32];
         int k = snprintf(b, sizeof(b), "%.9g", (double)a->scale);
-        put_str(&t, "SCALE");
+        put_opt(&t, PS_PROTO_PUSH_SCALE);
         put_arg(&t, b, (size_t)k);
     }
     *headlen = h.len;
@@ -133,10 +138,10 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
     put_header(&h, '$', a->bloblen);
     put(&t, "\r\n", 2);
     if (fmtarg) {
-        put_str(&t, "FORMAT");
+        put_opt(&t, PS_PROTO_PUSH_FORMAT);
         put_str(&t, ps_format_name(a->fmt));
     }
-    put_str(&t, "IDS");
+    put_opt(&t, PS_PROTO_PUSH_IDS);
     put_ids(&t, a->ids, a->nids);
     put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     *headlen = h.len;
@@ -170,7 +175,7 @@ size_t ps_wire_accum_create(const char *key, size_t keylen, int ndim, const uint
     put_str(&o, "SHAPE");
     for (int i = 0; i < ndim; i++) put_u64(&o, dims[i]);
     put_str(&o, "OPTIM");
-    put_str(&o, "ACCUM");
+    put_str(&o, ps_proto_optim_name(PS_PROTO_OPT_ACCUM));
     put_str(&o, "NX");
     return o.len;
 }

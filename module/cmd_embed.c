@@ -125,7 +125,7 @@ static int parse_format(RedisModuleCtx *ctx, RedisModuleString *arg, ps_format *
         ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
         return -1;
     }
-    if (*fmt != PS_FMT_F32 && *fmt != PS_FMT_F16 && *fmt != PS_FMT_BF16) {
+    if (!ps_proto_format_table(*fmt)) { /* the formats tables take (common/protocol.h) */
         ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(*fmt));
         return -1;
     }

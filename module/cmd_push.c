@@ -423,8 +423,8 @@ int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                 q.values = 1;
             } else if (ps_format_parse(fs, fl, &q.fmt) != 0) {
                 return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-            } else if (q.fmt == PS_FMT_TOPK) {
-                return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+            } else if (!ps_proto_format_dense(q.fmt)) { /* TOPK (common/protocol.h) */
+                return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(q.fmt));
             }
         } else if (k == O_ROWS) {
             rows = v;

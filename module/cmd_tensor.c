@@ -292,7 +292,8 @@ int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
             size_t fl;
             const char *fs = RedisModule_StringPtrLen(argv[i + 1], &fl);
             if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-            if (fmt == PS_FMT_TOPK) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+            if (!ps_proto_format_dense(fmt)) /* TOPK (common/protocol.h) */
+                return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(fmt));
             have_fmt = 1;
             i += 2;
             continue;
@@ -393,7 +394,8 @@ int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         size_t fl;
         const char *fs = RedisModule_StringPtrLen(argv[4], &fl);
         if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-        if (fmt == PS_FMT_TOPK) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "TOPK");
+        if (!ps_proto_format_dense(fmt)) /* TOPK (common/protocol.h) */
+            return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(fmt));
     }
     RedisModuleKey *key;
     PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);

@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "hugepage.h"
 #include "optim.h"
 
 /* ------------------------------------------------------------------------
@@ -57,6 +58,7 @@ static void index_put(uint32_t *idx, uint64_t size, uint64_t h, uint64_t slot) {
 static int index_rebuild(PSEmbed *t, uint64_t size) {
     uint32_t *idx = pse_alloc(t, size * sizeof(uint32_t));
     if (!idx) return PSE_ERR_OOM;
+    ps_advise_hugepages(idx, size * sizeof(uint32_t));
     memset(idx, 0, size * sizeof(uint32_t));
     for (uint64_t s = 0; s < t->nrows; s++)
         index_put(idx, size, pse_hash(t, pse_rec_id(pse_rec(t, s))), s);
@@ -117,31 +119,89 @@ static void index_delete_at(PSEmbed *t, uint64_t i) {
     t->index[i] = 0;
 }
 
-/* Lookup of up to PULL_BLOCK ids with the next ones prefetched: the index
- * bucket of id i+2D and the record of id i+D are in flight while id i is
- * resolved, so a row costs about one overlapped DRAM miss. slots[i] is the
- * slot or -1. */
-#define PULL_BLOCK 256
+/* Batched lookup, software-pipelined three ids deep in distance: while id
+ * i is hashed and its index bucket prefetched, id i - PF_DIST probes its
+ * (prefetched) bucket and prefetches every cache line of the record bytes
+ * the caller needs ('span': the id, header and values for a pull, the
+ * whole record for a push), and id i - 2 * PF_DIST, whose lines are in
+ * flight or arrived, is resolved against the record's id and consumed. A
+ * row thus costs its index line and its record lines as overlapped DRAM
+ * misses rather than dependent ones, with no pipeline drain inside a batch
+ * (the stage state lives in rings of PF_RING > 2 * PF_DIST entries). With
+ * 'out' set (a pull), the consumer copies the row's values (or its initial
+ * values) to out + i * dim while its lines are still in L1; else it writes
+ * the slot or -1 to slots[i]. */
 #define PF_DIST 16
-static void lookup_block(const PSEmbed *t, const uint64_t *ids, size_t n, int64_t *slots) {
-    uint64_t hs[PULL_BLOCK];
-    int64_t cand[PULL_BLOCK];
+#define PF_RING 64
+#define PF_MAX_SPAN 512 /* bytes prefetched per record at most: a wide row's
+                         * rest is streamed by the hardware prefetcher, and
+                         * 16 rows of it in flight would only evict others */
+
+static inline __attribute__((always_inline)) void prefetch_span(const unsigned char *r, size_t span) {
+    const uintptr_t end = (uintptr_t)r + (span < PF_MAX_SPAN ? span : PF_MAX_SPAN);
+    for (uintptr_t a = (uintptr_t)r & ~(uintptr_t)63; a < end; a += 64)
+        __builtin_prefetch((const void *)a);
+}
+
+/* dim floats from a row to a pull's output (constant sizes for the common
+ * dims, so the copy is inlined instead of a libc call per row). */
+static inline void copy_row(float *o, const float *s, uint32_t dim) {
+    switch (dim) {
+    case 8: memcpy(o, s, 32); break;
+    case 16: memcpy(o, s, 64); break;
+    case 32: memcpy(o, s, 128); break;
+    case 64: memcpy(o, s, 256); break;
+    default: memcpy(o, s, (size_t)dim * sizeof(float));
+    }
+}
+
+static inline __attribute__((always_inline)) void lookup_run(const PSEmbed *t,
+                                                             const unsigned char *idblob, size_t n,
+                                                             size_t span, int64_t *slots, float *out) {
+    uint64_t hs[PF_RING];
+    int64_t cand[PF_RING];
+    const uint32_t *idx = t->index;
+    const uint64_t isize = t->isize;
+    const uint32_t dim = t->cfg.dim;
     for (size_t i = 0; i < n + 2 * PF_DIST; i++) {
         if (i < n) {
-            hs[i] = pse_hash(t, ids[i]);
-            __builtin_prefetch(&t->index[pse_home(hs[i], t->isize)]);
+            const uint64_t h = pse_hash(t, pse_ld64(idblob + 8 * i));
+            hs[i % PF_RING] = h;
+            __builtin_prefetch(&idx[pse_home(h, isize)]);
         }
         if (i >= PF_DIST && i - PF_DIST < n) {
-            const size_t b = i - PF_DIST;
-            cand[b] = probe_fp(t, pse_home(hs[b], t->isize), (uint32_t)(hs[b] & PSE_FP_MASK));
-            if (cand[b] >= 0) __builtin_prefetch(pse_rec(t, entry_slot(t->index[cand[b]])));
+            const size_t b = (i - PF_DIST) % PF_RING;
+            const int64_t p = probe_fp(t, pse_home(hs[b], isize), (uint32_t)(hs[b] & PSE_FP_MASK));
+            cand[b] = p;
+            if (p >= 0) prefetch_span(pse_rec(t, entry_slot(idx[p])), span);
         }
         if (i >= 2 * PF_DIST) {
-            const size_t c = i - 2 * PF_DIST;
-            const int64_t p = resolve(t, cand[c], ids[c], (uint32_t)(hs[c] & PSE_FP_MASK));
-            slots[c] = p < 0 ? -1 : (int64_t)entry_slot(t->index[p]);
+            const size_t c = i - 2 * PF_DIST, rc = c % PF_RING;
+            const uint64_t id = pse_ld64(idblob + 8 * c);
+            const int64_t p = resolve(t, cand[rc], id, (uint32_t)(hs[rc] & PSE_FP_MASK));
+            if (!out) {
+                slots[c] = p < 0 ? -1 : (int64_t)entry_slot(idx[p]);
+                continue;
+            }
+            float *o = out + c * dim;
+            if (p >= 0) {
+                const unsigned char *r = pse_rec(t, entry_slot(idx[p]));
+                if (!pse_dead(t, r)) {
+                    copy_row(o, (const float *)(const void *)(r + t->hdr_bytes), dim);
+                    continue;
+                }
+            }
+            if (t->cfg.unknown_zeros)
+                memset(o, 0, (size_t)dim * sizeof(float));
+            else
+                PSEmbed_InitRow(&t->cfg, id, o);
         }
     }
+}
+
+/* Slots of n ids (little-endian uint64 at 'ids'): slot or -1. */
+static void lookup_ids(const PSEmbed *t, const uint64_t *ids, size_t n, int64_t *slots) {
+    lookup_run(t, (const unsigned char *)ids, n, t->rec_bytes, slots, NULL);
 }
 
 /* ------------------------------------------------------------------------
@@ -352,28 +412,7 @@ int PSEmbed_Lookup(const PSEmbed *t, uint64_t id, PSEmbedRow *row) {
  * ---------------------------------------------------------------------- */
 
 void PSEmbed_Pull(const PSEmbed *t, const unsigned char *idblob, size_t k, float *out) {
-    const uint32_t dim = t->cfg.dim;
-    uint64_t ids[PULL_BLOCK];
-    int64_t slots[PULL_BLOCK];
-    for (size_t off = 0; off < k; off += PULL_BLOCK) {
-        const size_t n = k - off < PULL_BLOCK ? k - off : PULL_BLOCK;
-        for (size_t i = 0; i < n; i++) ids[i] = pse_ld64(idblob + 8 * (off + i));
-        lookup_block(t, ids, n, slots);
-        for (size_t i = 0; i < n; i++) {
-            float *o = out + (off + i) * dim;
-            if (slots[i] >= 0) {
-                unsigned char *r = pse_rec(t, (uint64_t)slots[i]);
-                if (!pse_dead(t, r)) {
-                    memcpy(o, pse_rec_data(t, r), dim * sizeof(float));
-                    continue;
-                }
-            }
-            if (t->cfg.unknown_zeros)
-                memset(o, 0, dim * sizeof(float));
-            else
-                PSEmbed_InitRow(&t->cfg, ids[i], o);
-        }
-    }
+    if (k) lookup_run(t, idblob, k, t->hdr_bytes + (size_t)t->cfg.dim * sizeof(float), NULL, out);
 }
 
 /* ------------------------------------------------------------------------
@@ -529,6 +568,7 @@ int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
  * ---------------------------------------------------------------------- */
 
 enum { ACT_STEP = 0, ACT_RESET, ACT_ABSENT };
+#define APPLY_DIST 8
 
 int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsigned char *grad,
                  PSEmbedPushResult *res) {
@@ -576,8 +616,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     }
 
     uint64_t absent = 0;
-    for (size_t off = 0; off < nu; off += PULL_BLOCK)
-        lookup_block(t, uid + off, nu - off < PULL_BLOCK ? nu - off : PULL_BLOCK, uslot + off);
+    lookup_ids(t, uid, nu, uslot);
     for (size_t u = 0; u < nu; u++) {
         if (uslot[u] < 0) {
             act[u] = ACT_ABSENT;
@@ -600,6 +639,11 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     out.unique = nu;
     const uint32_t nst = (uint32_t)PSEmbed_NumStateVectors(t->cfg.optim);
     for (size_t u = 0; u < nu; u++) {
+        /* The lookup's prefetches of the first rows have left L1 by now:
+         * the records a few steps ahead are fetched again (their slots are
+         * known, so these misses overlap). */
+        if (u + APPLY_DIST < nu && uslot[u + APPLY_DIST] >= 0)
+            prefetch_span(pse_rec(t, (uint64_t)uslot[u + APPLY_DIST]), t->rec_bytes);
         unsigned char *r;
         if (act[u] == ACT_ABSENT) {
             if (t->filter && filter_add(t, uid[u]) < t->cfg.admit) {

@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "protocol.h"
+
 /* Status codes. */
 enum {
     PSE_OK = 0,
@@ -25,14 +27,16 @@ enum {
     PSE_ERR_CORRUPT    /* a rebuild from serialized rows failed validation */
 };
 
-/* Per-row optimizers (docs/embed-design.md "Optimizers"). */
+/* Per-row optimizers (docs/embed-design.md "Optimizers"): PSE_OPT_<ID> for
+ * each row of PS_PROTO_TABLE_OPTIMS (common/protocol.h), in its order, which
+ * is the code a table's header stores. State vectors per row: none for SGD
+ * and ROWADAGRAD (one accumulator in the row header), 1 for MOMENTUM
+ * (velocity) and ADAGRAD, 2 for ADAM (bias correction from the row's push
+ * count) and FTRL (z and n; the values are w). */
 typedef enum {
-    PSE_OPT_SGD = 0,
-    PSE_OPT_MOMENTUM,    /* 1 state vector: velocity */
-    PSE_OPT_ADAGRAD,     /* 1 state vector: accumulator per element */
-    PSE_OPT_ROWADAGRAD,  /* one accumulator per row (in the row header) */
-    PSE_OPT_ADAM,        /* 2 state vectors; bias correction from the row's push count */
-    PSE_OPT_FTRL,        /* 2 state vectors: z and n; the values are w */
+#define PSE_OPT_ENUM_(ID) PSE_OPT_##ID,
+    PS_PROTO_TABLE_OPTIMS(PSE_OPT_ENUM_, PSE_OPT_ENUM_)
+#undef PSE_OPT_ENUM_
     PSE_OPT_COUNT
 } PSEmbedOptim;
 

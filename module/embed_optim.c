@@ -28,35 +28,31 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
-#include <strings.h>
 
 #include "rng.h"
 
-static const struct {
-    const char *name;
-    int nstate;
-} EmbedOptims[PSE_OPT_COUNT] = {
-    [PSE_OPT_SGD] = {"sgd", 0},         [PSE_OPT_MOMENTUM] = {"momentum", 1},
-    [PSE_OPT_ADAGRAD] = {"adagrad", 1}, [PSE_OPT_ROWADAGRAD] = {"rowadagrad", 0},
-    [PSE_OPT_ADAM] = {"adam", 2},       [PSE_OPT_FTRL] = {"ftrl", 2},
-};
-
+/* Names and codes are those of common/protocol.h. */
 const char *PSEmbed_OptimName(int optim) {
-    if (optim < 0 || optim >= PSE_OPT_COUNT) return "unknown";
-    return EmbedOptims[optim].name;
+    return ps_proto_optim_name(ps_proto_optim_of_table_code(optim));
 }
 
 int PSEmbed_OptimParse(const char *s, size_t len) {
-    for (int k = 0; k < PSE_OPT_COUNT; k++) {
-        const char *n = EmbedOptims[k].name;
-        if (strlen(n) == len && strncasecmp(n, s, len) == 0) return k;
-    }
-    return -1;
+    return ps_proto_optim_table_code(ps_proto_optim_parse(s, len));
 }
 
+/* State vectors per row (a switch without default: a table optimizer added
+ * to protocol.h without a case here does not compile). */
 int PSEmbed_NumStateVectors(int optim) {
-    if (optim < 0 || optim >= PSE_OPT_COUNT) return 0;
-    return EmbedOptims[optim].nstate;
+    switch ((PSEmbedOptim)optim) {
+    case PSE_OPT_SGD: return 0;
+    case PSE_OPT_MOMENTUM: return 1;
+    case PSE_OPT_ADAGRAD: return 1;
+    case PSE_OPT_ROWADAGRAD: return 0;
+    case PSE_OPT_ADAM: return 2;
+    case PSE_OPT_FTRL: return 2;
+    case PSE_OPT_COUNT: break;
+    }
+    return 0;
 }
 
 uint32_t PSEmbed_NumFloats(const PSEmbedConfig *c) {

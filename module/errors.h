@@ -1,35 +1,40 @@
 /* errors.h -- every error string the module answers, in one place.
  * Each starts with a code (ERR, WRONGTYPE, BUSYKEY, STALE, OOM, ...), as
  * Redis clients expect. Strings with a %-placeholder go through
- * ps_reply_errorf() in ps_module.h. */
+ * ps_reply_errorf() in ps_module.h. The texts clients tell apart (no such
+ * key, a VERSION from the future, option errors) and the lists of formats
+ * and optimizers inside messages come from common/protocol.h; a code that
+ * clients classify (STALE, BUSY, ...) is a PS_PROTO_ERRORS row there. */
 
 #ifndef PS_ERRORS_H
 #define PS_ERRORS_H
 
-#define PSERR_NOKEY "ERR no such key"
+#include "protocol.h"
+
+#define PSERR_NOKEY PS_PROTO_ERRTEXT_NOKEY
 #define PSERR_BUSYKEY "BUSYKEY Target key name already exists."
-#define PSERR_SYNTAX_F "ERR syntax error near '%s'"
-#define PSERR_UNKNOWN_OPT_F "ERR unknown option '%s'"
-#define PSERR_DUP_OPT_F "ERR option '%s' given more than once"
-#define PSERR_MISSING_ARG_F "ERR option '%s' needs a value"
+#define PSERR_SYNTAX_F PS_PROTO_ERRTEXT_SYNTAX
+#define PSERR_UNKNOWN_OPT_F PS_PROTO_ERRTEXT_UNKNOWN_OPT
+#define PSERR_DUP_OPT_F PS_PROTO_ERRTEXT_DUP_OPT
+#define PSERR_MISSING_ARG_F PS_PROTO_ERRTEXT_MISSING_ARG
 #define PSERR_NOT_INT_F "ERR %s: value is not an integer or out of range"
 #define PSERR_NOT_FLOAT_F "ERR %s: value is not a valid finite float"
 #define PSERR_SHAPE_F "ERR invalid shape: %s"
 #define PSERR_NO_SHAPE "ERR SHAPE is required"
 #define PSERR_INIT_AND_DATA "ERR INIT and DATA are mutually exclusive"
-#define PSERR_FORMAT_F "ERR unknown FORMAT '%s' (F32, F16, BF16, I8, TOPK, VALUES)"
+#define PSERR_FORMAT_F "ERR unknown FORMAT '%s' (" PS_PROTO_FORMAT_NAMES ", VALUES)"
 #define PSERR_FORMAT_NOT_HERE_F "ERR FORMAT %s is not allowed here"
 #define PSERR_BLOBLEN_F "ERR %s has %zu bytes; the shape needs %zu bytes as %s"
 #define PSERR_VALUES_COUNT_F "ERR VALUES has %zu numbers; the shape needs %llu"
 #define PSERR_TOPK "ERR TOPK gradient is malformed (length or index out of range)"
 #define PSERR_ROWS "ERR ROWS must be a non-empty blob of little-endian uint32 row indices < dim 0"
-#define PSERR_ROWS_FORMAT "ERR ROWS needs a dense gradient (F32, F16, BF16, I8 or VALUES)"
+#define PSERR_ROWS_FORMAT "ERR ROWS needs a dense gradient (" PS_PROTO_DENSE_FORMAT_NAMES " or VALUES)"
 #define PSERR_NONFINITE "ERR gradient contains NaN or Inf; nothing applied"
 #define PSERR_RANGE "ERR effective step (LR x SCALE) overflows float32; nothing applied"
 #define PSERR_NONFINITE_DATA "ERR data contains NaN or Inf"
 #define PSERR_STALE_F "STALE gradient from version %llu is %llu versions behind %llu (MAXSTALENESS %lld)"
 #define PSERR_ROUND_F "STALE sync round for version %llu is closed (current version %llu)"
-#define PSERR_FUTURE_F "ERR VERSION %llu is newer than the tensor's version %llu"
+#define PSERR_FUTURE_F PS_PROTO_ERRTEXT_FUTURE
 #define PSERR_OOM "OOM not enough memory for the tensor"
 #define PSERR_TOO_BIG_F "ERR tensor of %llu bytes exceeds ps.max-tensor-bytes (%llu)"
 #define PSERR_HYPER_F "ERR %s"
@@ -47,7 +52,7 @@
 #define PSERR_SNAP_NAME "ERR snapshot name must be 1..1024 bytes"
 #define PSERR_INIT_UNIFORM "ERR INIT UNIFORM needs lo <= hi"
 #define PSERR_INIT_NORMAL "ERR INIT NORMAL needs std >= 0"
-#define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW, ACCUM)"
+#define PSERR_OPTIM_F "ERR unknown OPTIM '%s' (" PS_PROTO_TENSOR_OPTIM_NAMES ")"
 #define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
 #define PSERR_INTERNAL "ERR internal error"
 /* Embedding tables (cmd_embed.c). */
@@ -59,7 +64,7 @@
 #define PSERR_EMBED_RESTORING "BUSY the table is being restored (PS._RESTORE EMBED without EEND)"
 #define PSERR_EMBED_NO_DIM "ERR DIM is required"
 #define PSERR_EMBED_CAPACITY "ERR CAPACITY must be >= 1 (omit it for no bound)"
-#define PSERR_EMBED_OPTIM_F "ERR unknown OPTIM '%s' for a table (SGD, MOMENTUM, ADAGRAD, ROWADAGRAD, ADAM, FTRL)"
+#define PSERR_EMBED_OPTIM_F "ERR unknown OPTIM '%s' for a table (" PS_PROTO_TABLE_OPTIM_NAMES ")"
 #define PSERR_EMBED_PARAM_F "ERR unknown or read-only table parameter '%s'"
 #define PSERR_PULL_TOO_BIG_F "ERR pull of %llu elements (%llu bytes) exceeds ps.max-pull-bytes (%llu)"
 #define PSERR_PULL_ROWS_F "ERR ROWS has %zu indices (repeats count); a pull returns at most dim 0 = %llu rows"
@@ -67,7 +72,7 @@
 #define PSERR_KEY_GONE "ERR the key was deleted while the pull waited for MINVERSION"
 #define PSERR_NOT_ACCUM_F "ERR not an ACCUM tensor (its optimizer is %s): create it with OPTIM ACCUM"
 /* Retryable: nothing changed; libps waits (backoff, within its retry budget) and resends. */
-#define PSERR_BACKLOG "BACKLOG the ACCUM tensor holds MAXBACKLOG gradients not yet forwarded upstream (PS.INFO max_backlog): its relay is down or behind; retry later (nothing changed)"
+#define PSERR_BACKLOG PS_PROTO_ERRTEXT_BACKLOG " the ACCUM tensor holds MAXBACKLOG gradients not yet forwarded upstream (PS.INFO max_backlog): its relay is down or behind; retry later (nothing changed)"
 #define PSERR_TAKEWAIT_MINCOUNT "ERR PS.TAKEWAIT needs MINCOUNT"
 #define PSERR_TAKEWAIT_GONE "ERR the key was deleted while PS.TAKEWAIT waited"
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"

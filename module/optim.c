@@ -21,34 +21,31 @@
 #include <float.h>
 #include <math.h>
 #include <string.h>
-#include <strings.h>
 
-static const struct {
-    const char *name;
-    int nstate;
-} OptimTable[PS_OPT_COUNT] = {
-    [PS_OPT_SGD] = {"sgd", 0},         [PS_OPT_MOMENTUM] = {"momentum", 1},
-    [PS_OPT_NESTEROV] = {"nesterov", 1}, [PS_OPT_ADAGRAD] = {"adagrad", 1},
-    [PS_OPT_RMSPROP] = {"rmsprop", 1}, [PS_OPT_ADAM] = {"adam", 2},
-    [PS_OPT_ADAMW] = {"adamw", 2},     [PS_OPT_ACCUM] = {"accum", 0},
-};
-
+/* Names and codes are those of common/protocol.h. */
 const char *ps_optim_name(int kind) {
-    if (kind < 0 || kind >= PS_OPT_COUNT) return "unknown";
-    return OptimTable[kind].name;
+    return ps_proto_optim_name(ps_proto_optim_of_tensor_code(kind));
 }
 
 int ps_optim_parse(const char *s, size_t len) {
-    for (int k = 0; k < PS_OPT_COUNT; k++) {
-        if (strlen(OptimTable[k].name) == len && strncasecmp(OptimTable[k].name, s, len) == 0)
-            return k;
-    }
-    return -1;
+    return ps_proto_optim_tensor_code(ps_proto_optim_parse(s, len));
 }
 
+/* State vectors per element (a switch without default: a tensor optimizer
+ * added to protocol.h without a case here does not compile). */
 int ps_optim_nstate(int kind) {
-    if (kind < 0 || kind >= PS_OPT_COUNT) return 0;
-    return OptimTable[kind].nstate;
+    switch ((PSOptimKind)kind) {
+    case PS_OPT_SGD: return 0;
+    case PS_OPT_MOMENTUM: return 1;
+    case PS_OPT_NESTEROV: return 1;
+    case PS_OPT_ADAGRAD: return 1;
+    case PS_OPT_RMSPROP: return 1;
+    case PS_OPT_ADAM: return 2;
+    case PS_OPT_ADAMW: return 2;
+    case PS_OPT_ACCUM: return 0;
+    case PS_OPT_COUNT: break;
+    }
+    return 0;
 }
 
 /* Whether 'v' is in validity class 'cls' (PS_HP_*). */

@@ -14,16 +14,16 @@
 #include <stdint.h>
 
 #include "hparams.h"
+#include "protocol.h"
 
+/* The tensor optimizers: PS_OPT_<ID> for each row of PS_PROTO_TENSOR_OPTIMS
+ * (common/protocol.h), in its order, which is the code a tensor's header
+ * stores. PS_OPT_ACCUM is no optimizer: pushes are summed for a relay
+ * (accum.h). */
 typedef enum {
-    PS_OPT_SGD = 0,
-    PS_OPT_MOMENTUM,
-    PS_OPT_NESTEROV,
-    PS_OPT_ADAGRAD,
-    PS_OPT_RMSPROP,
-    PS_OPT_ADAM,
-    PS_OPT_ADAMW,
-    PS_OPT_ACCUM, /* no optimizer: pushes are summed for a relay (accum.h) */
+#define PS_OPT_ENUM_(ID) PS_OPT_##ID,
+    PS_PROTO_TENSOR_OPTIMS(PS_OPT_ENUM_, PS_OPT_ENUM_)
+#undef PS_OPT_ENUM_
     PS_OPT_COUNT
 } PSOptimKind;
 

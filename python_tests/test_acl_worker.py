@@ -1,4 +1,4 @@
-"""The least-privilege worker role of README's Security section: a user with exactly what
+"""The least-privilege worker role of docs/security.md and docs/operations.md section 4: a user with exactly what
 `ps-train work` needs for one job trains under it (credentials given with --user/--password
 or PS_USER/PS_PASSWORD), and cannot create, delete, snapshot, roll back, overwrite or
 reconfigure tensors, touch another job, or administer the server."""
@@ -15,13 +15,14 @@ JOB = "aclj"
 
 
 def worker_role(job):
-    """The ACL SETUSER rules of the documented worker role for 'job' (README, Security):
+    """The ACL SETUSER rules of the documented worker role for 'job' (docs/security.md,
+    docs/operations.md section 4):
     the model's tensors are <job>:*, the job's stream and hashes psjob:{<job>}:*."""
     return ["resetkeys", "~%s:*" % job, "~psjob:{%s}:*" % job, "resetchannels", "-@all",
             "+ps.pull", "+ps.pushgrad",
             "+xreadgroup", "+xack", "+xautoclaim", "+xclaim", "+xpending",
             "+hgetall", "+hset",
-            "+cluster|slots"]
+            "+cluster|slots", "+info|server"]
 
 
 def run(args, env_extra=None, timeout=180):
@@ -76,6 +77,10 @@ def test_worker_trains_under_the_worker_role_with_user_and_password_flags(job_se
              "--progress", "none"])
     check_trained(c, p)
     assert model_versions(c, "other") == other_before
+    # The worker says which server it trains on, run_id included (+info|server).
+    run_id = c.info("server")["run_id"]
+    assert "ps-train work: server %s: standalone" % job_server.addr in p.out, p.out
+    assert "run_id %s" % run_id in p.out, p.out
 
 
 def test_worker_takes_credentials_from_ps_user_and_ps_password(job_server):

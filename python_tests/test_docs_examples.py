@@ -1,4 +1,4 @@
-"""Every `redis>` example in docs/commands.md (and README.md's redis-cli walkthrough), run
+"""Every `redis>` example in docs/commands.md, docs/reference.md and README.md, run
 against a real server and compared exactly.
 
 How the document is read:
@@ -26,6 +26,7 @@ import pytest
 import psserver
 
 DOCS = [os.path.join(psserver.REPO_ROOT, "docs", "commands.md"),
+        os.path.join(psserver.REPO_ROOT, "docs", "reference.md"),
         os.path.join(psserver.REPO_ROOT, "README.md")]
 SKIP_MARK = "<!-- docs-examples: skip -->"
 PROMPT = "redis> "
@@ -151,6 +152,7 @@ SECTIONS = [(os.path.basename(path), title, examples)
 def test_the_docs_have_examples_and_the_parser_finds_them():
     titles = [(doc, t) for doc, t, _ in SECTIONS]
     assert ("commands.md", "PS.CREATE") in titles and ("README.md", "Quick start") in titles, titles
+    assert ("reference.md", "Embedding tables from redis-cli") in titles, titles
     assert sum(len(ex) for _, _, ex in SECTIONS) >= 50
 
 

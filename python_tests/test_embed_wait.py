@@ -1,4 +1,4 @@
-"""libps embedding pushes honour wait_replicas like model pushes (libps/pushtrack.c), against
+"""libps embedding pushes honour wait_replicas like model pushes (libps/batch.c), against
 real servers (build/ptools/ps_embed_tool with PS_WAIT_REPLICAS / PS_DURABILITY): with a
 replica, one WAIT per node after each push and every row on the replica when the push is
 drained; without one, degrade counts the shard pushes as unreplicated and goes on, fail

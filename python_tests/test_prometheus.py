@@ -1,7 +1,7 @@
 """Prometheus: the module's commands run from Lua (EVAL), and the stock redis_exporter
 binary (Debian's prometheus-redis-exporter) with examples/prometheus/redis_ps.lua as its
--script exports the INFO ps counters and per-tensor version, pushes, rows, staleness
-histogram and memory. The exporter listens on a free loopback port and is stopped by pid."""
+-script exports the INFO ps counters, per-tensor version, pushes, rows, staleness
+histogram and memory, and per-embedding-table rows, created/dropped/evicted, pushes and pulls. The exporter listens on a free loopback port and is stopped by pid."""
 
 import os
 import re
@@ -58,6 +58,15 @@ def test_stock_exporter_exports_ps_series(server, raw, tmp_path):
         assert isinstance(raw.call("PS.PUSHGRAD", "job:W0:0", "VALUES", *["1"] * 8), int)
     raw.call("PS.PUSHGRAD", "job:W0:0", "VALUES", *["1"] * 8, "VERSION", "0")   # staleness 3
     raw.call("PS.PULL", "job:b0:0")
+    # An embedding table: ids 1 and 2 admitted at once (ADMIT 1), id 9 pushed once under a
+    # table with ADMIT 2 (dropped), a pull of 3 ids.
+    ids = lambda *v: b"".join(i.to_bytes(8, "little") for i in v)
+    raw.call("PS.CREATE", "job:emb:0", "EMBEDDING", "DIM", "2", "OPTIM", "SGD", "LR", "0.1",
+             "ADMIT", "1")
+    raw.call("PS.CREATE", "job:emb:1", "EMBEDDING", "DIM", "2", "ADMIT", "2")
+    assert raw.call("PS.PUSHGRAD", "job:emb:0", "VALUES", "1", "1", "1", "1", "IDS", ids(1, 2)) == 1
+    raw.call("PS.PUSHGRAD", "job:emb:1", "VALUES", "1", "1", "IDS", ids(9))
+    raw.call("PS.PULL", "job:emb:0", "IDS", ids(1, 2, 3))
     port = psserver.free_port(cluster_bus=False)
     log = open(tmp_path / "exporter.log", "wb")
     p = subprocess.Popen([EXPORTER, "-redis.addr", "redis://127.0.0.1:%d" % server.port,
@@ -82,7 +91,14 @@ def test_stock_exporter_exports_ps_series(server, raw, tmp_path):
     le = [vals["ps_tensor_staleness_bucket_le_%s/job:W0:0" % b]
           for b in ("0", "1", "2", "4", "8", "16", "32", "+Inf")]
     assert le == [3, 3, 3, 4, 4, 4, 4, 4]
-    assert vals["ps_exporter_tensors"] == 2 and vals["ps_exporter_truncated"] == 0
+    assert vals["ps_table_rows/job:emb:0"] == 2 and vals["ps_table_created/job:emb:0"] == 2
+    assert vals["ps_table_version/job:emb:0"] == 1 and vals["ps_table_pushes/job:emb:0"] == 1
+    assert vals["ps_table_pulls/job:emb:0"] == 1 and vals["ps_table_ids_pulled/job:emb:0"] == 3
+    assert vals["ps_table_rows/job:emb:1"] == 0 and vals["ps_table_dropped/job:emb:1"] == 1
+    assert vals["ps_table_evicted_capacity/job:emb:0"] == 0
+    assert vals["ps_table_memory_bytes/job:emb:0"] > 0
+    assert vals["ps_exporter_tensors"] == 2 and vals["ps_exporter_tables"] == 2
+    assert vals["ps_exporter_truncated"] == 0
     assert "redis_up 1" in text
 
 
@@ -101,5 +117,27 @@ def test_script_on_a_cluster_node_reports_the_tensors_it_holds(module_path):
         assert vals[b"ps_exporter_tensors"] == b"1"
         assert vals[("ps_tensor_rows/" + kb).encode()] == b"5"
         assert ("ps_tensor_version/" + ka).encode() not in vals
+    finally:
+        cl.cleanup()
+
+
+def test_script_on_a_cluster_replica_exports_the_counters_only(module_path):
+    """A cluster replica serves no slots, so a script there may not read its replicated keys
+    ("non local key"): the script exports INFO ps and says it is a replica instead of failing
+    every scrape; the master exports the per-key series."""
+    cl = psserver.RedisClusterHelper(masters=3, replicas=1, module=module_path)
+    try:
+        m = cl.masters()[0]
+        k = cl.key_for(m, "t")
+        m.client().execute_command("PS.CREATE", k, "SHAPE", "2")
+        with open(SCRIPT) as f:
+            src = f.read()
+        replica = [n for n in cl.nodes if n.client().execute_command("ROLE")[0] == b"slave"][0]
+        vals = dict(zip(*[iter(replica.client().execute_command("EVAL", src, "0"))] * 2))
+        assert vals[b"ps_exporter_cluster_replica"] == b"1" and b"ps_pushes" in vals
+        assert vals[b"ps_exporter_tensors"] == b"0"
+        vals = dict(zip(*[iter(m.client().execute_command("EVAL", src, "0"))] * 2))
+        assert vals[b"ps_exporter_cluster_replica"] == b"0"
+        assert vals[("ps_tensor_version/" + k).encode()] == b"0"
     finally:
         cl.cleanup()

@@ -33,8 +33,9 @@ static void usage(FILE *out) {
             "  --name ID               this relay's exactly-once id upstream; unique per relay\n"
             "                          and stable across its restarts (required)\n"
             "  --keys K1,K2,...        the tensor keys to relay\n"
-            "  --match PATTERN         or: every ps-tensor key matching PATTERN upstream\n"
-            "                          (standalone upstream only)\n"
+            "  --match PATTERN         or: every ps-tensor key matching PATTERN upstream; a\n"
+            "                          standalone upstream only (a SCAN reaches one node):\n"
+            "                          with a cluster upstream list the keys with --keys\n"
             "  --sync                  sync mode: a round is --workers local pushes per key\n"
             "  --workers N             sync: local workers per round\n"
             "  --round-timeout-ms T    sync: close a short round (a dead worker) after T (2000)\n"
@@ -58,7 +59,9 @@ static void usage(FILE *out) {
             "  --status                print the local tensors' persisted round counters (takes,\n"
             "                          upstream pushes, gradients, smallest and largest push,\n"
             "                          backlog) and exit; needs --local and --keys or --match\n"
-            "  --progress-ms P         progress line every P ms (2000; 0: none)\n");
+            "  --progress-ms P         progress line every P ms (2000; 0: none)\n\n"
+            "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
+            "docs/operations.md (\"A relay\").\n");
 }
 
 /* Strict integer in [lo, hi]; exits 2 with a message otherwise. */

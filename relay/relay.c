@@ -12,6 +12,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
+#include "protocol.h"
 #include "relay.h"
 
 /* One relayed tensor key. */
@@ -53,15 +55,11 @@ static void on_signal(int sig) {
     Stop = 1;
 }
 
-static long long mono_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+static long long mono_ms(void) { return (long long)ps_mono_ms(); }
 
+/* Sleeps 'ms', cut short only by a stop request. */
 static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !Stop) {
+    while ((ms = ps_sleep_ms(ms)) > 0 && !Stop) {
     }
 }
 
@@ -95,28 +93,19 @@ static void fault_point(relay *r, const char *phase) {
  * Setup: keys, shapes, local ACCUM tensors
  * ====================================================================== */
 
-/* The shape, optimizer and version from a PS.INFO reply. 0, or -1. */
-static int parse_info(const redisReply *rep, int *ndim, uint64_t *dims, char *optim, size_t olen,
-                      uint64_t *version) {
-    if (rep->type != REDIS_REPLY_ARRAY) return -1;
-    int have = 0;
-    for (size_t i = 0; i + 1 < rep->elements; i += 2) {
-        const redisReply *f = rep->element[i], *v = rep->element[i + 1];
-        if (f->type != REDIS_REPLY_STRING && f->type != REDIS_REPLY_STATUS) continue;
-        if (!strcmp(f->str, "shape") && v->type == REDIS_REPLY_ARRAY && v->elements >= 1 &&
-            v->elements <= 8) {
-            *ndim = (int)v->elements;
-            for (size_t k = 0; k < v->elements; k++) dims[k] = (uint64_t)v->element[k]->integer;
-            have |= 1;
-        } else if (!strcmp(f->str, "optimizer") && v->type == REDIS_REPLY_STRING) {
-            snprintf(optim, olen, "%s", v->str);
-            have |= 2;
-        } else if (!strcmp(f->str, "version") && v->type == REDIS_REPLY_INTEGER) {
-            *version = (uint64_t)v->integer;
-            have |= 4;
-        }
+/* PS.INFO of 'name' on 'c' into '*ki' (psInfo). 0 for a tensor; 1 on a
+ * connection problem; 2 when the key answers an error or is no tensor (a
+ * table answers as a reply the relay does not expect); 3 when it does not
+ * exist. '*why' says what went wrong. */
+static int tensor_info(psClient *c, const char *name, psKeyInfo *ki, const char **why) {
+    *why = c->errstr;
+    if (psInfo(c, name, ki) == PS_OK) {
+        if (!ki->is_table) return 0;
+        *why = "unexpected PS.INFO reply";
+        return 2;
     }
-    return have == 7 ? 0 : -1;
+    if (c->err == PS_ERR_NOKEY) return 3;
+    return c->err == PS_ERR_SERVER || c->err == PS_ERR_PROTOCOL ? 2 : 1;
 }
 
 static void shape_str(char *buf, size_t len, int ndim, const uint64_t *dims) {
@@ -193,38 +182,38 @@ static int find_keys(relay *r) {
 /* Checks key 'k' upstream and creates or checks its local ACCUM tensor.
  * Returns 0, 1 on a connection problem, 2 when the tensors do not fit. */
 static int setup_key(relay *r, relayKey *k) {
-    char optim[32], lopt[32], a[128], b[128];
-    uint64_t ver, ldims[8];
-    int lndim;
-    redisReply *rep = psCommand(r->up, k->name, "PS.INFO %s", k->name);
-    if (!rep) {
-        say(r, "PS.INFO %s upstream: %s", k->name, r->up->errstr);
+    char a[128], b[128];
+    psKeyInfo ui, li;
+    const char *why;
+    int st = tensor_info(r->up, k->name, &ui, &why);
+    if (st == 1) {
+        say(r, "PS.INFO %s upstream: %s", k->name, why);
         return 1;
     }
-    if (rep->type == REDIS_REPLY_ERROR || parse_info(rep, &k->ndim, k->dims, optim, sizeof(optim),
-                                                     &ver) != 0) {
-        say(r, "upstream key %s is not a tensor the relay can serve: %s", k->name,
-            rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected PS.INFO reply");
-        freeReplyObject(rep);
+    if (st != 0) {
+        say(r, "upstream key %s is not a tensor the relay can serve: %s", k->name, why);
         return 2;
     }
-    freeReplyObject(rep);
+    const char *optim = ui.optimizer;
+    k->ndim = ui.ndim;
+    memcpy(k->dims, ui.dims, sizeof(ui.dims));
     k->n = 1;
     for (int i = 0; i < k->ndim; i++) k->n *= k->dims[i];
-    if (r->o->optim && strcasecmp(optim, r->o->optim) && strcmp(optim, "accum")) {
+    const int accum = PS_PROTO_OPT_ACCUM;
+    if (r->o->optim && strcasecmp(optim, r->o->optim) &&
+        ps_proto_optim_parse(optim, strlen(optim)) != accum) {
         say(r, "upstream tensor %s has optimizer %s, but --optim says %s: refusing to relay it",
             k->name, optim, r->o->optim);
         return 2;
     }
     shape_str(a, sizeof(a), k->ndim, k->dims);
     for (int attempt = 0; attempt < 2; attempt++) {
-        rep = psCommand(r->local, k->name, "PS.INFO %s", k->name);
-        if (!rep) {
-            say(r, "PS.INFO %s local: %s", k->name, r->local->errstr);
+        st = tensor_info(r->local, k->name, &li, &why);
+        if (st == 1) {
+            say(r, "PS.INFO %s local: %s", k->name, why);
             return 1;
         }
-        if (rep->type == REDIS_REPLY_ERROR && strstr(rep->str, "no such key")) {
-            freeReplyObject(rep);
+        if (st == 3) {
             /* Create it mirroring the upstream shape; NX: a concurrent
              * creator wins and is checked on the next round. */
             if (psAccumCreate(r->local, k->name, k->ndim, k->dims) != PS_OK) {
@@ -233,27 +222,24 @@ static int setup_key(relay *r, relayKey *k) {
             }
             continue;
         }
-        if (rep->type == REDIS_REPLY_ERROR ||
-            parse_info(rep, &lndim, ldims, lopt, sizeof(lopt), &ver) != 0) {
-            say(r, "local key %s is not a tensor: %s", k->name,
-                rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected PS.INFO reply");
-            freeReplyObject(rep);
+        if (st != 0) {
+            say(r, "local key %s is not a tensor: %s", k->name, why);
             return 2;
         }
-        freeReplyObject(rep);
-        if (strcmp(lopt, "accum") != 0) {
+        const char *lopt = li.optimizer;
+        if (ps_proto_optim_parse(lopt, strlen(lopt)) != accum) {
             say(r, "local tensor %s has optimizer %s: a relay's local tensors must be ACCUM "
                    "tensors (delete it and start the relay before the local workers' init; "
                    "the relay creates it)", k->name, lopt);
             return 2;
         }
-        shape_str(b, sizeof(b), lndim, ldims);
+        shape_str(b, sizeof(b), li.ndim, li.dims);
         if (strcmp(a, b) != 0) {
             say(r, "local tensor %s has shape [%s] but the upstream one has shape [%s]: "
                    "refusing to relay it", k->name, b, a);
             return 2;
         }
-        k->mirror_version = ver;
+        k->mirror_version = li.version;
         return 0;
     }
     say(r, "local tensor %s could not be created", k->name);
@@ -540,11 +526,14 @@ static int cycle(relay *r, relayItems *it) {
             const int i = it->idx[j];
             relayKey *k = &r->keys[i];
             if (p->status == PS_ERR_SERVER) {
+                /* ERR and WRONGTYPE do not pass by themselves; the rest
+                 * (STALE, BUSY, OOM, ...) may. */
+                const ps_proto_error cls = ps_proto_error_class(p->err, strlen(p->err));
+                const int bad = ps_proto_error_is_err(cls) || cls == PS_PROTO_ERR_WRONGTYPE;
                 say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->err,
-                    strncmp(p->err, "ERR", 3) && strncmp(p->err, "WRONGTYPE", 9)
-                        ? " (kept pending, retried)"
-                        : " (kept pending; fix the upstream tensor and restart the relay)");
-                if (!strncmp(p->err, "ERR", 3) || !strncmp(p->err, "WRONGTYPE", 9)) fatal = 1;
+                    !bad ? " (kept pending, retried)"
+                         : " (kept pending; fix the upstream tensor and restart the relay)");
+                if (bad) fatal = 1;
             } else if (p->status != PS_OK) {
                 /* no answer: the slot stays pending and is resent next cycle */
                 long long t = mono_ms();
@@ -594,33 +583,24 @@ static int print_status(relay *r) {
     printf("%-24s %8s %8s %10s %6s %6s %8s %8s %9s %8s\n", "key", "takes", "rounds", "forwarded",
            "min", "max", "backlog", "max_bl", "refusals", "pending");
     for (int i = 0; i < r->nkeys; i++) {
-        redisReply *rep = psCommand(r->local, r->keys[i].name, "PS.INFO %s", r->keys[i].name);
-        if (!rep || rep->type != REDIS_REPLY_ARRAY) {
-            printf("%-24s %s\n", r->keys[i].name,
-                   rep && rep->type == REDIS_REPLY_ERROR ? rep->str : r->local->errstr);
-            bad = 1;
-            if (rep) freeReplyObject(rep);
-            continue;
-        }
-        static const char *const f[] = {"relay_takes", "relay_rounds", "relay_forwarded",
-                                        "relay_round_min", "relay_round_max", "backlog",
-                                        "max_backlog", "backlog_refusals", "pending_parts"};
-        long long v[9];
-        for (int x = 0; x < 9; x++) v[x] = -1;
-        for (size_t e = 0; e + 1 < rep->elements; e += 2)
-            for (int x = 0; x < 9; x++)
-                if (rep->element[e]->type == REDIS_REPLY_STRING &&
-                    !strcmp(rep->element[e]->str, f[x]) &&
-                    rep->element[e + 1]->type == REDIS_REPLY_INTEGER)
-                    v[x] = rep->element[e + 1]->integer;
-        freeReplyObject(rep);
-        if (v[0] < 0) {
-            printf("%-24s not an ACCUM tensor of this module version\n", r->keys[i].name);
+        psKeyInfo ki;
+        const char *why;
+        if (tensor_info(r->local, r->keys[i].name, &ki, &why) != 0) {
+            printf("%-24s %s\n", r->keys[i].name, why);
             bad = 1;
             continue;
         }
-        printf("%-24s %8lld %8lld %10lld %6lld %6lld %8lld %8lld %9lld %8lld\n", r->keys[i].name,
-               v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8]);
+        if (ps_proto_optim_parse(ki.optimizer, strlen(ki.optimizer)) != PS_PROTO_OPT_ACCUM) {
+            printf("%-24s not an ACCUM tensor (%s)\n", r->keys[i].name, ki.optimizer);
+            bad = 1;
+            continue;
+        }
+        printf("%-24s %8llu %8llu %10llu %6llu %6llu %8llu %8llu %9llu %8llu\n", r->keys[i].name,
+               (unsigned long long)ki.relay_takes, (unsigned long long)ki.relay_rounds,
+               (unsigned long long)ki.relay_forwarded, (unsigned long long)ki.relay_round_min,
+               (unsigned long long)ki.relay_round_max, (unsigned long long)ki.backlog,
+               (unsigned long long)ki.max_backlog, (unsigned long long)ki.backlog_refusals,
+               (unsigned long long)ki.pending_parts);
     }
     fflush(stdout);
     return bad ? 1 : 0;
@@ -634,9 +614,7 @@ int relay_run(const relayOpts *o) {
     r.round_start_ms = -1;
     r.start_ms = r.last_progress_ms = mono_ms();
     round_bounds(&r);
-    struct timespec wall;
-    clock_gettime(CLOCK_REALTIME, &wall);
-    r.seqfloor = (uint64_t)wall.tv_sec * 1000000u + (uint64_t)wall.tv_nsec / 1000u;
+    r.seqfloor = ps_wall_us();
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa;
     memset(&sa, 0, sizeof(sa));

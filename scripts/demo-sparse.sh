@@ -47,7 +47,9 @@ PS_TRAIN="$REPO/build/ps-train"
 MODULE="$REPO/build/ps.so"
 [ -x "$PS_TRAIN" ] || { echo "demo-sparse: $PS_TRAIN is missing: run make first" >&2; exit 1; }
 
-DATA="$REPO/build/demo-sparse"
+# Paths relative to the checkout, so the output shows build/demo-sparse/..., not this machine's path.
+cd "$REPO"
+DATA="build/demo-sparse"
 PREFIX="$DATA/ctr"
 WANT="model=fm fields=$FIELDS vocab=$VOCAB zipf=$ZIPF k=4 bias=-1 head=$HEAD seed=$SEED train=$SAMPLES "
 mkdir -p "$DATA"

@@ -1,14 +1,15 @@
 #!/bin/sh
 # plots.sh -- `make plots`: a real training run of ps-train (and, when PyTorch is installed,
 # of examples/torch_async_ps.py and bench/torch_ps_vs_rpc.py) against a private server,
-# then the curves and the throughput bars as PNG under $PLOTS_DIR (docs/img), drawn by
+# then the curves and the throughput bars as PNG under $PLOTS_DIR (default build/plots, so
+# the tracked docs/img stays as committed; PLOTS_DIR=docs/img refreshes it), drawn by
 # python/redis_ps/plot.py with gnuplot from ps-train's --log-json file (ps-train.jsonl; its
 # stdout is kept as ps-train.out). The raw logs stay next to the pictures.
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/private-server.sh
 PY=${PYTHON:-/usr/bin/python3}
-OUT=${PLOTS_DIR:-docs/img}
+OUT=${PLOTS_DIR:-build/plots}
 EPOCHS=${PLOTS_EPOCHS:-3}
 mkdir -p "$OUT"
 private_server_start plots "$PWD/build/ps.so"
@@ -33,10 +34,14 @@ if "$PY" -c 'import torch' 2>/dev/null; then
     set -- "$@" "$OUT/torch-bench.out"
 else
     echo "plots: no PyTorch (apt-get install python3-torch): torch curves skipped"
-    if [ -f "$OUT/torch-bench.out" ]; then
-        echo "plots: the throughput bars keep the PyTorch bench of an earlier run ($OUT/torch-bench.out)"
-        set -- "$@" "$OUT/torch-bench.out"
-    fi
+    # The bars keep the PyTorch bench of an earlier run: this folder's, else the committed one.
+    for b in "$OUT/torch-bench.out" docs/img/torch-bench.out; do
+        if [ -f "$b" ]; then
+            echo "plots: the throughput bars keep the PyTorch bench of an earlier run ($b)"
+            set -- "$@" "$b"
+            break
+        fi
+    done
 fi
 PYTHONPATH=python "$PY" -m redis_ps.plot "$OUT/ps-train.jsonl" -o "$OUT/train-ps-train.png"
 PYTHONPATH=python "$PY" -m redis_ps.plot --bench "$@" -o "$OUT/throughput.png"

@@ -1,5 +1,5 @@
 /* test_durability.c -- cmocka tests of libps durability (libps/durable.c
- * and its use in model_io.c) against fake nodes (fake_node.h): a node whose
+ * and its use in batch.c) against fake nodes (fake_node.h): a node whose
  * WAITs come back short under each policy (degrade, block, fail), a replica
  * that comes back (probe and restore), and lost-state events (a key that
  * vanished, a version that went back, a push based on a version the server

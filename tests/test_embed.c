@@ -452,6 +452,87 @@ static void test_pulls_match_a_naive_model_of_ttl_and_capacity(void **state) {
     }
 }
 
+/* The batched, prefetching pull (a pipeline 2 * 16 ids deep over rings of
+ * 64) answers every id of a long batch exactly as a lookup of that id
+ * alone: batches shorter and longer than the pipeline, repeats, absent and
+ * dead (TTL) ids, unknown_zeros, and dims with and without a fixed-size
+ * copy. Pushes in long batches (the push's lookup and its prefetch while
+ * applying) leave the same table as one push per id in the same order. */
+static void test_batched_pull_and_push_match_one_id_at_a_time(void **state) {
+    (void)state;
+    static const uint32_t dims[] = {1, 5, 16, 64};
+    static const size_t batch[] = {1, 31, 33, 200, 3000};
+    for (int di = 0; di < 4; di++) {
+        for (int uz = 0; uz < 2; uz++) {
+            const uint32_t dim = dims[di];
+            PSEmbedConfig c = config(di % 2 ? PSE_OPT_ADAM : PSE_OPT_ROWADAGRAD, dim);
+            c.unknown_zeros = uz;
+            PSEmbedConfig c0 = c; /* no TTL: values depend on the gradients only */
+            c.ttl = 3;
+            PSEmbed *t = PSEmbed_New(&c, NULL), *p = PSEmbed_New(&c0, NULL), *u = PSEmbed_New(&c0, NULL);
+            assert_non_null(t);
+            assert_non_null(p);
+            assert_non_null(u);
+            uint64_t *ids = malloc(4000 * sizeof(uint64_t));
+            float *g = malloc(4000 * (size_t)dim * sizeof(float));
+            float *got = malloc(4000 * (size_t)dim * sizeof(float));
+            float *want = malloc((size_t)dim * sizeof(float));
+            for (int round = 0; round < 5; round++) {
+                const size_t k = batch[round];
+                for (size_t i = 0; i < k; i++) ids[i] = rnd() % 2500 * 0x9e3779b97f4a7c15ULL;
+                for (size_t i = 0; i < k * dim; i++) g[i] = (float)(int)(rnd() % 7) - 3.0f;
+                assert_int_equal(PSEmbed_Push(t, (const unsigned char *)ids, k, (const unsigned char *)g, NULL),
+                                 PSE_OK);
+                assert_int_equal(PSEmbed_Push(p, (const unsigned char *)ids, k, (const unsigned char *)g, NULL),
+                                 PSE_OK);
+                /* u: one push per distinct id in first-occurrence order, its
+                 * gradients summed in the order given (what a batch does). */
+                for (size_t i = 0; i < k; i++) {
+                    int first = 1;
+                    for (size_t j = 0; j < i; j++) first &= ids[j] != ids[i];
+                    if (!first) continue;
+                    for (size_t x = 0; x < dim; x++) want[x] = g[i * dim + x];
+                    for (size_t j = i + 1; j < k; j++)
+                        if (ids[j] == ids[i])
+                            for (size_t x = 0; x < dim; x++) want[x] = want[x] + g[j * dim + x];
+                    assert_int_equal(PSEmbed_Push(u, (const unsigned char *)&ids[i], 1,
+                                                  (const unsigned char *)want, NULL), PSE_OK);
+                }
+                for (size_t i = 0; i < 4000; i++) ids[i] = rnd() % 3000 * 0x9e3779b97f4a7c15ULL;
+                const size_t n = batch[(round + 2) % 5];
+                PSEmbed_Pull(t, (const unsigned char *)ids, n, got);
+                for (size_t i = 0; i < n; i++) {
+                    PSEmbedRow row;
+                    if (PSEmbed_Lookup(t, ids[i], &row)) memcpy(want, row.data, dim * sizeof(float));
+                    else if (uz) memset(want, 0, dim * sizeof(float));
+                    else PSEmbed_InitRow(&c, ids[i], want);
+                    assert_memory_equal(got + i * dim, want, dim * sizeof(float));
+                }
+            }
+            /* p and u: the same rows in the same storage order, with the
+             * same push counts and bit-identical values and state. */
+            assert_int_equal(PSEmbed_Rows(p), PSEmbed_Rows(u));
+            const size_t nf = PSEmbed_NumFloats(&c0);
+            for (uint64_t i = 0; i < PSEmbed_Rows(p); i++) {
+                PSEmbedRow a, b;
+                PSEmbed_RowAt(p, i, &a);
+                PSEmbed_RowAt(u, i, &b);
+                assert_int_equal(a.id, b.id);
+                assert_int_equal(a.pushes, b.pushes);
+                assert_memory_equal(&a.rowacc, &b.rowacc, sizeof(float));
+                assert_memory_equal(a.data, b.data, nf * sizeof(float));
+            }
+            free(ids);
+            free(g);
+            free(got);
+            free(want);
+            PSEmbed_Free(t);
+            PSEmbed_Free(p);
+            PSEmbed_Free(u);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------
  * Export scan
  * ---------------------------------------------------------------------- */
@@ -760,6 +841,7 @@ int main(void) {
         cmocka_unit_test(test_reconfigure_changes_rates_and_limits_but_not_the_layout),
         cmocka_unit_test(test_two_tables_fed_the_same_pushes_are_bit_identical),
         cmocka_unit_test(test_pulls_match_a_naive_model_of_ttl_and_capacity),
+        cmocka_unit_test(test_batched_pull_and_push_match_one_id_at_a_time),
         cmocka_unit_test(test_export_scan_reports_rows_present_throughout_exactly_once),
         cmocka_unit_test(test_salt_keys_the_index_but_not_the_values),
         cmocka_unit_test(test_rebuild_round_trips_and_rejects_inconsistent_rows),

@@ -217,7 +217,7 @@ static void test_embed_async_pull_keeps_push_versions_until_its_wait(void **stat
     assert_int_equal(psEmbedPullAsync(c, e, ids, 3, dst), PS_ERR);    /* one in flight */
     assert_int_equal(c->err, PS_ERR_ARG);
     assert_int_equal(psEmbedPush(c, e, ids, 3, g, 0), PS_OK);
-    assert_int_equal(psDrain(c), PS_OK);        /* reads the pull's reply too */
+    assert_int_equal(psDrain(c), PS_OK);        /* the push; the pull is its Wait's */
     snprintf(entry, sizeof(entry), "PS.PUSHGRAD %s V41 ", psEmbedShardKey(e, 0));
     assert_true(fake_find(a, entry) > fake_find(a, "PS.PULL"));
     assert_int_equal(psEmbedShardVersion(e, 0), 41);

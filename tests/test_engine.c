@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol.h"
+
 #include "ps_internal.h"
 #include "wire.h"
 #include "fake_node.h"
@@ -377,7 +379,8 @@ static void test_wire_accum_commands_match_hiredis_formatting(void **state) {
     char buf[256];
     (void)state;
     const uint64_t dims[2] = {784, 128};
-    const char *create[] = {"PS.CREATE", "m:w1", "SHAPE", "784", "128", "OPTIM", "ACCUM", "NX"};
+    const char *create[] = {"PS.CREATE", "m:w1", "SHAPE", "784", "128", "OPTIM",
+                            ps_proto_optim_name(PS_PROTO_OPT_ACCUM), "NX"};
     expect_argv(ps_wire_accum_create("m:w1", 4, 2, dims, buf, sizeof(buf)), buf, 8, create);
     const char *take[] = {"PS.TAKE", "m:w1", "MINCOUNT", "4611686018427387904", "SEQFLOOR",
                           "1700000000000000", "MAXROUND", "4", "MAXBACKLOG", "8"};

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "ctr_gen.h"
+#include "protocol.h"
 #include "train_job.h"
 
 /* Subcommand bits. */
@@ -172,7 +173,8 @@ static void usage_main(FILE *out) {
     fprintf(out, "\n'ps-train <command> --help' lists the flags of a command.\n"
                  "exit codes: 0 ok, 1 runtime failure, 2 usage error (or settings that differ\n"
                  "from the existing job's), 3 the job has finished already (init, run),\n"
-                 "130 interrupted (the job is resumable)\n");
+                 "130 interrupted (the job is resumable)\n"
+                 "ps-train --version prints the release.\n");
 }
 
 static void usage_cmd(FILE *out, const cmdDef *cd) {
@@ -285,8 +287,6 @@ static int valid_job(const char *j) {
 
 /* Checks cross-flag rules after parsing. Returns 0 or -1 (printed). */
 static int validate(trainOpts *o, int bit) {
-    static const char *optims[] = {"sgd", "momentum", "nesterov", "adagrad",
-                                   "rmsprop", "adam", "adamw"};
     const char *c = o->cmd;
     if (!o->addr) {
         fprintf(stderr, "ps-train %s: --addr is required\n", c);
@@ -302,12 +302,11 @@ static int validate(trainOpts *o, int bit) {
         return -1;
     }
     if (bit & (C_INIT | C_RUN)) {
-        int ok = 0;
-        for (size_t i = 0; i < sizeof(optims) / sizeof(optims[0]); i++)
-            if (strcasecmp(o->optim, optims[i]) == 0) ok = 1;
-        if (!ok) {
-            fprintf(stderr, "ps-train %s: --optim: unknown optimizer '%s' (sgd momentum nesterov "
-                            "adagrad rmsprop adam adamw)\n", c, o->optim);
+        /* The tensor optimizers that train (common/protocol.h). */
+        if (ps_proto_optim_for(o->optim, PS_PROTO_KIND_TENSOR, 1) < 0) {
+            char names[160];
+            fprintf(stderr, "ps-train %s: --optim: unknown optimizer '%s' (%s)\n", c, o->optim,
+                    ps_proto_optim_names(PS_PROTO_KIND_TENSOR, 1, " ", names, sizeof(names)));
             return -1;
         }
         char err[256];
@@ -386,6 +385,14 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage_main(stdout);
+        return TR_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+#ifndef REDIS_PS_VERSION
+#define REDIS_PS_VERSION "unknown"
+#endif
+        printf("ps-train (redis-ps) %s, hiredis %d.%d.%d\n", REDIS_PS_VERSION, HIREDIS_MAJOR,
+               HIREDIS_MINOR, HIREDIS_PATCH);
         return TR_EXIT_OK;
     }
     if (!strcmp(argv[1], "gen-ctr")) return ps_gen_ctr_main(argc - 1, argv + 1);

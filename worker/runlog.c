@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 struct runLog {
     int fd;
     double t0;          /* origin of "t", unix seconds */
@@ -148,11 +150,7 @@ size_t runlog_format(char *buf, size_t cap, size_t len, int nfields, const rlFie
  * The log file
  * ====================================================================== */
 
-static double wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double wall_now(void) { return ps_wall_s(); }
 
 runLog *runlog_open(const char *path, char *err, size_t errlen) {
     runLog *lg = calloc(1, sizeof(*lg));

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "protocol.h"
 #include "rng.h"
 #include "sparse_data.h"
 
@@ -24,12 +25,15 @@ struct ps_sparse_table {
 
 #define seterr ps_sparse_seterr
 
+/* The server's names (common/protocol.h) of the optimizers this table has. */
 int ps_table_parse_optim(const char *s)
 {
-    if (!strcmp(s, "sgd")) return PS_TAB_SGD;
-    if (!strcmp(s, "adagrad")) return PS_TAB_ADAGRAD;
-    if (!strcmp(s, "ftrl")) return PS_TAB_FTRL;
-    return -1;
+    switch (ps_proto_optim_for(s, PS_PROTO_KIND_TABLE, 1)) {
+    case PS_PROTO_OPT_SGD: return PS_TAB_SGD;
+    case PS_PROTO_OPT_ADAGRAD: return PS_TAB_ADAGRAD;
+    case PS_PROTO_OPT_FTRL: return PS_TAB_FTRL;
+    default: return -1;
+    }
 }
 
 static size_t slot_of(uint64_t id, size_t mask)

@@ -13,6 +13,7 @@
  * On an existing job, settings given that differ from its config are an
  * error, and a job with every task done is reported finished. */
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 #include <strings.h>
 #include <time.h>
 
+#include "clock.h"
+#include "codec.h"
+#include "protocol.h"
 #include "train_job.h"
 
 /* ========================================================================
@@ -41,18 +45,28 @@ void tr_err(const trainOpts *o, const char *fmt, ...) {
     fputc('\n', stderr);
 }
 
+/* The formats are those of PS_PROTO_FORMATS (common/protocol.h): 'push'
+ * takes the dense ones (a model's pushes and pulls), otherwise the ones
+ * tables take (a sparse job's pulls). */
 int tr_parse_wire(const char *name, int push, psWireFormat *out) {
-    if (name == NULL || !strcasecmp(name, "f32")) *out = PS_WIRE_F32;
-    else if (!strcasecmp(name, "bf16")) *out = PS_WIRE_BF16;
-    else if (!strcasecmp(name, "f16")) *out = PS_WIRE_F16;
-    else if (push && !strcasecmp(name, "i8")) *out = PS_WIRE_I8;
-    else return -1;
-    return 0;
+    if (name == NULL) {
+        *out = PS_WIRE_F32;
+        return 0;
+    }
+#define TR_WIRE_(ID, dense, table)                                                                 \
+    if (!strcasecmp(name, #ID) && (push ? dense : table)) {                                        \
+        *out = PS_WIRE_##ID;                                                                       \
+        return 0;                                                                                  \
+    }
+    PS_PROTO_FORMATS(TR_WIRE_, TR_WIRE_)
+#undef TR_WIRE_
+    return -1;
 }
 
 int tr_parse_push(const char *name, pushFormat *out) {
+    const char *topk = ps_format_name(PS_FMT_TOPK); /* "TOPK", then ":k" or ":ratio" */
     memset(out, 0, sizeof(*out));
-    if (name == NULL || strncasecmp(name, "topk", 4) != 0)
+    if (name == NULL || strncasecmp(name, topk, 4) != 0)
         return tr_parse_wire(name, 1, &out->fmt);
     out->fmt = PS_WIRE_TOPK;
     if (name[4] == '\0') {
@@ -79,9 +93,15 @@ int tr_parse_push(const char *name, pushFormat *out) {
 }
 
 const char *tr_push_name(const pushFormat *pf, char *buf, size_t len) {
-    static const char *names[] = {"f32", "f16", "bf16", "i8", "topk"};
-    if (pf->fmt != PS_WIRE_TOPK)
-        snprintf(buf, len, "%s", names[pf->fmt]);
+    static const char *const names[] = {
+#define TR_NAME_(ID, dense, table) [PS_WIRE_##ID] = #ID,
+        PS_PROTO_FORMATS(TR_NAME_, TR_NAME_)
+#undef TR_NAME_
+    };
+    if (pf->fmt != PS_WIRE_TOPK) {
+        snprintf(buf, len, "%s", names[pf->fmt]); /* lower case, as recorded in configs */
+        for (char *p = buf; *p; p++) *p = (char)tolower((unsigned char)*p);
+    }
     else if (pf->topk_count > 0)
         snprintf(buf, len, "topk:%lld", pf->topk_count);
     else {
@@ -108,22 +128,12 @@ int tr_push_apply(psModel *m, const pushFormat *pf) {
     return psModelSetPushFormat(m, pf->fmt, r);
 }
 
-double tr_wall(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_wall(void) { return ps_wall_s(); }
 
-double tr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double tr_now(void) { return ps_mono_s(); }
 
-void tr_sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+/* A signal cuts the sleep short (a stop request is seen at once). */
+void tr_sleep_ms(long ms) { ps_sleep_ms(ms); }
 
 /* 1 when the server knows PS.PULL, 0 after printing how to load the
  * module. It sends PS.PULL without arguments: Redis answers "unknown
@@ -160,6 +170,64 @@ int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state) {
     return 0;
 }
 
+/* Copies INFO field 'name' ("run_id") of 'info' into buf ("?" when absent). */
+static void info_value(const char *info, const char *name, char *buf, size_t len) {
+    size_t n = strlen(name);
+    snprintf(buf, len, "?");
+    for (const char *l = info; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, name, n) == 0 && l[n] == ':') {
+            size_t k = strcspn(l + n + 1, "\r\n");
+            snprintf(buf, len, "%.*s", (int)(k < len ? k : len - 1), l + n + 1);
+            return;
+        }
+    }
+}
+
+/* Says once per process which server(s) this command works on: the --addr
+ * given, standalone or a cluster with its node and master counts (from
+ * CLUSTER SLOTS), and the answering node's port, Redis version and run_id
+ * (INFO server: a role needs +info|server, else "?"), so a job that reached
+ * an unexpected server shows it in its first line. */
+void tr_announce_server(const trainOpts *o, psClient *c) {
+    static int done;
+    char runid[48], version[32], port[16], role[16], where[160] = "standalone";
+    if (done) return;
+    done = 1;
+    redisReply *r = psCommand(c, NULL, "INFO server");
+    const char *info = r && r->type == REDIS_REPLY_STRING ? r->str : "";
+    info_value(info, "run_id", runid, sizeof(runid));
+    info_value(info, "redis_version", version, sizeof(version));
+    info_value(info, "tcp_port", port, sizeof(port));
+    if (r) freeReplyObject(r);
+    if (c->cluster) {
+        int nodes = 0, masters = 0;
+        char seen[128][64];
+        redisReply *s = psCommand(c, NULL, "CLUSTER SLOTS");
+        for (size_t i = 0; s && s->type == REDIS_REPLY_ARRAY && i < s->elements; i++) {
+            const redisReply *e = s->element[i];
+            for (size_t k = 2; e->type == REDIS_REPLY_ARRAY && k < e->elements; k++) {
+                const redisReply *n = e->element[k];
+                if (n->type != REDIS_REPLY_ARRAY || n->elements < 2) continue;
+                char id[64];
+                snprintf(id, sizeof(id), "%s:%lld", n->element[0]->str, n->element[1]->integer);
+                int j = 0;
+                while (j < nodes && strcmp(seen[j], id) != 0) j++;
+                if (j < nodes || nodes == 128) continue;
+                snprintf(seen[nodes++], sizeof(seen[0]), "%s", id);
+                if (k == 2) masters++;
+            }
+        }
+        if (s) freeReplyObject(s);
+        snprintf(where, sizeof(where), "cluster of %d nodes (%d masters)", nodes, masters);
+        snprintf(role, sizeof(role), "node");
+    } else {
+        snprintf(role, sizeof(role), "server");
+    }
+    printf("ps-train %s: server %s: %s; answering %s on port %s: redis %s, run_id %s\n", o->cmd,
+           o->addr, where, role, port, version, runid);
+    fflush(stdout);
+}
+
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
     psOptions opt = {0};
     opt.user = o->user;
@@ -183,6 +251,7 @@ psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
         psClientFree(c);
         return NULL;
     }
+    tr_announce_server(o, c);
     return c;
 }
 
@@ -425,8 +494,23 @@ static int create_tensors(const trainOpts *o, psClient *c, psModel *m, const job
         created += n;
         parts += psModelNumPartitions(m, t);
     }
-    printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
-           o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+    if (created == parts) {
+        printf("ps-train %s: model %s: %d tensors in %d keys (%d created), optimizer %s lr %g\n",
+               o->cmd, o->job, psModelNumTensors(m), parts, created, cfg->optim, cfg->lr);
+        return 0;
+    }
+    /* Keys that existed keep their own optimizer (e.g. a relay's ACCUM tensors, whose
+     * upstream holds the real one): say what the server has, not what NX skipped. */
+    char have[32] = "?", lr[32] = "?";
+    const char *key0 = psModelPartitionKey(m, 0, 0);
+    psKeyInfo ki;
+    if (psInfo(c, key0, &ki) == PS_OK) {
+        snprintf(have, sizeof(have), "%s", ki.optimizer);
+        snprintf(lr, sizeof(lr), "%g", ki.lr);
+    }
+    printf("ps-train %s: model %s: %d tensors in %d keys (%d created, %d existed and keep their "
+           "settings: %s holds optimizer %s lr %s)\n", o->cmd, o->job, psModelNumTensors(m),
+           parts, created, parts - created, key0, have, lr);
     return 0;
 }
 

@@ -180,6 +180,10 @@ typedef struct pushFormat {
 
 /* ---- train_job.c ---- */
 
+/* Prints, once per process, the server(s) behind the connection (--addr,
+ * standalone or cluster node/master counts, port, version, run_id). */
+void tr_announce_server(const trainOpts *o, psClient *c);
+
 /* Builds key "psjob:{job}:<what>" into 'buf'. Returns buf. */
 const char *tr_key(char *buf, size_t len, const char *job, const char *what);
 /* Connects with the options' address and credentials; prints the error and

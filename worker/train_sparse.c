@@ -124,8 +124,8 @@ int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long lo
  * or TOPK, so neither can a sparse job. Returns 0 or -1 (printed). */
 static int ts_push_format(const trainOpts *o, worker *w, pushFormat *pf) {
     struct sparseWork *sp = w->sp;
-    if (tr_parse_push(w->push_name, pf) != 0 ||
-        (pf->fmt != PS_WIRE_F32 && pf->fmt != PS_WIRE_F16 && pf->fmt != PS_WIRE_BF16)) {
+    psWireFormat tf; /* a format tables take (tr_parse_wire without 'push') */
+    if (tr_parse_push(w->push_name, pf) != 0 || tr_parse_wire(w->push_name, 0, &tf) != 0) {
         tr_err(o, "job %s pushes %s: sparse jobs push f32, bf16 or f16", o->job, w->push_name);
         return -1;
     }

@@ -7,11 +7,18 @@
 #include <string.h>
 #include <strings.h>
 
+#include "protocol.h"
 #include "train_sparse.h"
 
-/* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM). */
-static const char *const TableOptims[] = {"sgd", "momentum", "adagrad", "rowadagrad", "adam",
-                                          "ftrl"};
+/* Server optimizers of table rows (PS.CREATE ... EMBEDDING OPTIM): those of
+ * PS_PROTO_TABLE_OPTIMS (common/protocol.h). */
+static int table_optim_ok(const char *name) {
+    return ps_proto_optim_for(name, PS_PROTO_KIND_TABLE, 1) >= 0;
+}
+
+static int is_ftrl(const char *name) {
+    return ps_proto_optim_for(name, PS_PROTO_KIND_TABLE, 1) == PS_PROTO_OPT_FTRL;
+}
 
 /* Flags that only a sparse job takes (init/run without --model refuses them). */
 static const char *const SparseFlags[] = {
@@ -26,7 +33,7 @@ static const char *const SparseFlags[] = {
 /* The default row init std: LR weights and FTRL rows start at 0 (FTRL
  * requires it), FM factors and MLP embeddings need random starts. */
 double ts_default_init_std(const char *model, const char *optim) {
-    return !strcasecmp(model, "lr") || !strcasecmp(optim, "ftrl") ? 0.0 : 0.1;
+    return !strcasecmp(model, "lr") || is_ftrl(optim) ? 0.0 : 0.1;
 }
 
 int tr_sparse_validate(const trainOpts *o, int init_or_run) {
@@ -68,14 +75,14 @@ int tr_sparse_validate(const trainOpts *o, int init_or_run) {
         fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, o->format);
         return -1;
     }
-    for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
-        if (!strcasecmp(o->table_optim, TableOptims[i])) ok = 1;
+    ok = table_optim_ok(o->table_optim);
     if (!ok) {
-        fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (sgd momentum adagrad "
-                        "rowadagrad adam ftrl)\n", c, o->table_optim);
+        char names[160];
+        fprintf(stderr, "ps-train %s: --table-optim: unknown '%s' (%s)\n", c, o->table_optim,
+                ps_proto_optim_names(PS_PROTO_KIND_TABLE, 1, " ", names, sizeof(names)));
         return -1;
     }
-    if (!strcasecmp(o->table_optim, "ftrl") && o->init_std > 0) {
+    if (is_ftrl(o->table_optim) && o->init_std > 0) {
         fprintf(stderr, "ps-train %s: --table-optim ftrl rows start at 0: --init-std must be "
                         "0\n", c);
         return -1;
@@ -128,9 +135,7 @@ int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
 
 int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
     const sparseConfig *sp = &cfg->sp;
-    int optim_ok = 0;
-    for (size_t i = 0; i < sizeof(TableOptims) / sizeof(TableOptims[0]); i++)
-        if (!strcasecmp(sp->table_optim, TableOptims[i])) optim_ok = 1;
+    int optim_ok = table_optim_ok(sp->table_optim);
 #define BAD(cond, ...) do { if (cond) { snprintf(err, errlen, __VA_ARGS__); return -1; } } while (0)
     BAD(ps_ctr_parse_model(sp->model) < 0, "model '%s'", sp->model);
     BAD(strcmp(sp->format, "libsvm") && strcmp(sp->format, "criteo"), "format '%s'", sp->format);

@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "metrics.h"
+#include "protocol.h"
 #include "train_sparse.h"
 
 #define TS_FILTER_LOG2 22       /* admission filter: 4M one-byte counters per shard */
@@ -102,33 +103,25 @@ fail:
     return NULL;
 }
 
-/* Reads integer field 'f' of a flat PS.INFO reply (0 when absent). */
-static long long info_field(const redisReply *r, const char *f) {
-    for (size_t i = 0; i + 1 < r->elements; i += 2)
-        if (r->element[i]->type == REDIS_REPLY_STRING && !strcmp(r->element[i]->str, f)) {
-            const redisReply *v = r->element[i + 1];
-            return v->type == REDIS_REPLY_INTEGER ? v->integer
-                   : v->type == REDIS_REPLY_STRING ? atoll(v->str) : 0;
-        }
-    return 0;
+/* PS.INFO of table shard 'key' (psInfo). 0, or -1 after printing why. */
+static int shard_info(const trainOpts *o, psClient *c, const char *key, psKeyInfo *ki) {
+    if (psInfo(c, key, ki) == PS_OK) return 0;
+    tr_err(o, "PS.INFO %s: %s", key, c->errstr);
+    return -1;
 }
 
 int ts_table_info(const trainOpts *o, psClient *c, psEmbed *e, tableInfo *ti) {
     memset(ti, 0, sizeof(*ti));
     for (int s = 0;; s++) {
         const char *key = psEmbedShardKey(e, s);
+        psKeyInfo ki;
         if (key == NULL) break;
-        redisReply *r = tr_cmd_ok(o, c, key, "PS.INFO %s", key);
-        if (r == NULL) return -1;
-        if (r->type == REDIS_REPLY_ARRAY) {
-            ti->rows += info_field(r, "rows");
-            ti->created += info_field(r, "created");
-            ti->dropped += info_field(r, "dropped");
-            ti->evicted += info_field(r, "evicted_ttl") + info_field(r, "evicted_capacity") +
-                           info_field(r, "evicted_explicit");
-            ti->version += info_field(r, "version");
-        }
-        freeReplyObject(r);
+        if (shard_info(o, c, key, &ki) != 0) return -1;
+        ti->rows += (long long)ki.rows;
+        ti->created += (long long)ki.created;
+        ti->dropped += (long long)ki.dropped;
+        ti->evicted += (long long)(ki.evicted_ttl + ki.evicted_capacity + ki.evicted_explicit);
+        ti->version += (long long)ki.version;
     }
     return 0;
 }
@@ -215,7 +208,7 @@ static void table_opts(const sparseConfig *sp, uint64_t seed, char *buf, size_t 
                              (unsigned long long)seed);
     else
         n = (size_t)snprintf(buf, len, "INIT ZEROS SEED %llu", (unsigned long long)seed);
-    if (!strcmp(sp->table_optim, "FTRL"))
+    if (ps_proto_optim_for(sp->table_optim, PS_PROTO_KIND_TABLE, 1) == PS_PROTO_OPT_FTRL)
         n += (size_t)snprintf(buf + n, len - n, " OPTIM FTRL ALPHA %.17g BETA %.17g L1 %.17g "
                               "L2 %.17g", sp->table_lr, sp->ftrl_beta, sp->l1, sp->l2);
     else
@@ -298,8 +291,8 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     /* Tables take F32, BF16 or F16 pushes (F16/BF16 with error feedback:
      * train_sparse.c); the dense tensors of the job push alike. */
     pushFormat pf;
-    if (tr_parse_push(o->push_format, &pf) != 0 ||
-        (pf.fmt != PS_WIRE_F32 && pf.fmt != PS_WIRE_BF16 && pf.fmt != PS_WIRE_F16)) {
+    psWireFormat tf; /* a format tables take (tr_parse_wire without 'push') */
+    if (tr_parse_push(o->push_format, &pf) != 0 || tr_parse_wire(o->push_format, 0, &tf) != 0) {
         tr_err(o, "--push-format %s: sparse jobs push f32, bf16 or f16",
                o->push_format ? o->push_format : "f32");
         return TR_EXIT_USAGE;
@@ -312,7 +305,10 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
         return TR_EXIT_USAGE;
     }
     have_model = 1;
-    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) goto out;
+    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) {
+        status = TR_EXIT_USAGE;     /* like an unreadable --test: a bad flag value */
+        goto out;
+    }
     const long long ep = cfg.epochs > 0 ? cfg.epochs : 1;
     const long long ntasks_all = (sp->train_bytes + sp->shard_bytes - 1) / sp->shard_bytes * ep;
     if (ntasks_all > TR_SP_MAX_TASKS) {
@@ -448,15 +444,11 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
     printf("table shards:\n");
     for (int s = 0; e && s < sp->shards; s++) {
         const char *key = psEmbedShardKey(e, s);
-        redisReply *r = tr_cmd_ok(o, c, key, "PS.INFO %s", key);
-        if (r == NULL) continue;
+        psKeyInfo ki;
+        if (shard_info(o, c, key, &ki) != 0) continue;
         printf("  %-24s rows %10lld version %8lld created %10lld evicted %10lld\n", key,
-               r->type == REDIS_REPLY_ARRAY ? info_field(r, "rows") : -1,
-               r->type == REDIS_REPLY_ARRAY ? info_field(r, "version") : -1,
-               r->type == REDIS_REPLY_ARRAY ? info_field(r, "created") : -1,
-               r->type == REDIS_REPLY_ARRAY ? info_field(r, "evicted_ttl") +
-                   info_field(r, "evicted_capacity") + info_field(r, "evicted_explicit") : -1);
-        freeReplyObject(r);
+               (long long)ki.rows, (long long)ki.version, (long long)ki.created,
+               (long long)(ki.evicted_ttl + ki.evicted_capacity + ki.evicted_explicit));
     }
     if (e) dm = ts_dense_model(c, o->job, &m);
     psEmbedFree(e);

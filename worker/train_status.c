@@ -31,8 +31,10 @@ static const char *slot_owner(const redisReply *slots, long long slot, char *buf
     return buf;
 }
 
-/* Prints every partition: key, rows, version, pushes and (cluster) node. */
-static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
+/* Prints every partition: key, rows, version, pushes and (cluster) node.
+ * Returns the highest partition version. */
+static long long print_partitions(const trainOpts *o, psClient *c, psModel *m) {
+    long long top = 0;
     redisReply *slots = c->cluster ? psCommand(c, NULL, "CLUSTER SLOTS") : NULL;
     printf("partitions:\n");
     for (int t = 0; t < psModelNumTensors(m); t++) {
@@ -40,18 +42,15 @@ static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
             const char *key = psModelPartitionKey(m, t, p);
             uint64_t first, nrows;
             long long version = -1, pushes = -1;
+            psKeyInfo ki;
             psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.INFO %s", key);
-            if (r && r->type == REDIS_REPLY_ARRAY) {
-                for (size_t i = 0; i + 1 < r->elements; i += 2) {
-                    if (r->element[i]->type != REDIS_REPLY_STRING) continue;
-                    if (!strcmp(r->element[i]->str, "version")) version = r->element[i + 1]->integer;
-                    if (!strcmp(r->element[i]->str, "pushes")) pushes = r->element[i + 1]->integer;
-                }
+            if (psInfo(c, key, &ki) == PS_OK) {
+                version = (long long)ki.version;
+                pushes = (long long)ki.pushes;
             } else {
-                tr_err(o, "PS.INFO %s: %s", key, r ? r->str : c->errstr);
+                tr_err(o, "PS.INFO %s: %s", key, c->errstr);
             }
-            if (r) freeReplyObject(r);
+            if (version > top) top = version;
             char node[80] = "";
             if (c->cluster) {
                 redisReply *s = psCommand(c, NULL, "CLUSTER KEYSLOT %s", key);
@@ -68,6 +67,7 @@ static void print_partitions(const trainOpts *o, psClient *c, psModel *m) {
         }
     }
     if (slots) freeReplyObject(slots);
+    return top;
 }
 
 int tr_cmd_status(const trainOpts *o) {
@@ -87,11 +87,6 @@ int tr_cmd_status(const trainOpts *o) {
                cfg.state);
         goto out;
     }
-    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
-           "shards of %d, %lld tasks, push %s, pull %s\n", o->job, cfg.state, cfg.layers,
-           cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
-           cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
-           cfg.pull_format[0] ? cfg.pull_format : "f32");
     tr_key(tkey, sizeof(tkey), o->job, "tasks");
     tr_key(pkey, sizeof(pkey), o->job, "progress");
 
@@ -101,10 +96,23 @@ int tr_cmd_status(const trainOpts *o) {
     redisReply *pend = psCommand(c, tkey, "XPENDING %s %s", tkey, TR_GROUP);
     if (pend && pend->type == REDIS_REPLY_ARRAY && pend->elements >= 1)
         pending = pend->element[0]->integer;
+    /* The state a reader needs: "ready" is only init's bookkeeping word. */
+    const char *state = acked >= cfg.tasks && cfg.tasks > 0 ? "finished (every task acked)"
+                        : acked + pending > 0 ? "training" : "ready (no task taken yet)";
+    if (cfg.sp.model[0])
+        printf("job %s: state %s, sparse model %s, dense optim %s lr %g, batch %d, epochs %d, "
+               "%lld tasks, push %s\n", o->job, state, cfg.sp.model, cfg.optim, cfg.lr,
+               cfg.batch, cfg.epochs, cfg.tasks, cfg.push_format[0] ? cfg.push_format : "f32");
+    else
+        printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
+               "shards of %d, %lld tasks, push %s, pull %s\n", o->job, state, cfg.layers,
+               cfg.optim, cfg.lr, cfg.batch, cfg.epochs, cfg.train_n, cfg.shard_size, cfg.tasks,
+               cfg.push_format[0] ? cfg.push_format : "unrecorded (each worker's flag)",
+               cfg.pull_format[0] ? cfg.pull_format : "f32");
     printf("tasks: %lld total, %lld acked, %lld pending (taken, not acked), %lld not started\n",
            cfg.tasks, acked, pending, cfg.tasks - acked - pending);
     printf("samples trained: %lld\n", samples);
-    if (cfg.batch > 0 && cfg.shard_size > 0) {
+    if (cfg.batch > 0 && cfg.shard_size > 0 && !cfg.sp.model[0]) {
         /* Every task done once gives this many pushes per partition. */
         long long per_epoch = 0;
         for (long long s = 0; s < cfg.train_n; s += cfg.shard_size) {
@@ -133,7 +141,11 @@ int tr_cmd_status(const trainOpts *o) {
     if (pend) freeReplyObject(pend);
     if ((m = cfg.sp.model[0] ? tr_sparse_status(o, c, &cfg) : tr_model(c, o->job, &cfg)) == NULL)
         goto out;
-    print_partitions(o, c, m);
+    if (print_partitions(o, c, m) > 0 && acked == 0 && pending == 0)
+        printf("note: no task of job %s was taken on this server, yet its model has been "
+               "pushed to: it is trained elsewhere (through a ps-relay, or by workers of "
+               "another tool); ps-train status on the relays' local servers shows their "
+               "tasks\n", o->job);
     status = TR_EXIT_OK;
 out:
     psModelFree(m);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "train_work.h"
 
 
@@ -24,14 +25,13 @@ volatile sig_atomic_t tw_stop;
 static volatile sig_atomic_t StopAt; /* CLOCK_MONOTONIC seconds of the first */
 
 static void on_stop(int sig) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    if (tw_stop && ts.tv_sec > StopAt + 1) {
+    const long long now_s = (long long)(ps_mono_ms() / 1000); /* clock_gettime: signal-safe */
+    if (tw_stop && now_s > StopAt + 1) {
         signal(sig, SIG_DFL);
         raise(sig);
     }
     if (!tw_stop) {
-        StopAt = (sig_atomic_t)ts.tv_sec;
+        StopAt = (sig_atomic_t)now_s;
         tw_stop = sig;
     }
 }
@@ -187,12 +187,30 @@ int tw_renew_lease(worker *w, const task *t) {
 /* libps announces a shard that cannot keep --wait replicas (once), its
  * recovery, and lost-state events: each is a stderr line, and the set of
  * degraded shards goes into the progress line and the progress hash. */
+/* 1 when this process already printed a lost-state event for the key named in
+ * 'msg' ("lost state: KEY on ..."): libps reports each request that meets the
+ * loss (a pull, the push, its resend), the operator needs the key once. */
+static int lost_state_seen(const char *msg) {
+    static char seen[64][72];
+    static int n;
+    const char *k = strncmp(msg, "lost state: ", 12) == 0 ? msg + 12 : NULL;
+    if (k == NULL) return 0;
+    char key[72];
+    snprintf(key, sizeof(key), "%.*s", (int)strcspn(k, " "), k);
+    for (int i = 0; i < n; i++)
+        if (strcmp(seen[i], key) == 0) return 1;
+    if (n < 64) snprintf(seen[n++], sizeof(seen[0]), "%s", key);
+    return 0;
+}
+
 void tw_on_event(void *udata, int ev, const char *node, const char *msg) {
     worker *w = udata;
     char *at = strstr(w->degraded, node);
     size_t nl = strlen(node);
-    fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
-    fflush(stderr);
+    if (ev != PS_EVENT_LOST_STATE || !lost_state_seen(msg)) {
+        fprintf(stderr, "[%s] %s%s\n", w->name, ev == PS_EVENT_RESTORED ? "" : "WARNING: ", msg);
+        fflush(stderr);
+    }
     if (ev == PS_EVENT_DEGRADED && at == NULL &&
         strlen(w->degraded) + nl + 2 < sizeof(w->degraded)) {
         if (w->degraded[0]) strcat(w->degraded, " ");

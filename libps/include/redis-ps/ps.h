@@ -104,6 +104,7 @@ extern "C" {
 #define PS_ERR_LOST_STATE 10 /* a tensor this client saw vanished or went back
                                 below a version it saw acknowledged (see
                                 "Lost state" above) */
+#define PS_ERR_NOKEY 11     /* psInfo(): the key does not exist */
 
 /* Default option values (used when the psOptions field is 0). */
 #define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -306,6 +307,51 @@ redisReply *psCommand(psClient *c, const char *key, const char *format, ...);
 int psCommandBatchArgv(psClient *c, int n, const char *const *keys, const int *argcs,
                        const char **const *argvs, const size_t *const *argvlens,
                        redisReply **replies);
+
+/* ------------------------------------------------------------------------
+ * Key information (PS.INFO)
+ * ------------------------------------------------------------------------ */
+
+/* What PS.INFO answers about one key (docs/commands.md "PS.INFO"): a tensor
+ * (one partition of a model) or an embedding table (one shard). Fields the
+ * reply does not carry stay 0 (e.g. the table fields of a tensor). */
+typedef struct psKeyInfo {
+    int is_table;             /* 1: an embedding table ("type" "embedding") */
+    int ndim;                 /* tensor: its dimensions (1..8); table: 0 */
+    uint64_t dims[8];         /* tensor: its shape */
+    uint64_t elements;        /* tensor: float32 elements */
+    int dim;                  /* table: floats per row */
+    char optimizer[16];       /* lower case, as PS.CREATE's OPTIM ("adam", "accum") */
+    char mode[8];             /* tensor: "async" or "sync" */
+    uint64_t version;
+    uint64_t step;            /* tensor: optimizer steps */
+    long long maxstaleness;   /* -1: none */
+    uint64_t sync_n;          /* tensor: pushes per sync round (0: async) */
+    double lr;
+    /* counters */
+    uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
+    /* table */
+    uint64_t rows, memory, capacity, created, dropped, ids_pulled;
+    uint64_t evicted_ttl, evicted_capacity, evicted_explicit;
+    /* ACCUM tensor (a relay's; module/accum.h) */
+    uint64_t accum_pushes, pending_pushes, relay_seq, takes, take_acks;
+    uint64_t max_backlog, backlog, backlog_refusals, pending_parts; /* backpressure */
+    /* persisted round counters: takes, upstream pushes (parts) acknowledged, the
+     * gradients they carried, the fewest and most per upstream push */
+    uint64_t relay_takes, relay_rounds, relay_forwarded, relay_round_min, relay_round_max;
+} psKeyInfo;
+
+/* PS.INFO 'key' into '*out' (routed by the key, with the usual retries).
+ * Returns PS_OK, or PS_ERR with err PS_ERR_NOKEY (the key does not exist),
+ * PS_ERR_SERVER (another error reply: errstr is its text, e.g. WRONGTYPE),
+ * PS_ERR_PROTOCOL (a reply that is not a PS.INFO answer: errstr
+ * "unexpected PS.INFO reply") or a connection error (as psCommand()). */
+int psInfo(psClient *c, const char *key, psKeyInfo *out);
+
+/* Parse a PS.INFO reply (a flat array of field / value pairs) into '*out'.
+ * Returns PS_OK, or PS_ERR when 'reply' is not one (not an array, no
+ * version or optimizer, a tensor without a shape, a table without a dim). */
+int psInfoParse(const redisReply *reply, psKeyInfo *out);
 
 /* ------------------------------------------------------------------------
  * Models
