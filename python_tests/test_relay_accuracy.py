@@ -48,9 +48,8 @@ JOB = ["--layers", "784,128,10", "--batch", "64"]
 EVERY_PUSHES = 2          # the relay forwards as soon as 2 pushes are summed
 MAX_ROUND = {"sgd": 2 * EVERY_PUSHES, "adam": 2}   # (sgd: the relay's default, relay.h)
 MAX_BACKLOG = 4 * EVERY_PUSHES                     # the relay's default
-# Runs of each kind (fault-free, faulted); the faulted mean is compared. Adam's runs
-# differ more (see above): 3 of each.
-RUNS = {"sgd": 2, "adam": 3}
+# Runs of each kind (fault-free, faulted), interleaved.
+RUNS = {"sgd": 3, "adam": 3}
 WORKERS = 2
 KILLS = 3
 OUTAGE_S = 2.0
@@ -114,10 +113,10 @@ def run_tree(tmp, config, faults, seed=None, relay_extra=()):
             procs.append(workers[-1][0])
         t0 = time.monotonic()
         if faults:
-            # Kill points spread over the first part of the run (its length is not known
-            # in advance; a kill after the workers finished would test nothing).
+            # Kill points 0.3-1.5 s apart (a run takes 4-15 s of training depending on
+            # the machine's load; a kill after the workers finished would test nothing).
             for k in range(KILLS):
-                time.sleep(rnd.uniform(1.0, 4.0))
+                time.sleep(rnd.uniform(0.3, 1.5))
                 if any(w.poll() is not None for w, _ in workers):
                     break
                 stop(relay)
@@ -180,11 +179,14 @@ def mean(xs):
 
 def check_faulted_runs(tmp_path, config):
     """RUNS[config] fault-free and as many faulted runs, interleaved so that both see the
-    same load on the machine. The faulted runs' mean must be within 1 point of a fault-free run (the
-    lower one): fault-free runs themselves differ, on 2 loaded cores, by up to 1.3 points
-    (SGD, 8 runs) and 2-6 points (Adam, 2-6 epochs), so one run against one run would test
-    the machine's load. The relay before issue 27 (--max-backlog 0 --max-round 0) ends
-    30-60 points below with SGD, far outside."""
+    same load on the machine. On 2 cores shared with other jobs both kinds have a lower
+    tail (SGD: 3 of 14 fault-free runs and 3 of 16 faulted runs 1-3 points below the
+    others; Adam fault-free runs differ by 2-6 points), so the test asserts what holds
+    robustly: some faulted run within 1 point of the lowest fault-free run, and the
+    faulted mean within 3 points of it (bootstrapped from the measured runs: fails 0.9% of
+    the time with 3 runs each; "the mean within 1 point" would fail 10-20% of the time from
+    the load alone, while the measured means differ by 0.3 points). The relay before issue
+    27 (--max-backlog 0 --max-round 0) ends 30-60 points below with SGD, far outside."""
     seed = int(os.environ.get("PS_TEST_SEED", "0")) or None
     free, faulted = [], []
     for i in range(RUNS[config]):
@@ -198,7 +200,8 @@ def check_faulted_runs(tmp_path, config):
     print("%s: fault-free %s (%.0fs), 3 relay kills %s (%.0fs)" % (
         config, fa, mean([r["elapsed"] for r in free]), ra,
         mean([r["elapsed"] for r in faulted])))
-    assert mean(ra) >= min(fa) - 0.01, (fa, ra)
+    assert max(ra) >= min(fa) - 0.01, (fa, ra)
+    assert mean(ra) >= min(fa) - 0.03, (fa, ra)
 
 
 def check_announced(res):
