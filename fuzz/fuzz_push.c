@@ -252,13 +252,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 const uint64_t pend0 = t->acc.pend_count, seq0 = t->acc.seq;
                 const uint8_t how = fz_u8(&in);
                 if (how & 1) {
-                    FZ_CHECK(PSAccum_Ack(t, seq0 - (how & 2 ? 1 : 0)) == (pend0 && !(how & 2)));
+                    uint64_t nseq = 0, part = 0;
+                    const int has = PSAccum_NextPart(t, &nseq, &part) == 0;
+                    FZ_CHECK(PSAccum_Ack(t, nseq - (how & 2 ? 1 : 0)) == (has && !(how & 2)));
                     break;
                 }
-                int st = PSAccum_Take(t, 1 + (how >> 6), 0);
+                const uint64_t maxround = (how >> 2) & 3;
+                int st = PSAccum_Take(t, 1 + (how >> 6), 0, maxround);
                 if (st == PS_TAKE_AGAIN) FZ_CHECK(pend0 && state_hash(t) == before);
                 else if (st == PS_TAKE_SHORT) FZ_CHECK(state_hash(t) == before);
-                else FZ_CHECK(!pend0 && t->acc.seq == seq0 + 1 && t->acc.pend_count == ac0 &&
+                else FZ_CHECK(!pend0 && t->acc.pend_parts ==
+                                            (maxround && ac0 > maxround ? (ac0 + maxround - 1) / maxround : 1) &&
+                              t->acc.seq == seq0 + t->acc.pend_parts && t->acc.pend_count == ac0 &&
                               t->acc.count == 0 && t->version == v0);
                 break;
             }

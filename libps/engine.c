@@ -23,6 +23,10 @@
  *   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
  *                     resent after an exponential backoff, until both
  *                     max_retries resends and retry_timeout_ms are used up.
+ *   BACKLOG           (a relay's local ACCUM tensor is full: the relay is
+ *                     down or behind) the same, counted in stats.backlog_waits,
+ *                     with the sleep capped at PS_BACKLOG_BACKOFF_CAP_MS so a
+ *                     worker resumes soon after its relay takes again.
  *   I/O error/timeout the context is dead: it is freed, every request
  *                     pending on it is resent in its original order after a
  *                     backoff and (cluster) a map refresh.
@@ -47,6 +51,7 @@
 #include "resp.h"
 
 #define PS_BACKOFF_CAP_MS 2000
+#define PS_BACKLOG_BACKOFF_CAP_MS 160
 
 /* ========================================================================
  * Node queues and the retry list
@@ -453,6 +458,19 @@ static void handle_reply(psClient *c, int i, psQent e, redisReply *reply) {
             }
             freeReplyObject(reply);
             retry_req(c, r, 0, "redirect");
+            return;
+        }
+        if (cls == PS_PROTO_ERR_BACKLOG) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "%.100s", reply->str);
+            freeReplyObject(reply);
+            c->stats.backlog_waits++;
+            retry_req(c, r, 1, msg);
+            while (pv->eng.backoff_level > 1 &&
+                   ((long)pv->eng.backoff_ms
+                    << (pv->eng.backoff_level - 1 < 16 ? pv->eng.backoff_level - 1 : 16)) >
+                       PS_BACKLOG_BACKOFF_CAP_MS)
+                pv->eng.backoff_level--;
             return;
         }
         if (cls == PS_PROTO_ERR_TRYAGAIN || cls == PS_PROTO_ERR_CLUSTERDOWN ||

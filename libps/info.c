@@ -13,7 +13,9 @@
     X(elements) X(version) X(step) X(sync_n) X(pushes) X(pulls) X(sets) X(stale_rejects)           \
     X(dedup_hits) X(nonfinite_rejects) X(rows) X(memory) X(capacity) X(created) X(dropped)         \
     X(ids_pulled) X(evicted_ttl) X(evicted_capacity) X(evicted_explicit) X(accum_pushes)           \
-    X(pending_pushes) X(relay_seq) X(takes) X(take_acks)
+    X(pending_pushes) X(relay_seq) X(takes) X(take_acks) X(max_backlog) X(backlog)                 \
+    X(backlog_refusals) X(pending_parts) X(relay_takes) X(relay_rounds) X(relay_forwarded)         \
+    X(relay_round_min) X(relay_round_max)
 
 static const struct {
     const char *name;

@@ -1,6 +1,8 @@
-/* wire.c -- RESP encoding of PS.PUSHGRAD and PS.PULL (see wire.h). */
+/* wire.c -- RESP encoding of the commands libps sends (see wire.h). */
 
 #include "wire.h"
+
+#include "protocol.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -159,5 +161,73 @@ size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, siz
         put_str(&o, "FORMAT");
         put_str(&o, ps_format_name(fmt));
     }
+    return o.len;
+}
+
+/* ---- a relay's ACCUM tensors ------------------------------------------- */
+
+size_t ps_wire_accum_create(const char *key, size_t keylen, int ndim, const uint64_t *dims,
+                            char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', (unsigned long long)(3 + ndim + 3));
+    put_str(&o, "PS.CREATE");
+    put_arg(&o, key, keylen);
+    put_str(&o, "SHAPE");
+    for (int i = 0; i < ndim; i++) put_u64(&o, dims[i]);
+    put_str(&o, "OPTIM");
+    put_str(&o, ps_proto_optim_name(PS_PROTO_OPT_ACCUM));
+    put_str(&o, "NX");
+    return o.len;
+}
+
+size_t ps_wire_accum_take(const char *key, size_t keylen, uint64_t mincount, uint64_t seqfloor,
+                          uint64_t maxround, int64_t maxbacklog, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', maxbacklog >= 0 ? 10 : 8);
+    put_str(&o, "PS.TAKE");
+    put_arg(&o, key, keylen);
+    put_str(&o, "MINCOUNT");
+    put_u64(&o, mincount);
+    put_str(&o, "SEQFLOOR");
+    put_u64(&o, seqfloor);
+    put_str(&o, "MAXROUND");
+    put_u64(&o, maxround);
+    if (maxbacklog >= 0) {
+        put_str(&o, "MAXBACKLOG");
+        put_u64(&o, (uint64_t)maxbacklog);
+    }
+    return o.len;
+}
+
+size_t ps_wire_accum_wait(const char *key, size_t keylen, uint64_t mincount, uint64_t timeout_ms,
+                          char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 6);
+    put_str(&o, "PS.TAKEWAIT");
+    put_arg(&o, key, keylen);
+    put_str(&o, "MINCOUNT");
+    put_u64(&o, mincount);
+    put_str(&o, "TIMEOUT");
+    put_u64(&o, timeout_ms);
+    return o.len;
+}
+
+size_t ps_wire_accum_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 3);
+    put_str(&o, "PS.TAKEACK");
+    put_arg(&o, key, keylen);
+    put_u64(&o, seq);
+    return o.len;
+}
+
+size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t version,
+                                 size_t bloblen, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 4);
+    put_str(&o, "PS.MIRROR");
+    put_arg(&o, key, keylen);
+    put_u64(&o, version);
+    put_header(&o, '$', bloblen);
     return o.len;
 }

@@ -92,4 +92,29 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
 size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
                         ps_format fmt, char *buf, size_t cap);
 
+/* ---- a relay's ACCUM tensors (accum.c) -------------------------------- */
+/* Each encodes its command into 'buf' (room 'cap') and returns the length,
+ * or the length needed when it exceeds 'cap' (nothing useful written). */
+
+/* "PS.CREATE key SHAPE d1 .. dn OPTIM ACCUM NX" */
+size_t ps_wire_accum_create(const char *key, size_t keylen, int ndim, const uint64_t *dims,
+                            char *buf, size_t cap);
+
+/* "PS.TAKE key MINCOUNT m SEQFLOOR f MAXROUND r [MAXBACKLOG b]" (b < 0: left
+ * out, the tensor keeps its bound). */
+size_t ps_wire_accum_take(const char *key, size_t keylen, uint64_t mincount, uint64_t seqfloor,
+                          uint64_t maxround, int64_t maxbacklog, char *buf, size_t cap);
+
+/* "PS.TAKEWAIT key MINCOUNT m TIMEOUT ms" */
+size_t ps_wire_accum_wait(const char *key, size_t keylen, uint64_t mincount, uint64_t timeout_ms,
+                          char *buf, size_t cap);
+
+/* "PS.TAKEACK key seq" */
+size_t ps_wire_accum_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap);
+
+/* The head of "PS.MIRROR key version <blob>": it ends with the blob's
+ * "$<bloblen>\r\n"; the blob and "\r\n" follow. */
+size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t version,
+                                 size_t bloblen, char *buf, size_t cap);
+
 #endif /* PS_WIRE_H */

@@ -1,16 +1,23 @@
-/* cmd_relay.c -- PS.TAKE, PS.TAKEACK, PS.MIRROR: what a relay (ps-relay)
- * needs from the ACCUM tensors of its local server (accum.h). The relay
- * takes the summed gradient into a pending slot, pushes it upstream with
+/* cmd_relay.c -- PS.TAKE, PS.TAKEACK, PS.MIRROR, PS.TAKEWAIT: what a relay
+ * (ps-relay) needs from the ACCUM tensors of its local server (accum.h). The
+ * relay takes the summed gradient into a pending slot (split into parts of
+ * at most MAXROUND gradients), pushes each part upstream with
  * "ID <relay> <seq>", acknowledges it, and mirrors the upstream values and
- * version into the local tensor that its workers pull.
+ * version into the local tensor that its workers pull. PS.TAKEWAIT lets it
+ * sleep until a round may be due instead of polling.
  *
  * Replication, decided here per handler (each is a function of the value
  * and its arguments, so verbatim replication gives identical replicas and
  * AOF replays):
- *   PS.TAKE     verbatim when it made a pending slot; answering an existing
- *               slot again, or nothing, changes nothing and is not replicated.
- *   PS.TAKEACK  verbatim when it dropped the slot.
- *   PS.MIRROR   verbatim when it changed the values or the version. */
+ *   PS.TAKE     verbatim when it made a pending slot or changed MAXBACKLOG;
+ *               answering an existing slot again, or nothing, changes
+ *               nothing and is not replicated.
+ *   PS.TAKEACK  verbatim when it acknowledged a part.
+ *   PS.MIRROR   verbatim when it changed the values or the version.
+ *   PS.TAKEWAIT read-only, never replicated; a waiter whose key goes away
+ *               (deleted, expired, evicted, renamed, moved) is answered an
+ *               error at once; other changes of the value (FLUSHALL, SWAPDB,
+ *               SET over it) are seen at its TIMEOUT at the latest. */
 
 #include <string.h>
 
@@ -30,38 +37,54 @@ static PSTensor *open_accum(RedisModuleCtx *ctx, RedisModuleString *kn, RedisMod
     return t;
 }
 
-/* Replies the pending slot: [seq, count, sum as F32 blob]. */
+/* Replies the next part of the pending slot: [seq, gradients of the part,
+ * the whole pending sum as F32 blob, gradients of the take, parts left
+ * including this one]. */
 static void reply_pending(RedisModuleCtx *ctx, const PSTensor *t) {
-    RedisModule_ReplyWithArray(ctx, 3);
-    RedisModule_ReplyWithLongLong(ctx, (long long)t->acc.seq);
-    RedisModule_ReplyWithLongLong(ctx, (long long)t->acc.pend_count);
+    uint64_t seq = 0, part = 0;
+    PSAccum_NextPart(t, &seq, &part);
+    RedisModule_ReplyWithArray(ctx, 5);
+    RedisModule_ReplyWithLongLong(ctx, (long long)seq);
+    RedisModule_ReplyWithLongLong(ctx, (long long)part);
     RedisModule_ReplyWithStringBuffer(ctx, (const char *)t->acc.pend->v,
                                       (size_t)t->n * sizeof(float));
+    RedisModule_ReplyWithLongLong(ctx, (long long)t->acc.pend_count);
+    RedisModule_ReplyWithLongLong(ctx, (long long)(t->acc.pend_parts - t->acc.pend_done));
 }
 
-/* PS.TAKE key [MINCOUNT n] [SEQFLOOR s] -> [seq, count, sum] (the pending
- * slot, new or already there), or the number of pushes summed so far when
- * nothing is pending and fewer than n (default 1) are summed. */
+/* PS.TAKE key [MINCOUNT n] [SEQFLOOR s] [MAXROUND r] [MAXBACKLOG b]
+ *   -> [seq, part, sum, count, parts left] (the next part of the pending
+ *      slot, new or already there), or the number of pushes summed so far
+ *      when nothing is pending and fewer than n (default 1) are summed.
+ * A new slot of more than r gradients is split into ceil(count / r) parts
+ * (r 0, the default: never). MAXBACKLOG sets the tensor's bound of
+ * un-forwarded gradients (0: none), past which pushes are refused BACKLOG;
+ * it is kept (persisted, replicated) until a take sets another. */
 int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2 || argc % 2) return RedisModule_WrongArity(ctx);
-    long long mincount = 1, seqfloor = 0;
-    enum { O_MINCOUNT, O_SEQFLOOR };
-    static const PSOption opts[] = {{"MINCOUNT", 1}, {"SEQFLOOR", 1}, {NULL, 0}};
+    long long v[4] = {1, 0, 0, -1}; /* mincount, seqfloor, maxround, maxbacklog (-1: kept) */
+    static const char *const names[4] = {"MINCOUNT", "SEQFLOOR", "MAXROUND", "MAXBACKLOG"};
+    static const PSOption opts[] = {
+        {"MINCOUNT", 1}, {"SEQFLOOR", 1}, {"MAXROUND", 1}, {"MAXBACKLOG", 1}, {NULL, 0}};
     unsigned seen = 0;
     for (int i = 2; i < argc; i += 2) {
         int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
         if (k < 0) return REDISMODULE_OK;
-        if (ps_arg_ll(ctx, argv[i + 1], k == O_MINCOUNT ? "MINCOUNT" : "SEQFLOOR",
-                      k == O_MINCOUNT ? 1 : 0, 1LL << 62,
-                      k == O_MINCOUNT ? &mincount : &seqfloor) != REDISMODULE_OK)
+        if (ps_arg_ll(ctx, argv[i + 1], names[k], k == 0 ? 1 : 0, 1LL << 62, &v[k]) !=
+            REDISMODULE_OK)
             return REDISMODULE_OK;
     }
     RedisModuleKey *key;
     PSTensor *t = open_accum(ctx, argv[1], &key);
     if (!t) return REDISMODULE_OK;
-    switch (PSAccum_Take(t, (uint64_t)mincount, (uint64_t)seqfloor)) {
+    int replicate = 0;
+    if (v[3] >= 0 && (uint64_t)v[3] != t->acc.max_backlog) {
+        t->acc.max_backlog = (uint64_t)v[3];
+        replicate = 1;
+    }
+    switch (PSAccum_Take(t, (uint64_t)v[0], (uint64_t)v[1], (uint64_t)v[2])) {
     case PS_TAKE_NEW:
-        RedisModule_ReplicateVerbatim(ctx);
+        replicate = 1;
         ps_notify(ctx, "ps.take", argv[1]);
         /* fall through */
     case PS_TAKE_AGAIN:
@@ -71,13 +94,14 @@ int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         RedisModule_ReplyWithLongLong(ctx, (long long)t->acc.count);
         break;
     }
+    if (replicate) RedisModule_ReplicateVerbatim(ctx);
     RedisModule_CloseKey(key);
     return REDISMODULE_OK;
 }
 
-/* PS.TAKEACK key seq -> 1 when the pending slot of 'seq' was dropped, 0 when
- * there is none or it has another seq (an acknowledgement repeated after a
- * crash). */
+/* PS.TAKEACK key seq -> 1 when 'seq' is the next part of the pending slot
+ * (acknowledged; the slot is dropped with its last part), 0 when there is
+ * none or it has another seq (an acknowledgement repeated after a crash). */
 int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     uint64_t seq;
@@ -87,6 +111,7 @@ int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
     if (!t) return REDISMODULE_OK;
     const int dropped = PSAccum_Ack(t, seq);
     if (dropped) {
+        ps_signal_ready(ctx, argv[1]); /* a waiter may wait for the slot to go */
         RedisModule_ReplicateVerbatim(ctx);
         ps_notify(ctx, "ps.takeack", argv[1]);
     }
@@ -119,5 +144,157 @@ int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
 done:
     RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+
+/* ========================================================================
+ * PS.TAKEWAIT: sleep until a round may be due
+ * ====================================================================== */
+
+/* A blocked PS.TAKEWAIT. 'gone' once its key went away. */
+typedef struct TakeWaiter {
+    struct TakeWaiter *prev, *next;
+    RedisModuleBlockedClient *bc;
+    uint64_t mincount;
+    int db, gone;
+    char *key;
+    size_t keylen;
+} TakeWaiter;
+
+static TakeWaiter *TakeWaiters = NULL;
+
+/* Whether a take with MINCOUNT 'min' would not come back short. */
+static int take_ready(const PSTensor *t, uint64_t min) {
+    return t->acc.pend_count > 0 || (t->acc.count > 0 && t->acc.count >= min);
+}
+
+/* Opens an ACCUM tensor for reading, or replies the error (key closed). */
+static PSTensor *open_accum_ro(RedisModuleCtx *ctx, RedisModuleString *kn, RedisModuleKey **key) {
+    PSTensor *t = ps_open_tensor_or_reply(ctx, kn, REDISMODULE_READ, key);
+    if (!t) return NULL;
+    if (t->optim != PS_OPT_ACCUM) {
+        ps_reply_errorf(ctx, PSERR_NOT_ACCUM_F, ps_optim_name(t->optim));
+        RedisModule_CloseKey(*key);
+        return NULL;
+    }
+    return t;
+}
+
+static void takewaiter_free_cb(RedisModuleCtx *ctx, void *privdata) {
+    (void)ctx;
+    TakeWaiter *w = privdata;
+    if (w->prev) w->prev->next = w->next;
+    else TakeWaiters = w->next;
+    if (w->next) w->next->prev = w->prev;
+    PSBlockedNow--;
+    RedisModule_Free(w->key);
+    RedisModule_Free(w);
+}
+
+/* Signaled: answers the summed count once a take would not be short. */
+static int takeWaitReady(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    TakeWaiter *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    RedisModuleString *kn = RedisModule_GetBlockedClientReadyKey(ctx);
+    RedisModuleKey *key;
+    PSTensor *t = open_accum_ro(ctx, kn, &key);
+    if (!t) return REDISMODULE_OK;
+    if (!take_ready(t, w->mincount)) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_ERR; /* stay blocked */
+    }
+    RedisModule_ReplyWithLongLong(ctx, (long long)t->acc.count);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* Timeout (nil), or the key went away (an error). */
+static int takeWaitTimeout(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    const TakeWaiter *w = RedisModule_GetBlockedClientPrivateData(ctx);
+    if (w && w->gone) return RedisModule_ReplyWithError(ctx, PSERR_TAKEWAIT_GONE);
+    return RedisModule_ReplyWithNull(ctx);
+}
+
+/* PS.TAKEWAIT key MINCOUNT n [TIMEOUT ms] -> the number of pushes summed,
+ * as soon as a PS.TAKE with MINCOUNT n would not come back short (n
+ * summed, or a pending slot), or nil after TIMEOUT ms (0, the default:
+ * none). Changes nothing. */
+int PSTakeWait_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 4 && argc != 6) return RedisModule_WrongArity(ctx);
+    long long v[2] = {1, 0};
+    static const char *const names[2] = {"MINCOUNT", "TIMEOUT"};
+    static const PSOption opts[] = {{"MINCOUNT", 1}, {"TIMEOUT", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i += 2) {
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        if (ps_arg_ll(ctx, argv[i + 1], names[k], k == 0 ? 1 : 0, k == 0 ? 1LL << 62 : 1LL << 40,
+                      &v[k]) != REDISMODULE_OK)
+            return REDISMODULE_OK;
+    }
+    if (!(seen & 1)) return RedisModule_ReplyWithError(ctx, PSERR_TAKEWAIT_MINCOUNT);
+    RedisModuleKey *key;
+    PSTensor *t = open_accum_ro(ctx, argv[1], &key);
+    if (!t) return REDISMODULE_OK;
+    const int ready = take_ready(t, (uint64_t)v[0]);
+    const long long count = (long long)t->acc.count;
+    RedisModule_CloseKey(key);
+    if (ready) return RedisModule_ReplyWithLongLong(ctx, count);
+    int flags = RedisModule_GetContextFlags(ctx);
+    if (flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
+                 REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
+        return RedisModule_ReplyWithNull(ctx);
+    if (PSBlockedNow >= (unsigned long long)PSConf.max_blocked_pulls)
+        return ps_reply_errorf(ctx, PSERR_TOO_MANY_WAITERS_F, PSBlockedNow);
+    TakeWaiter *w = RedisModule_Calloc(1, sizeof(*w));
+    size_t kl;
+    const char *k = RedisModule_StringPtrLen(argv[1], &kl);
+    w->key = RedisModule_Alloc(kl + 1);
+    memcpy(w->key, k, kl);
+    w->key[kl] = '\0';
+    w->keylen = kl;
+    w->mincount = (uint64_t)v[0];
+    w->db = RedisModule_GetSelectedDb(ctx);
+    w->next = TakeWaiters;
+    if (TakeWaiters) TakeWaiters->prev = w;
+    TakeWaiters = w;
+    w->bc = RedisModule_BlockClientOnKeys(ctx, takeWaitReady, takeWaitTimeout, takewaiter_free_cb,
+                                          v[1], &argv[1], 1, w);
+    PSBlockedNow++;
+    return REDISMODULE_OK;
+}
+
+/* Keyspace events that take a key away from its waiters. */
+static int takeKeyRemoved(RedisModuleCtx *ctx, int type, const char *event,
+                          RedisModuleString *key) {
+    (void)type;
+    if (!TakeWaiters) return REDISMODULE_OK;
+    if (strcmp(event, "del") && strcmp(event, "expired") && strcmp(event, "evicted") &&
+        strcmp(event, "rename_from") && strcmp(event, "move_from"))
+        return REDISMODULE_OK;
+    size_t kl;
+    const char *k = RedisModule_StringPtrLen(key, &kl);
+    const int db = RedisModule_GetSelectedDb(ctx);
+    for (TakeWaiter *w = TakeWaiters, *nx; w; w = nx) {
+        nx = w->next;
+        if (!w->gone && w->db == db && w->keylen == kl && memcmp(w->key, k, kl) == 0) {
+            w->gone = 1;
+            RedisModule_UnblockClient(w->bc, NULL);
+        }
+    }
+    return REDISMODULE_OK;
+}
+
+int PSRelayHooks_Register(RedisModuleCtx *ctx) {
+    const int removed = REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_EXPIRED |
+                        REDISMODULE_NOTIFY_EVICTED;
+    if (RedisModule_SubscribeToKeyspaceEvents(ctx, removed, takeKeyRemoved) != REDISMODULE_OK) {
+        RedisModule_Log(ctx, "warning", "could not subscribe to keyspace events");
+        return REDISMODULE_ERR;
+    }
     return REDISMODULE_OK;
 }

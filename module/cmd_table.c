@@ -184,7 +184,12 @@ static RedisModuleCommandArg ScanRowsArgs[] = {
 static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
 static RedisModuleCommandArg TakeArgs[] = {
     PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
-    PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL), {0}};
+    PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("maxround", "MAXROUND", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("maxbacklog", "MAXBACKLOG", INTEGER, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg TakeWaitArgs[] = {
+    PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, 0),
+    PS_ARG("timeout", "TIMEOUT", INTEGER, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg TakeAckArgs[] = {PS_ARG_KEY, PS_ARG("seq", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg MirrorArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), PS_ARG("data", NULL, STRING, 0), {0}};
@@ -258,6 +263,9 @@ static const PSCommandDef PSCommands[] = {
      "O(1)"},
     {"ps.mirror", PSMirror_RedisCommand, "write deny-oom", 4, WriteKey, MirrorArgs,
      "Sets the values and version of an ACCUM tensor to the upstream tensor's", PS_O_N},
+    {"ps.takewait", PSTakeWait_RedisCommand, "readonly", -4, ReadKey, TakeWaitArgs,
+     "Waits until an ACCUM tensor has MINCOUNT pushes summed or a pending take (or TIMEOUT)",
+     "O(1)"},
 };
 
 

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "accum.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -435,6 +436,16 @@ int ps_tensor_info(RedisModuleCtx *ctx, PSTensor *t) {
         ps_reply_pair_ll(ctx, "relay_seq", (long long)t->acc.seq, &n);
         ps_reply_pair_ll(ctx, "takes", (long long)t->stats.takes, &n);
         ps_reply_pair_ll(ctx, "take_acks", (long long)t->stats.take_acks, &n);
+        /* Backpressure and the persisted round counters (accum.h). */
+        ps_reply_pair_ll(ctx, "max_backlog", (long long)t->acc.max_backlog, &n);
+        ps_reply_pair_ll(ctx, "backlog", (long long)PSAccum_Backlog(t), &n);
+        ps_reply_pair_ll(ctx, "backlog_refusals", (long long)t->stats.backlog_refusals, &n);
+        ps_reply_pair_ll(ctx, "pending_parts", (long long)(t->acc.pend_parts - t->acc.pend_done), &n);
+        ps_reply_pair_ll(ctx, "relay_takes", (long long)t->acc.takes, &n);
+        ps_reply_pair_ll(ctx, "relay_rounds", (long long)t->acc.rounds, &n);
+        ps_reply_pair_ll(ctx, "relay_forwarded", (long long)t->acc.forwarded, &n);
+        ps_reply_pair_ll(ctx, "relay_round_max", (long long)t->acc.round_max, &n);
+        ps_reply_pair_ll(ctx, "relay_round_min", (long long)t->acc.round_min, &n);
     }
     const PSCounters *c = &t->stats;
     ps_reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);

@@ -71,6 +71,10 @@
 #define PSERR_TOO_MANY_WAITERS_F "BUSY %llu pulls are waiting on MINVERSION, the limit ps.max-blocked-pulls; retry later"
 #define PSERR_KEY_GONE "ERR the key was deleted while the pull waited for MINVERSION"
 #define PSERR_NOT_ACCUM_F "ERR not an ACCUM tensor (its optimizer is %s): create it with OPTIM ACCUM"
+/* Retryable: nothing changed; libps waits (backoff, within its retry budget) and resends. */
+#define PSERR_BACKLOG PS_PROTO_ERRTEXT_BACKLOG " the ACCUM tensor holds MAXBACKLOG gradients not yet forwarded upstream (PS.INFO max_backlog): its relay is down or behind; retry later (nothing changed)"
+#define PSERR_TAKEWAIT_MINCOUNT "ERR PS.TAKEWAIT needs MINCOUNT"
+#define PSERR_TAKEWAIT_GONE "ERR the key was deleted while PS.TAKEWAIT waited"
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
 /* CONFIG SET ps.* refusals: Redis puts them after its own "ERR CONFIG SET
  * failed (possibly related to argument '...') - ", so they carry no code. */

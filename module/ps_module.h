@@ -132,6 +132,7 @@ void ps_pull_waiters_value_freed(const PSTensor *t);
  * key-removed hook (cmd_push.c). */
 int PSRoundHooks_Register(RedisModuleCtx *ctx);
 int PSPushHooks_Register(RedisModuleCtx *ctx);
+int PSRelayHooks_Register(RedisModuleCtx *ctx);
 
 /* Command handlers, one family per cmd_*.c file; cmd_table.c's table
  * registers them. The shared verbs (PS.CREATE, PS.PUSHGRAD, PS.PULL,
@@ -154,6 +155,7 @@ int PSDropSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, i
 int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTakeWait_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);

@@ -5,7 +5,9 @@
  *   ndim, dims[ndim], the header scalars of PS_HEADER_FIELDS (header.h: version,
  *   optim, the hyper-parameters of hparams.h, step, b1pow, b2pow, maxstale,
  *   policy, sync_n, sync_timeout_ms, dedup_max, max_snapshots, round_count,
- *   acc_count, acc_seq, pend_count;
+ *   acc_count, acc_seq, pend_count, [from PS_ENCVER_ACCUM_ROUNDS: acc_max_backlog,
+ *   pend_parts, pend_done, acc_takes, acc_rounds, acc_forwarded, acc_round_max,
+ *   acc_round_min];
  *   each from the version that introduced it),
  *   array(values), nstate x array(optimizer state), [array(round) if round_count],
  *   [from PS_ENCVER_ACCUM: array(ACCUM sum) if acc_count, array(pending take)
@@ -362,6 +364,16 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
         RedisModule_DigestAddLongLong(md, (long long)t->acc.pend_count);
         digest_buf(md, t->acc.sum);
         digest_buf(md, t->acc.pend);
+        /* PS_ENCVER_ACCUM_ROUNDS state, only when set, so a value an older
+         * version wrote keeps its recorded digest (golden v4). */
+        const PSAccum *a = &t->acc;
+        if (a->max_backlog || a->pend_parts > 1 || a->pend_done || a->takes || a->rounds ||
+            a->forwarded || a->round_max || a->round_min) {
+            const uint64_t f[] = {a->max_backlog, a->pend_parts, a->pend_done, a->takes,
+                                  a->rounds,      a->forwarded,  a->round_max, a->round_min};
+            for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
+                RedisModule_DigestAddLongLong(md, (long long)f[i]);
+        }
     }
     for (uint32_t i = 0; i < t->dedup_len; i++) {
         RedisModule_DigestAddStringBuffer(md, t->dedup[i].id, t->dedup[i].idlen);

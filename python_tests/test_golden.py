@@ -20,7 +20,7 @@ def latest_encver():
     """PS_ENCVER_LATEST as module/core/encver.h defines it (through its feature name)."""
     import re
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "module", "encver.h")
+                        "module", "core", "encver.h")
     defs = dict(re.findall(r"#define (PS_ENCVER_\w+) (\w+)", open(path).read()))
     v = defs["PS_ENCVER_LATEST"]
     while not v.isdigit():

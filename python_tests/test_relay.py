@@ -39,7 +39,7 @@ class Relay:
     def __init__(self, d, local, up, name="relay-a", extra=(), env=None):
         self.out = os.path.join(str(d), "%s.out" % name)
         self.cmd = [RELAY, "--local", local.addr, "--upstream", up.addr, "--name", name,
-                    "--match", "m:*", "--poll-ms", "1", "--progress-ms", "0"] + list(extra)
+                    "--match", "m:*", "--progress-ms", "0"] + list(extra)
         self.env = dict(os.environ, **(env or {}))
         self.proc = None
 
@@ -113,11 +113,13 @@ def wait_local_tensors(local):
 
 class Pusher(threading.Thread):
     """A local worker: pushes grad(seq, key) for seq 1..n with ID w seq, resending the same
-    (id, seq) after connection errors, so each push is summed locally exactly once."""
+    (id, seq) after connection errors and after BACKLOG (the local tensor full while the
+    relay is down or behind: libps waits and resends the same way), so each push is summed
+    locally exactly once. Counts the BACKLOG refusals it saw."""
 
     def __init__(self, port, n, pause=0.002):
         super().__init__(daemon=True)
-        self.port, self.n, self.pause, self.done = port, n, pause, 0
+        self.port, self.n, self.pause, self.done, self.refused = port, n, pause, 0, 0
 
     def run(self):
         c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
@@ -127,6 +129,10 @@ class Pusher(threading.Thread):
                     try:
                         c.execute_command("PS.PUSHGRAD", k, f32(grad(seq, k)), "ID", "w", seq)
                         break
+                    except redis.ResponseError as e:
+                        assert str(e).startswith("BACKLOG "), e
+                        self.refused += 1
+                        time.sleep(0.01)
                     except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
                         time.sleep(0.02)
             self.done = seq
@@ -147,16 +153,21 @@ def expected_sum(n, key):
     return sum(grad(s, key) for s in range(1, n + 1))
 
 
-def check_upstream_has_everything_once(up, local, n):
+def check_upstream_has_everything_once(up, local, n, exact=True):
     """Upstream values are minus the sum of all n local pushes per key; the local tensors
-    hold nothing summed or pending. Returns the upstream versions."""
+    hold nothing summed or pending. Returns the upstream versions. Not 'exact': a take split
+    into parts went up as the sum scaled by part / count, which float32 rounds (1e-7
+    relative); a lost or doubled push (integers) is still far outside the tolerance."""
     uc, lc = up.client(), local.client()
     versions = {}
     for k in SHAPES:
         li = info(lc, k)
         assert (li["accum_pushes"], li["pending_pushes"]) == (0, 0), (k, li)
         v, vals = pull_np(uc, k)
-        assert np.array_equal(vals, -expected_sum(n, k)), (k, vals, -expected_sum(n, k))
+        if exact:
+            assert np.array_equal(vals, -expected_sum(n, k)), (k, vals, -expected_sum(n, k))
+        else:
+            assert np.allclose(vals, -expected_sum(n, k), rtol=0, atol=1e-3), (k, vals)
         versions[k] = v
     return versions
 
@@ -193,7 +204,7 @@ def test_relay_sigkilled_five_times_at_random_points_loses_and_doubles_nothing(t
         time.sleep(rnd.uniform(0, 0.05))
         r.start()
     p.join(60)
-    assert not p.is_alive()
+    assert not p.is_alive() and p.done == 400
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 400)
     lc = local.client()
@@ -242,7 +253,7 @@ def test_local_server_sigkilled_with_appendfsync_always_loses_and_doubles_nothin
         time.sleep(rnd.uniform(0.1, 0.4))
         local.restart(kill=True, timeout=30)
     p.join(90)
-    assert not p.is_alive()
+    assert not p.is_alive() and p.done == 300
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 300)
     # Counters restart with the server; the seqs do not: the relay (never restarted)
@@ -272,6 +283,7 @@ def test_upstream_sigkilled_with_appendfsync_always_gets_every_round_once(make_s
         time.sleep(rnd.uniform(0.1, 0.4))
         up.restart(kill=True, timeout=30)
     p.join(90)
+    assert not p.is_alive() and p.done == 300
     assert r.stop() == 0, r.output()
     versions = check_upstream_has_everything_once(up, local, 300)
     lc = local.client()
@@ -299,7 +311,7 @@ def test_sync_round_forwards_n_pushes_at_once_or_what_it_has_at_the_timeout(tree
     psserver.wait_until(lambda: pull_np(uc, k)[0] == 2, timeout=5, what="the round timeout")
     assert time.monotonic() - t0 >= 0.35           # ... for its timeout
     assert r.stop() == 0
-    assert "rounds not of N 1)" in r.output(), r.output()
+    assert "rounds not of N 1," in r.output(), r.output()
 
 
 def test_a_relay_of_a_relay_reaches_the_upstream_once(tree, make_server, relays):
@@ -372,3 +384,91 @@ def test_demo_tree_with_4_workers_per_relay_meets_a_quarter_of_the_bytes_and_the
     assert m, out
     assert float(m.group(1)) <= 0.25, out
     assert p.returncode == 0 and "demo-tree: ok" in out, out
+
+
+# ---- issue 27: backpressure, bounded rounds, round sizes from outside ---------------------
+
+ROUND_FIELDS = ("relay_takes", "relay_rounds", "relay_forwarded", "relay_round_min",
+                "relay_round_max", "max_backlog", "backlog", "pending_parts", "relay_seq")
+
+
+def round_fields(c, k):
+    i = info(c, k)
+    return {f: i[f] for f in ROUND_FIELDS}
+
+
+def test_backpressure_pauses_pushes_while_the_relay_is_down_and_releases_after(tree):
+    """--max-backlog 6: with the relay killed the local tensors take 6 more pushes, then
+    answer BACKLOG (the pusher stalls); the restarted relay forwards the backlog in parts of
+    at most --max-round 2 gradients and the pusher goes on; nothing lost or doubled."""
+    up, local, new_relay = tree
+    r = new_relay(extra=["--every-pushes", "1", "--max-backlog", "6", "--max-round", "2",
+                         "--progress-ms", "100"]).start()
+    wait_local_tensors(local)
+    lc = local.client()
+    psserver.wait_until(lambda: all(info(lc, k)["max_backlog"] == 6 for k in SHAPES),
+                        timeout=10, what="MAXBACKLOG set")
+    p = Pusher(local.port, 60, pause=0.005)
+    p.start()
+    psserver.wait_until(lambda: p.done >= 10, timeout=20, what="pushes forwarded")
+    r.kill()
+    psserver.wait_until(lambda: p.refused > 0, timeout=20, what="BACKLOG refusals")
+    stalled = p.done
+    time.sleep(0.5)
+    assert p.done <= stalled + 1, (stalled, p.done)          # paused, not training on
+    assert all(info(lc, k)["backlog"] == 6 for k in SHAPES)
+    assert sum(info(lc, k)["backlog_refusals"] for k in SHAPES) > 0     # (the first key's)
+    r.start()
+    p.join(60)
+    assert not p.is_alive() and p.done == 60
+    assert r.stop() == 0, r.output()
+    versions = check_upstream_has_everything_once(up, local, 60, exact=False)
+    for k in SHAPES:
+        f = round_fields(lc, k)
+        assert f["relay_forwarded"] == 60 and f["relay_round_max"] <= 2, (k, f)
+        assert versions[k] == f["relay_rounds"], (k, versions[k], f)
+    # Announced: a line when the restarted relay found the backlog full, and the count of
+    # full peeks on its progress lines.
+    assert "local backlog full (6 of MAXBACKLOG 6 gradients;" in r.output(), r.output()
+    assert re.search(r"\(full [1-9][0-9]*x\)", r.output().splitlines()[-1]), r.output()
+
+
+def test_a_backlog_left_by_a_local_restart_goes_upstream_in_bounded_rounds(tree, make_replica):
+    """32 pushes per key summed with no relay running, the local server restarted (AOF):
+    the relay (--every-pushes 4: MAXROUND 8) forwards them as 4 upstream pushes of 8, each
+    the sum scaled by 8/32; the persisted counters say so on the master, after a restart,
+    on a replica, and through ps-relay --status."""
+    up, local, new_relay = tree
+    lc = local.client()
+    for k, shape in SHAPES.items():
+        lc.execute_command("PS.CREATE", k, "SHAPE", *shape, "OPTIM", "ACCUM")
+    Pusher(local.port, 32, pause=0).run()
+    local.restart(timeout=30)
+    rep = make_replica(local)
+    lc = local.client()
+    assert all(info(lc, k)["accum_pushes"] == 32 for k in SHAPES)
+    r = new_relay(extra=["--every-pushes", "4"]).start()
+    uc = up.client()
+    psserver.wait_until(lambda: all(pull_np(uc, k)[0] == 4 for k in SHAPES), timeout=20,
+                        what="4 upstream pushes per key")
+    assert r.stop() == 0, r.output()
+    assert "at most 8 gradients per upstream push" in r.output()
+    check_upstream_has_everything_once(up, local, 32)   # the parts add up to the sum, exactly
+    want = {"relay_takes": 1, "relay_rounds": 4, "relay_forwarded": 32, "relay_round_min": 8,
+            "relay_round_max": 8, "max_backlog": 16, "backlog": 0, "pending_parts": 0}
+    for k in SHAPES:
+        f = round_fields(lc, k)
+        assert {x: f[x] for x in want} == want, (k, f)
+    psserver.wait_for_replication(local, [rep])
+    for k in SHAPES:
+        assert round_fields(rep.client(), k) == round_fields(lc, k), k
+        assert psserver.digest(rep.client(), k) == psserver.digest(lc, k), k
+    before = {k: round_fields(lc, k) for k in SHAPES}
+    local.restart(timeout=30)
+    assert {k: round_fields(local.client(), k) for k in SHAPES} == before
+    st = subprocess.run([RELAY, "--status", "--local", local.addr, "--match", "m:*"],
+                        capture_output=True, text=True, timeout=30)
+    assert st.returncode == 0, st.stdout + st.stderr
+    rows = {line.split()[0]: line.split()[1:] for line in st.stdout.splitlines()[1:]}
+    for k in SHAPES:   # takes rounds forwarded min max backlog max_bl refusals pending
+        assert rows[k][:5] == ["1", "4", "32", "8", "8"], st.stdout

@@ -162,7 +162,9 @@ def tensor_items(dims=(2, 3), values=None, version=0, optim="SGD", lr=0.1, momen
 def accum_items(acc=(0, 0, 0), arrays=(), optim="ACCUM", sync_n=0):
     """A tensor in the PS_ENCVER_ACCUM (4) layout: tensor_items' header plus acc_count,
     acc_seq, pend_count after round_count, and after the values the arrays of the sum and
-    the pending slot (no exactly-once entries, no snapshots)."""
+    the pending slot (no exactly-once entries, no snapshots). From PS_ENCVER_ACCUM_ROUNDS
+    (5), 'acc' also carries max_backlog, pend_parts, pend_done, takes, rounds, forwarded,
+    round_max, round_min (11 numbers)."""
     items = tensor_items(optim=optim, sync_n=sync_n)
     k = 1 + 2 + 2 + 7 + 10          # ndim, dims (2, 3), version, optim, 7 hyper, 10 scalars
     return items[:k] + [U(a) for a in acc] + [items[k]] + [S(f32(a)) for a in arrays] + \
@@ -230,7 +232,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 4   # PS_ENCVER_ACCUM (module/core/encver.h)
+        assert encver == 5   # PS_ENCVER_ACCUM_ROUNDS (module/core/encver.h)
         assert build(items, encver) == real, key
 
 
@@ -319,7 +321,7 @@ def _bad_cases():
     cases["truncated-mid-values"] = build(good[:22] + [("raw", bytes([OP_STRING]) + enc_len(24) + b"\0" * 8)], eof=False)
     cases["no-eof"] = build(good, eof=False)
     cases["trailing-item"] = build(good + [U(1)])
-    cases["encver-5-from-the-future"] = build(good, encver=5)
+    cases["encver-6-from-the-future"] = build(good, encver=6)
     # ACCUM tensors (encver 4): their fields on another optimizer, with SYNC, a pending
     # slot without a seq, a sum or slot announced but missing or short.
     z6, z5 = np.zeros(6, np.float32), np.zeros(5, np.float32)
@@ -328,6 +330,18 @@ def _bad_cases():
     cases["accum-pending-without-seq"] = build(accum_items((0, 0, 2), [z6]), encver=4)
     cases["accum-sum-missing"] = build(accum_items((3, 1, 0)), encver=4)
     cases["accum-pending-short"] = build(accum_items((0, 1, 2), [z5]), encver=4)
+    # Encver 5: a pending take of more parts than gradients, its next part past the last,
+    # parts without a pending take, round counters out of order or on another optimizer.
+    ok5 = (0, 9, 4, 8, 2, 1, 1, 2, 2, 2, 2)        # 4 pending in 2 parts, 1 acknowledged
+    assert len(ok5) == 11
+    for name, acc in (("accum-parts-over-count", (0, 9, 4, 8, 5, 0, 1, 0, 0, 0, 0)),
+                      ("accum-part-done-past-last", (0, 9, 4, 8, 2, 2, 1, 0, 0, 0, 0)),
+                      ("accum-parts-without-take", (0, 9, 0, 8, 2, 0, 1, 0, 0, 0, 0)),
+                      ("accum-round-min-over-max", (0, 9, 4, 8, 2, 1, 1, 1, 2, 2, 3)),
+                      ("accum-rounds-without-sizes", (0, 9, 4, 8, 2, 1, 1, 1, 2, 0, 0))):
+        cases[name] = build(accum_items(acc, [z6]), encver=5)
+    cases["accum-counters-on-sgd"] = build(
+        accum_items((0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0), optim="SGD"), encver=5)
     # Snapshot sharing (encver 3): an index that names no earlier snapshot, both sharing
     # kinds for one array, unknown flag bits; and (any version) a name over 1024 bytes,
     # the limit PS.SNAPSHOT and PS._RESTORE SNAPSHOT apply too.
@@ -366,7 +380,12 @@ def test_control_payload_is_accepted(env):
     # An ACCUM tensor with a sum of 2 pushes and a pending slot of 3 under seq 7.
     assert restore(srv, build(accum_items((2, 7, 3), [np.ones(6), np.full(6, 2.0)]),
                               encver=4)) == "OK"
-    assert c.execute_command("PS.TAKE", "dst") == [7, 3, f32(np.full(6, 2.0))]
+    assert c.execute_command("PS.TAKE", "dst") == [7, 3, f32(np.full(6, 2.0)), 3, 1]
+    # Encver 5: 4 pending in 2 parts (seqs 8, 9), the first acknowledged: the next is seq 9.
+    assert restore(srv, build(accum_items((0, 9, 4, 8, 2, 1, 1, 1, 2, 2, 2), [np.ones(6)]),
+                              encver=5)) == "OK"
+    assert c.execute_command("PS.TAKE", "dst") == [9, 2, f32(np.ones(6)), 4, 1]
+    assert (info(c, "dst")["max_backlog"], info(c, "dst")["relay_rounds"]) == (8, 1)
     # An open sync round: SGD has no state, so the one extra array is the round's.
     assert restore(srv, build(tensor_items(sync_n=3, round_count=2,
                                            state=[np.ones(6, np.float32)]))) == "OK"

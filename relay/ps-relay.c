@@ -4,6 +4,8 @@
  *            [--sync --workers N [--round-timeout-ms T]]
  *            [--every-ms T] [--every-pushes K] [--mean] [--optim NAME]
  *            [--pull-ms P] [--poll-ms P] [--progress-ms P]
+ *            [--max-backlog B] [--max-round R]
+ *   ps-relay --status --local HOST:PORT (--keys K1,K2 | --match PATTERN)
  *
  * Exit codes: 0 stopped by SIGINT/SIGTERM after forwarding what was summed,
  * 1 runtime failure, 2 usage error or tensors that do not fit. */
@@ -44,7 +46,19 @@ static void usage(FILE *out) {
             "  --pull-ms P             async: pull upstream at least every P ms (200); sync\n"
             "                          mirrors after each forwarded round only, so the local\n"
             "                          version moves once per round (ps-train --sync-rounds)\n"
-            "  --poll-ms P             idle poll of the local tensors (2)\n"
+            "  --poll-ms P             longest single wait (PS.TAKEWAIT) while idle (100); the\n"
+            "                          relay sleeps on the local server until a round may be due\n"
+            "  --max-backlog B         MAXBACKLOG of the local tensors: a worker's push waits\n"
+            "                          (BACKLOG, libps backs off and resends) while B gradients\n"
+            "                          wait for this relay (default 4 rounds: sync 4 x --workers,\n"
+            "                          async 4 x --every-pushes, time only 64; 0: no bound)\n"
+            "  --max-round R           most gradients one upstream push carries: a larger take\n"
+            "                          (a backlog) goes up in ceil(count / R) parts of its sum\n"
+            "                          (default sync --workers, async 2 x --every-pushes, time\n"
+            "                          only 0: no bound)\n"
+            "  --status                print the local tensors' persisted round counters (takes,\n"
+            "                          upstream pushes, gradients, smallest and largest push,\n"
+            "                          backlog) and exit; needs --local and --keys or --match\n"
             "  --progress-ms P         progress line every P ms (2000; 0: none)\n\n"
             "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
             "docs/operations.md (\"A relay\").\n");
@@ -63,10 +77,11 @@ static long num(const char *flag, const char *s, long lo, long hi) {
 }
 
 int main(int argc, char **argv) {
-    relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 2,
-                   .progress_ms = 2000};
+    relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 100,
+                   .progress_ms = 2000, .max_backlog = -1, .max_round = -1};
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
-           O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_HELP };
+           O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
+           O_HELP };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -76,6 +91,8 @@ int main(int argc, char **argv) {
         {"mean", 0, 0, O_MEAN},          {"optim", 1, 0, O_OPTIM},
         {"pull-ms", 1, 0, O_PULL},       {"poll-ms", 1, 0, O_POLL},
         {"progress-ms", 1, 0, O_PROGRESS}, {"help", 0, 0, O_HELP},
+        {"max-backlog", 1, 0, O_MAXBL},  {"max-round", 1, 0, O_MAXROUND},
+        {"status", 0, 0, O_STATUS},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -95,6 +112,9 @@ int main(int argc, char **argv) {
         case O_PULL: o.pull_ms = num("--pull-ms", optarg, 1, 1L << 30); break;
         case O_POLL: o.poll_ms = num("--poll-ms", optarg, 1, 10000); break;
         case O_PROGRESS: o.progress_ms = num("--progress-ms", optarg, 0, 1L << 30); break;
+        case O_MAXBL: o.max_backlog = num("--max-backlog", optarg, 0, 1L << 40); break;
+        case O_MAXROUND: o.max_round = num("--max-round", optarg, 0, 1L << 40); break;
+        case O_STATUS: o.status = 1; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -103,15 +123,19 @@ int main(int argc, char **argv) {
     const char *why = NULL;
     if (optind < argc) why = "unexpected argument";
     else if (!o.local) why = "--local is required";
-    else if (!o.upstream) why = "--upstream is required";
-    else if (!o.name || !*o.name || strlen(o.name) > 256) why = "--name is required (1..256 bytes)";
+    else if (!o.upstream && !o.status) why = "--upstream is required";
+    else if (!o.status && (!o.name || !*o.name || strlen(o.name) > 256))
+        why = "--name is required (1..256 bytes)";
     else if (!o.keys == !o.match) why = "give exactly one of --keys and --match";
     else if (o.sync && !o.workers) why = "--sync needs --workers N";
     else if (!o.sync && o.workers) why = "--workers is for --sync (async: --every-pushes)";
+    else if (o.max_backlog > 0 && o.max_backlog < (o.sync ? o.workers : o.every_pushes))
+        why = "--max-backlog must hold at least one round (--workers or --every-pushes)";
     if (why) {
         fprintf(stderr, "ps-relay: %s%s%s (see ps-relay --help)\n", why, optind < argc ? ": " : "",
                 optind < argc ? argv[optind] : "");
         return 2;
     }
+    if (o.status && !o.name) o.name = "status";
     return relay_run(&o);
 }

@@ -23,13 +23,23 @@ typedef struct relayKey {
     uint64_t dims[8];
     uint64_t n;               /* elements */
     uint64_t mirror_version;  /* local version after the last mirror */
+    long long summed;         /* pushes summed at the last peek (-1: pending slot) */
+    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed, or
+                                 the pending take's) */
+    uint64_t seq, part;       /* the part taken this cycle: its seq and gradients */
+    float *buf;               /* the scaled part (--mean, or a split take) */
 } relayKey;
 
 typedef struct relay {
     const relayOpts *o;
     psClient *local, *up;
     relayKey *keys;
-    int nkeys;
+    int nkeys, capkeys;
+    long long max_backlog;    /* MAXBACKLOG sent with every take */
+    long long max_round;      /* MAXROUND sent with every take (0: none) */
+    int full_said;            /* the backlog was full at the last peek */
+    uint64_t full_episodes;   /* full episodes since the last "backlog full" line */
+    long long last_full_say_ms;
     uint64_t seqfloor;        /* wall clock in us at start: seqs of a wiped local server move on */
     relayStats st;
     long long start_ms, last_pull_ms, last_progress_ms;
@@ -107,7 +117,13 @@ static void shape_str(char *buf, size_t len, int ndim, const uint64_t *dims) {
 
 /* Adds a key name (copied). 0, or -1 when there are too many. */
 static int add_key(relay *r, const char *name, size_t len) {
-    if (r->nkeys == RELAY_MAX_KEYS) return -1;
+    if (r->nkeys == r->capkeys) {
+        int cap = r->capkeys ? r->capkeys * 2 : 16;
+        relayKey *nk = realloc(r->keys, (size_t)cap * sizeof(relayKey));
+        if (!nk) return -1;
+        r->keys = nk;
+        r->capkeys = cap;
+    }
     relayKey *k = &r->keys[r->nkeys++];
     memset(k, 0, sizeof(*k));
     k->name = strndup(name, len);
@@ -148,7 +164,7 @@ static int find_keys(relay *r) {
             for (size_t i = 0; i < ks->elements; i++)
                 if (add_key(r, ks->element[i]->str, ks->element[i]->len) != 0) {
                     freeReplyObject(rep);
-                    say(r, "more than %d keys", RELAY_MAX_KEYS);
+                    say(r, "out of memory");
                     return -1;
                 }
             freeReplyObject(rep);
@@ -168,7 +184,6 @@ static int find_keys(relay *r) {
 static int setup_key(relay *r, relayKey *k) {
     char a[128], b[128];
     psKeyInfo ui, li;
-    redisReply *rep;
     const char *why;
     int st = tensor_info(r->up, k->name, &ui, &why);
     if (st == 1) {
@@ -201,24 +216,10 @@ static int setup_key(relay *r, relayKey *k) {
         if (st == 3) {
             /* Create it mirroring the upstream shape; NX: a concurrent
              * creator wins and is checked on the next round. */
-            const char *argv[16];
-            size_t argl[16];
-            char dbuf[8][24];
-            int c = 0;
-            argv[c++] = "PS.CREATE", argv[c++] = k->name, argv[c++] = "SHAPE";
-            for (int i = 0; i < k->ndim; i++) {
-                snprintf(dbuf[i], sizeof(dbuf[i]), "%" PRIu64, k->dims[i]);
-                argv[c++] = dbuf[i];
+            if (psAccumCreate(r->local, k->name, k->ndim, k->dims) != PS_OK) {
+                say(r, "PS.CREATE %s local: %s", k->name, r->local->errstr);
+                return r->local->err == PS_ERR_SERVER ? 2 : 1;
             }
-            argv[c++] = "OPTIM", argv[c++] = "ACCUM", argv[c++] = "NX";
-            for (int i = 0; i < c; i++) argl[i] = strlen(argv[i]);
-            rep = psCommandArgv(r->local, k->name, c, argv, argl);
-            if (!rep || rep->type == REDIS_REPLY_ERROR) {
-                say(r, "PS.CREATE %s local: %s", k->name, rep ? rep->str : r->local->errstr);
-                if (rep) freeReplyObject(rep);
-                return rep ? 2 : 1;
-            }
-            freeReplyObject(rep);
             continue;
         }
         if (st != 0) {
@@ -249,68 +250,77 @@ static int setup_key(relay *r, relayKey *k) {
  * The cycle
  * ====================================================================== */
 
-/* A batch of one command per key, argv held by the caller. */
-typedef struct batch {
-    int n;
-    const char *keys[RELAY_MAX_KEYS];
-    int argc[RELAY_MAX_KEYS];
-    const char **argv[RELAY_MAX_KEYS];
-    const size_t *argl[RELAY_MAX_KEYS];
-    int idx[RELAY_MAX_KEYS]; /* key index of each command */
-    redisReply *rep[RELAY_MAX_KEYS];
-} batch;
+/* Scratch item arrays, one item per key, reused by every call. */
+typedef struct relayItems {
+    psAccumItem *take;   /* per key: its peek / take */
+    psAccumItem *up;     /* the forwards (or pulls) of this cycle */
+    psAccumItem *loc;    /* the acks (or mirrors) of this cycle */
+    int *idx;            /* key index of each up / loc item */
+    float *pulled;       /* room for every key's values (pulls) */
+} relayItems;
+
+static void items_free(relayItems *it, int nkeys) {
+    if (it->take) psAccumItemsRelease(it->take, (size_t)nkeys);
+    free(it->take), free(it->up), free(it->loc), free(it->idx), free(it->pulled);
+    memset(it, 0, sizeof(*it));
+}
+
+static int items_init(relay *r, relayItems *it) {
+    if (r->nkeys < 1) return -1;
+    size_t n = (size_t)(unsigned)r->nkeys, floats = 0;
+    for (int i = 0; i < r->nkeys; i++) floats += r->keys[i].n;
+    it->take = calloc(n, sizeof(psAccumItem));
+    it->up = calloc(n, sizeof(psAccumItem));
+    it->loc = calloc(n, sizeof(psAccumItem));
+    it->idx = calloc(n, sizeof(int));
+    it->pulled = malloc((floats ? floats : 1) * sizeof(float));
+    if (!it->take || !it->up || !it->loc || !it->idx || !it->pulled) return -1;
+    for (int i = 0; i < r->nkeys; i++) {
+        it->take[i].key = r->keys[i].name;
+        it->take[i].n = r->keys[i].n;
+    }
+    return 0;
+}
+
+/* Item j of 'arr' for key i (the rest of the item cleared). */
+static psAccumItem *item_for(relay *r, relayItems *it, psAccumItem *arr, int j, int i) {
+    psAccumItem *x = &arr[j];
+    memset(x, 0, sizeof(*x));
+    x->key = r->keys[i].name;
+    x->n = r->keys[i].n;
+    it->idx[j] = i;
+    return x;
+}
 
 /* Pulls every key upstream and mirrors it locally. 0, or -1 (retry later). */
-static int pull_and_mirror(relay *r, batch *b) {
-    static const char *pargv[RELAY_MAX_KEYS][2];
-    static size_t pargl[RELAY_MAX_KEYS][2];
-    b->n = 0;
+static int pull_and_mirror(relay *r, relayItems *it) {
+    size_t off = 0;
     for (int i = 0; i < r->nkeys; i++) {
-        pargv[i][0] = "PS.PULL", pargv[i][1] = r->keys[i].name;
-        pargl[i][0] = 7, pargl[i][1] = strlen(r->keys[i].name);
-        b->keys[i] = r->keys[i].name, b->argc[i] = 2, b->argv[i] = pargv[i], b->argl[i] = pargl[i];
-        b->idx[i] = i;
-        b->n++;
+        item_for(r, it, it->up, i, i)->dst = it->pulled + off;
+        off += r->keys[i].n;
     }
-    if (psCommandBatchArgv(r->up, b->n, b->keys, b->argc, b->argv, b->argl, b->rep) < 0) return -1;
-    static const char *margv[RELAY_MAX_KEYS][4];
-    static size_t margl[RELAY_MAX_KEYS][4];
-    static char vbuf[RELAY_MAX_KEYS][24];
-    batch *m = malloc(sizeof(batch));
-    int rc = m ? 0 : -1;
-    if (m) m->n = 0;
-    for (int i = 0; m && i < b->n; i++) {
-        redisReply *p = b->rep[i];
-        relayKey *k = &r->keys[i];
-        if (!p || p->type != REDIS_REPLY_ARRAY || p->elements != 2 ||
-            p->element[1]->type != REDIS_REPLY_STRING || p->element[1]->len != k->n * 4) {
+    int rc = psAccumPull(r->up, it->up, (size_t)r->nkeys) == PS_OK ? 0 : -1;
+    int m = 0;
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *p = &it->up[i];
+        if (p->status != PS_OK) {
             rc = -1;
             continue;
         }
-        snprintf(vbuf[i], sizeof(vbuf[i]), "%lld", p->element[0]->integer);
-        if (i == 0) r->st.up_version = (uint64_t)p->element[0]->integer;
-        margv[i][0] = "PS.MIRROR", margv[i][1] = k->name, margv[i][2] = vbuf[i];
-        margv[i][3] = p->element[1]->str;
-        margl[i][0] = 9, margl[i][1] = strlen(k->name), margl[i][2] = strlen(vbuf[i]);
-        margl[i][3] = p->element[1]->len;
-        int j = m->n++;
-        m->keys[j] = k->name, m->argc[j] = 4, m->argv[j] = margv[i], m->argl[j] = margl[i];
-        m->idx[j] = i;
+        if (i == 0) r->st.up_version = p->version;
+        psAccumItem *x = &it->loc[m++];
+        memset(x, 0, sizeof(*x));
+        x->key = p->key;
+        x->n = p->n;
+        x->data = p->dst;
+        x->version = p->version;
     }
-    if (m && m->n && psCommandBatchArgv(r->local, m->n, m->keys, m->argc, m->argv, m->argl,
-                                        m->rep) >= 0) {
-        for (int j = 0; j < m->n; j++) {
-            if (m->rep[j] && m->rep[j]->type == REDIS_REPLY_INTEGER)
-                r->keys[m->idx[j]].mirror_version = (uint64_t)m->rep[j]->integer;
-            else rc = -1;
-            if (m->rep[j]) freeReplyObject(m->rep[j]);
-        }
-    } else if (m && m->n) {
-        rc = -1;
+    if (m && psAccumMirror(r->local, it->loc, (size_t)m) != PS_OK) rc = -1;
+    for (int j = 0, i = 0; j < m; j++) {
+        while (i < r->nkeys && strcmp(r->keys[i].name, it->loc[j].key)) i++;
+        if (i < r->nkeys && it->loc[j].status == PS_OK) r->keys[i].mirror_version = it->loc[j].version;
+        else rc = -1;
     }
-    for (int i = 0; i < b->n; i++)
-        if (b->rep[i]) freeReplyObject(b->rep[i]);
-    free(m);
     if (rc == 0) r->st.pulls++;
     r->last_pull_ms = mono_ms();
     return rc;
@@ -319,13 +329,20 @@ static int pull_and_mirror(relay *r, batch *b) {
 static void progress(relay *r, const char *what) {
     const relayStats *s = &r->st;
     double saved = s->bytes_local ? 100.0 * (1.0 - (double)s->bytes_up / (double)s->bytes_local) : 0;
+    uint64_t backlog = 0;
+    for (int i = 0; i < r->nkeys; i++)
+        if (r->keys[i].backlog > backlog) backlog = r->keys[i].backlog;
     fprintf(stdout,
             "[relay %s] %s%.1fs | local pushes in %" PRIu64 " | upstream pushes out %" PRIu64
-            " (resent %" PRIu64 ", rounds not of N %" PRIu64 ") | bytes in %.1f MB out %.1f MB "
-            "saved %.1f%% | upstream version %" PRIu64 " | upstream staleness %.2f\n",
+            " (resent %" PRIu64 ", rounds not of N %" PRIu64 ", split parts %" PRIu64
+            ", largest take %" PRIu64 ", largest push %" PRIu64 ") | backlog %" PRIu64
+            " of %lld%s (full %" PRIu64 "x) | bytes in %.1f MB out %.1f MB saved %.1f%% | "
+            "upstream version %" PRIu64 " | upstream staleness %.2f\n",
             r->o->name, what, (double)(mono_ms() - r->start_ms) / 1000.0, s->local_pushes,
-            s->up_pushes, s->resends, s->uneven_rounds, (double)s->bytes_local / 1e6,
-            (double)s->bytes_up / 1e6, saved,
+            s->up_pushes, s->resends, s->uneven_rounds, s->split_parts, s->largest_take,
+            s->largest_part, backlog, r->max_backlog,
+            r->max_backlog && backlog >= (uint64_t)r->max_backlog ? " FULL: workers paused" : "",
+            s->backlog_full, (double)s->bytes_local / 1e6, (double)s->bytes_up / 1e6, saved,
             s->up_version, s->up_pushes ? (double)s->stale_sum / (double)s->up_pushes : 0.0);
     fflush(stdout);
 }
@@ -341,29 +358,11 @@ static long long take_mincount(const relay *r, long long now) {
     return o->every_pushes > 0 ? o->every_pushes : (1LL << 62);
 }
 
-/* Fills 'tk' with PS.TAKE key MINCOUNT 'minb' SEQFLOOR 'floorb' for every
- * key and runs it on the local server. 0, or -1 when nothing came back. */
-static int take_all(relay *r, batch *tk, const char *minb, const char *floorb) {
-    static const char *targv[RELAY_MAX_KEYS][6];
-    static size_t targl[RELAY_MAX_KEYS][6];
-    tk->n = 0;
-    for (int i = 0; i < r->nkeys; i++) {
-        const char **a = targv[i];
-        a[0] = "PS.TAKE", a[1] = r->keys[i].name, a[2] = "MINCOUNT", a[3] = minb;
-        a[4] = "SEQFLOOR", a[5] = floorb;
-        for (int j = 0; j < 6; j++) targl[i][j] = strlen(a[j]);
-        tk->keys[i] = r->keys[i].name, tk->argc[i] = 6, tk->argv[i] = a, tk->argl[i] = targl[i];
-        tk->idx[i] = i;
-        tk->n++;
-    }
-    return psCommandBatchArgv(r->local, tk->n, tk->keys, tk->argc, tk->argv, tk->argl, tk->rep) < 0
-               ? -1
-               : 0;
-}
-
-static void free_replies(batch *b) {
-    for (int i = 0; i < b->n; i++)
-        if (b->rep[i]) freeReplyObject(b->rep[i]);
+/* PS.TAKE key MINCOUNT 'min' SEQFLOOR f MAXROUND r MAXBACKLOG b for every
+ * key on the local server. 0, or -1 when some take got no reply. */
+static int take_all(relay *r, relayItems *it, long long min) {
+    psAccumTakeOpts t = {(uint64_t)min, r->seqfloor, (uint64_t)r->max_round, r->max_backlog};
+    return psAccumTake(r->local, it->take, (size_t)r->nkeys, &t) == PS_OK ? 0 : -1;
 }
 
 /* Whether a round is due: a pending slot is there (to resend), or enough
@@ -373,151 +372,238 @@ static void free_replies(batch *b) {
  * A round is decided once for all keys, so a worker's push of the whole
  * model lands in one upstream push per round and one pull follows it (not
  * one per key). A peek is a PS.TAKE whose MINCOUNT cannot be met: it
- * changes nothing. Sets *summed when any key has something summed. */
-static int round_due(relay *r, batch *tk, long long need, int *summed) {
-    static char peekb[24], floorb[24];
-    snprintf(peekb, sizeof(peekb), "%lld", 1LL << 62);
-    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
-    if (take_all(r, tk, peekb, floorb) != 0) return 0;
+ * changes nothing (but sets MAXBACKLOG the first time). Sets each key's
+ * 'summed' and 'backlog' and *summed when any key has something summed. */
+static int round_due(relay *r, relayItems *it, long long need, int *summed) {
+    if (take_all(r, it, 1LL << 62) != 0) return 0;
     long long most = 0, least = 1LL << 62;
     int pending = 0;
-    for (int i = 0; i < tk->n; i++) {
-        const redisReply *t = tk->rep[i];
-        if (t && t->type == REDIS_REPLY_ARRAY) pending = 1;
-        if (t && t->type == REDIS_REPLY_INTEGER && t->integer > most) most = t->integer;
-        if (t && t->type == REDIS_REPLY_INTEGER && t->integer < least) least = t->integer;
-        if (t && t->type == REDIS_REPLY_ERROR) pending = 1; /* the take below reports it */
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *t = &it->take[i];
+        relayKey *k = &r->keys[i];
+        if (t->status != PS_OK) {
+            pending = 1; /* the take below reports it */
+        } else if (t->count) {
+            pending = 1;
+            k->summed = -1;
+            k->backlog = t->total;
+        } else {
+            k->summed = (long long)t->summed;
+            k->backlog = t->summed;
+            if (k->summed > most) most = k->summed;
+            if (k->summed < least) least = k->summed;
+        }
+        if (r->max_backlog && k->backlog >= (uint64_t)r->max_backlog) r->st.backlog_full++;
     }
-    free_replies(tk);
+    psAccumItemsRelease(it->take, (size_t)r->nkeys);
+    /* Announce a full backlog (the workers are refused): the first time of an
+     * episode, at most every 5 s (a relay that keeps falling behind would
+     * say it every round), with how many episodes the line stands for. */
+    uint64_t worst = 0;
+    for (int i = 0; i < r->nkeys; i++)
+        if (r->keys[i].backlog > worst) worst = r->keys[i].backlog;
+    const int full = r->max_backlog && worst >= (uint64_t)r->max_backlog;
+    if (full && !r->full_said) {
+        r->full_episodes++;
+        const long long t = mono_ms();
+        if (r->last_full_say_ms == 0 || t - r->last_full_say_ms >= 5000) {
+            say(r, "local backlog full (%" PRIu64 " of MAXBACKLOG %lld gradients; %" PRIu64
+                   " time%s since the last such line): the local workers' pushes are refused "
+                   "(they wait) until it goes upstream in parts of at most %lld",
+                worst, r->max_backlog, r->full_episodes, r->full_episodes == 1 ? "" : "s",
+                r->max_round);
+            r->last_full_say_ms = t;
+            r->full_episodes = 0;
+        }
+    }
+    r->full_said = full;
     *summed = most > 0;
     /* need 1 is a closing round (timeout, stop): whatever any key has. */
     long long have = r->o->sync && need > 1 ? least : most;
     return pending || (most > 0 && have >= need);
 }
 
+/* Sleeps on the local server (PS.TAKEWAIT) until a round may be due: on
+ * the key that decides it (sync: the one with the fewest pushes summed;
+ * async: the one with the most), for the round's count, at most until the
+ * round's time is up, the next pull or progress line, or --poll-ms. */
+static void wait_for_round(relay *r, long long need, long long now) {
+    const relayOpts *o = r->o;
+    long long timeout = o->poll_ms;
+    int pick = 0;
+    long long min = 1;
+    if (r->round_start_ms >= 0) {
+        long long limit = o->sync ? o->round_timeout_ms : o->every_ms;
+        long long left = r->round_start_ms + limit - now;
+        if (left < timeout) timeout = left;
+        for (int i = 1; i < r->nkeys; i++)
+            if (o->sync ? r->keys[i].summed < r->keys[pick].summed
+                        : r->keys[i].summed > r->keys[pick].summed)
+                pick = i;
+        min = need;
+    }
+    if (!o->sync) {
+        long long left = r->last_pull_ms + o->pull_ms - now;
+        if (left < timeout) timeout = left;
+    }
+    if (o->progress_ms > 0) {
+        long long left = r->last_progress_ms + o->progress_ms - now;
+        if (left < timeout) timeout = left;
+    }
+    if (timeout < 1) timeout = 1;
+    if (min < 1) min = 1;
+    r->st.waits++;
+    if (psAccumWait(r->local, r->keys[pick].name, (uint64_t)min, (int)timeout) < 0)
+        sleep_ms(timeout); /* an error: the takes report it */
+}
+
 /* One cycle over every key. Returns the number of upstream pushes
  * acknowledged, 0 when nothing was due, -1 on a fatal error. */
-static int cycle(relay *r, batch *tk, batch *pu, batch *ak) {
-    static char floorb[32];
+static int cycle(relay *r, relayItems *it) {
     long long now = mono_ms();
     int summed = 0;
-    const int due = round_due(r, tk, take_mincount(r, now), &summed);
+    const long long need = take_mincount(r, now);
+    const int due = round_due(r, it, need, &summed);
     if (summed && r->round_start_ms < 0) r->round_start_ms = now;
-    if (!due) return 0;
-    snprintf(floorb, sizeof(floorb), "%" PRIu64, r->seqfloor);
-    if (take_all(r, tk, "1", floorb) != 0) return 0;
-    static const char *pargv[RELAY_MAX_KEYS][7];
-    static size_t pargl[RELAY_MAX_KEYS][7];
-    static char seqb[RELAY_MAX_KEYS][24];
-    static float *meanbuf[RELAY_MAX_KEYS];
-    uint64_t counts[RELAY_MAX_KEYS];
-    int fatal = 0;
-    pu->n = 0;
-    for (int i = 0; i < tk->n; i++) {
-        redisReply *t = tk->rep[i];
-        if (!t) continue;
-        if (t->type == REDIS_REPLY_INTEGER) continue;
-        if (t->type == REDIS_REPLY_ERROR) {
-            say(r, "PS.TAKE %s: %s", r->keys[i].name, t->str);
-            fatal = 1;
-            continue;
-        }
-        if (t->type != REDIS_REPLY_ARRAY || t->elements != 3 ||
-            t->element[2]->len != r->keys[i].n * 4) {
-            say(r, "PS.TAKE %s: unexpected reply", r->keys[i].name);
-            fatal = 1;
-            continue;
-        }
-        relayKey *k = &r->keys[i];
-        const redisReply *blob = t->element[2];
-        counts[i] = (uint64_t)t->element[1]->integer;
-        snprintf(seqb[i], sizeof(seqb[i]), "%lld", t->element[0]->integer);
-        const char *data = blob->str;
-        if (r->o->mean) {
-            /* The mean of the count pushes: each element divided once. */
-            float *mb = realloc(meanbuf[i], blob->len);
-            if (!mb) return -1;
-            meanbuf[i] = mb;
-            memcpy(mb, blob->str, blob->len);
-            for (uint64_t e = 0; e < k->n; e++) mb[e] = mb[e] / (float)counts[i];
-            data = (const char *)mb;
-        }
-        const char **a = pargv[i];
-        a[0] = "PS.PUSHGRAD", a[1] = k->name, a[2] = data, a[3] = "ID", a[4] = r->o->name;
-        a[5] = seqb[i];
-        for (int j = 0; j < 6; j++) pargl[i][j] = j == 2 ? blob->len : strlen(a[j]);
-        int j = pu->n++;
-        pu->keys[j] = k->name, pu->argc[j] = 6, pu->argv[j] = a, pu->argl[j] = pargl[i];
-        pu->idx[j] = i;
+    if (!due) {
+        if (!Stop) wait_for_round(r, need, now);
+        return 0;
     }
-    for (int j = 0; r->o->sync && j < pu->n; j++)
-        if (counts[pu->idx[j]] != (uint64_t)r->o->workers) {
+    if (take_all(r, it, 1) != 0) { /* no reply: what was taken is resent next cycle */
+        psAccumItemsRelease(it->take, (size_t)r->nkeys);
+        return 0;
+    }
+    int fatal = 0, npu = 0;
+    for (int i = 0; i < r->nkeys; i++) {
+        const psAccumItem *t = &it->take[i];
+        relayKey *k = &r->keys[i];
+        if (t->status == PS_ERR_SERVER || t->status == PS_ERR_PROTOCOL) {
+            say(r, "PS.TAKE %s: %s", k->name, t->err);
+            fatal = 1;
+            continue;
+        }
+        if (t->status != PS_OK || t->count == 0) continue;
+        k->part = t->count;
+        k->seq = t->seq;
+        if (t->total > r->st.largest_take) r->st.largest_take = t->total;
+        if (t->count > r->st.largest_part) r->st.largest_part = t->count;
+        const float *data = t->sum;
+        if (r->o->mean || t->count != t->total) {
+            /* The mean of the total pushes (each element divided once), or
+             * this part's share of the sum: count / total of it, so the
+             * parts add up to the sum and none carries more than MAXROUND
+             * gradients. A whole sum is sent as it is (bit for bit). */
+            float *mb = realloc(k->buf, k->n * sizeof(float));
+            if (!mb) return -1;
+            k->buf = mb;
+            const float tot = (float)t->total, part = (float)t->count;
+            if (r->o->mean)
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = t->sum[e] / tot;
+            else
+                for (uint64_t e = 0; e < k->n; e++) mb[e] = t->sum[e] * part / tot;
+            data = mb;
+        }
+        if (t->count != t->total) r->st.split_parts++;
+        psAccumItem *x = item_for(r, it, it->up, npu++, i);
+        x->data = data;
+        x->seq = k->seq;
+    }
+    for (int j = 0; r->o->sync && j < npu; j++)
+        if (r->keys[it->idx[j]].part != (uint64_t)r->o->workers) {
             r->st.uneven_rounds++;
             break;
         }
-    if (pu->n) fault_point(r, "take");
+    if (npu) fault_point(r, "take");
     int acked = 0;
-    if (pu->n && psCommandBatchArgv(r->up, pu->n, pu->keys, pu->argc, pu->argv, pu->argl,
-                                    pu->rep) >= 0) {
+    if (npu) {
+        psAccumForward(r->up, it->up, (size_t)npu);
         fault_point(r, "push");
-        static const char *aargv[RELAY_MAX_KEYS][3];
-        static size_t aargl[RELAY_MAX_KEYS][3];
-        ak->n = 0;
-        for (int j = 0; j < pu->n; j++) {
-            redisReply *p = pu->rep[j];
-            int i = pu->idx[j];
+        int nak = 0;
+        int *akidx = malloc((size_t)npu * sizeof(int));
+        if (!akidx) return -1;
+        for (int j = 0; j < npu; j++) {
+            const psAccumItem *p = &it->up[j];
+            const int i = it->idx[j];
             relayKey *k = &r->keys[i];
-            if (!p) { /* no answer: the slot stays pending and is resent next cycle */
-                long long t = mono_ms();
-                if (t - r->last_warn_ms >= 1000) {
-                    say(r, "upstream push of %s: %s (kept pending, retried)", k->name,
-                        r->up->errstr[0] ? r->up->errstr : "no reply");
-                    r->last_warn_ms = t;
-                }
-                continue;
-            }
-            if (p->type == REDIS_REPLY_ERROR) {
+            if (p->status == PS_ERR_SERVER) {
                 /* ERR and WRONGTYPE do not pass by themselves; the rest
                  * (STALE, BUSY, OOM, ...) may. */
-                const ps_proto_error cls = ps_proto_error_class(p->str, p->len);
+                const ps_proto_error cls = ps_proto_error_class(p->err, strlen(p->err));
                 const int bad = ps_proto_error_is_err(cls) || cls == PS_PROTO_ERR_WRONGTYPE;
-                say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->str,
+                say(r, "upstream PS.PUSHGRAD %s: %s%s", k->name, p->err,
                     !bad ? " (kept pending, retried)"
                          : " (kept pending; fix the upstream tensor and restart the relay)");
                 if (bad) fatal = 1;
-            } else if (p->type == REDIS_REPLY_INTEGER) {
-                uint64_t v = (uint64_t)p->integer;
+            } else if (p->status != PS_OK) {
+                /* no answer: the slot stays pending and is resent next cycle */
+                long long t = mono_ms();
+                if (t - r->last_warn_ms >= 1000) {
+                    say(r, "upstream push of %s: %s (kept pending, retried)", k->name,
+                        r->up->errstr[0] ? r->up->errstr : p->err[0] ? p->err : "no reply");
+                    r->last_warn_ms = t;
+                }
+            } else {
+                const uint64_t v = p->version;
                 r->st.stale_sum += v > k->mirror_version + 1 ? v - k->mirror_version - 1 : 0;
-                r->st.local_pushes += counts[i];
-                r->st.bytes_local += counts[i] * k->n * 4;
+                r->st.local_pushes += k->part;
+                r->st.bytes_local += k->part * k->n * 4;
                 r->st.bytes_up += k->n * 4;
-                const char **a = aargv[i];
-                a[0] = "PS.TAKEACK", a[1] = k->name, a[2] = seqb[i];
-                for (int m = 0; m < 3; m++) aargl[i][m] = strlen(a[m]);
-                int m = ak->n++;
-                ak->keys[m] = k->name, ak->argc[m] = 3, ak->argv[m] = a, ak->argl[m] = aargl[i];
-                ak->idx[m] = i;
+                akidx[nak++] = i;
             }
         }
-        if (ak->n && psCommandBatchArgv(r->local, ak->n, ak->keys, ak->argc, ak->argv, ak->argl,
-                                        ak->rep) >= 0) {
-            for (int m = 0; m < ak->n; m++) {
-                redisReply *a = ak->rep[m];
-                if (a && a->type == REDIS_REPLY_INTEGER) {
-                    acked++;
-                    r->st.up_pushes++;
-                    if (a->integer == 0) r->st.resends++;
-                }
-                if (a) freeReplyObject(a);
+        for (int m = 0; m < nak; m++) item_for(r, it, it->loc, m, akidx[m])->seq = r->keys[akidx[m]].seq;
+        free(akidx);
+        if (nak) {
+            psAccumAck(r->local, it->loc, (size_t)nak);
+            for (int m = 0; m < nak; m++) {
+                if (it->loc[m].status != PS_OK) continue;
+                acked++;
+                r->st.up_pushes++;
+                if (it->loc[m].acked == 0) r->st.resends++;
             }
             fault_point(r, "ack");
         }
-        for (int j = 0; j < pu->n; j++)
-            if (pu->rep[j]) freeReplyObject(pu->rep[j]);
     }
-    free_replies(tk);
+    psAccumItemsRelease(it->take, (size_t)r->nkeys);
     if (acked) r->round_start_ms = -1;
     return fatal ? -1 : acked;
+}
+
+/* The defaults of --max-backlog and --max-round (relay.h). */
+static void round_bounds(relay *r) {
+    const relayOpts *o = r->o;
+    long long round = o->sync ? o->workers : o->every_pushes; /* 0: time only */
+    r->max_round = o->max_round >= 0 ? o->max_round : (o->sync ? round : 2 * round);
+    r->max_backlog = o->max_backlog >= 0 ? o->max_backlog : (round ? 4 * round : 64);
+}
+
+/* ps-relay --status: the local tensors' persisted round counters. */
+static int print_status(relay *r) {
+    int bad = 0;
+    printf("%-24s %8s %8s %10s %6s %6s %8s %8s %9s %8s\n", "key", "takes", "rounds", "forwarded",
+           "min", "max", "backlog", "max_bl", "refusals", "pending");
+    for (int i = 0; i < r->nkeys; i++) {
+        psKeyInfo ki;
+        const char *why;
+        if (tensor_info(r->local, r->keys[i].name, &ki, &why) != 0) {
+            printf("%-24s %s\n", r->keys[i].name, why);
+            bad = 1;
+            continue;
+        }
+        if (ps_proto_optim_parse(ki.optimizer, strlen(ki.optimizer)) != PS_PROTO_OPT_ACCUM) {
+            printf("%-24s not an ACCUM tensor (%s)\n", r->keys[i].name, ki.optimizer);
+            bad = 1;
+            continue;
+        }
+        printf("%-24s %8llu %8llu %10llu %6llu %6llu %8llu %8llu %9llu %8llu\n", r->keys[i].name,
+               (unsigned long long)ki.relay_takes, (unsigned long long)ki.relay_rounds,
+               (unsigned long long)ki.relay_forwarded, (unsigned long long)ki.relay_round_min,
+               (unsigned long long)ki.relay_round_max, (unsigned long long)ki.backlog,
+               (unsigned long long)ki.max_backlog, (unsigned long long)ki.backlog_refusals,
+               (unsigned long long)ki.pending_parts);
+    }
+    fflush(stdout);
+    return bad ? 1 : 0;
 }
 
 int relay_run(const relayOpts *o) {
@@ -527,6 +613,7 @@ int relay_run(const relayOpts *o) {
     r.fault = getenv("PS_RELAY_FAULT");
     r.round_start_ms = -1;
     r.start_ms = r.last_progress_ms = mono_ms();
+    round_bounds(&r);
     r.seqfloor = ps_wall_us();
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa;
@@ -536,18 +623,25 @@ int relay_run(const relayOpts *o) {
     sigaction(SIGTERM, &sa, NULL);
 
     int rc = 1;
-    batch *b[3] = {malloc(sizeof(batch)), malloc(sizeof(batch)), malloc(sizeof(batch))};
-    r.keys = calloc(RELAY_MAX_KEYS, sizeof(relayKey));
+    relayItems items;
+    memset(&items, 0, sizeof(items));
     psOptions opt = {0};
     opt.client_id = o->name;
     r.local = psConnect(o->local, &opt);
-    r.up = psConnect(o->upstream, &opt);
-    if (!b[0] || !b[1] || !b[2] || !r.keys || !r.local || !r.up) {
+    r.up = o->status ? NULL : psConnect(o->upstream, &opt);
+    if (!r.local || (!o->status && !r.up)) {
         say(&r, "out of memory");
         goto out;
     }
     if (r.local->err) {
         say(&r, "--local %s: %s", o->local, r.local->errstr);
+        goto out;
+    }
+    if (o->status) {
+        /* The keys as given, or matched on the local server. */
+        r.up = r.local;
+        rc = find_keys(&r) != 0 ? 2 : print_status(&r);
+        r.up = NULL;
         goto out;
     }
     if (r.up->err) {
@@ -561,24 +655,31 @@ int relay_run(const relayOpts *o) {
     for (int i = 0; i < r.nkeys; i++)
         if ((rc = setup_key(&r, &r.keys[i])) != 0) goto out;
     rc = 1;
-    if (pull_and_mirror(&r, b[0]) != 0) {
+    if (items_init(&r, &items) != 0) {
+        say(&r, "out of memory");
+        goto out;
+    }
+    if (pull_and_mirror(&r, &items) != 0) {
         say(&r, "the first upstream pull failed: %s", r.up->err ? r.up->errstr : "bad reply");
         goto out;
     }
-    printf("[relay %s] relaying %d keys from %s to %s, %s, sending the %s, seq floor %" PRIu64 "\n",
+    printf("[relay %s] relaying %d keys from %s to %s, %s, sending the %s, seq floor %" PRIu64
+           ", at most %lld gradients per upstream push%s, local backlog bound %lld%s\n",
            o->name, r.nkeys, o->local, o->upstream, o->sync ? "sync rounds" : "async",
-           o->mean ? "mean" : "sum", r.seqfloor);
+           o->mean ? "mean" : "sum", r.seqfloor, r.max_round, r.max_round ? "" : " (no bound)",
+           r.max_backlog, r.max_backlog ? "" : " (none)");
     fflush(stdout);
     for (;;) {
         int stopping = Stop;
-        int n = cycle(&r, b[0], b[1], b[2]);
+        int n = cycle(&r, &items);
         if (n < 0) goto out;
         long long now = mono_ms();
         /* Sync: the local version moves only after a forwarded round, so a
          * worker waiting for the version above its model's (ps-train
          * --sync-rounds, MINVERSION) wakes when its own round is upstream,
          * never on a periodic pull of the other relays' progress. */
-        if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms)) pull_and_mirror(&r, b[0]);
+        if (n > 0 || (!o->sync && now - r.last_pull_ms >= o->pull_ms))
+            pull_and_mirror(&r, &items);
         if (o->progress_ms > 0 && now - r.last_progress_ms >= o->progress_ms) {
             progress(&r, "");
             r.last_progress_ms = now;
@@ -586,15 +687,14 @@ int relay_run(const relayOpts *o) {
         /* Stopping: one more cycle took everything summed (MINCOUNT 1); stop
          * once a cycle forwards nothing. */
         if (stopping && n == 0) break;
-        if (n == 0) sleep_ms(o->poll_ms);
     }
     progress(&r, "stopped after ");
     rc = 0;
 out:
     psClientFree(r.local);
     psClientFree(r.up);
-    for (int i = 0; r.keys && i < r.nkeys; i++) free(r.keys[i].name);
+    for (int i = 0; r.keys && i < r.nkeys; i++) free(r.keys[i].name), free(r.keys[i].buf);
     free(r.keys);
-    for (int i = 0; i < 3; i++) free(b[i]);
+    items_free(&items, r.nkeys);
     return rc;
 }

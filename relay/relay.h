@@ -6,14 +6,25 @@
  *
  * One cycle, per key (docs/design.md "Tree topology: exactly once across
  * relay crashes"):
- *   1. PS.TAKE key MINCOUNT k SEQFLOOR f     local: the sum becomes pending
- *                                            (or the pending slot is answered again)
- *   2. PS.PUSHGRAD key sum ID <name> <seq>   upstream: applied once per seq
- *   3. PS.TAKEACK key seq                    local: the slot is dropped
+ *   0. PS.TAKEWAIT key MINCOUNT k TIMEOUT t  local: sleep until a round may be due
+ *   1. PS.TAKE key MINCOUNT k SEQFLOOR f MAXROUND r MAXBACKLOG b
+ *                                            local: the sum becomes pending, split
+ *                                            into parts of at most r gradients (or
+ *                                            the next pending part is answered again)
+ *   2. PS.PUSHGRAD key part ID <name> <seq>  upstream: applied once per seq; the part
+ *                                            is the sum scaled by part / count
+ *   3. PS.TAKEACK key seq                    local: the part is acknowledged (the
+ *                                            slot dropped with its last part)
  *   4. PS.PULL key / PS.MIRROR key v data    upstream -> local
  * A relay killed anywhere in 1-3 finds the slot again at 1 after its restart
- * and resends it with the same seq, which the upstream exactly-once table
- * answers without applying it twice.
+ * and resends its next part with the same seq, which the upstream
+ * exactly-once table answers without applying it twice.
+ *
+ * Backpressure: MAXBACKLOG b makes the local server refuse a worker's push
+ * (BACKLOG, which libps waits on and resends) while b gradients wait for
+ * this relay, so workers pause while it is down instead of training on a
+ * frozen model; a backlog that exists anyway (a restart) goes upstream in
+ * parts of at most r gradients each.
  *
  * Sees libps's public header and common/ only. */
 
@@ -23,8 +34,6 @@
 #include <stdint.h>
 
 #include <redis-ps/ps.h>
-
-#define RELAY_MAX_KEYS 4096
 
 /* What the command line sets (ps-relay.c); 0 / NULL means the default. */
 typedef struct relayOpts {
@@ -42,7 +51,12 @@ typedef struct relayOpts {
     int mean;               /* forward the mean instead of the sum */
     long pull_ms;           /* async: pull upstream at least this often (default 200);
                                sync mirrors after each forwarded round only */
-    long poll_ms;           /* idle poll of the local tensors (default 2) */
+    long poll_ms;           /* longest single PS.TAKEWAIT while idle (default 100) */
+    long max_backlog;       /* MAXBACKLOG of the local tensors; -1: 4 rounds (sync 4 x
+                               --workers, async 4 x --every-pushes, time only 64) */
+    long max_round;         /* MAXROUND: most gradients per upstream push; -1: sync
+                               --workers, async 2 x --every-pushes, time only none (0) */
+    int status;             /* print the local tensors' round counters and exit */
     long progress_ms;       /* progress line period (default 2000, 0: none) */
 } relayOpts;
 
@@ -59,6 +73,12 @@ typedef struct relayStats {
     uint64_t uneven_rounds; /* sync: rounds with other than --workers pushes on some key
                                (closed short by the round timeout or a stop, or more:
                                workers that do not wait for their round) */
+    uint64_t split_parts;   /* upstream pushes that were a part of a take split by MAXROUND */
+    uint64_t largest_take;  /* most gradients one take carried (before splitting) */
+    uint64_t largest_part;  /* most gradients one upstream push carried */
+    uint64_t backlog_full;  /* peeks that found a key's backlog at MAXBACKLOG: its
+                               workers were being refused (paused) */
+    uint64_t waits;         /* PS.TAKEWAIT calls (instead of polling) */
 } relayStats;
 
 /* Runs the relay until SIGINT/SIGTERM (then forwards what is summed and

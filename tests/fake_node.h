@@ -44,6 +44,7 @@ typedef struct fake {
     int moved_limit;            /* > 0: only the first this many GETs answer MOVED */
     int moved_sent;
     int tryagain;               /* GETs answer TRYAGAIN this many times */
+    int backlog;                /* then BACKLOG this many times (a relay's full ACCUM tensor) */
     int clusterdown;            /* GETs always answer CLUSTERDOWN */
     int drop_get;               /* the first this many GETs close the connection */
     int drop_wait;              /* the first this many WAITs close the connection */
@@ -133,6 +134,9 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
         } else if (f->tryagain > 0) {
             f->tryagain--;
             out(f, fd, "-TRYAGAIN Multiple keys request during rehashing of slot\r\n");
+        } else if (f->backlog > 0) {
+            f->backlog--;
+            out(f, fd, "-BACKLOG the ACCUM tensor holds MAXBACKLOG gradients\r\n");
         } else if (f->clusterdown) {
             out(f, fd, "-CLUSTERDOWN The cluster is down\r\n");
         } else {

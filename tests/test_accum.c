@@ -53,7 +53,7 @@ static void test_take_is_idempotent_until_acked_and_then_starts_the_next_seq(voi
     (void)st;
     uint64_t d[1] = {6};
     PSTensor *t = mk_accum(1, d);
-    assert_int_equal(PSAccum_Take(t, 1, 0), PS_TAKE_SHORT); /* nothing summed */
+    assert_int_equal(PSAccum_Take(t, 1, 0, 0), PS_TAKE_SHORT); /* nothing summed */
     float g[6], h[6], first[6];
     fill(g, 6, -1, 1);
     fill(h, 6, -1, 1);
@@ -61,7 +61,7 @@ static void test_take_is_idempotent_until_acked_and_then_starts_the_next_seq(voi
     PSPushResult r;
     assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
     assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
-    assert_int_equal(PSAccum_Take(t, 1, 0), PS_TAKE_NEW);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 0), PS_TAKE_NEW);
     assert_int_equal(t->acc.seq, 1);
     assert_int_equal(t->acc.pend_count, 2);
     assert_int_equal(t->acc.count, 0);
@@ -69,7 +69,7 @@ static void test_take_is_idempotent_until_acked_and_then_starts_the_next_seq(voi
     memcpy(first, t->acc.pend->v, sizeof(first));
     /* A push after the take goes to the next sum, not into the slot. */
     assert_int_equal(PSTensor_Push(t, &q, &r), PST_OK);
-    assert_int_equal(PSAccum_Take(t, 1, 0), PS_TAKE_AGAIN);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 0), PS_TAKE_AGAIN);
     assert_int_equal(t->acc.seq, 1);
     assert_int_equal(t->acc.pend_count, 2);
     assert_bits_equal(t->acc.pend->v, first, 6, "the same slot again");
@@ -79,7 +79,7 @@ static void test_take_is_idempotent_until_acked_and_then_starts_the_next_seq(voi
     assert_int_equal(PSAccum_Ack(t, 1), 1);
     assert_int_equal(PSAccum_Ack(t, 1), 0);
     assert_null(t->acc.pend);
-    assert_int_equal(PSAccum_Take(t, 1, 0), PS_TAKE_NEW);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 0), PS_TAKE_NEW);
     assert_int_equal(t->acc.seq, 2);
     assert_int_equal(t->acc.pend_count, 1);
     assert_bits_equal(t->acc.pend->v, h, 6, "second take holds only the later push");
@@ -93,14 +93,14 @@ static void test_take_waits_for_mincount_and_seqfloor_only_raises_the_seq(void *
     uint64_t d[1] = {3};
     PSTensor *t = mk_accum(1, d);
     push_random(t, 2);
-    assert_int_equal(PSAccum_Take(t, 3, 0), PS_TAKE_SHORT);
+    assert_int_equal(PSAccum_Take(t, 3, 0, 0), PS_TAKE_SHORT);
     assert_int_equal(t->acc.count, 2);
     push_random(t, 1);
-    assert_int_equal(PSAccum_Take(t, 3, 1000), PS_TAKE_NEW);
+    assert_int_equal(PSAccum_Take(t, 3, 1000, 0), PS_TAKE_NEW);
     assert_int_equal(t->acc.seq, 1000);
     assert_int_equal(PSAccum_Ack(t, 1000), 1);
     push_random(t, 1);
-    assert_int_equal(PSAccum_Take(t, 1, 10), PS_TAKE_NEW); /* a lower floor: seq + 1 */
+    assert_int_equal(PSAccum_Take(t, 1, 10, 0), PS_TAKE_NEW); /* a lower floor: seq + 1 */
     assert_int_equal(t->acc.seq, 1001);
     PSTensor_Free(t);
 }
@@ -179,7 +179,7 @@ static void test_accum_state_survives_header_round_trip_and_copy(void **st) {
     uint64_t d[1] = {5};
     PSTensor *t = mk_accum(1, d);
     push_random(t, 2);
-    assert_int_equal(PSAccum_Take(t, 1, 40), PS_TAKE_NEW);
+    assert_int_equal(PSAccum_Take(t, 1, 40, 0), PS_TAKE_NEW);
     push_random(t, 3);
     PSHeader hd, back;
     PSHeader_FromTensor(t, &hd);
@@ -188,7 +188,7 @@ static void test_accum_state_survives_header_round_trip_and_copy(void **st) {
     assert_int_equal(hd.pend_count, 2);
     uint64_t enc[PS_HEADER_MAX_WORDS];
     size_t w = PSHeader_Encode(&hd, enc);
-    assert_int_equal(PSHeader_Decode((const unsigned char *)enc, w * 8, PS_ENCVER_ACCUM, &back), 0);
+    assert_int_equal(PSHeader_Decode((const unsigned char *)enc, w * 8, PS_ENCVER_LATEST, &back), 0);
     uint64_t n;
     assert_null(PSHeader_Check(&back, &n));
     PSTensor *u = PSHeader_ToTensor(&back, n, 1);
@@ -224,6 +224,137 @@ static void test_accum_state_survives_header_round_trip_and_copy(void **st) {
     PSTensor_Free(t);
 }
 
+/* Every part of a take of 'count' in 'parts' parts carries count / parts
+ * gradients or one more, and they add up to count. */
+static void test_parts_are_even_and_add_up(void **st) {
+    (void)st;
+    for (uint64_t count = 1; count < 40; count++)
+        for (uint64_t parts = 1; parts <= count; parts++) {
+            assert_int_equal(PSAccum_PartsBefore(count, parts, 0), 0);
+            assert_int_equal(PSAccum_PartsBefore(count, parts, parts), count);
+            for (uint64_t j = 0; j < parts; j++) {
+                uint64_t p = PSAccum_PartsBefore(count, parts, j + 1) -
+                             PSAccum_PartsBefore(count, parts, j);
+                assert_true(p == count / parts || p == count / parts + 1);
+            }
+        }
+}
+
+static void test_take_splits_by_maxround_and_acks_part_by_part(void **st) {
+    (void)st;
+    uint64_t d[1] = {4};
+    PSTensor *t = mk_accum(1, d);
+    push_random(t, 7);
+    assert_int_equal(PSAccum_Take(t, 1, 30, 3), PS_TAKE_NEW); /* 3 + 2 + 2 under 30, 31, 32 */
+    assert_int_equal(t->acc.pend_parts, 3);
+    assert_int_equal(t->acc.seq, 32);
+    uint64_t seq, part;
+    const uint64_t want[3] = {3, 2, 2};
+    for (int j = 0; j < 3; j++) {
+        assert_int_equal(PSAccum_NextPart(t, &seq, &part), 0);
+        assert_int_equal(seq, 30 + (uint64_t)j);
+        assert_int_equal(part, want[j]);
+        assert_int_equal(PSAccum_Take(t, 1, 0, 3), PS_TAKE_AGAIN);
+        assert_int_equal(PSAccum_Backlog(t), 7 - PSAccum_PartsBefore(7, 3, (uint64_t)j));
+        assert_int_equal(PSAccum_Ack(t, seq + 1), 0); /* not the next one */
+        assert_int_equal(PSAccum_Ack(t, seq), 1);
+        assert_int_equal(PSAccum_Ack(t, seq), 0); /* repeated */
+    }
+    assert_int_equal(PSAccum_NextPart(t, &seq, &part), -1);
+    assert_null(t->acc.pend);
+    assert_int_equal(t->acc.takes, 1);
+    assert_int_equal(t->acc.rounds, 3);
+    assert_int_equal(t->acc.forwarded, 7);
+    assert_int_equal(t->acc.round_max, 3);
+    assert_int_equal(t->acc.round_min, 2);
+    /* Within MAXROUND, or without one: a single part. */
+    push_random(t, 3);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 3), PS_TAKE_NEW);
+    assert_int_equal(t->acc.pend_parts, 1);
+    assert_int_equal(t->acc.seq, 33);
+    PSTensor_Free(t);
+}
+
+static void test_maxbacklog_refuses_pushes_until_parts_are_acknowledged(void **st) {
+    (void)st;
+    uint64_t d[1] = {4};
+    PSTensor *t = mk_accum(1, d);
+    t->acc.max_backlog = 3;
+    push_random(t, 3);
+    float g[4] = {1, 2, 3, 4}, before[4];
+    PSPush p = dense(g);
+    PSPushResult r;
+    memcpy(before, t->acc.sum->v, sizeof(before));
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_BACKLOG);
+    assert_int_equal(t->acc.count, 3);
+    assert_bits_equal(t->acc.sum->v, before, 4, "sum untouched");
+    assert_int_equal(t->stats.backlog_refusals, 1);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 2), PS_TAKE_NEW); /* 2 + 1 */
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_ERR_BACKLOG); /* taken is not forwarded */
+    assert_int_equal(PSAccum_Ack(t, 1), 1);
+    assert_int_equal(PSAccum_Backlog(t), 1);
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+    assert_int_equal(PSAccum_Backlog(t), 2);
+    PSTensor_Free(t);
+}
+
+static void test_round_state_survives_the_header_and_an_older_header_has_one_part(void **st) {
+    (void)st;
+    uint64_t d[1] = {4};
+    PSTensor *t = mk_accum(1, d);
+    t->acc.max_backlog = 9;
+    push_random(t, 5);
+    assert_int_equal(PSAccum_Take(t, 1, 0, 2), PS_TAKE_NEW);
+    assert_int_equal(PSAccum_Ack(t, 1), 1);
+    PSHeader hd, back;
+    PSHeader_FromTensor(t, &hd);
+    uint64_t enc[PS_HEADER_MAX_WORDS], n;
+    size_t w = PSHeader_Encode(&hd, enc);
+    assert_int_equal(PSHeader_Decode((const unsigned char *)enc, w * 8, PS_ENCVER_LATEST, &back), 0);
+    assert_null(PSHeader_Check(&back, &n));
+    PSTensor *u = PSHeader_ToTensor(&back, n, 1);
+    assert_non_null(u);
+    assert_int_equal(u->acc.max_backlog, 9);
+    assert_int_equal(u->acc.pend_parts, 3);
+    assert_int_equal(u->acc.pend_done, 1);
+    assert_int_equal(u->acc.rounds, 1);
+    assert_int_equal(u->acc.forwarded, 2);
+    assert_int_equal(u->acc.round_min, 2);
+    PSTensor_Free(u);
+    /* Bad parts or counters are refused. */
+    PSHeader bad = back;
+    bad.pend_done = bad.pend_parts;
+    assert_non_null(PSHeader_Check(&bad, &n));
+    bad = back;
+    bad.pend_parts = bad.pend_count + 1;
+    assert_non_null(PSHeader_Check(&bad, &n));
+    bad = back;
+    bad.acc_round_min = bad.acc_round_max + 1;
+    assert_non_null(PSHeader_Check(&bad, &n));
+    bad = back;
+    bad.optim = PS_OPT_SGD;
+    bad.acc_count = bad.acc_seq = bad.pend_count = bad.pend_parts = bad.pend_done = 0;
+    assert_non_null(PSHeader_Check(&bad, &n)); /* counters on a non-ACCUM tensor */
+    /* The PS_ENCVER_ACCUM layout: a pending take is one part. */
+    PSHeader_FromTensor(t, &hd);
+    hd.pend_parts = hd.pend_done = 0;
+    hd.acc_max_backlog = hd.acc_takes = hd.acc_rounds = hd.acc_forwarded = 0;
+    hd.acc_round_max = hd.acc_round_min = 0;
+    w = PSHeader_Encode(&hd, enc);
+    const size_t old_words = w - (PSHeader_Scalars(PS_ENCVER_LATEST) - PSHeader_Scalars(PS_ENCVER_ACCUM));
+    assert_int_equal(PSHeader_Decode((const unsigned char *)enc, old_words * 8, PS_ENCVER_ACCUM, &back), 0);
+    assert_null(PSHeader_Check(&back, &n));
+    u = PSHeader_ToTensor(&back, n, 1);
+    assert_non_null(u);
+    assert_int_equal(u->acc.pend_parts, 1);
+    uint64_t seq, part;
+    assert_int_equal(PSAccum_NextPart(u, &seq, &part), 0);
+    assert_int_equal(seq, u->acc.seq);
+    assert_int_equal(part, u->acc.pend_count);
+    PSTensor_Free(u);
+    PSTensor_Free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_accum_push_sums_without_stepping_and_keeps_the_version),
@@ -233,6 +364,10 @@ int main(void) {
         cmocka_unit_test(test_accum_refuses_a_push_that_overflows_the_sum_and_changes_nothing),
         cmocka_unit_test(test_mirror_sets_values_and_version_and_never_goes_back),
         cmocka_unit_test(test_accum_state_survives_header_round_trip_and_copy),
+        cmocka_unit_test(test_parts_are_even_and_add_up),
+        cmocka_unit_test(test_take_splits_by_maxround_and_acks_part_by_part),
+        cmocka_unit_test(test_maxbacklog_refuses_pushes_until_parts_are_acknowledged),
+        cmocka_unit_test(test_round_state_survives_the_header_and_an_older_header_has_one_part),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

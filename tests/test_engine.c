@@ -15,6 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "protocol.h"
+
 #include "ps_internal.h"
 #include "wire.h"
 #include "fake_node.h"
@@ -199,6 +201,32 @@ static void test_engine_resends_after_tryagain(void **state) {
     fake_stop(a);
 }
 
+/* BACKLOG (a relay's local ACCUM tensor full): waited on and resent like
+ * TRYAGAIN, counted apart, each wait at most PS_BACKLOG_BACKOFF_CAP_MS. */
+static void test_engine_waits_on_backlog_and_counts_it(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    psClient *c;
+    struct timespec t0, t1;
+    (void)state;
+    a->backlog = 6;
+    o.backoff_ms = 100; /* uncapped, 6 backoffs would sleep 100 + 200 + ... = 6.3 s */
+    c = connect_to(a, &o);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    redisReply *r = psCommand(c, "k1", "GET %s", "k1");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k1");
+    freeReplyObject(r);
+    assert_int_equal(c->stats.backlog_waits, 6);
+    assert_int_equal(c->stats.retries, 6);
+    assert_int_equal(fake_count(a, "GET k1"), 7);
+    long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_true(ms < 6 * 160 + 500);
+    psClientFree(c);
+    fake_stop(a);
+}
+
 static void test_engine_gives_up_after_max_retries_and_the_time_budget(void **state) {
     fake *a = fake_start("A");
     psOptions o = {0};
@@ -334,6 +362,43 @@ static void test_wire_pull_matches_hiredis_formatting(void **state) {
                      (size_t)wl);
     assert_memory_equal(buf, want, (size_t)wl);
     redisFreeCommand(want);
+}
+
+/* The relay's encoders give the bytes hiredis would give for the same argv. */
+static void expect_argv(size_t got, const char *buf, int argc, const char **argv) {
+    size_t argl[16];
+    char *want;
+    for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
+    int wl = redisFormatCommandArgv(&want, argc, argv, argl);
+    assert_int_equal(got, (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+static void test_wire_accum_commands_match_hiredis_formatting(void **state) {
+    char buf[256];
+    (void)state;
+    const uint64_t dims[2] = {784, 128};
+    const char *create[] = {"PS.CREATE", "m:w1", "SHAPE", "784", "128", "OPTIM",
+                            ps_proto_optim_name(PS_PROTO_OPT_ACCUM), "NX"};
+    expect_argv(ps_wire_accum_create("m:w1", 4, 2, dims, buf, sizeof(buf)), buf, 8, create);
+    const char *take[] = {"PS.TAKE", "m:w1", "MINCOUNT", "4611686018427387904", "SEQFLOOR",
+                          "1700000000000000", "MAXROUND", "4", "MAXBACKLOG", "8"};
+    expect_argv(ps_wire_accum_take("m:w1", 4, 1ULL << 62, 1700000000000000ULL, 4, 8, buf,
+                                   sizeof(buf)), buf, 10, take);
+    expect_argv(ps_wire_accum_take("m:w1", 4, 1ULL << 62, 1700000000000000ULL, 4, -1, buf,
+                                   sizeof(buf)), buf, 8, take); /* MAXBACKLOG left out */
+    const char *wait[] = {"PS.TAKEWAIT", "m:w1", "MINCOUNT", "2", "TIMEOUT", "100"};
+    expect_argv(ps_wire_accum_wait("m:w1", 4, 2, 100, buf, sizeof(buf)), buf, 6, wait);
+    const char *ack[] = {"PS.TAKEACK", "m:w1", "17"};
+    expect_argv(ps_wire_accum_ack("m:w1", 4, 17, buf, sizeof(buf)), buf, 3, ack);
+    /* The mirror's head, then the blob and its CRLF. */
+    const char *mirror[] = {"PS.MIRROR", "m:w1", "9", "abcdefgh"};
+    size_t hl = ps_wire_accum_mirror_head("m:w1", 4, 9, 8, buf, sizeof(buf));
+    memcpy(buf + hl, "abcdefgh\r\n", 10);
+    expect_argv(hl + 10, buf, 4, mirror);
+    /* Too small a buffer: the length needed, nothing written past it. */
+    assert_int_equal(ps_wire_accum_ack("m:w1", 4, 17, buf, 4), 39);
 }
 
 /* ========================================================================
@@ -613,11 +678,13 @@ int main(void) {
         cmocka_unit_test(test_engine_sends_asking_before_an_ask_redirect),
         cmocka_unit_test(test_engine_backs_off_through_a_redirect_loop),
         cmocka_unit_test(test_engine_resends_after_tryagain),
+        cmocka_unit_test(test_engine_waits_on_backlog_and_counts_it),
         cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
         cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
         cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
         cmocka_unit_test(test_wire_pushgrad_matches_hiredis_formatting),
         cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
+        cmocka_unit_test(test_wire_accum_commands_match_hiredis_formatting),
         cmocka_unit_test(test_pull_decodes_every_partition_into_place),
         cmocka_unit_test(test_pull_reads_replies_that_arrive_a_byte_at_a_time),
         cmocka_unit_test(test_pull_min_version_waits_above_the_last_pull_and_repulls_after_a_timeout),

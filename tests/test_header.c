@@ -23,7 +23,10 @@ static void test_header_layouts_of_every_encoding_version_so_far_are_todays(void
         assert_int_equal(PSHeader_Scalars(v), 19);
     /* PS_ENCVER_ACCUM adds acc_count, acc_seq, pend_count. */
     assert_int_equal(PSHeader_Scalars(PS_ENCVER_ACCUM), 22);
-    assert_int_equal(PS_HEADER_SCALARS, 22);
+    /* PS_ENCVER_ACCUM_ROUNDS adds acc_max_backlog, pend_parts, pend_done and
+     * the five round counters. */
+    assert_int_equal(PSHeader_Scalars(PS_ENCVER_ACCUM_ROUNDS), 30);
+    assert_int_equal(PS_HEADER_SCALARS, 30);
     assert_int_equal(PS_HP_COUNT, 7);
 }
 

@@ -24,6 +24,7 @@ void print_progress(workCtx *w, int final) {
                RL_NUM("staleness", w->st.win_stale_n ? w->st.win_stale / w->st.win_stale_n : 0.0),
                RL_INT("retries", w->c->stats.retries),
                RL_INT("stale_rejects", w->c->stats.stale_rejects),
+               RL_INT("backlog_waits", w->c->stats.backlog_waits),
                w->degraded[0] ? RL_STR("degraded", w->degraded) : RL_NONE);
     if (w->quiet) goto reset;
     char line[640];
@@ -36,6 +37,12 @@ void print_progress(workCtx *w, int final) {
              w->st.win_stale_n ? w->st.win_stale / w->st.win_stale_n : 0.0,
              (unsigned long long)w->c->stats.retries,
              (unsigned long long)w->c->stats.stale_rejects);
+    if (w->c->stats.backlog_waits) {
+        /* Backpressure: the relay in front of this worker's server was down or behind. */
+        size_t l = strlen(line);
+        snprintf(line + l, sizeof(line) - l, " | backlog waits %llu (relay behind)",
+                 (unsigned long long)w->c->stats.backlog_waits);
+    }
     if (w->degraded[0] || w->c->stats.unreplicated_pushes) {
         size_t l = strlen(line);
         snprintf(line + l, sizeof(line) - l, " | %s %s | unreplicated %llu",

@@ -32,9 +32,27 @@ static void sum_into(float *acc, uint64_t off, const unsigned char *g, uint64_t 
     }
 }
 
+uint64_t PSAccum_PartsBefore(uint64_t count, uint64_t parts, uint64_t j) {
+    if (parts == 0) return 0;
+    const uint64_t q = count / parts, r = count % parts;
+    return j * q + (j < r ? j : r);
+}
+
+uint64_t PSAccum_Backlog(const PSTensor *t) {
+    const PSAccum *a = &t->acc;
+    uint64_t b = a->count;
+    if (a->pend_count) b += a->pend_count - PSAccum_PartsBefore(a->pend_count, a->pend_parts,
+                                                                a->pend_done);
+    return b;
+}
+
 int PSAccum_Add(PSTensor *t, const unsigned char *g, const unsigned char *rows, size_t nrows,
                 float f) {
     PSAccum *a = &t->acc;
+    if (a->max_backlog && PSAccum_Backlog(t) >= a->max_backlog) {
+        t->stats.backlog_refusals++;
+        return PST_ERR_BACKLOG;
+    }
     PSBuf *fresh = NULL;
     if (!a->sum && !(fresh = PSBuf_New(t->n, 1))) return PST_ERR_OOM;
     float *acc = fresh ? fresh->v : a->sum->v;
@@ -60,25 +78,48 @@ int PSAccum_Add(PSTensor *t, const unsigned char *g, const unsigned char *rows, 
     return PST_OK;
 }
 
-int PSAccum_Take(PSTensor *t, uint64_t mincount, uint64_t seqfloor) {
+int PSAccum_Take(PSTensor *t, uint64_t mincount, uint64_t seqfloor, uint64_t maxround) {
     PSAccum *a = &t->acc;
     if (a->pend_count) return PS_TAKE_AGAIN;
     if (a->count == 0 || a->count < mincount) return PS_TAKE_SHORT;
+    const uint64_t parts =
+        maxround && a->count > maxround ? a->count / maxround + (a->count % maxround != 0) : 1;
+    const uint64_t first = a->seq + 1 > seqfloor ? a->seq + 1 : seqfloor;
     a->pend = a->sum;
     a->pend_count = a->count;
+    a->pend_parts = parts;
+    a->pend_done = 0;
     a->sum = NULL;
     a->count = 0;
-    a->seq = a->seq + 1 > seqfloor ? a->seq + 1 : seqfloor;
+    a->seq = first + (parts - 1);
+    a->takes++;
     t->stats.takes++;
     return PS_TAKE_NEW;
 }
 
+int PSAccum_NextPart(const PSTensor *t, uint64_t *seq, uint64_t *count) {
+    const PSAccum *a = &t->acc;
+    if (!a->pend_count) return -1;
+    *seq = a->seq - (a->pend_parts - 1) + a->pend_done;
+    *count = PSAccum_PartsBefore(a->pend_count, a->pend_parts, a->pend_done + 1) -
+             PSAccum_PartsBefore(a->pend_count, a->pend_parts, a->pend_done);
+    return 0;
+}
+
 int PSAccum_Ack(PSTensor *t, uint64_t seq) {
     PSAccum *a = &t->acc;
-    if (!a->pend_count || a->seq != seq) return 0;
+    uint64_t next, part;
+    if (PSAccum_NextPart(t, &next, &part) != 0 || next != seq) return 0;
+    a->rounds++;
+    a->forwarded += part;
+    if (part > a->round_max) a->round_max = part;
+    if (a->round_min == 0 || part < a->round_min) a->round_min = part;
+    if (++a->pend_done < a->pend_parts) return 1;
     PSBuf_Release(a->pend);
     a->pend = NULL;
     a->pend_count = 0;
+    a->pend_parts = 0;
+    a->pend_done = 0;
     t->stats.take_acks++;
     return 1;
 }

@@ -18,7 +18,9 @@
                                     saved once, as that snapshot's index */
 #define PS_ENCVER_ACCUM 4        /* ACCUM tensors: the relay's sum, count, seq and
                                     pending take (header fields and two arrays) */
-#define PS_ENCVER_LATEST PS_ENCVER_ACCUM
+#define PS_ENCVER_ACCUM_ROUNDS 5 /* ACCUM tensors: MAXBACKLOG, a pending take split into
+                                    parts, and the round counters (header fields) */
+#define PS_ENCVER_LATEST PS_ENCVER_ACCUM_ROUNDS
 
 /* What PS._RESTORE HEADER without an ENCVER token means: the AOFs written
  * before the token existed (golden file python_tests/golden/aof-v0). */

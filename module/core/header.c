@@ -46,9 +46,22 @@ const char *PSHeader_Check(const PSHeader *hd, uint64_t *n) {
         return "bad optimizer or policy fields";
     /* Only ACCUM tensors sum pushes; they have no sync rounds; a pending
      * take has a seq. */
-    if (hd->optim != PS_OPT_ACCUM ? (hd->acc_count || hd->acc_seq || hd->pend_count)
+    const int accum_fields = hd->acc_count || hd->acc_seq || hd->pend_count ||
+                             hd->acc_max_backlog || hd->pend_parts || hd->pend_done ||
+                             hd->acc_takes || hd->acc_rounds || hd->acc_forwarded ||
+                             hd->acc_round_max || hd->acc_round_min;
+    if (hd->optim != PS_OPT_ACCUM ? accum_fields
                                   : (hd->sync_n || (hd->pend_count && !hd->acc_seq)))
         return "bad ACCUM fields";
+    /* A pending take of parts: at least one part, at most one per gradient,
+     * the next one unacknowledged, all within the seqs given; none without
+     * a pending take (an older encoding saves no parts: one). */
+    if (hd->pend_count ? hd->pend_parts > hd->pend_count || hd->pend_done >= (hd->pend_parts ? hd->pend_parts : 1) ||
+                             (hd->pend_parts && hd->pend_parts - 1 > hd->acc_seq - 1)
+                       : (hd->pend_parts || hd->pend_done))
+        return "bad ACCUM pending parts";
+    if (hd->acc_round_min > hd->acc_round_max || (hd->acc_rounds == 0) != (hd->acc_round_max == 0))
+        return "bad ACCUM round counters";
     return NULL;
 }
 
@@ -93,6 +106,14 @@ PSTensor *PSHeader_ToTensor(const PSHeader *hd, uint64_t n, int zero_arrays) {
         }
         t->acc.pend_count = hd->pend_count;
     }
+    t->acc.max_backlog = hd->acc_max_backlog;
+    t->acc.pend_parts = hd->pend_count ? (hd->pend_parts ? hd->pend_parts : 1) : 0;
+    t->acc.pend_done = hd->pend_done;
+    t->acc.takes = hd->acc_takes;
+    t->acc.rounds = hd->acc_rounds;
+    t->acc.forwarded = hd->acc_forwarded;
+    t->acc.round_max = hd->acc_round_max;
+    t->acc.round_min = hd->acc_round_min;
     return t;
 }
 
@@ -116,6 +137,14 @@ void PSHeader_FromTensor(const PSTensor *t, PSHeader *hd) {
     hd->acc_count = t->acc.sum ? t->acc.count : 0;
     hd->acc_seq = t->acc.seq;
     hd->pend_count = t->acc.pend ? t->acc.pend_count : 0;
+    hd->acc_max_backlog = t->acc.max_backlog;
+    hd->pend_parts = hd->pend_count ? t->acc.pend_parts : 0;
+    hd->pend_done = hd->pend_count ? t->acc.pend_done : 0;
+    hd->acc_takes = t->acc.takes;
+    hd->acc_rounds = t->acc.rounds;
+    hd->acc_forwarded = t->acc.forwarded;
+    hd->acc_round_max = t->acc.round_max;
+    hd->acc_round_min = t->acc.round_min;
 }
 
 size_t PSHeader_Encode(const PSHeader *hd, uint64_t *out) {

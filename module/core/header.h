@@ -28,6 +28,8 @@ typedef struct PSHeader {
     int64_t sync_timeout_ms;
     uint64_t dedup_max, max_snapshots, round_count;
     uint64_t acc_count, acc_seq, pend_count; /* ACCUM tensors (PSAccum) */
+    uint64_t acc_max_backlog, pend_parts, pend_done; /* from PS_ENCVER_ACCUM_ROUNDS */
+    uint64_t acc_takes, acc_rounds, acc_forwarded, acc_round_max, acc_round_min;
 } PSHeader;
 
 /* The fields after ndim and the dims, in saved order. Expand it with
@@ -45,7 +47,13 @@ typedef struct PSHeader {
     PS_HDR_X(s, sync_timeout_ms, PS_ENCVER_FIRST) PS_HDR_X(u, dedup_max, PS_ENCVER_FIRST)      \
     PS_HDR_X(u, max_snapshots, PS_ENCVER_FIRST) PS_HDR_X(u, round_count, PS_ENCVER_FIRST)      \
     PS_HDR_X(u, acc_count, PS_ENCVER_ACCUM) PS_HDR_X(u, acc_seq, PS_ENCVER_ACCUM)              \
-    PS_HDR_X(u, pend_count, PS_ENCVER_ACCUM)
+    PS_HDR_X(u, pend_count, PS_ENCVER_ACCUM)                                                   \
+    PS_HDR_X(u, acc_max_backlog, PS_ENCVER_ACCUM_ROUNDS)                                       \
+    PS_HDR_X(u, pend_parts, PS_ENCVER_ACCUM_ROUNDS) PS_HDR_X(u, pend_done, PS_ENCVER_ACCUM_ROUNDS) \
+    PS_HDR_X(u, acc_takes, PS_ENCVER_ACCUM_ROUNDS) PS_HDR_X(u, acc_rounds, PS_ENCVER_ACCUM_ROUNDS) \
+    PS_HDR_X(u, acc_forwarded, PS_ENCVER_ACCUM_ROUNDS)                                         \
+    PS_HDR_X(u, acc_round_max, PS_ENCVER_ACCUM_ROUNDS)                                         \
+    PS_HDR_X(u, acc_round_min, PS_ENCVER_ACCUM_ROUNDS)
 
 /* Scalars of the newest layout, and words of the largest encoded header. */
 #define PS_HDR_X(k, f, s) +1

@@ -27,7 +27,8 @@ enum {
     PST_ERR_ROUND,     /* sync mode: push for an older round */
     PST_ERR_RANGE,     /* effective step size not representable in float32 */
     PST_DUPLICATE,     /* ID seq already applied: nothing done */
-    PST_PENDING        /* sync mode: gradient added to the open round */
+    PST_PENDING,       /* sync mode: gradient added to the open round */
+    PST_ERR_BACKLOG    /* ACCUM tensor: MAXBACKLOG un-forwarded gradients held (retry later) */
 };
 
 enum { PS_POLICY_REJECT = 0, PS_POLICY_SCALE = 1 };
@@ -67,6 +68,7 @@ typedef struct PSCounters {
     uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
     uint64_t scaled_pushes, rounds_closed, rounds_timed_out;
     uint64_t takes, take_acks; /* ACCUM tensors: pending slots created / dropped */
+    uint64_t backlog_refusals; /* ACCUM tensors: pushes refused at MAXBACKLOG */
     uint64_t stale_hist[PS_STALE_BUCKETS];
 } PSCounters;
 
@@ -80,7 +82,17 @@ typedef struct PSAccum {
     PSBuf *sum;          /* NULL while count == 0 */
     uint64_t seq;        /* seq given to the newest take (0: none yet) */
     uint64_t pend_count; /* pushes in the pending take; 0: nothing pending */
-    PSBuf *pend;         /* the pending sum (seq 'seq'); NULL when none */
+    PSBuf *pend;         /* the pending sum (seqs seq - pend_parts + 1 .. seq); NULL when none */
+    /* From PS_ENCVER_ACCUM_ROUNDS: */
+    uint64_t max_backlog; /* refuse a push while count + un-forwarded pending >= this (0: none) */
+    uint64_t pend_parts;  /* upstream pushes the pending take is split into (1..; 0: none) */
+    uint64_t pend_done;   /* of those, acknowledged (the slot is dropped when all are) */
+    /* Round sizes of what went upstream, counted on each acknowledged part
+     * (persisted: verifiable after the fact, across restarts). */
+    uint64_t takes;       /* pending slots made */
+    uint64_t rounds;      /* upstream pushes acknowledged (parts) */
+    uint64_t forwarded;   /* gradients those carried */
+    uint64_t round_max, round_min; /* largest / smallest gradients per upstream push (0: none) */
 } PSAccum;
 
 typedef struct PSTensor {

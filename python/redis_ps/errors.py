@@ -9,7 +9,7 @@ import redis.exceptions as rex
 # arrive with the code still in front of the message.
 _KNOWN_CODES = ("ERR", "STALE", "WRONGTYPE", "BUSYKEY", "OOM", "NOPERM", "NOSCRIPT", "LOADING",
                 "READONLY", "EXECABORT", "CROSSSLOT", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN",
-                "NOAUTH", "WRONGPASS", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF")
+                "NOAUTH", "WRONGPASS", "MOVED", "ASK", "BUSY", "NOREPLICAS", "MISCONF", "BACKLOG")
 _CLASS_CODES = ((rex.NoPermissionError, "NOPERM"), (rex.ReadOnlyError, "READONLY"),
                 (rex.BusyLoadingError, "LOADING"), (rex.ExecAbortError, "EXECABORT"),
                 (rex.NoScriptError, "NOSCRIPT"))

@@ -7,7 +7,9 @@ python_tests/:
 
 (v1: PS_ENCVER_FIRST; v2: PS_ENCVER_DEDUP_WINDOW, exactly-once entries with their seq
 window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, tensor g:twins;
-v4: PS_ENCVER_ACCUM, an ACCUM tensor with a sum and a pending take, tensor g:accum.)
+v4: PS_ENCVER_ACCUM, an ACCUM tensor with a sum and a pending take, tensor g:accum;
+v5: PS_ENCVER_ACCUM_ROUNDS, an ACCUM tensor with MAXBACKLOG, a take split into parts with
+one acknowledged, and round counters, tensor g:accum-rounds.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -99,6 +101,25 @@ def build_accum(c):
     x("PS.PUSHGRAD", "g:accum", f32(-G), "ID", "s", 1)
 
 
+def build_accum_rounds(c):
+    """An ACCUM tensor (PS_ENCVER_ACCUM_ROUNDS): MAXBACKLOG 20, a take of 5 pushes split by
+    MAXROUND 2 into parts of 2, 2, 1 under seqs 60..62 with the first acknowledged, one push
+    summed after it."""
+    x = c.execute_command
+    x("PS.CREATE", "g:accum-rounds", "SHAPE", 12, "OPTIM", "ACCUM")
+    x("PS.MIRROR", "g:accum-rounds", 5, f32(np.linspace(1, -1, 12)))
+    x("PS.TAKE", "g:accum-rounds", "MINCOUNT", 99, "MAXBACKLOG", 20)
+    for s in range(1, 6):
+        x("PS.PUSHGRAD", "g:accum-rounds", f32(G * s), "ID", "r", s)
+    x("PS.TAKE", "g:accum-rounds", "SEQFLOOR", 60, "MAXROUND", 2)
+    x("PS.TAKEACK", "g:accum-rounds", 60)
+    x("PS.PUSHGRAD", "g:accum-rounds", f32(-G), "ID", "s", 1)
+
+
+ROUND_FIELDS = ("max_backlog", "backlog", "pending_parts", "relay_takes", "relay_rounds",
+                "relay_forwarded", "relay_round_min", "relay_round_max", "relay_seq")
+
+
 def describe(c, key):
     """What a loader must reproduce for 'key' (all hex strings / ints, JSON-able)."""
     x = c.execute_command
@@ -111,7 +132,8 @@ def describe(c, key):
         _, sd = x("PS.PULL", key, "AT", name)
         snaps.append({"name": name.decode(), "version": sv, "unix_ms": ms, "data": sd.hex()})
     return {"version": v, "data": data.hex(), "digest": psserver.digest(c, key).decode(),
-            "info": {k: fields[k] for k in ("optimizer", "lr", "elements") if k in fields},
+            "info": {k: fields[k] for k in ("optimizer", "lr", "elements") + ROUND_FIELDS
+                     if k in fields},
             "snapshots": snaps}
 
 
@@ -134,6 +156,8 @@ def main():
             build_twins(c)
         if int(ver.lstrip("v")) >= 4:
             build_accum(c)
+        if int(ver.lstrip("v")) >= 5:
+            build_accum_rounds(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
         expected = {"encver": int(ver.lstrip("v")), "gradient": G.tolist(), "keys": {}}
         for k in keys:
@@ -149,6 +173,8 @@ def main():
             expected["replays"].append(["g:twins", "t", 2, 2])
         if "g:accum" in keys:
             expected["replays"].append(["g:accum", "r", 2, 3])
+        if "g:accum-rounds" in keys:
+            expected["replays"].append(["g:accum-rounds", "r", 5, 5])
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
     print("wrote %s/dump.rdb (%d bytes, sha256 %s) and expected.json" % (

@@ -231,6 +231,9 @@ typedef struct psStats {
     uint64_t lost_state;      /* lost-state events (keys vanished or rolled back) */
     uint64_t rows_pulled;     /* embedding rows (ids) answered by shard pulls */
     uint64_t rows_pushed;     /* embedding rows (ids) in acknowledged shard pushes */
+    uint64_t backlog_waits;   /* pushes answered BACKLOG (a relay's local ACCUM tensor
+                                 full while the relay is down or behind) and resent after
+                                 a backoff: backpressure, within the retry budget */
 } psStats;
 
 struct psClientPriv;
@@ -332,6 +335,10 @@ typedef struct psKeyInfo {
     uint64_t evicted_ttl, evicted_capacity, evicted_explicit;
     /* ACCUM tensor (a relay's; module/core/accum.h) */
     uint64_t accum_pushes, pending_pushes, relay_seq, takes, take_acks;
+    uint64_t max_backlog, backlog, backlog_refusals, pending_parts; /* backpressure */
+    /* persisted round counters: takes, upstream pushes (parts) acknowledged, the
+     * gradients they carried, the fewest and most per upstream push */
+    uint64_t relay_takes, relay_rounds, relay_forwarded, relay_round_min, relay_round_max;
 } psKeyInfo;
 
 /* PS.INFO 'key' into '*out' (routed by the key, with the usual retries).
@@ -596,6 +603,76 @@ int psEmbedPush(psClient *c, psEmbed *e, const uint64_t *ids, size_t n, const fl
 
 /* Free the handle (pushes in flight are waited for first). NULL allowed. */
 void psEmbedFree(psEmbed *e);
+
+/* ------------------------------------------------------------------------
+ * Relay: a relay's local ACCUM tensors and its upstream pushes (ps-relay,
+ * docs/design.md "Tree topology"). One item per key; each call sends one
+ * command per item, all pipelined (one round trip per node), and fills the
+ * item's outputs. A call returns PS_OK when every item got a reply (check
+ * each item's 'status'), or PS_ERR when some got none (c->err/errstr say
+ * why; those items have status PS_ERR_IO or the like and err empty).
+ * ------------------------------------------------------------------------ */
+
+typedef struct psAccumItem {
+    const char *key;          /* in: NUL-terminated */
+    size_t n;                 /* in: elements of the tensor (replies are checked against it) */
+    /* psAccumTake: the next unacknowledged part of the pending take, or short. */
+    uint64_t seq;             /* out (take); in (ack, forward): the part's seq */
+    uint64_t count;           /* out (take): gradients this part carries; 0: short */
+    uint64_t total;           /* out (take): gradients of the whole take */
+    uint64_t parts_left;      /* out (take): parts not acknowledged, this one included */
+    uint64_t summed;          /* out (take, short): pushes summed so far */
+    const float *sum;         /* out (take): the whole pending sum, n floats, valid until
+                                 psAccumItemsRelease() */
+    /* psAccumForward (upstream PS.PUSHGRAD), psAccumMirror (local PS.MIRROR),
+     * psAccumPull (upstream PS.PULL). */
+    const float *data;        /* in (forward, mirror): n floats */
+    float *dst;               /* in (pull): room for n floats */
+    uint64_t version;         /* in (mirror); out (forward, mirror, pull): the version
+                                 the server answered */
+    int64_t acked;            /* out (ack): 1 acknowledged, 0 not the next part (a repeat) */
+    int status;               /* out: PS_OK, PS_ERR_SERVER (err has the server's error),
+                                 PS_ERR_PROTOCOL (unexpected reply), or another PS_ERR_*
+                                 (no reply; see c->errstr) */
+    char err[200];            /* out: the error text when status != PS_OK */
+    void *priv_;              /* private: the reply kept for 'sum' */
+} psAccumItem;
+
+/* Options of psAccumTake(), the arguments of PS.TAKE. */
+typedef struct psAccumTakeOpts {
+    uint64_t mincount;        /* >= 1: a new take needs this many pushes summed */
+    uint64_t seqfloor;        /* the first seq of a new take is at least this */
+    uint64_t maxround;        /* split a take into parts of at most this many (0: never) */
+    int64_t maxbacklog;       /* set the tensor's MAXBACKLOG (< 0: leave it) */
+} psAccumTakeOpts;
+
+/* PS.CREATE key SHAPE dims OPTIM ACCUM NX on 'c'. PS_OK (created or there
+ * already), or PS_ERR (c->errstr: the server's error or the I/O error). */
+int psAccumCreate(psClient *c, const char *key, int ndim, const uint64_t *dims);
+
+/* PS.TAKE for each item. A short take sets count 0 and summed. */
+int psAccumTake(psClient *c, psAccumItem *items, size_t n, const psAccumTakeOpts *o);
+
+/* PS.TAKEWAIT key MINCOUNT mincount TIMEOUT timeout_ms (>= 1): blocks on the
+ * server until a take with that MINCOUNT would not be short. Returns 1
+ * (ready), 0 (timed out), or PS_ERR (c->errstr). */
+int psAccumWait(psClient *c, const char *key, uint64_t mincount, int timeout_ms);
+
+/* PS.TAKEACK key seq for each item (acked 1 or 0). */
+int psAccumAck(psClient *c, psAccumItem *items, size_t n);
+
+/* PS.PUSHGRAD key data ID <c->client_id> seq (F32) for each item: the
+ * upstream push of a part, applied once per seq. */
+int psAccumForward(psClient *c, psAccumItem *items, size_t n);
+
+/* PS.PULL key for each item into dst (version set). */
+int psAccumPull(psClient *c, psAccumItem *items, size_t n);
+
+/* PS.MIRROR key version data for each item (version: the local one after). */
+int psAccumMirror(psClient *c, psAccumItem *items, size_t n);
+
+/* Frees what the items keep from their last call (the take's sum). */
+void psAccumItemsRelease(psAccumItem *items, size_t n);
 
 #ifdef __cplusplus
 }
