@@ -40,7 +40,7 @@ def test_operations_doc_runs_as_written(tmp_path):
     env = {"REDIS_PS": docsrun.install_prefix(tmp_path), "CLUSTER_DIR": cdir,
            "BASE_PORT": str(docsrun.free_port_range(8, bus=6)), "HOME": str(tmp_path),
            "PS_LUA": os.path.join(docsrun.ROOT, "examples", "prometheus", "redis_ps.lua")}
-    rc, out = docsrun.run_script(docsrun.script_of(DOC), env, str(tmp_path), 900,
+    rc, out = docsrun.run_script(docsrun.script_of(DOC), env, str(tmp_path), 420,
                                  os.path.join(cdir, "*", "redis.pid"),
                                  str(tmp_path / "run.log"))
     where = re.findall(r"^=== (docs/operations.md:\d+)$", out, re.M)
