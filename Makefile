@@ -359,7 +359,7 @@ bench: check-deps all $(BENCH_BINS) ## kernels, PUSHGRAD/PULL vs SET/GET, traini
 
 # Durability vs throughput on a 3+3 cluster (a few minutes; not part of bench).
 bench-durability: check-deps all ## throughput of each persistence x WAIT setting on a 3+3 cluster
-	$(PYTHON) bench/durability.py
+	PYTHONPATH=python_tests $(PYTHON) bench/durability.py
 
 # Training over a tc-shaped link in a private network namespace (needs root;
 # skips otherwise; about 5 minutes).

@@ -18,12 +18,13 @@ default all), PS_TRAIN (build/ps-train).
 import os
 import re
 import subprocess
-import sys
 import time
 
+# psserver is the integration tests' server harness (python_tests/psserver.py); the Makefile's
+# bench-durability target puts python_tests/ on PYTHONPATH for it.
+import psserver
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "python_tests"))
-import psserver  # noqa: E402
 
 PS_TRAIN = os.environ.get("PS_TRAIN", os.path.join(REPO, "build", "ps-train"))
 EPOCHS = int(os.environ.get("EPOCHS", "3"))
