@@ -18,6 +18,7 @@ import pytest
 
 import psserver
 from pshelpers import PS_TRAIN, run_ps_train as run, run_tool
+from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 from test_train_standalone import result_line
 
 GEN = ["--samples", 8000, "--test-samples", 1000, "--fields", 8, "--vocab", 30, "--seed", 11]
@@ -224,3 +225,28 @@ def test_a_read_only_acl_role_can_score_and_the_command_is_readonly(server, r):
     with pytest.raises(Exception) as e:
         c.execute_command("PS.PUSHGRAD", "job:emb", f32(1, 1), "IDS", le64(3))
     assert "no permissions" in str(e.value), str(e.value)
+
+
+def test_a_cluster_user_scores_a_sharded_job_bit_for_bit(cluster, data, tmp_path):
+    """A 3-shard FM job on a 3-master cluster: psScore pulls each shard's rows from its
+    master and gives the trainer's logits; PS.SCORE on one shard key, sent to the master
+    that holds it, scores the ids of that shard (a 1-feature FM sample is b + w x)."""
+    seeds = ",".join(n.addr for n in cluster.nodes)
+    train(seeds, "clfm", "fm", data, 3)
+    ref = reference(seeds, "clfm", "fm", 3, data, tmp_path)
+    assert ref["psz"] == ref["z"]
+    bias = struct.unpack("<f", ref["bias"])[0]
+    ids = np.frombuffer(ref["ids"], dtype="<u8")[:20]
+    nodes = set()
+    for m in cluster.masters():
+        c = m.client()
+        for key in [k.decode() for k in c.keys("clfm:emb:*")]:
+            nodes.add(m.port)
+            for i in ids:
+                blob = struct.pack("<Q", int(i))
+                row = np.frombuffer(c.execute_command("PS.PULL", key, "IDS", blob)[1], "<f4")
+                z = c.execute_command("PS.SCORE", key, "MODEL", "FM", "COUNTS", le32(1),
+                                      "IDS", blob, "VALS", f32(0.5), "BIAS", repr(bias))[1]
+                want = np.float64(np.float32(bias)) + np.float64(row[0]) * 0.5
+                assert np.frombuffer(z, "<f8")[0] == want
+    assert len(nodes) >= 2, nodes    # the shards live on different masters
