@@ -17,6 +17,7 @@
 #include "ctr_model.h"
 #include "ctr_score.h"
 #include "fpguard.h"
+#include "limits.h"
 #include "rng.h"
 #include "sparse_data.h"
 
@@ -180,6 +181,25 @@ static void test_model_names_parse(void **state) {
     assert_int_equal(ps_ctr_score_model_parse("f", 1), -1);
 }
 
+/* PS.SCORE's cost bound (module/limits.c): rows + values + FM sums + reply. */
+static void test_score_size_counts_rows_values_and_reply(void **state) {
+    (void)state;
+    uint64_t bytes;
+    /* 2 samples, 52 ids, dim 9: 4*52*9 + 4*52 + 8*8 + 8*2 */
+    assert_int_equal(ps_score_size(2, 52, 9, 0, 1 << 20, &bytes), PS_PULL_OK);
+    assert_int_equal(bytes, 4 * 52 * 9 + 4 * 52 + 8 * 8 + 8 * 2);
+    assert_int_equal(ps_score_size(2, 52, 9, 1, 1 << 20, &bytes), PS_PULL_OK);
+    assert_int_equal(bytes, 4 * 52 * 9 + 4 * 52 + 8 * 8 + PS_PULL_VALUE_BYTES * 2);
+    assert_int_equal(ps_score_size(2, 52, 9, 0, bytes - 1, &bytes), PS_PULL_OK);
+    assert_int_equal(ps_score_size(2, 52, 9, 1, 4 * 52 * 9, &bytes), PS_PULL_TOO_BIG);
+    /* The largest request the parser lets through cannot overflow. */
+    assert_int_equal(ps_score_size(1ull << 30, 1ull << 24, 65536, 1, UINT64_MAX, &bytes),
+                     PS_PULL_OK);
+    assert_true(bytes > (1ull << 40));
+    assert_int_equal(ps_score_size(1, 0, 1, 0, 8, &bytes), PS_PULL_OK);
+    assert_int_equal(bytes, 8);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lr_kernel_is_bit_identical_to_the_old_trainer_code),
@@ -187,6 +207,7 @@ int main(void) {
         cmocka_unit_test(test_missing_values_are_ones),
         cmocka_unit_test(test_trainer_predict_uses_the_kernel),
         cmocka_unit_test(test_model_names_parse),
+        cmocka_unit_test(test_score_size_counts_rows_values_and_reply),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
