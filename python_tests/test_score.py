@@ -108,6 +108,12 @@ def test_score_is_the_trainers_forward_pass_bit_for_bit_on_master_and_replica(
     psserver.wait_for_replication(master, [replica])
     rep2 = score(rr, key, ref, model)
     assert rep2 == rep
+    # libps connected to the replica: psScore (PS.SCORE there) and the trainer's pass on
+    # the replica's rows give the same bits again.
+    calls = rr.info("commandstats")["cmdstat_ps.score"]["calls"]
+    ref_r = reference(replica.addr, job, model, 1, data, tmp_path)
+    assert ref_r["z"] == ref["z"] and ref_r["psz"] == ref["z"]
+    assert rr.info("commandstats")["cmdstat_ps.score"]["calls"] == calls + 1
     # Train on: the replica answers the newer parameters after replication (freshness).
     train(master.addr, job + "b", model, data, 1)   # another job: a busy server meanwhile
     r.execute_command("PS.PUSHGRAD", key, struct.pack("<%df" % (int(ref["json"]["dim"]),),
