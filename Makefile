@@ -30,40 +30,55 @@ OBJ = $(B)/obj
 # Components (README "Layout"). Each is a folder compiled with its own include
 # path, so a file can only include headers of the components below it:
 #   common/  code both sides must compute identically (wire codecs, shape rules, RNG)
-#   module/  the Redis module: server glue + server-side cores    sees common/
+#   module/  the Redis module's glue (commands, types, configs)   sees module/core/, common/
+#   module/core/  its pure cores (tensor, table, optimizers, dedup) sees common/ (no redismodule.h)
 #   libps/   the client library                                     sees common/
-#   worker/  ps-train, its training loop, the MLP and data readers  sees libps/ (ps.h only), common/
+#   ml/      the ML library: MLP, CTR models, data readers, metrics,
+#            the synthetic CTR generator (no Redis, no sockets)     sees common/
+#   ml/ref/  reference row optimizers for bench/ and tests/ only    sees ml/, common/
+#   train/   ps-train: job config, task stream, orchestration and
+#            the dense and sparse trainers (train/trainer.h)        sees ml/, libps/ (ps.h only), common/
+#   tools/   ps-gen-ctr, the synthetic CTR data generator           sees ml/, common/
 #   relay/   ps-relay, the tree topology's aggregator               sees libps/ (ps.h only), common/
 # A module object that includes "ps.h" fails with "No such file or directory";
 # `make check-layers` also refuses relative includes that reach across folders.
 COMMON_INCS = -Icommon
-MODULE_INCS = -Icommon
+# module/core/: the pure cores (no Redis calls): redismodule.h is not on their path.
+MODULE_CORE_INCS = -Imodule/core -Icommon
+MODULE_INCS = -Imodule/core -Icommon
 LIBPS_INCS  = -Ilibps/include -Icommon
-WORKER_INCS = -Ilibps/include -Icommon $(VERSION_DEF)
+ML_INCS     = -Icommon
+MLREF_INCS  = -Iml -Icommon
+TRAIN_INCS  = -Iml -Ilibps/include -Icommon $(VERSION_DEF)
+TOOLS_INCS  = -Iml -Icommon
 RELAY_INCS  = -Ilibps/include -Icommon $(VERSION_DEF)
 # The release (`ps-train --version`, libps.pc): LIBPS_VERSION below, written once.
 VERSION_DEF = -DREDIS_PS_VERSION='"$(LIBPS_VERSION)"'
 # Tests, benches and fuzz harnesses may see every component they exercise.
-TEST_INCS   = -Imodule -Icommon -Ilibps -Ilibps/include -Iworker
+TEST_INCS   = -Imodule -Imodule/core -Icommon -Ilibps -Ilibps/include -Iml -Iml/ref -Itrain
 
 COMMON_SRC = $(wildcard common/*.c)
 # Pure cores of the module (no Redis calls) and the glue that talks to Redis.
-MODULE_GLUE = $(filter module/module.c module/type.c module/type_%.c module/cmd_%.c,$(wildcard module/*.c))
-MODULE_PURE = $(filter-out $(MODULE_GLUE),$(wildcard module/*.c))
+MODULE_GLUE = $(wildcard module/*.c)
+MODULE_PURE = $(wildcard module/core/*.c)
 LIBPS_SRC   = $(wildcard libps/*.c)
-# Worker: its pure cores (nn, data) are also used by tests and bench/baseline.
-WORKER_PURE = worker/nn.c worker/data.c worker/sparse_data.c worker/ctr_model.c worker/ctr_gen.c worker/metrics.c worker/sparse_table.c
-WORKER_PURE += worker/runlog.c
-TRAIN_SRC   = $(filter-out $(WORKER_PURE),$(wildcard worker/*.c))
+# The ML library (ps-train, ps-gen-ctr, tests and bench link it); its
+# reference table (ml/ref/) is linked by tests and bench only.
+ML_SRC      = $(wildcard ml/*.c)
+MLREF_SRC   = $(wildcard ml/ref/*.c)
+# ps-train; its run log (train/runlog.c) is pure and also linked by tests.
+TRAIN_PURE  = train/runlog.c
+TRAIN_SRC   = $(wildcard train/*.c)
+TOOLS_SRC   = $(wildcard tools/*.c)
 RELAY_SRC   = $(wildcard relay/*.c)
 
 obj = $(patsubst %.c,$(OBJ)/%.o,$(1))
 
 MODULE_OBJS = $(call obj,$(MODULE_PURE) $(MODULE_GLUE) $(COMMON_SRC))
-PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(WORKER_PURE))
+PURE_OBJS   = $(call obj,$(MODULE_PURE) $(COMMON_SRC) $(ML_SRC) $(MLREF_SRC) $(TRAIN_PURE))
 LIBPS_OBJS  = $(call obj,$(LIBPS_SRC) $(COMMON_SRC))
 # Programs linked with libps.a take the common objects from the archive.
-APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(WORKER_PURE))
+APP_PURE_OBJS = $(call obj,$(MODULE_PURE) $(ML_SRC) $(MLREF_SRC) $(TRAIN_PURE))
 
 TEST_SRC  = $(wildcard tests/test_*.c)
 TEST_BINS = $(patsubst tests/%.c,$(B)/tests/%,$(TEST_SRC))
@@ -87,31 +102,43 @@ LIBPS_SONAME = libps.so.$(LIBPS_SOVERSION)
 .PHONY: all module client check-layers ptools test unit pytest bench bench-durability demo demo-cluster demo-tree deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
-all: module client ## the module, libps (static and shared), ps-train, ps-relay
+all: module client ## the module, libps (static and shared), ps-train, ps-gen-ctr, ps-relay
 
 module: $(B)/ps.so ## the Redis module build/ps.so
-client: $(B)/libps.a $(B)/$(LIBPS_SO) $(B)/ps-train $(B)/ps-relay ## libps, ps-train, ps-relay
+client: $(B)/libps.a $(B)/$(LIBPS_SO) $(B)/ps-train $(B)/ps-gen-ctr $(B)/ps-relay ## libps, ps-train, ps-gen-ctr, ps-relay
 ptools: $(PTOOL_BINS) ## the small C drivers the integration tests use
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
 # without reassociation, so the bits stay those of the scalar loop.
-$(OBJ)/module/optim.o: OPT = -O3
-$(OBJ)/module/embed_optim.o: OPT = -O3
+$(OBJ)/module/core/optim.o: OPT = -O3
+$(OBJ)/module/core/embed_optim.o: OPT = -O3
 $(OBJ)/common/codec.o: OPT = -O3
 
-HDRS = $(wildcard */*.h libps/include/redis-ps/*.h)
+HDRS = $(wildcard */*.h module/core/*.h ml/ref/*.h libps/include/redis-ps/*.h)
 $(OBJ)/common/%.o: common/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(COMMON_INCS) -c $< -o $@
 $(OBJ)/module/%.o: module/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(MODULE_INCS) -c $< -o $@
+$(OBJ)/module/core/%.o: module/core/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(MODULE_CORE_INCS) -c $< -o $@
 $(OBJ)/libps/%.o: libps/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(LIBPS_INCS) -c $< -o $@
-$(OBJ)/worker/%.o: worker/%.c $(HDRS)
+$(OBJ)/ml/ref/%.o: ml/ref/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(PIC_CFLAGS) $(WORKER_INCS) -c $< -o $@
+	$(CC) $(PIC_CFLAGS) $(MLREF_INCS) -c $< -o $@
+$(OBJ)/ml/%.o: ml/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(ML_INCS) -c $< -o $@
+$(OBJ)/train/%.o: train/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(TRAIN_INCS) -c $< -o $@
+$(OBJ)/tools/%.o: tools/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(PIC_CFLAGS) $(TOOLS_INCS) -c $< -o $@
 $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(PIC_CFLAGS) $(RELAY_INCS) -c $< -o $@
@@ -119,7 +146,7 @@ $(OBJ)/relay/%.o: relay/%.c $(HDRS)
 # Layering check: no relative include may climb out of its own folder.
 check-layers: ## refuse includes that cross component folders
 	@if grep -nE '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*\.\./' \
-	    common/*.[ch] module/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h worker/*.[ch] relay/*.[ch]; then \
+	    common/*.[ch] module/*.[ch] module/core/*.[ch] libps/*.[ch] libps/include/redis-ps/*.h ml/*.[ch] ml/ref/*.[ch] train/*.[ch] $(wildcard tools/*.[ch]) relay/*.[ch]; then \
 	  echo "check-layers: relative includes across components (see Makefile 'Components')"; exit 1; fi
 
 # The module links nothing but libc and libm; only RedisModule_OnLoad is exported.
@@ -149,8 +176,12 @@ $(B)/$(LIBPS_SO): $(LIBPS_SHARED_OBJS) $(B)/libps.map
 	ln -sf $(LIBPS_SO) $(B)/$(LIBPS_SONAME)
 	ln -sf $(LIBPS_SONAME) $(B)/libps.so
 
-$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(WORKER_PURE)) $(B)/libps.a
+# ps-train links the ML library but not the CTR generator (ps-gen-ctr's).
+$(B)/ps-train: $(call obj,$(TRAIN_SRC) $(filter-out ml/ctr_gen.c,$(ML_SRC))) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
+
+$(B)/ps-gen-ctr: $(call obj,$(TOOLS_SRC) $(ML_SRC) $(COMMON_SRC))
+	$(CC) $(SAN_FLAGS) -o $@ $^ -lopenblas -lz -lm
 
 $(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
@@ -187,7 +218,13 @@ help: ## list the targets
 
 # ---- tests -----------------------------------------------------------------
 
-test: check-deps check-layers all check-design unit pytest ## unit tests (cmocka) + integration tests (pytest); what CI runs first
+test: check-deps check-layers all check-design check-cycles unit pytest ## unit tests (cmocka) + integration tests (pytest); what CI runs first
+
+# No call cycle between the files of ml/, train/ and tools/ (from the symbols
+# of their objects), none of more than 2 files inside one (docs/design.md).
+.PHONY: check-cycles
+check-cycles: client ## no call cycle between or inside ml/, train/, tools/ (scripts/check_cycles.py)
+	$(PYTHON) scripts/check_cycles.py $(OBJ) ml train tools
 
 # Design check (scripts/check_design.py, docs/design.md "Design check"): no
 # call circles between components or of more than 2 files inside one (bar the
@@ -400,7 +437,7 @@ check-deps:
 # a public Requires: ps.h includes hiredis.h and hands out redisReply), and
 # `--static` adds the private -lm for a link against libps.a (docs/reference.md).
 PREFIX ?= /usr/local
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-relay lib/libps.a lib/$(LIBPS_SO) \
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-gen-ctr bin/ps-relay lib/libps.a lib/$(LIBPS_SO) \
                 lib/$(LIBPS_SONAME) lib/libps.so include/redis-ps/ps.h lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
@@ -417,6 +454,7 @@ install: all $(B)/libps.pc ## install module, ps-train, ps-relay, libps (PREFIX=
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
+	install -m 0755 $(B)/ps-gen-ctr $(DESTDIR)$(PREFIX)/bin/ps-gen-ctr
 	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
 	install -m 0755 $(B)/$(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SO)

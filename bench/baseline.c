@@ -1,6 +1,6 @@
 /* baseline.c -- single-process training baseline for the benchmarks.
  *
- * Trains the same MLP the workers train (worker/nn.c) on Fashion-MNIST in
+ * Trains the same MLP the workers train (ml/nn.c) on Fashion-MNIST in
  * one process with no parameter server: shuffled mini-batches, plain SGD on
  * the local copy.  Its samples/s and time-to-accuracy are the yardstick the
  * distributed runs are compared with.

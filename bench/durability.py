@@ -30,7 +30,7 @@ EPOCHS = int(os.environ.get("EPOCHS", "3"))
 RUNS = int(os.environ.get("RUNS", "3"))
 WINDOWS = [int(w) for w in os.environ.get("WINDOWS", "2 8 32").split()]
 JOB_ARGS = ["--layers", "784,64,10", "--optim", "sgd", "--lr", "0.05", "--seed", "3",
-            "--shard-size", "1000", "--partition-bytes", "32768"]
+            "--task-samples", "1000", "--partition-bytes", "32768"]
 
 PERSIST = {
     "none": ["--appendonly", "no"],

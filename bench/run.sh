@@ -11,7 +11,7 @@
 #      and learning rate) on a fresh private server: samples/s, the ratio to
 #      the baseline, and the time to 0.85 test accuracy;
 #   4. sparse CTR (bench/sparse_bench.sh): a planted-truth FM data set from
-#      `ps-train gen-ctr`, build/bench/sparse_baseline against `ps-train run
+#      `ps-gen-ctr`, build/bench/sparse_baseline against `ps-train run
 #      --model fm --workers 2` (skipped with a message while ps-train has no
 #      sparse path): samples/s ratio, test AUC vs the truth's, and FTRL's zero
 #      fraction at Adagrad's logloss.

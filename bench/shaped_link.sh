@@ -19,7 +19,7 @@
 # topk` users get); the rows "TOPK 1% pull f32 / bf16 / bf16/2" (BF16 every
 # second step) show the alternatives.
 # SPARSE=1 measures the sparse CTR model instead (the dense part is then
-# not run): `ps-train gen-ctr` data (SPARSE_SAMPLES train samples, 26 fields,
+# not run): `ps-gen-ctr` data (SPARSE_SAMPLES train samples, 26 fields,
 # vocabularies of 1M ids, Zipf 1.5, head 20, written to the temp dir) and
 # `ps-train run --model fm` with scripts/demo-sparse.sh's settings (FM dim
 # 4, Adagrad lr 0.05, init std 0.01, admit 255, batch 256, overlap 0),
@@ -128,7 +128,7 @@ cli ping >/dev/null 2>&1 || { echo "shaped_link: redis-server did not answer PIN
 
 if [ "$SPARSE" = 1 ]; then
     echo "shaped_link: generating $SPARSE_SAMPLES sparse CTR samples (26 fields, vocab 1M, zipf 1.5)"
-    "$B/ps-train" gen-ctr --out "$DIR/ctr" --samples "$SPARSE_SAMPLES" --fields 26 --vocab 1000000 \
+    "$B/ps-gen-ctr" --out "$DIR/ctr" --samples "$SPARSE_SAMPLES" --fields 26 --vocab 1000000 \
         --zipf 1.5 --head 20 --seed 7 --model fm >/dev/null
     TRUTH=$(cat "$DIR/ctr.truth")
 fi

@@ -1,16 +1,16 @@
 /* sparse_baseline.c -- single-process CTR trainer: the sparse baseline.
  *
- * Trains the CTR models of worker/ctr_model.c (LR, FM, embeddings + MLP) on
+ * Trains the CTR models of ml/ctr_model.c (LR, FM, embeddings + MLP) on
  * libsvm or Criteo files with no parameter server: the embedding table is a
- * local id -> row table (worker/sparse_table.c) applying Adagrad,
+ * local id -> row table (ml/ref/sparse_table.c) applying Adagrad,
  * FTRL-Proximal or SGD per row, reached only through ps_row_store (pull rows
  * by id, push gradient rows by id), the calls a server answers; with --store
  * core (implied by --admit, --filter, --unknown, --capacity) the rows live in
- * the module's own pure embedding-table core instead (module/embed.c), so
+ * the module's own pure embedding-table core instead (module/core/embed.c), so
  * admission, UNKNOWN ZEROS and CAPACITY act exactly as on a server. The dense
  * tensors (bias, MLP layers) take per-element Adagrad (SGD with --optim sgd).
  * Its samples/s is the yardstick of distributed sparse training; its test
- * AUC, next to the planted truth's (--truth, from `ps-train gen-ctr`),
+ * AUC, next to the planted truth's (--truth, from `ps-gen-ctr`),
  * shows the models learn.
  *
  *   sparse_baseline --train FILE --test FILE [--truth FILE] [--format libsvm|criteo]
@@ -71,9 +71,9 @@ static void usage(FILE *out)
             "0.1 (0 for lr and ftrl), batch 256, 1 epoch, seed 1. --dense gives Criteo's\n"
             "integers to the MLP as dense features too.\n"
             "--store core keeps the rows in the server's own embedding-table core\n"
-            "(module/embed.c: the rules of PS.CREATE EMBEDDING, including ADMIT n with a\n"
+            "(module/core/embed.c: the rules of PS.CREATE EMBEDDING, including ADMIT n with a\n"
             "2^FILTER counting filter (default 20), UNKNOWN ZEROS and CAPACITY); --admit,\n"
-            "--filter, --unknown and --capacity imply it. Default: table (worker/sparse_table.c).\n");
+            "--filter, --unknown and --capacity imply it. Default: table (ml/ref/sparse_table.c).\n");
 }
 
 static int num(const char *v, double lo, double hi, double *out)

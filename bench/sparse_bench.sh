@@ -2,7 +2,7 @@
 # sparse_bench.sh -- part 4 of `make bench` (bench/run.sh calls it; it also
 # runs alone after `make all build/bench/sparse_baseline`): the sparse CTR
 # targets of issue 13, measured in one run on one generated data set.
-#   a. `ps-train gen-ctr`: 1M train samples, 26 fields, vocabularies of 1M
+#   a. `ps-gen-ctr`: 1M train samples, 26 fields, vocabularies of 1M
 #      Zipf ids, a planted FM whose signal lives in the frequent ids (--head,
 #      --decay); cached in build/bench-sparse/ while its TRUTH line matches.
 #   b. build/bench/sparse_baseline (one process, no server, the rows in the
@@ -53,13 +53,13 @@ DATA="$B/bench-sparse"
 P="$DATA/ctr"
 WANT="^TRUTH model=fm fields=$FIELDS vocab=$VOCAB zipf=$ZIPF k=$K bias=-1 head=$HEAD seed=$SEED train=$SAMPLES .* decay=$DECAY\$"
 mkdir -p "$DATA"
-GEN=(gen-ctr --out "$P" --samples "$SAMPLES" --fields "$FIELDS" --vocab "$VOCAB" --zipf "$ZIPF"
+GEN=(--out "$P" --samples "$SAMPLES" --fields "$FIELDS" --vocab "$VOCAB" --zipf "$ZIPF"
      --head "$HEAD" --decay "$DECAY" --seed "$SEED" --model fm --k "$K")
-echo "data:   ps-train ${GEN[*]}"
+echo "data:   ps-gen-ctr ${GEN[*]}"
 if [ -f "$P.truth" ] && [ -f "$P.test.libsvm" ] && grep -q "$WANT" "$P.truth"; then
     echo "        (reusing $P.*)"
 else
-    "$PS_TRAIN" "${GEN[@]}" >/dev/null
+    "$B/ps-gen-ctr" "${GEN[@]}" >/dev/null
 fi
 TRUTH=$(cat "$P.truth")
 echo "$TRUTH"
@@ -84,7 +84,7 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     . "$REPO/scripts/private-server.sh"
     private_server_start bench-sparse "$MODULE"
     RUN=(--model fm --dim "$K" --table-optim adagrad --table-lr "$LR" --init-std "$INIT_STD"
-         --admit "$ADMIT" --batch "$BATCH" --epochs "$EPOCHS" --shards "$SHARDS" --seed "$SEED")
+         --admit "$ADMIT" --batch "$BATCH" --epochs "$EPOCHS" --table-shards "$SHARDS" --seed "$SEED")
     # Flags the sparse path may not have yet: passed only when --help lists them.
     help=$("$TRAINER" run --help 2>&1)
     grep -q -- '--unknown' <<<"$help" && RUN+=(--unknown zeros)
@@ -103,7 +103,7 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     fi
     # e. LR through the server, Adagrad vs FTRL (when this ps-train reports table_zero_frac).
     if grep -q table_zero_frac "$TRAINER" 2>/dev/null; then
-        LRRUN=(--model lr --batch "$BATCH" --epochs "$LR_EPOCHS" --shards "$SHARDS" --seed "$SEED")
+        LRRUN=(--model lr --batch "$BATCH" --epochs "$LR_EPOCHS" --table-shards "$SHARDS" --seed "$SEED")
         ps_lr() { # label job args...; prints the RESULT line
             local label=$1 job=$2 o
             shift 2

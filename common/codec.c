@@ -168,7 +168,7 @@ float ps_bf16_to_f32(uint16_t h) {
 /* ================================================================ kernels
  *
  * The loops are built for AVX-512 (x86-64-v4), AVX2 and the x86-64 baseline
- * (SSE2), picked at load time like the optimizer kernels (module/optim.c),
+ * (SSE2), picked at load time like the optimizer kernels (module/core/optim.c),
  * and compiled with -O3 (Makefile) so the vectorizer runs. Vectorizing
  * integer operations and IEEE-exact float adds, divides and conversions in
  * lanes does not change any result, so every build computes the scalar

@@ -11,7 +11,7 @@
  *     GCC honours its optimize pragma for every function after it, whatever
  *     -ffp-contract says. Clang honours STDC FP_CONTRACT except under
  *     -ffp-contract=fast, which ignores all pragmas by design: the module's
- *     OnLoad self-test (module/fpguard.c) catches that build at run time.
+ *     OnLoad self-test (module/core/fpguard.c) catches that build at run time.
  * Nothing here emits code; it only changes how the including file compiles. */
 
 #ifndef PS_FPGUARD_H

@@ -3,7 +3,7 @@
  * replies clients tell apart, and the options of PS.PUSHGRAD.
  *
  * Shared by the module (module/), the client library (libps/) and the tools
- * (worker/, relay/). Everything else is derived from these tables with
+ * (train/, ml/ref/, relay/). Everything else is derived from these tables with
  * X-macros: codec.h's ps_format, the module's optimizer enums and name
  * tables, the lists inside module/errors.h's messages, libps's format checks
  * and reply classification, ps-train's optimizer checks. Where another enum
@@ -14,7 +14,7 @@
  * common/codec.c (and a PS_WIRE_ name in libps/include/redis-ps/ps.h, which
  * the build checks). Adding an optimizer: a row in PS_PROTO_OPTIMIZERS, its
  * ID in PS_PROTO_TENSOR_OPTIMS and/or PS_PROTO_TABLE_OPTIMS, plus its kernel
- * (module/optim.c or module/embed_optim.c).
+ * (module/core/optim.c or module/core/embed_optim.c).
  *
  * Pure C11: no allocation, no Redis or hiredis header. */
 #ifndef PS_PROTOCOL_H
@@ -53,7 +53,7 @@
  * PS_PROTO_OPTIMIZERS: X(ID, "name", UPDATES), every optimizer the server
  * knows. The name is what PS.INFO answers and what OPTIM / ps-train
  * --optim parse (case-insensitively). UPDATES 0: the optimizer updates no
- * weights (ACCUM sums pushes for a relay; see module/accum.h), so a trainer
+ * weights (ACCUM sums pushes for a relay; see module/core/accum.h), so a trainer
  * does not offer it.
  *
  * PS_PROTO_TENSOR_OPTIMS / PS_PROTO_TABLE_OPTIMS: which apply to tensors and

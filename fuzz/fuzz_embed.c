@@ -28,6 +28,9 @@
 #include "embed_glue.h"
 #include "fuzz_util.h"
 
+/* Defined by module/glue.c in the module. */
+RedisModuleType *PSEmbedType = NULL;
+
 /* ---------------------------------------------------------------- fake IO */
 
 struct RedisModuleIO {

@@ -1,5 +1,5 @@
 /* fuzz_header.c -- libFuzzer harness for the RDB/RESTORE decoder: the real
- * module/type.c (PSType_RdbLoad) and the header core (module/header.c:
+ * module/type.c (PSType_RdbLoad) and the header core (module/core/header.c:
  * PSHeader_Check, PSHeader_Decode, PSTensor_SnapshotCheck) linked
  * against a fake RedisModuleIO that serves the fuzz input, so the fuzzer
  * feeds exactly the validator the loader uses.

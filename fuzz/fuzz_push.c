@@ -1,5 +1,5 @@
 /* fuzz_push.c -- libFuzzer harness for PSTensor_Push and the other tensor
- * writes (module/tensor.c) on small tensors: fuzzed optimizer, hyper-
+ * writes (module/core/tensor.c) on small tensors: fuzzed optimizer, hyper-
  * parameters, sync mode, staleness policy and exactly-once table, then a
  * fuzzed sequence of pushes (dense or ROWS, VERSION, ID, SCALE, raw float
  * bits including NaN/Inf), snapshots, rollbacks, round closes, SET and copies.
@@ -32,7 +32,7 @@
 #include "accum.h"
 #include "codec.h"
 #include "fuzz_util.h"
-#include "limits.h"
+#include "ps_limits.h"
 #include "tensor.h"
 
 #define MAXD 6
@@ -187,7 +187,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!isfinite(p.scale)) p.scale = 1.0; /* the command's parser refuses these */
             PSDedupEntry *de = p.id ? PSTensor_DedupFind(t, p.id, p.idlen) : NULL;
             const uint64_t dup_version = de ? de->version : 0;
-            const int is_dup = de && PSTensor_DedupSeen(de, p.seq);
+            const int is_dup = de && PSDedupEntry_Seen(de, p.seq);
             const uint64_t newest0 = de ? de->seq : 0;
             char victim[8] = {0};
             size_t victimlen = 0;
@@ -214,7 +214,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 PSDedupEntry *e = PSTensor_DedupFind(t, p.id, p.idlen);
                 /* Applied: now seen; the newest seq moved to it unless it was a
                  * late seq inside the window; the entry's version includes it. */
-                FZ_CHECK(e && PSTensor_DedupSeen(e, p.seq) && e->version >= r.version);
+                FZ_CHECK(e && PSDedupEntry_Seen(e, p.seq) && e->version >= r.version);
                 FZ_CHECK(e->seq == (p.seq > newest0 ? p.seq : newest0));
             }
             FZ_CHECK(t->dedup_len <= t->dedup_max);

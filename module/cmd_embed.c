@@ -1,7 +1,8 @@
-/* cmd_embed.c -- the embedding-table commands: the table forms of PS.CREATE
- * (EMBEDDING), PS.PULL / PS.PUSHGRAD (IDS), PS.INFO and PS.CONFIG, reached
- * from the tensor handlers through ps_embed_dispatch(), and the table-only
- * PS.SCANROWS (export) and PS.EVICT (eviction by age).
+/* cmd_embed.c -- the embedding-table commands: the table handlers of
+ * PS.CREATE (EMBEDDING), PS.PULL / PS.PUSHGRAD (IDS), PS.INFO and PS.CONFIG,
+ * which cmd_table.c's routers call for a key holding a table (arguments
+ * parsed by args.c), and the table-only PS.SCANROWS (export) and PS.EVICT
+ * (eviction by age).
  *
  * Replication, decided here per handler:
  *   PS.CREATE EMBEDDING  as its effect: every option spelled out, the seed
@@ -21,7 +22,7 @@
 #include <string.h>
 
 #include "embed_glue.h"
-#include "limits.h"
+#include "ps_limits.h"
 
 /* ========================================================================
  * Shared helpers
@@ -61,46 +62,6 @@ static PSEmbedValue *open_or_reply(RedisModuleCtx *ctx, RedisModuleString *keyna
     return NULL;
 }
 
-int ps_key_is_embed(RedisModuleCtx *ctx, RedisModuleString *keyname) {
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, keyname, REDISMODULE_READ);
-    int is = RedisModule_KeyType(key) == REDISMODULE_KEYTYPE_MODULE &&
-             RedisModule_ModuleTypeGetType(key) == PSEmbedType;
-    RedisModule_CloseKey(key);
-    return is;
-}
-
-/* Whether argv[first_opt ..] holds the IDS keyword ("ID IDS 3" is a client
- * named IDS, not the keyword). */
-static int has_ids(RedisModuleString **argv, int argc, int first_opt) {
-    for (int i = first_opt; i < argc; i++)
-        if (ps_arg_is(argv[i], "IDS") && !(i > 0 && ps_arg_is(argv[i - 1], "ID"))) return 1;
-    return 0;
-}
-
-int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first_opt,
-                      RedisModuleCmdFunc handler) {
-    if (argc < 2) return 0;
-    /* PS.PULL / PS.PUSHGRAD: only a command with IDS is a table command, so
-     * the tensor path pays no second key lookup (a table reached without IDS
-     * answers WRONGTYPE there). PS.INFO / PS.CONFIG go by the key's type. */
-    const int by_ids = first_opt >= 0;
-    if (by_ids && !has_ids(argv, argc, first_opt)) return 0;
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
-    const int type = RedisModule_KeyType(key);
-    const int is = type == REDISMODULE_KEYTYPE_MODULE && RedisModule_ModuleTypeGetType(key) == PSEmbedType;
-    RedisModule_CloseKey(key);
-    if (is) {
-        handler(ctx, argv, argc);
-        return 1;
-    }
-    if (!by_ids) return 0;
-    /* IDS is the table's keyword: on a tensor it is a type error, as ROWS
-     * is on a table. */
-    if (type == REDISMODULE_KEYTYPE_EMPTY) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-    else RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-    return 1;
-}
-
 int ps_embed_reply_status(RedisModuleCtx *ctx, int status) {
     switch (status) {
     case PSE_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
@@ -110,35 +71,6 @@ int ps_embed_reply_status(RedisModuleCtx *ctx, int status) {
     case PSE_ERR_CORRUPT: return RedisModule_ReplyWithError(ctx, PSERR_RESTORE_CHUNK);
     default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
     }
-}
-
-/* A dense format for tables: F32, F16 or BF16 (VALUES where 'values' is
- * non-NULL). Returns 0 or replies the error and returns -1. */
-static int parse_format(RedisModuleCtx *ctx, RedisModuleString *arg, ps_format *fmt, int *values) {
-    size_t fl;
-    const char *fs = RedisModule_StringPtrLen(arg, &fl);
-    if (values && ps_arg_is(arg, "VALUES")) {
-        *values = 1;
-        return 0;
-    }
-    if (ps_format_parse(fs, fl, fmt) != 0) {
-        ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-        return -1;
-    }
-    if (!ps_proto_format_table(*fmt)) { /* the formats tables take (common/protocol.h) */
-        ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(*fmt));
-        return -1;
-    }
-    return 0;
-}
-
-/* The id count of an IDS blob: non-empty, a multiple of 8 bytes. */
-static int ids_count(RedisModuleString *arg, const unsigned char **p, size_t *k) {
-    size_t len;
-    *p = (const unsigned char *)RedisModule_StringPtrLen(arg, &len);
-    if (len == 0 || len % 8) return -1;
-    *k = len / 8;
-    return 0;
 }
 
 /* ========================================================================
@@ -286,7 +218,7 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
 /* PS.CREATE key EMBEDDING DIM d [INIT ZEROS|UNIFORM lo hi|NORMAL mean std]
  *   [SEED s] [SALT s] [OPTIM name] [LR x ...] [ADMIT n] [FILTER k] [CAPACITY n] [TTL v]
  *   [UNKNOWN INIT|ZEROS] [MAXSTALENESS n] [DEDUPMAX n] [NX] -> OK (nil: NX) */
-int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+int ps_table_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     PSEmbedConfig c;
     PSEmbed_DefaultConfig(&c, 1);
     c.lr = PSConf.default_lr;
@@ -406,43 +338,22 @@ static int reply_floats(RedisModuleCtx *ctx, const float *src, size_t n, ps_form
     return REDISMODULE_OK;
 }
 
-int PSEmbedPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    RedisModuleString *ids = NULL;
-    ps_format fmt = PS_FMT_F32;
-    int values = 0;
-    enum { O_IDS, O_FORMAT, O_ROWS };
-    static const PSOption opts[] = {{"IDS", 1}, {"FORMAT", 1}, {"ROWS", 1}, {NULL, 0}};
-    unsigned seen = 0;
-    for (int i = 2; i < argc; i += 2) {
-        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
-        if (k < 0) return REDISMODULE_OK;
-        if (k == O_ROWS) return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-        if (k == O_IDS) ids = argv[i + 1];
-        else if (parse_format(ctx, argv[i + 1], &fmt, &values)) return REDISMODULE_OK;
-    }
-    if (!ids) return RedisModule_ReplyWithError(ctx, PSERR_EMBED_NEEDS_IDS);
-    const unsigned char *idp;
-    size_t k;
-    if (ids_count(ids, &idp, &k)) return RedisModule_ReplyWithError(ctx, PSERR_EMBED_IDS);
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!v) return REDISMODULE_OK;
+int ps_table_pull(RedisModuleCtx *ctx, PSEmbedValue *v, const PSPullArgs *a) {
+    const size_t k = a->nids;
+    const ps_format fmt = a->fmt;
+    const int values = a->values;
     const uint32_t dim = PSEmbed_Config(v->t)->dim;
     const uint64_t n = (uint64_t)k * dim;
     /* The pull limit of tensors (ps.max-pull-bytes), at the cost per
-     * element of the reply format (limits.h). */
+     * element of the reply format (ps_limits.h). */
     const uint64_t per = values ? PS_PULL_VALUE_BYTES : PS_PULL_ELEM_BYTES;
     if (n > (uint64_t)PSConf.max_pull_bytes / per) {
-        ps_reply_errorf(ctx, PSERR_EMBED_PULL_BIG_F, (unsigned long long)k, dim,
-                        (unsigned long long)(n * per), (unsigned long long)PSConf.max_pull_bytes);
-        goto done;
+        return ps_reply_errorf(ctx, PSERR_EMBED_PULL_BIG_F, (unsigned long long)k, dim,
+                               (unsigned long long)(n * per), (unsigned long long)PSConf.max_pull_bytes);
     }
     float *out = ps_scratch(n);
-    if (!out) {
-        RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        goto done;
-    }
-    PSEmbed_Pull(v->t, idp, k, out);
+    if (!out) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    PSEmbed_Pull(v->t, a->ids, k, out);
     v->pulls++;
     v->ids_pulled += k;
     PSEmbedCounters.pulls++;
@@ -451,8 +362,6 @@ int PSEmbedPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     RedisModule_ReplyWithArray(ctx, 2);
     RedisModule_ReplyWithLongLong(ctx, (long long)PSEmbed_Version(v->t));
     reply_floats(ctx, out, (size_t)n, fmt, values);
-done:
-    RedisModule_CloseKey(key);
     return REDISMODULE_OK;
 }
 
@@ -461,121 +370,49 @@ done:
  *             [VERSION v] [ID client seq]
  * ====================================================================== */
 
-int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 3) return RedisModule_WrongArity(ctx);
-    RedisModuleString *grad = NULL, *ids = NULL, *client = NULL;
-    ps_format fmt = PS_FMT_F32;
-    int values_start = 0, nvalues = 0, i = 3, has_version = 0;
-    uint64_t version = 0, seq = 0;
-    if (ps_arg_is(argv[2], "VALUES")) {
-        double d;
-        for (i = 3; i < argc && ps_values_number(argv[i], &d); i++) nvalues++;
-        if (!nvalues) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
-        values_start = 3;
-    } else {
-        grad = argv[2];
-    }
-    enum { O_IDS, O_FORMAT, O_VERSION, O_ID, O_ROWS };
-    static const PSOption opts[] = {{"IDS", 1}, {"FORMAT", 1}, {"VERSION", 1}, {"ID", 2}, {"ROWS", 1}, {NULL, 0}};
-    unsigned seen = 0;
-    for (; i < argc; i++) {
-        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
-        if (k < 0) return REDISMODULE_OK;
-        RedisModuleString *val = argv[i + 1];
-        if (k == O_ROWS) return RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-        if (k == O_IDS) {
-            ids = val;
-        } else if (k == O_FORMAT) {
-            if (!grad) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "with VALUES");
-            if (parse_format(ctx, val, &fmt, NULL)) return REDISMODULE_OK;
-        } else if (k == O_VERSION) {
-            if (ps_arg_u64(ctx, val, "VERSION", &version) != REDISMODULE_OK) return REDISMODULE_OK;
-            has_version = 1;
-        } else {
-            client = val;
-            if (ps_arg_u64(ctx, argv[i + 2], "ID seq", &seq) != REDISMODULE_OK) return REDISMODULE_OK;
-        }
-        i += opts[k].nvals;
-    }
-    size_t idlen = 0;
-    const char *idstr = client ? RedisModule_StringPtrLen(client, &idlen) : NULL;
-    if (client && (idlen == 0 || idlen > PS_EMBED_MAX_CLIENT_ID || seq == 0))
-        return RedisModule_ReplyWithError(ctx, PSERR_ID);
-    if (!ids) return RedisModule_ReplyWithError(ctx, PSERR_EMBED_NEEDS_IDS);
-    const unsigned char *idp;
-    size_t k;
-    if (ids_count(ids, &idp, &k) || k > PSE_MAX_PUSH_IDS)
-        return RedisModule_ReplyWithError(ctx, PSERR_EMBED_IDS);
-
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!v) return REDISMODULE_OK;
+int ps_table_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSEmbedValue *v, const PSPushArgs *a) {
     PSEmbed *t = v->t;
+    const size_t k = a->nids;
     const uint32_t dim = PSEmbed_Config(t)->dim;
     const uint64_t n = (uint64_t)k * dim;
     const unsigned char *g;
     size_t glen = 0;
-    if (values_start) {
-        if ((uint64_t)nvalues != n) {
-            ps_reply_errorf(ctx, PSERR_EMBED_VALUES_F, (size_t)nvalues, k, dim, (unsigned long long)n);
-            goto done;
-        }
+    if (a->values_start) {
+        if ((uint64_t)a->nvalues != n)
+            return ps_reply_errorf(ctx, PSERR_EMBED_VALUES_F, (size_t)a->nvalues, k, dim, (unsigned long long)n);
         float *dst = ps_scratch(n);
-        if (!dst) {
-            RedisModule_ReplyWithError(ctx, PSERR_OOM);
-            goto done;
-        }
-        for (int j = 0; j < nvalues; j++) {
-            double d = 0;
-            ps_values_number(argv[values_start + j], &d);
-            dst[j] = (float)d;
-        }
+        if (!dst) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        ps_values_fill(argv, a, dst);
         g = (const unsigned char *)dst;
     } else {
-        RedisModule_StringPtrLen(grad, &glen);
-        if (!(g = ps_decode_dense(ctx, "gradient", grad, fmt, n))) goto done;
+        RedisModule_StringPtrLen(a->grad, &glen);
+        if (!(g = ps_decode_dense(ctx, "gradient", a->grad, a->fmt, n))) return REDISMODULE_OK;
     }
-    /* Exactly once, then staleness (as for tensors). */
-    PSDedupEntry *e = client ? PSDedupSet_Find(&v->dd, idstr, idlen) : NULL;
-    if (e && PSTensor_DedupSeen(e, seq)) {
+    const PSEmbedPush p = {.ids = a->ids, .k = k, .grad = g, .id = a->id, .idlen = a->idlen,
+                           .seq = a->seq, .has_version = a->has_version, .version = a->version};
+    PSEmbedPushResult r;
+    const int st = PSEmbed_PushOnce(t, &v->dd, v->maxstale, &p, &r);
+    switch (st) {
+    case PSE_OK: break;
+    case PSE_DUPLICATE:
         v->dedup_hits++;
         PSStats.dedup_hits++;
-        RedisModule_ReplyWithLongLong(ctx, (long long)e->version);
-        goto done;
-    }
-    const uint64_t cur = PSEmbed_Version(t);
-    if (has_version && version > cur) {
-        ps_reply_errorf(ctx, PSERR_FUTURE_F, (unsigned long long)version, (unsigned long long)cur);
-        goto done;
-    }
-    if (has_version && v->maxstale >= 0 && cur - version > (uint64_t)v->maxstale) {
+        return RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
+    case PSE_ERR_FUTURE:
+        return ps_reply_errorf(ctx, PSERR_FUTURE_F, (unsigned long long)a->version,
+                               (unsigned long long)PSEmbed_Version(t));
+    case PSE_ERR_STALE:
         v->stale_rejects++;
         PSStats.stale_rejects++;
-        ps_reply_errorf(ctx, PSERR_STALE_F, (unsigned long long)version,
-                        (unsigned long long)(cur - version), (unsigned long long)cur,
-                        (long long)v->maxstale);
-        goto done;
+        return ps_reply_errorf(ctx, PSERR_STALE_F, (unsigned long long)a->version,
+                               (unsigned long long)r.staleness, (unsigned long long)PSEmbed_Version(t),
+                               (long long)v->maxstale);
+    case PSE_ERR_NONFINITE:
+        v->nonfinite_rejects++;
+        PSStats.nonfinite_rejects++;
+        /* fall through */
+    default: return ps_embed_reply_status(ctx, st);
     }
-    /* A new client's entry gets its room before the push, so that nothing
-     * can fail after it. */
-    char *idcopy = NULL;
-    if (client && !e && v->dd.max > 0 && !(idcopy = PSDedupSet_Prepare(&v->dd, idstr, idlen))) {
-        RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        goto done;
-    }
-    PSEmbedPushResult r;
-    int st = PSEmbed_Push(t, idp, k, g, &r);
-    if (st != PSE_OK) {
-        if (st == PSE_ERR_NONFINITE) {
-            v->nonfinite_rejects++;
-            PSStats.nonfinite_rejects++;
-        }
-        PSTensor_Dealloc(idcopy);
-        ps_embed_reply_status(ctx, st);
-        goto done;
-    }
-    if (e) PSDedupSet_Applied(&v->dd, e, seq, r.version);
-    else if (idcopy) PSDedupSet_Commit(&v->dd, idcopy, idlen, seq, 0, r.version);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.pushgrad", argv[1]);
     v->pushes++;
@@ -584,11 +421,8 @@ int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     PSEmbedCounters.rows_created += r.created;
     PSEmbedCounters.ids_dropped += r.dropped;
     PSEmbedCounters.rows_evicted += r.evicted;
-    PSStats.bytes_in += values_start ? n * sizeof(float) : glen;
-    RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
-done:
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
+    PSStats.bytes_in += a->values_start ? n * sizeof(float) : glen;
+    return RedisModule_ReplyWithLongLong(ctx, (long long)r.version);
 }
 
 /* ========================================================================
@@ -596,11 +430,7 @@ done:
  * ====================================================================== */
 
 /* PS.INFO key -> flat array of field/value pairs */
-int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 2) return RedisModule_WrongArity(ctx);
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!v) return REDISMODULE_OK;
+int ps_table_info(RedisModuleCtx *ctx, PSEmbedValue *v) {
     const PSEmbedConfig *c = PSEmbed_Config(v->t);
     PSEmbedState st;
     PSEmbed_GetState(v->t, &st);
@@ -641,7 +471,6 @@ int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     ps_reply_pair_ll(ctx, "stale_rejects", (long long)v->stale_rejects, &n);
     ps_reply_pair_ll(ctx, "nonfinite_rejects", (long long)v->nonfinite_rejects, &n);
     RedisModule_ReplySetArrayLength(ctx, n);
-    RedisModule_CloseKey(key);
     return REDISMODULE_OK;
 }
 
@@ -650,37 +479,24 @@ int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
  * ====================================================================== */
 
 /* All pairs are checked before any is applied. */
-int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!v) return REDISMODULE_OK;
+int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSEmbedValue *v) {
     PSEmbedConfig c = *PSEmbed_Config(v->t);
     GlueOpts g = {.maxstale = v->maxstale, .dedup_max = v->dd.max};
     unsigned seen = 0;
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
         int r = parse_changeable(ctx, argv, argc, &i, &c, &g, &seen);
-        if (r < 0) goto done;
-        if (r == 0) {
-            ps_reply_errorf(ctx, PSERR_EMBED_PARAM_F, RedisModule_StringPtrLen(a, NULL));
-            goto done;
-        }
+        if (r < 0) return REDISMODULE_OK;
+        if (r == 0) return ps_reply_errorf(ctx, PSERR_EMBED_PARAM_F, RedisModule_StringPtrLen(a, NULL));
     }
     const char *err;
-    if (PSEmbed_Reconfigure(v->t, &c, &err) != PSE_OK) {
-        ps_reply_errorf(ctx, PSERR_HYPER_F, err);
-        goto done;
-    }
+    if (PSEmbed_Reconfigure(v->t, &c, &err) != PSE_OK) return ps_reply_errorf(ctx, PSERR_HYPER_F, err);
     v->maxstale = g.maxstale;
     v->dd.max = g.dedup_max;
     PSDedupSet_Shrink(&v->dd);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
-    RedisModule_ReplyWithSimpleString(ctx, "OK");
-done:
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
 }
 
 /* ========================================================================
@@ -745,7 +561,7 @@ int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         } else if (k == O_COUNT) {
             if (ps_arg_ll(ctx, argv[i + 1], "COUNT", 1, PS_SCAN_MAX_COUNT, &count) != REDISMODULE_OK)
                 return REDISMODULE_OK;
-        } else if (parse_format(ctx, argv[i + 1], &fmt, NULL)) {
+        } else if (ps_arg_table_format(ctx, argv[i + 1], &fmt, NULL)) {
             return REDISMODULE_OK;
         }
     }

@@ -108,7 +108,7 @@ static const char *restore_part(RedisModuleCtx *ctx, RedisModuleString **argv, i
             len == 0 || len > PS_EMBED_MAX_CLIENT_ID || v->dd.len >= v->dd.max ||
             PSDedupSet_Find(&v->dd, id, len))
             return "bad exactly-once entry";
-        if (PSDedupSet_Record(&v->dd, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver) != PST_OK)
+        if (PSDedupSet_Record(&v->dd, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver) != PS_DEDUP_OK)
             return "out of memory";
         return NULL;
     }

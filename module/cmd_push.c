@@ -27,86 +27,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "embed_glue.h"
-#include "limits.h"
+#include "ps_limits.h"
 #include "ps_module.h"
 
 /* ========================================================================
-=======
  * PS.PUSHGRAD
  * ====================================================================== */
 
-/* One number of a VALUES list. "nan" parses (as NaN) so that it is refused
- * and counted like a NaN in a blob, rather than ending the list. */
-int ps_values_number(RedisModuleString *arg, double *d) {
-    if (RedisModule_StringToDouble(arg, d) == REDISMODULE_OK) return 1;
-    if (ps_arg_is(arg, "nan") || ps_arg_is(arg, "-nan") || ps_arg_is(arg, "+nan")) {
-        *d = NAN;
-        return 1;
-    }
-    return 0;
-}
-
 /* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) [ROWS idx] [VERSION v]
- *             [ID client seq] [SCALE s] -> new version */
-int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 3) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, 3, PSEmbedPush_RedisCommand)) return REDISMODULE_OK;
-    PSPush p = {.scale = 1.0};
-    RedisModuleString *grad = NULL, *rowsarg = NULL;
-    int values_start = 0, nvalues = 0;
-    ps_format fmt = PS_FMT_F32;
-    int i = 2;
-    if (ps_arg_is(argv[2], "VALUES")) {
-        values_start = 3;
-        i = 3;
-        double d;
-        while (i < argc && ps_values_number(argv[i], &d)) i++;
-        nvalues = i - 3;
-        if (nvalues == 0) return RedisModule_ReplyWithError(ctx, PSERR_VALUES_EMPTY);
-    } else {
-        grad = argv[2];
-        i = 3;
-    }
-    enum { O_FORMAT, O_ROWS, O_VERSION, O_ID, O_SCALE };
-    static const PSOption opts[] = {{"FORMAT", 1}, {"ROWS", 1}, {"VERSION", 1},
-                                    {"ID", 2},     {"SCALE", 1}, {NULL, 0}};
-    unsigned seen = 0;
-    for (; i < argc; i++) {
-        if (values_start && i == values_start + nvalues) {
-            /* The token that ended the VALUES list must be an option. */
-            int known = 0;
-            for (int k = 0; opts[k].name; k++) known |= ps_arg_is(argv[i], opts[k].name);
-            if (!known)
-                return ps_reply_errorf(ctx, PSERR_VALUES_BAD_F, RedisModule_StringPtrLen(argv[i], NULL));
-        }
-        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
-        if (k < 0) return REDISMODULE_OK;
-        RedisModuleString *v = argv[i + 1];
-        if (k == O_FORMAT) {
-            if (!grad) return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, "with VALUES");
-            size_t fl;
-            const char *fs = RedisModule_StringPtrLen(v, &fl);
-            if (ps_format_parse(fs, fl, &fmt) != 0) return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-        } else if (k == O_ROWS) {
-            rowsarg = v;
-        } else if (k == O_VERSION) {
-            if (ps_arg_u64(ctx, v, "VERSION", &p.version) != REDISMODULE_OK) return REDISMODULE_OK;
-            p.has_version = 1;
-        } else if (k == O_ID) {
-            p.id = RedisModule_StringPtrLen(v, &p.idlen);
-            if (ps_arg_u64(ctx, argv[i + 2], "ID seq", &p.seq) != REDISMODULE_OK) return REDISMODULE_OK;
-            if (p.idlen == 0 || p.idlen > 256 || p.seq == 0)
-                return RedisModule_ReplyWithError(ctx, PSERR_ID);
-        } else {
-            if (ps_arg_double(ctx, v, "SCALE", &p.scale) != REDISMODULE_OK) return REDISMODULE_OK;
-        }
-        i += opts[k].nvals;
-    }
-
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!t) return REDISMODULE_OK;
+ *             [ID client seq] [SCALE s] -> new version, on tensor 't' with the
+ * arguments parsed by cmd_table.c's router (args.h). */
+int ps_tensor_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, const PSPushArgs *a) {
+    PSPush p = {.scale = a->scale, .has_version = a->has_version, .version = a->version,
+                .id = a->id, .idlen = a->idlen, .seq = a->seq};
+    const int values_start = a->values_start, nvalues = a->nvalues;
+    const ps_format fmt = a->fmt;
+    RedisModuleString *grad = a->grad, *rowsarg = a->rows;
     /* Elements the gradient must hold: the whole tensor or the ROWS. */
     uint64_t m = t->n;
     if (rowsarg) {
@@ -135,11 +71,7 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
             RedisModule_ReplyWithError(ctx, PSERR_OOM);
             goto done;
         }
-        for (int k = 0; k < nvalues; k++) {
-            double d = 0;
-            ps_values_number(argv[values_start + k], &d);
-            dst[k] = (float)d;
-        }
+        ps_values_fill(argv, a, dst);
         p.g = (const unsigned char *)dst;
     } else if (fmt == PS_FMT_TOPK) {
         const char *gp = RedisModule_StringPtrLen(grad, &glen);
@@ -208,7 +140,6 @@ int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         break;
     }
 done:
-    RedisModule_CloseKey(key);
     ps_scratch_trim();
     return REDISMODULE_OK;
 }
@@ -401,57 +332,23 @@ static void *copybytes(const char *p, size_t len) {
 }
 
 /* PS.PULL key [FORMAT F32|F16|BF16|I8|VALUES] [ROWS idx] [AT snapshot]
- *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout) */
-int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 2) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, 2, PSEmbedPull_RedisCommand)) return REDISMODULE_OK;
-    PullReq q = {.fmt = PS_FMT_F32};
-    RedisModuleString *rows = NULL, *at = NULL;
-    int have_timeout = 0;
-    enum { O_FORMAT, O_ROWS, O_AT, O_MINVERSION, O_TIMEOUT };
-    static const PSOption opts[] = {{"FORMAT", 1}, {"ROWS", 1},    {"AT", 1},
-                                    {"MINVERSION", 1}, {"TIMEOUT", 1}, {NULL, 0}};
-    unsigned seen = 0;
-    for (int i = 2; i < argc; i += 2) {
-        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
-        if (k < 0) return REDISMODULE_OK;
-        RedisModuleString *v = argv[i + 1];
-        if (k == O_FORMAT) {
-            size_t fl;
-            const char *fs = RedisModule_StringPtrLen(v, &fl);
-            if (ps_arg_is(v, "VALUES")) {
-                q.values = 1;
-            } else if (ps_format_parse(fs, fl, &q.fmt) != 0) {
-                return ps_reply_errorf(ctx, PSERR_FORMAT_F, fs);
-            } else if (!ps_proto_format_dense(q.fmt)) { /* TOPK (common/protocol.h) */
-                return ps_reply_errorf(ctx, PSERR_FORMAT_NOT_HERE_F, ps_format_name(q.fmt));
-            }
-        } else if (k == O_ROWS) {
-            rows = v;
-        } else if (k == O_AT) {
-            at = v;
-        } else if (k == O_MINVERSION) {
-            if (ps_arg_u64(ctx, v, "MINVERSION", &q.minversion) != REDISMODULE_OK) return REDISMODULE_OK;
-            q.has_min = 1;
-        } else {
-            if (ps_arg_ll(ctx, v, "TIMEOUT", 0, 1LL << 40, &q.timeout_ms) != REDISMODULE_OK)
-                return REDISMODULE_OK;
-            have_timeout = 1;
-        }
-    }
-    if (have_timeout && !q.has_min) return RedisModule_ReplyWithError(ctx, PSERR_TIMEOUT_NEEDS_MIN);
-    if (rows) q.rows = (unsigned char *)RedisModule_StringPtrLen(rows, &q.rowslen);
-    if (at) q.at = (char *)RedisModule_StringPtrLen(at, &q.atlen);
-
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!t) return REDISMODULE_OK;
+ *          [MINVERSION v [TIMEOUT ms]] -> [version, data] (nil on timeout),
+ * on tensor 't' with the arguments parsed by cmd_table.c's router. */
+int ps_tensor_pull(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, const PSPullArgs *a) {
+    PullReq q = {.fmt = a->fmt,
+                 .values = a->values,
+                 .has_min = a->has_min,
+                 .minversion = a->minversion,
+                 .timeout_ms = a->timeout_ms,
+                 .rows = (unsigned char *)a->rows,
+                 .rowslen = a->rowslen,
+                 .at = (char *)a->at,
+                 .atlen = a->atlen};
     /* A round left open by a restart or a failover has no timer on this
      * (new) master yet: a worker waiting on it arms one. */
     ps_round_timer_arm(ctx, argv[1], t);
     if (!q.has_min || t->version >= q.minversion) {
         reply_pull(ctx, t, &q);
-        RedisModule_CloseKey(key);
         ps_scratch_trim();
         return REDISMODULE_OK;
     }
@@ -465,7 +362,6 @@ int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         RedisModule_ReplyWithError(ctx, PSERR_NOSNAP);
         ok = 0;
     }
-    RedisModule_CloseKey(key);
     if (!ok) return REDISMODULE_OK;
     /* Not fresh enough: block, unless blocking is not allowed here (MULTI,
      * Lua): then answer at once as a timeout would. */

@@ -21,7 +21,8 @@
 #include "cmd_score.h"
 #include "ctr_score.h"
 #include "embed_glue.h"
-#include "limits.h"
+#include "args.h"
+#include "ps_limits.h"
 
 int PSScore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2) return RedisModule_WrongArity(ctx);

@@ -1,16 +1,105 @@
 /* cmd_table.c -- the command table: every command of the module with its
  * flags, arity, key specs and COMMAND DOCS, registered from OnLoad by
- * PSCommands_Register. Adding a command is one row here, its handler in the
- * cmd_*.c file of its family (declared in ps_module.h) and its docs in
+ * PSCommands_Register, and the routers of the verbs that serve both value
+ * types. Adding a command is one row here, its handler in the cmd_*.c file
+ * of its family (declared in ps_module.h or embed_glue.h) and its docs in
  * docs/commands.md.
  *
- * Every command takes one key, at argv[1] (first, last, step = 1, 1, 1). */
+ * Every command takes one key, at argv[1] (first, last, step = 1, 1, 1).
+ *
+ * Routing (docs/design.md "Routing a command"): a row of a shared verb
+ * names its router below, which routes once: it opens the key once, takes
+ * tensor or table from the key's type (never from the arguments), parses
+ * the arguments once into the command's struct (args.h), then calls the
+ * tensor handler (cmd_push.c, cmd_tensor.c) or the table handler
+ * (cmd_embed.c), which calls the core (tensor.c, embed_once.c). PS.CREATE
+ * has no key to look at yet: EMBEDDING at argv[2] is its table form. */
 
 #include <string.h>
 
+#include "args.h"
 #include "cmd_score.h"
 #include "embed_glue.h"
 #include "ps_module.h"
+
+/* ========================================================================
+ * Routers of the shared verbs
+ * ====================================================================== */
+
+/* The table held by an open key of kind PS_KIND_TABLE, or NULL after
+ * replying BUSY while a PS._RESTORE EMBED is rebuilding it. */
+static PSEmbedValue *table_ready(RedisModuleCtx *ctx, RedisModuleKey *key) {
+    PSEmbedValue *v = RedisModule_ModuleTypeGetValue(key);
+    if (!v->restoring) return v;
+    RedisModule_ReplyWithError(ctx, PSERR_EMBED_RESTORING);
+    return NULL;
+}
+
+/* PS.CREATE key (SHAPE ... | EMBEDDING ...) */
+static int route_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (ps_arg_is(argv[2], "EMBEDDING")) return ps_table_create(ctx, argv, argc);
+    return ps_tensor_create(ctx, argv, argc);
+}
+
+/* PS.PUSHGRAD key ... (args.h PSPushArgs) */
+static int route_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    const PSKeyKind kind = ps_key_kind(key);
+    PSPushArgs a;
+    if (ps_args_push(ctx, argv, argc, kind, &a) == REDISMODULE_OK) {
+        PSEmbedValue *v;
+        if (kind == PS_KIND_TENSOR) ps_tensor_push(ctx, argv, RedisModule_ModuleTypeGetValue(key), &a);
+        else if (kind != PS_KIND_TABLE) ps_reply_kind(ctx, kind);
+        else if ((v = table_ready(ctx, key))) ps_table_push(ctx, argv, v, &a);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.PULL key ... (args.h PSPullArgs) */
+static int route_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
+    const PSKeyKind kind = ps_key_kind(key);
+    PSPullArgs a;
+    if (ps_args_pull(ctx, argv, argc, kind, &a) == REDISMODULE_OK) {
+        PSEmbedValue *v;
+        if (kind == PS_KIND_TENSOR) ps_tensor_pull(ctx, argv, RedisModule_ModuleTypeGetValue(key), &a);
+        else if (kind != PS_KIND_TABLE) ps_reply_kind(ctx, kind);
+        else if ((v = table_ready(ctx, key))) ps_table_pull(ctx, v, &a);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.INFO key */
+static int route_info(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ);
+    const PSKeyKind kind = ps_key_kind(key);
+    PSEmbedValue *v;
+    if (kind == PS_KIND_TENSOR) ps_tensor_info(ctx, RedisModule_ModuleTypeGetValue(key));
+    else if (kind != PS_KIND_TABLE) ps_reply_kind(ctx, kind);
+    else if ((v = table_ready(ctx, key))) ps_table_info(ctx, v);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.CONFIG key param value [param value ...]: each type parses its own
+ * parameters (cmd_tensor.c, cmd_embed.c). */
+static int route_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    const PSKeyKind kind = ps_key_kind(key);
+    PSEmbedValue *v;
+    if (kind == PS_KIND_TENSOR) ps_tensor_config(ctx, argv, argc, RedisModule_ModuleTypeGetValue(key));
+    else if (kind != PS_KIND_TABLE) ps_reply_kind(ctx, kind);
+    else if ((v = table_ready(ctx, key))) ps_table_config(ctx, argv, argc, v);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
 
 /* ========================================================================
  * Key specs: the one key at argv[1], by how the command touches it
@@ -48,7 +137,7 @@ static RedisModuleCommandArg CreateArgs[] = {
     PS_ARG("dedupmax", "DEDUPMAX", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("maxsnapshots", "MAXSNAPSHOTS", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG_FLAG("nx", "NX"),
-    /* The table form (cmd_embed.c): PS.CREATE key EMBEDDING DIM d ... */
+    /* The table form (route_create): PS.CREATE key EMBEDDING DIM d ... */
     PS_ARG_FLAG("embedding", "EMBEDDING"),
     PS_ARG("dim", "DIM", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("admit", "ADMIT", INTEGER, PS_ARG_OPTIONAL),
@@ -127,23 +216,25 @@ typedef struct PSCommandDef {
 #define PS_O_ROWS "O(N) where N is the number of elements (or of the given rows)"
 
 static const PSCommandDef PSCommands[] = {
-    /* cmd_tensor.c */
-    {"ps.create", PSCreate_RedisCommand, "write deny-oom", -4, InsertKey, CreateArgs,
+    /* routed (above): cmd_tensor.c for tensors, cmd_embed.c for tables */
+    {"ps.create", route_create, "write deny-oom", -4, InsertKey, CreateArgs,
      "Creates a tensor with a shape, initial values and an optimizer", PS_O_N},
+    /* cmd_tensor.c */
     {"ps.set", PSSet_RedisCommand, "write deny-oom", -3, WriteKey, SetArgs,
      "Overwrites the values of a tensor; returns the new version", PS_O_N},
-    {"ps.info", PSInfo_RedisCommand, "readonly fast", 2, ReadKey, KeyArgs,
+    {"ps.info", route_info, "readonly fast", 2, ReadKey, KeyArgs,
      "Returns shape, version, optimizer settings and counters of a tensor", "O(1)"},
-    {"ps.config", PSConfig_RedisCommand, "write", -4, WriteKey, ConfigArgs,
+    {"ps.config", route_config, "write", -4, WriteKey, ConfigArgs,
      "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
     /* cmd_restore.c */
     {"ps._restore", PSRestore_RedisCommand, "write deny-oom", -3, OverwriteKey, RestoreArgs,
      "Internal: rebuilds a tensor from an AOF rewrite", "O(N) where N is the size of the argument"},
-    /* cmd_push.c */
-    {"ps.pushgrad", PSPushGrad_RedisCommand, "write deny-oom", -3, WriteKey, PushArgs,
+    /* routed (above): cmd_push.c for tensors, cmd_embed.c for tables */
+    {"ps.pushgrad", route_push, "write deny-oom", -3, WriteKey, PushArgs,
      "Applies a gradient with the tensor's optimizer; returns the new version", PS_O_ROWS},
-    {"ps.pull", PSPull_RedisCommand, "readonly blocking", -2, ReadKey, PullArgs,
+    {"ps.pull", route_pull, "readonly blocking", -2, ReadKey, PullArgs,
      "Returns [version, values] of a tensor, optionally waiting for a version", PS_O_ROWS},
+    /* cmd_round.c */
     {"ps._closeround", PSCloseRound_RedisCommand, "write", 3, WriteKey, CloseRoundArgs,
      "Internal: closes a sync round (replicated effect of a master's timer)", PS_O_N},
     /* cmd_snapshot.c */
@@ -157,8 +248,7 @@ static const PSCommandDef PSCommands[] = {
      "Restores values and optimizer state from a snapshot as a new version", "O(1)"},
     {"ps.dropsnapshot", PSDropSnapshot_RedisCommand, "write", 3, WriteKey, NameArgs,
      "Drops a snapshot", "O(S) where S is the number of snapshots"},
-    /* cmd_embed.c (the table forms of PS.CREATE/PULL/PUSHGRAD/INFO/CONFIG
-     * are dispatched from the handlers above) */
+    /* cmd_embed.c (tables only) */
     {"ps.scanrows", PSScanRows_RedisCommand, "readonly", -3, ReadKey, ScanRowsArgs,
      "Export scan of an embedding table: rows changed since a version, by cursor",
      "O(COUNT) per call, O(N) for a full scan where N is the number of rows"},

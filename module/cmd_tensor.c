@@ -13,7 +13,6 @@
 #include <math.h>
 #include <string.h>
 
-#include "embed_glue.h"
 #include "ps_module.h"
 
 /* ========================================================================
@@ -61,26 +60,6 @@ static const char *option_name(int k) { return k < PS_HP_COUNT ? Hypers[k].name 
 /* Parses one hyper-parameter / policy option at argv[*i] into 'o'. Returns
  * 1 when argv[*i] was such an option (consumed with its value, *i advanced),
  * 0 when it is not one, -1 after replying an error. */
-int ps_arg_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i, int count,
-                  const char *(*name)(int), unsigned *seen, RedisModuleString **val) {
-    RedisModuleString *opt = argv[*i];
-    int k = 0;
-    while (k < count && !ps_arg_is(opt, name(k))) k++;
-    if (k == count) return count;
-    if (*seen & (1u << k)) {
-        ps_reply_errorf(ctx, PSERR_DUP_OPT_F, name(k));
-        return -1;
-    }
-    *seen |= 1u << k;
-    if (*i + 1 >= argc) {
-        ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, RedisModule_StringPtrLen(opt, NULL));
-        return -1;
-    }
-    *val = argv[*i + 1];
-    *i += 2;
-    return k;
-}
-
 static int parse_tensor_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i,
                                PSTensorOpts *o, int *sync_seen, unsigned *seen) {
     RedisModuleString *val;
@@ -199,9 +178,7 @@ static int create_fits(RedisModuleCtx *ctx, uint64_t bytes) {
 
 /* PS.CREATE key SHAPE d1 [d2 ...] [INIT ...] [DATA blob [FORMAT f]] [SEED s]
  *           [OPTIM name] [LR x] ... [NX] */
-int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4) return RedisModule_WrongArity(ctx);
-    if (ps_arg_is(argv[2], "EMBEDDING")) return PSEmbedCreate_RedisCommand(ctx, argv, argc);
+int ps_tensor_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     uint64_t dims[PS_MAX_DIMS];
     uint32_t ndim = 0;
     int have_shape = 0, have_init = 0, have_seed = 0, nx = 0, have_fmt = 0, sync_seen = 0;
@@ -424,31 +401,8 @@ done:
  * PS.INFO
  * ====================================================================== */
 
-void ps_reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithLongLong(ctx, v);
-    *n += 2;
-}
-
-void ps_reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithDouble(ctx, v);
-    *n += 2;
-}
-
-void ps_reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n) {
-    RedisModule_ReplyWithCString(ctx, name);
-    RedisModule_ReplyWithCString(ctx, v);
-    *n += 2;
-}
-
 /* PS.INFO key -> flat array of field/value pairs */
-int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 2) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedInfo_RedisCommand)) return REDISMODULE_OK;
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!t) return REDISMODULE_OK;
+int ps_tensor_info(RedisModuleCtx *ctx, PSTensor *t) {
     long n = 0;
     RedisModule_ReplyWithArray(ctx, REDISMODULE_POSTPONED_LEN);
     RedisModule_ReplyWithCString(ctx, "shape");
@@ -498,7 +452,6 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         RedisModule_ReplyWithLongLong(ctx, (long long)c->stale_hist[i]);
     n += 2;
     RedisModule_ReplySetArrayLength(ctx, n);
-    RedisModule_CloseKey(key);
     return REDISMODULE_OK;
 }
 
@@ -508,12 +461,7 @@ int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 
 /* PS.CONFIG key param value [param value ...] -> OK. All pairs are checked
  * before any is applied. */
-int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4 || (argc - 2) % 2) return RedisModule_WrongArity(ctx);
-    if (ps_embed_dispatch(ctx, argv, argc, -1, PSEmbedConfig_RedisCommand)) return REDISMODULE_OK;
-    RedisModuleKey *key;
-    PSTensor *t = ps_open_tensor_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
-    if (!t) return REDISMODULE_OK;
+int ps_tensor_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSTensor *t) {
     PSTensorOpts o;
     PSTensor_GetOpts(t, &o);
     int sync_seen = 0;
@@ -521,32 +469,29 @@ int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
     for (int i = 2; i < argc;) {
         RedisModuleString *a = argv[i];
         int r = parse_tensor_option(ctx, argv, argc, &i, &o, &sync_seen, &seen);
-        if (r < 0) goto done;
+        if (r < 0) return REDISMODULE_OK;
         if (r == 0) {
             ps_reply_errorf(ctx, PSERR_CONFIG_PARAM_F, RedisModule_StringPtrLen(a, NULL));
-            goto done;
+            return REDISMODULE_OK;
         }
     }
     const char *herr = ps_optim_check(&o.h);
     if (herr) {
         ps_reply_errorf(ctx, PSERR_HYPER_F, herr);
-        goto done;
+        return REDISMODULE_OK;
     }
     if (t->optim == PS_OPT_ACCUM && o.sync_n) {
         RedisModule_ReplyWithError(ctx, PSERR_ACCUM_SYNC);
-        goto done;
+        return REDISMODULE_OK;
     }
     if (sync_seen && o.sync_n != t->sync_n && t->round_count) {
         RedisModule_ReplyWithError(ctx, PSERR_SYNC_CHANGE);
-        goto done;
+        return REDISMODULE_OK;
     }
     PSTensor_Configure(t, &o);
     /* A smaller table bound takes effect now (oldest entries go first). */
     PSTensor_DedupShrink(t);
     RedisModule_ReplicateVerbatim(ctx);
     ps_notify(ctx, "ps.config", argv[1]);
-    RedisModule_ReplyWithSimpleString(ctx, "OK");
-done:
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
 }

@@ -1,7 +1,8 @@
-/* embed_glue.h -- what the embedding-table glue (type_embed.c, cmd_embed.c)
- * shares with module.c and cmd_table.c: the registered type, the key value
- * wrapped around the pure core (embed.h), the saved header layout and the
- * command handlers. Not included by the pure cores.
+/* embed_glue.h -- what the embedding-table glue (type_embed.c, cmd_embed.c,
+ * cmd_embed_restore.c) shares with module.c, glue.c and cmd_table.c: the
+ * registered type, the key value wrapped around the pure core (embed.h), the
+ * saved header layout and the command handlers. Not included by the pure
+ * cores.
  *
  * The value of a ps-embeds key is a PSEmbedValue: the core table plus what
  * the glue adds on top of it (staleness bound, the exactly-once table of
@@ -70,7 +71,7 @@ static inline size_t PSEmbed_HeaderWords(int encver) {
 #define PS_EMBED_CHUNK_BYTES (32u << 20)
 /* Bound of the exactly-once table and of a client id. */
 #define PS_EMBED_MAX_DEDUP (1u << 20)
-#define PS_EMBED_MAX_CLIENT_ID 256u
+#define PS_EMBED_MAX_CLIENT_ID PS_MAX_CLIENT_ID
 
 /* A table being rebuilt by PS._RESTORE EMBED (AOF replay): the header is
  * known, the filter arrives in chunks, then the rows. */
@@ -122,8 +123,6 @@ const char *PSEmbedValue_PendingBegin(PSEmbedValue *v);
  * type, or a table still being restored: replies the error, NULL. */
 PSEmbedValue *ps_open_embed(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
                             RedisModuleKey **key, int *empty);
-/* Whether 'keyname' holds a table (no reply). */
-int ps_key_is_embed(RedisModuleCtx *ctx, RedisModuleString *keyname);
 /* Replies the error for a PSE_* status. */
 int ps_embed_reply_status(RedisModuleCtx *ctx, int status);
 
@@ -132,24 +131,18 @@ int PSEmbedType_Register(RedisModuleCtx *ctx);
 /* PS._RESTORE key EMBED|EFILTER|EROWS|EEND|EDEDUP ... (cmd_embed_restore.c). */
 int PSEmbedRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
-/* cmd_embed.c: the table forms of the shared verbs (dispatched from the
- * tensor handlers when the key or the arguments say "table") and the
- * table-only commands. */
-int PSEmbedCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSEmbedPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSEmbedPush_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSEmbedInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSEmbedConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+/* cmd_embed.c: the table handlers of the shared verbs, which cmd_table.c's
+ * routers call for a key holding a table (not being restored) with the
+ * arguments parsed once (args.h; PS.CREATE and PS.CONFIG parse their own
+ * option lists), and the table-only commands. A handler replies; the
+ * router closes the key. */
+int ps_table_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int ps_table_pull(RedisModuleCtx *ctx, PSEmbedValue *v, const PSPullArgs *a);
+int ps_table_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSEmbedValue *v, const PSPushArgs *a);
+int ps_table_info(RedisModuleCtx *ctx, PSEmbedValue *v);
+int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSEmbedValue *v);
 int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-
-/* Dispatch from the shared verbs: returns 1 when the command was a table
- * command and has been answered, 0 when the tensor handler goes on.
- * 'first_opt' is the first argument index that may be an option keyword
- * (PS.PULL, PS.PUSHGRAD: dispatched by the IDS keyword), or -1 (PS.INFO,
- * PS.CONFIG: dispatched by the key's type). */
-int ps_embed_dispatch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first_opt,
-                      RedisModuleCmdFunc handler);
 
 /* INFO ps counters of tables. */
 typedef struct PSEmbedModuleStats {

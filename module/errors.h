@@ -72,6 +72,10 @@
 #define PSERR_KEY_GONE "ERR the key was deleted while the pull waited for MINVERSION"
 #define PSERR_NOT_ACCUM_F "ERR not an ACCUM tensor (its optimizer is %s): create it with OPTIM ACCUM"
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
+/* CONFIG SET ps.* refusals: Redis puts them after its own "ERR CONFIG SET
+ * failed (possibly related to argument '...') - ", so they carry no code. */
+#define PSERR_CONF_DEFAULT_LR "ps.default-lr must be a finite number >= 0"
+#define PSERR_CONF_POLICY "ps.default-staleness-policy must be reject or scale"
 /* PS.SCORE (cmd_score.c). */
 #define PSERR_SCORE_NEEDS "ERR PS.SCORE needs MODEL, COUNTS and IDS"
 #define PSERR_SCORE_MODEL_F "ERR unknown MODEL '%s' (LR, FM)"

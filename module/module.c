@@ -1,10 +1,12 @@
-/* module.c -- the redis-ps module: OnLoad, configs, INFO section, and the
- * helpers the command files share.
+/* module.c -- the redis-ps module: OnLoad, configs and the INFO section;
+ * the top of the module, which nothing else calls.
  *
- * Layout follows the house style: shared helpers, configs, INFO, OnLoad last.
- * The command table is cmd_table.c, command families live in cmd_*.c, the
- * data type in type.c, the value in tensor.c (snapshots in snapshot.c, the
- * saved header in header.c) and the kernels in optim.c. */
+ * Layout follows the house style: configs, INFO, OnLoad last. The command
+ * table and its routers are cmd_table.c, argument parsing args.c, the
+ * helpers the command files share glue.c, command families live in
+ * cmd_*.c, the data types in type.c and type_embed.c, the values in
+ * tensor.c (snapshots in snapshot.c, the saved header in header.c) and
+ * embed.c, and the kernels in optim.c and embed_optim.c. */
 
 #define PS_REDISMODULE_DEFINE
 #include "ps_module.h"
@@ -12,238 +14,9 @@
 
 #include "fpguard.h"
 
-#include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-
-RedisModuleType *PSTensorType = NULL;
-PSConfig PSConf = {
-    .max_tensor_bytes = 4LL << 30,
-    .max_snapshots = 16,
-    .dedup_max = 1024,
-    .max_staleness = -1,
-    .stale_policy = PS_POLICY_REJECT,
-    .default_lr = 0.01,
-    .max_pull_bytes = 512LL << 20,
-    .scratch_keep_bytes = 16LL << 20,
-    .max_blocked_pulls = 10000,
-};
-PSModuleStats PSStats;
-
-/* ========================================================================
- * Shared helpers
- * ====================================================================== */
-
-int ps_reply_errorf(RedisModuleCtx *ctx, const char *fmt, ...) {
-    char buf[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    /* Error replies must be one line. */
-    for (char *p = buf; *p; p++)
-        if (*p == '\r' || *p == '\n') *p = ' ';
-    return RedisModule_ReplyWithError(ctx, buf);
-}
-
-int ps_arg_is(RedisModuleString *arg, const char *keyword) {
-    size_t len;
-    const char *s = RedisModule_StringPtrLen(arg, &len);
-    return len == strlen(keyword) && strncasecmp(s, keyword, len) == 0;
-}
-
-int ps_arg_ll(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, long long min,
-              long long max, long long *out) {
-    long long v;
-    if (RedisModule_StringToLongLong(arg, &v) != REDISMODULE_OK || v < min || v > max) {
-        ps_reply_errorf(ctx, PSERR_NOT_INT_F, what);
-        return REDISMODULE_ERR;
-    }
-    *out = v;
-    return REDISMODULE_OK;
-}
-
-int ps_arg_u64(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, uint64_t *out) {
-    size_t len;
-    const char *s = RedisModule_StringPtrLen(arg, &len);
-    char buf[32];
-    if (len == 0 || len >= sizeof(buf) || s[0] == '-' || s[0] == '+' || s[0] == ' ') goto bad;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    for (size_t i = 0; i < len; i++)
-        if (buf[i] < '0' || buf[i] > '9') goto bad;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(buf, &end, 10);
-    if (errno || *end) goto bad;
-    *out = v;
-    return REDISMODULE_OK;
-bad:
-    ps_reply_errorf(ctx, PSERR_NOT_INT_F, what);
-    return REDISMODULE_ERR;
-}
-
-int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, double *out) {
-    double v;
-    if (RedisModule_StringToDouble(arg, &v) != REDISMODULE_OK || !isfinite(v)) {
-        ps_reply_errorf(ctx, PSERR_NOT_FLOAT_F, what);
-        return REDISMODULE_ERR;
-    }
-    *out = v;
-    return REDISMODULE_OK;
-}
-
-int ps_option_at(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
-                 const PSOption *opts, unsigned *seen) {
-    const char *an = RedisModule_StringPtrLen(argv[i], NULL);
-    for (int k = 0; opts[k].name; k++) {
-        if (!ps_arg_is(argv[i], opts[k].name)) continue;
-        if (*seen & (1u << k)) {
-            ps_reply_errorf(ctx, PSERR_DUP_OPT_F, opts[k].name);
-            return -1;
-        }
-        if (i + opts[k].nvals >= argc) {
-            ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, opts[k].name);
-            return -1;
-        }
-        *seen |= 1u << k;
-        return k;
-    }
-    ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, an);
-    return -1;
-}
-
-PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
-                         RedisModuleKey **key, int *empty) {
-    *key = RedisModule_OpenKey(ctx, keyname, mode);
-    *empty = 0;
-    int type = RedisModule_KeyType(*key);
-    if (type == REDISMODULE_KEYTYPE_EMPTY) {
-        *empty = 1;
-        return NULL;
-    }
-    if (type != REDISMODULE_KEYTYPE_MODULE || RedisModule_ModuleTypeGetType(*key) != PSTensorType) {
-        RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
-        return NULL;
-    }
-    return RedisModule_ModuleTypeGetValue(*key);
-}
-
-PSTensor *ps_open_tensor_or_reply(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
-                                  RedisModuleKey **key) {
-    int empty;
-    PSTensor *t = ps_open_tensor(ctx, keyname, mode, key, &empty);
-    if (t) return t;
-    if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
-    RedisModule_CloseKey(*key);
-    *key = NULL;
-    return NULL;
-}
-
-int ps_reply_status(RedisModuleCtx *ctx, int status) {
-    switch (status) {
-    case PST_ERR_OOM: return RedisModule_ReplyWithError(ctx, PSERR_OOM);
-    case PST_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
-    case PST_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
-    default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
-    }
-}
-
-/* Scratch buffers for decoding compressed blobs and encoding replies. A
- * request grows them to what it needs (a push of a compressed gradient then
- * does not allocate when the next one has the same size), but never keeps
- * more than ps.scratch-keep-bytes between requests: a large request frees
- * its memory when it ends (issue 11: a ROWS pull used to pin gigabytes). */
-typedef struct Scratch {
-    void *p;
-    size_t cap; /* bytes */
-} Scratch;
-static Scratch FloatScratch, ByteScratch;
-static int TrimScheduled = 0;
-
-static void scratchTrimOneShot(void *unused) {
-    (void)unused;
-    TrimScheduled = 0;
-    ps_scratch_trim();
-}
-
-/* Returns a buffer of at least 'bytes' from 's' (contents not kept), or NULL
- * on OOM (the old buffer is then freed too: nothing stays pinned). */
-static void *scratch_get(Scratch *s, size_t bytes) {
-    if (bytes <= s->cap) return s->p;
-    PSTensor_Dealloc(s->p);
-    s->p = PSTensor_Alloc(bytes);
-    s->cap = s->p ? bytes : 0;
-    /* Over the cache limit: make sure it is freed after this request even
-     * when the caller does not trim (PS.CREATE/PS.SET decode through here). */
-    if (s->p && bytes > (size_t)PSConf.scratch_keep_bytes && !TrimScheduled &&
-        RedisModule_EventLoopAddOneShot(scratchTrimOneShot, NULL) == REDISMODULE_OK)
-        TrimScheduled = 1;
-    return s->p;
-}
-
-float *ps_scratch(uint64_t n) {
-    if (n > SIZE_MAX / sizeof(float)) return NULL;
-    return scratch_get(&FloatScratch, (size_t)n * sizeof(float));
-}
-
-unsigned char *ps_scratch_bytes(size_t bytes) { return scratch_get(&ByteScratch, bytes); }
-
-size_t ps_scratch_held(void) { return FloatScratch.cap + ByteScratch.cap; }
-
-size_t ps_scratch_trim(void) {
-    Scratch *all[2] = {&FloatScratch, &ByteScratch};
-    for (int i = 0; i < 2; i++) {
-        if (all[i]->cap > (size_t)PSConf.scratch_keep_bytes) {
-            PSTensor_Dealloc(all[i]->p);
-            all[i]->p = NULL;
-            all[i]->cap = 0;
-        }
-    }
-    return ps_scratch_held();
-}
-
-const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
-                                     RedisModuleString *blob, ps_format fmt, uint64_t n) {
-    size_t len;
-    const char *p = RedisModule_StringPtrLen(blob, &len);
-    size_t need = ps_dense_encoded_size(fmt, (size_t)n);
-    if (len != need) {
-        ps_reply_errorf(ctx, PSERR_BLOBLEN_F, what, len, need, ps_format_name(fmt));
-        return NULL;
-    }
-    if (fmt == PS_FMT_F32) return (const unsigned char *)p;
-    float *dst = ps_scratch(n);
-    if (!dst) {
-        RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        return NULL;
-    }
-    ps_decode(fmt, (const unsigned char *)p, len, (size_t)n, dst);
-    return (const unsigned char *)dst;
-}
-
-unsigned long long PSBlockedNow = 0;
-
-void ps_signal_ready(RedisModuleCtx *ctx, RedisModuleString *key) {
-    if (PSBlockedNow) RedisModule_SignalKeyAsReady(ctx, key);
-}
-
-void ps_notify(RedisModuleCtx *ctx, const char *event, RedisModuleString *key) {
-    RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, event, key);
-}
-
-void ps_values_overwritten(RedisModuleCtx *ctx, RedisModuleString *key, const char *event,
-                           uint64_t n) {
-    RedisModule_ReplicateVerbatim(ctx);
-    ps_notify(ctx, event, key);
-    ps_signal_ready(ctx, key);
-    PSStats.sets++;
-    PSStats.bytes_in += n * sizeof(float);
-}
 
 /* ========================================================================
  * Configs (CONFIG SET/GET ps.*, or in redis.conf after loadmodule)
@@ -275,7 +48,7 @@ static int setLrConfig(const char *name, RedisModuleString *val, void *privdata,
     (void)name;
     double v;
     if (RedisModule_StringToDouble(val, &v) != REDISMODULE_OK || !isfinite(v) || v < 0) {
-        *err = RedisModule_CreateString(NULL, "ps.default-lr must be a finite number >= 0", 42);
+        *err = RedisModule_CreateString(NULL, PSERR_CONF_DEFAULT_LR, strlen(PSERR_CONF_DEFAULT_LR));
         return REDISMODULE_ERR;
     }
     size_t len;
@@ -297,8 +70,7 @@ static int setPolicyConfig(const char *name, RedisModuleString *val, void *privd
     } else if (ps_arg_is(val, "scale")) {
         policy = PS_POLICY_SCALE;
     } else {
-        const char *msg = "ps.default-staleness-policy must be reject or scale";
-        *err = RedisModule_CreateString(NULL, msg, strlen(msg));
+        *err = RedisModule_CreateString(NULL, PSERR_CONF_POLICY, strlen(PSERR_CONF_POLICY));
         return REDISMODULE_ERR;
     }
     RedisModuleString **slot = privdata;

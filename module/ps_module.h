@@ -1,12 +1,14 @@
-/* ps_module.h -- what the glue files (module.c, type.c, cmd_*.c) share: the
- * registered type, module configs, module-wide counters and the argument
- * parsing helpers. Not included by the pure cores. */
+/* ps_module.h -- what the glue files (module.c, glue.c, args.c, type.c,
+ * cmd_*.c) share: the registered type, module configs, module-wide counters,
+ * the helpers of glue.c, the argument parsing of args.h and the command
+ * handlers. Not included by the pure cores. */
 
 #ifndef PS_MODULE_H
 #define PS_MODULE_H
 
 #include <stdint.h>
 
+#include "args.h"
 #include "codec.h"
 #include "errors.h"
 #include "header.h"
@@ -48,29 +50,6 @@ extern PSModuleStats PSStats;
 int ps_reply_errorf(RedisModuleCtx *ctx, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* Case-insensitive comparison of an argument with a keyword. */
-int ps_arg_is(RedisModuleString *arg, const char *keyword);
-
-/* Strict number parsing; on failure they reply the error naming 'what' and
- * return REDISMODULE_ERR. */
-int ps_arg_ll(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, long long min,
-              long long max, long long *out);
-int ps_arg_u64(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, uint64_t *out);
-int ps_arg_double(RedisModuleCtx *ctx, RedisModuleString *arg, const char *what, double *out);
-
-/* An option keyword and how many values follow it. */
-typedef struct PSOption {
-    const char *name;
-    int nvals;
-} PSOption;
-
-/* Looks argv[i] up in 'opts' (terminated by a NULL name). Returns its index
- * when it is known, not yet in *seen, and followed by its values (marking
- * it seen); otherwise replies the error (unknown, repeated, missing value)
- * and returns -1. */
-int ps_option_at(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int i,
-                 const PSOption *opts, unsigned *seen);
-
 /* Opens 'keyname' and returns its tensor. When the key is empty: NULL with
  * *empty = 1 (no reply sent). When it holds another type: replies WRONGTYPE
  * and returns NULL with *empty = 0. The caller closes *key. */
@@ -81,6 +60,9 @@ PSTensor *ps_open_tensor(RedisModuleCtx *ctx, RedisModuleString *keyname, int mo
  * error (ERR no such key / WRONGTYPE), closes the key and returns NULL. */
 PSTensor *ps_open_tensor_or_reply(RedisModuleCtx *ctx, RedisModuleString *keyname, int mode,
                                   RedisModuleKey **key);
+
+/* What an open key holds (args.h's PSKeyKind). */
+PSKeyKind ps_key_kind(RedisModuleKey *key);
 
 /* Replies the error for a PS_ERR_* status of a tensor operation. */
 int ps_reply_status(RedisModuleCtx *ctx, int status);
@@ -96,23 +78,10 @@ const unsigned char *ps_decode_dense(RedisModuleCtx *ctx, const char *what,
  * NULL on OOM. Valid until the next call or ps_scratch_trim(). */
 float *ps_scratch(uint64_t n);
 
-/* One option of a PS.CREATE / PS.CONFIG option list at argv[*i], among
- * 'count' names (name(k)), for tensors and tables (cmd_tensor.c): on a
- * match checks it was not given before (bit k of *seen) and has a value,
- * sets *val to it, advances *i past both and returns k. Returns 'count'
- * when argv[*i] is no such option, -1 after replying an error. */
-int ps_arg_option(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int *i, int count,
-                  const char *(*name)(int), unsigned *seen, RedisModuleString **val);
-
-/* One field/value pair of a flat PS.INFO reply; adds 2 to *n (cmd_tensor.c). */
+/* One field/value pair of a flat PS.INFO reply; adds 2 to *n. */
 void ps_reply_pair_ll(RedisModuleCtx *ctx, const char *name, long long v, long *n);
 void ps_reply_pair_d(RedisModuleCtx *ctx, const char *name, double v, long *n);
 void ps_reply_pair_s(RedisModuleCtx *ctx, const char *name, const char *v, long *n);
-
-/* One number of a PS.PUSHGRAD VALUES list into *d; "nan" parses (as NaN) so
- * that it is refused like a NaN in a blob. Returns 0 when 'arg' is not a
- * number (cmd_push.c). */
-int ps_values_number(RedisModuleString *arg, double *d);
 
 /* Registers every command of the table in cmd_table.c (OnLoad). */
 int PSCommands_Register(RedisModuleCtx *ctx);
@@ -148,7 +117,9 @@ void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const P
 void ps_round_timer_stop(const PSTensor *t);
 
 /* Answers an error to every pull waiting on MINVERSION in database 'dbnum'
- * (-1: all), whose keys are about to be flushed (cmd_push.c). */
+ * (-1: all), whose keys are about to be flushed (cmd_push.c; cmd_round.c's
+ * FlushDB and SwapDB hooks call it, and cmd_push.c arms round timers: the
+ * one circle of two files left in the glue). */
 void ps_pull_waiters_flush(int dbnum);
 
 /* Answers an error to every pull waiting on tensor 't', which is being
@@ -163,14 +134,18 @@ int PSRoundHooks_Register(RedisModuleCtx *ctx);
 int PSPushHooks_Register(RedisModuleCtx *ctx);
 
 /* Command handlers, one family per cmd_*.c file; cmd_table.c's table
- * registers them. */
-int PSCreate_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+ * registers them. The shared verbs (PS.CREATE, PS.PUSHGRAD, PS.PULL,
+ * PS.INFO, PS.CONFIG) are routed there: the key opened once, its kind
+ * decided by its type, the arguments parsed once (args.h), then one of the
+ * tensor handlers below or a table handler (embed_glue.h). A handler
+ * replies; the router closes the key. */
+int ps_tensor_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int ps_tensor_info(RedisModuleCtx *ctx, PSTensor *t);
+int ps_tensor_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSTensor *t);
+int ps_tensor_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, const PSPushArgs *a);
+int ps_tensor_pull(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, const PSPullArgs *a);
 int PSSet_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSInfo_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSConfig_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSPushGrad_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
-int PSPull_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSCloseRound_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSSnapshot_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSSnapshots_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);

@@ -236,7 +236,7 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
         for (uint64_t i = 0; i < dlen; i++) {
             PSDedupEntry *e = &t->dedup[i];
             if (!(e->id = load_name(io, PS_LOAD_MAX_ID, &e->idlen))) goto bad;
-            e->hash = PSTensor_DedupHash(e->id, e->idlen);
+            e->hash = PSDedup_Hash(e->id, e->idlen);
             t->dedup_len = (uint32_t)(i + 1);
             e->seq = RedisModule_LoadUnsigned(io);
             e->window = encver >= PS_ENCVER_DEDUP_WINDOW ? RedisModule_LoadUnsigned(io) : 0;

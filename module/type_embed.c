@@ -32,7 +32,6 @@
 
 #include "embed_glue.h"
 
-RedisModuleType *PSEmbedType = NULL;
 PSEmbedModuleStats PSEmbedCounters;
 
 /* ========================================================================
@@ -340,7 +339,7 @@ static const char *load_dedup(RedisModuleIO *io, PSEmbedValue *v) {
             why = "bad exactly-once entry";
         else if (PSDedupSet_Find(&v->dd, id, len))
             why = "duplicate exactly-once entry";
-        else if (PSDedupSet_Record(&v->dd, id, len, seq, win, ver) != PST_OK)
+        else if (PSDedupSet_Record(&v->dd, id, len, seq, win, ver) != PS_DEDUP_OK)
             why = "out of memory";
         if (id) RedisModule_Free(id);
         if (why) return why;
@@ -512,7 +511,7 @@ static void *PSEmbedType_Copy(RedisModuleString *from, RedisModuleString *to, co
         PSEmbed_Free(t);
         return NULL;
     }
-    if (PSDedupSet_CopyInto(&c->dd, &v->dd) != PST_OK) {
+    if (PSDedupSet_CopyInto(&c->dd, &v->dd) != PS_DEDUP_OK) {
         PSEmbedValue_Free(c);
         return NULL;
     }

@@ -33,7 +33,7 @@ from pshelpers import PS_TRAIN, ps_train  # noqa: F401 (test_fault_*.py use them
 from pshelpers import run_ps_train as run
 
 JOB_ARGS = ["--layers", "784,64,10", "--optim", "sgd", "--lr", "0.05", "--seed", "3",
-            "--shard-size", "1000", "--partition-bytes", "32768"]
+            "--task-samples", "1000", "--partition-bytes", "32768"]
 KEYS = ["W0:%d" % i for i in range(7)] + ["b0:0", "W1:0", "b1:0"]
 # Asynchronous training is not deterministic: 6 fault-free runs of this configuration
 # (4 epochs, 2 workers, same seed and data) gave 0.8425-0.8523, a 1.0-point spread. A fault

@@ -159,6 +159,21 @@ def ps_train():
     return require_ps_train()
 
 
+# The synthetic CTR data tool (tools/ps-gen-ctr.c), next to ps-train.
+PS_GEN_CTR = os.environ.get("PS_GEN_CTR") or os.path.join(os.path.dirname(PS_TRAIN), "ps-gen-ctr")
+
+
+def run_gen_ctr(args, timeout=120):
+    """Runs ps-gen-ctr with 'args'; fails the test with its output unless it exits 0."""
+    p = subprocess.run([PS_GEN_CTR] + [str(a) for a in args], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=timeout)
+    p.out = p.stdout.decode(errors="replace")
+    if p.returncode != 0:
+        pytest.fail("ps-gen-ctr %s exited %d:\n%s" % (" ".join(map(str, args)), p.returncode,
+                                                      p.out), pytrace=False)
+    return p
+
+
 def run_ps_train(args, timeout=120, check=True, env=None):
     """Runs ps-train with 'args' (and environment 'env', default ours); returns the
     CompletedProcess with .out (stdout+stderr as text). With 'check', a non-zero exit fails

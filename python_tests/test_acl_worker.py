@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import psserver
-from pshelpers import f32, require_ps_train, run_ps_train
+from pshelpers import f32, require_ps_train, run_gen_ctr, run_ps_train
 
 JOB = "aclj"
 
@@ -38,7 +38,7 @@ def job_server(server):
     'w' (password 'pw') holding the worker role for JOB."""
     require_ps_train()
     for job in (JOB, "other"):
-        p = run(["init", "--addr", server.addr, "--job", job, "--limit", 1000, "--shard-size",
+        p = run(["init", "--addr", server.addr, "--job", job, "--limit", 1000, "--task-samples",
                  500, "--layers", "784,16,10"])
         assert p.returncode == 0, p.out
     c = server.client()
@@ -182,11 +182,11 @@ def sparse_worker_role(job):
 def test_sparse_worker_trains_under_the_documented_sparse_role(server, tmp_path):
     require_ps_train()
     prefix = str(tmp_path / "ctr")
-    run_ps_train(["gen-ctr", "--out", prefix, "--samples", 3000, "--test-samples", 300,
+    run_gen_ctr(["--out", prefix, "--samples", 3000, "--test-samples", 300,
                   "--fields", 4, "--vocab", 20, "--seed", 2])
     p = run(["init", "--addr", server.addr, "--job", "sp", "--model", "fm", "--train",
-             prefix + ".train.libsvm", "--test", prefix + ".test.libsvm", "--shard-bytes",
-             20000, "--epochs", 1, "--shards", 2])
+             prefix + ".train.libsvm", "--test", prefix + ".test.libsvm", "--task-bytes",
+             20000, "--epochs", 1, "--table-shards", 2])
     assert p.returncode == 0, p.out
     c = server.client()
     assert c.execute_command("ACL", "SETUSER", "ws", "on", ">pw", *sparse_worker_role("sp"))

@@ -20,12 +20,13 @@ import pytest
 
 import docsrun
 import psserver
-from pshelpers import require_ps_train, run_ps_train
+from pshelpers import require_ps_train, run_gen_ctr, run_ps_train
 
 ROOT = docsrun.ROOT
 README = os.path.join(ROOT, "README.md")
 DOCS = [README] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 PS_TRAIN = os.path.join(docsrun.BUILD, "ps-train")
+PS_GEN_CTR = os.path.join(docsrun.BUILD, "ps-gen-ctr")
 
 
 def read(path):
@@ -76,32 +77,43 @@ def test_documented_make_targets_exist():
 
 
 def ps_train_flags():
-    """Every flag some ps-train subcommand (or gen-ctr) accepts, from their --help."""
+    """Every flag some ps-train subcommand (or ps-gen-ctr) accepts, from their --help."""
     flags = {"--help", "--version"}
-    for sub in ("init", "work", "eval", "run", "status", "snapshot", "gen-ctr"):
-        out = subprocess.run([PS_TRAIN, sub, "--help"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True).stdout
+    for cmd in ([PS_TRAIN, sub, "--help"] for sub in ("init", "work", "eval", "run", "status",
+                                                       "snapshot")):
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True).stdout
         flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out))
     return flags
 
 
+def ps_gen_ctr_flags():
+    out = subprocess.run([PS_GEN_CTR, "--help"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True).stdout
+    return {"--help"} | set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out))
+
+
 def test_documented_ps_train_flags_exist():
     require_ps_train()
-    flags = ps_train_flags()
+    flags, gen_flags = ps_train_flags(), ps_gen_ctr_flags()
     missing = set()
     for path in DOCS:
         for span in code_spans(read(path)):
             for line in re.split(r"\n(?![ \t])", span.replace("\\\n", " ")):
-                if "ps-train" not in line or "ps-relay" in line:
+                if "ps-relay" in line:
+                    continue
+                known = ((flags if "ps-train" in line else set()) |
+                         (gen_flags if "ps-gen-ctr" in line else set()))
+                if not known:
                     continue
                 for f in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", line):
-                    if f not in flags:
+                    if f not in known:
                         missing.add("%s: %s" % (os.path.basename(path), f))
     assert not missing, sorted(missing)
 
 
 REPO_DIRS = ("docs/", "scripts/", "examples/", "python_tests/", "bench/", "module/", "libps/",
-             "worker/", "relay/", "common/", "fuzz/", "tests/", "python/", ".ci/")
+             "ml/", "train/", "tools/", "relay/", "common/", "fuzz/", "tests/", "python/", ".ci/")
 
 
 def test_documented_files_exist():
@@ -233,7 +245,7 @@ def test_ps_train_on_a_cluster_says_how_many_nodes(module_path):
 def test_status_of_a_sparse_job_describes_the_sparse_model(server, tmp_path):
     require_ps_train()
     pre = str(tmp_path / "ctr")
-    run_ps_train(["gen-ctr", "--out", pre, "--samples", 2000, "--fields", 4, "--vocab", 50])
+    run_gen_ctr(["--out", pre, "--samples", 2000, "--fields", 4, "--vocab", 50])
     args = ["--addr", server.addr, "--job", "sj"]
     run_ps_train(["init"] + args + ["--model", "lr", "--train", pre + ".train.libsvm"])
     p = run_ps_train(["status"] + args)
@@ -244,7 +256,7 @@ def test_status_of_a_sparse_job_describes_the_sparse_model(server, tmp_path):
 def test_a_missing_train_file_is_a_usage_error_like_a_missing_test_file(server, tmp_path):
     require_ps_train()
     pre = str(tmp_path / "ctr")
-    run_ps_train(["gen-ctr", "--out", pre, "--samples", 500, "--fields", 4, "--vocab", 50])
+    run_gen_ctr(["--out", pre, "--samples", 500, "--fields", 4, "--vocab", 50])
     base = ["run", "--addr", server.addr, "--model", "lr"]
     p1 = run_ps_train(base + ["--job", "a", "--train", str(tmp_path / "nope"), "--test",
                               pre + ".test.libsvm"], check=False)

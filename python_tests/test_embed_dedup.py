@@ -1,5 +1,5 @@
 """Exactly-once pushes of embedding tables go through the same table as tensors
-(module/dedup.[ch]): fed the same (client id, seq) pushes, a tensor and a table answer the
+(module/core/dedup.[ch]): fed the same (client id, seq) pushes, a tensor and a table answer the
 same applied versions and duplicates (window of 64 seqs, eviction of the oldest version at
 DEDUPMAX), across DEBUG RELOAD, a replica and PS.CONFIG DEDUPMAX shrinking both; and a
 table with many clients stays fast (the table's own linear list cost O(clients) a push)."""

@@ -23,7 +23,7 @@ N = 32768
 
 
 def mix64(x):
-    """module/embed.h PSEmbed_Mix64 (MurmurHash3's finalizer)."""
+    """module/core/embed.h PSEmbed_Mix64 (MurmurHash3's finalizer)."""
     x ^= x >> 33
     x = (x * C1) & M64
     x ^= x >> 33

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from faultlib import now, progress_acked, report, wait_until, workers  # noqa: F401
-from pshelpers import PS_TRAIN, run_ps_train as run
+from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run
 # 3 masters + 1 replica each (node timeout 2 s), and the live owner of a key.
 from test_fault_cluster import cluster, owner  # noqa: F401
 
@@ -31,13 +31,13 @@ def data(tmp_path_factory):
     if not os.path.exists(PS_TRAIN):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
     prefix = str(tmp_path_factory.mktemp("ctrfault") / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     return prefix + ".train.libsvm", prefix + ".test.libsvm"
 
 
 def init(addr, job, data, *extra):
     run(["init", "--addr", addr, "--job", job, "--model", "fm", "--train", data[0], "--test",
-         data[1], "--shard-bytes", 500000, "--epochs", EPOCHS, "--batch", 64, "--seed", 3]
+         data[1], "--task-bytes", 500000, "--epochs", EPOCHS, "--batch", 64, "--seed", 3]
         + list(extra))
 
 
@@ -175,7 +175,7 @@ def test_cluster_master_of_a_table_shard_killed_with_wait_1_nothing_lost(
         cluster, data, workers):
     seeds = ",".join(n.addr for n in cluster.nodes)
     job = "spc"
-    init(seeds, job, data, "--shards", 3)
+    init(seeds, job, data, "--table-shards", 3)
     job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
     keys = [k.decode() for m in cluster.masters() for k in m.client().keys("%s:emb:*" % job)]
     assert len(keys) == 3, keys

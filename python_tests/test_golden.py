@@ -17,7 +17,7 @@ VERSIONS = sorted(d for d in os.listdir(GOLDEN) if os.path.isfile(os.path.join(G
 
 
 def latest_encver():
-    """PS_ENCVER_LATEST as module/encver.h defines it (through its feature name)."""
+    """PS_ENCVER_LATEST as module/core/encver.h defines it (through its feature name)."""
     import re
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "module", "encver.h")
@@ -162,7 +162,7 @@ def test_golden_aof_survives_a_rewrite_in_the_current_format(golden_aof):
 
 
 def _header_blob(dims=(2, 3), version=5):
-    """A PS._RESTORE HEADER blob (module/header.h, 19 scalars): SGD, default
+    """A PS._RESTORE HEADER blob (module/core/header.h, 19 scalars): SGD, default
     hyper-parameters, no limit, async."""
     import struct
     u = lambda v: struct.pack("<Q", v & (2 ** 64 - 1))

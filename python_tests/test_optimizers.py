@@ -1,4 +1,4 @@
-"""Server-side optimizers against a numpy float32 reference of the rules in module/optim.c's
+"""Server-side optimizers against a numpy float32 reference of the rules in module/core/optim.c's
 header comment: SGD, MOMENTUM, NESTEROV, ADAGRAD, RMSPROP, ADAM, ADAMW, each plain, with WD,
 with CLIPNORM and with both, over 20 pushes (with SCALE and staleness scaling mixed in).
 The reference does one float32 rounding per operation in the documented order, so the

@@ -17,7 +17,7 @@ from test_relay import Relay, relays  # noqa: F401 (a fixture)
 
 # 2 tasks of 640 samples, batches of 64: 10 steps per task, 20 in all.
 JOB = ["--layers", "784,16,10", "--optim", "sgd", "--lr", "0.05", "--limit", "1280",
-       "--shard-size", "640", "--batch", "64", "--epochs", "1"]
+       "--task-samples", "640", "--batch", "64", "--epochs", "1"]
 STEPS = 20
 KEYS = 4  # sr:w1:0 sr:b1:0 sr:w2:0 sr:b2:0
 

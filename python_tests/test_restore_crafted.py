@@ -230,7 +230,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 4   # PS_ENCVER_ACCUM (module/encver.h)
+        assert encver == 4   # PS_ENCVER_ACCUM (module/core/encver.h)
         assert build(items, encver) == real, key
 
 

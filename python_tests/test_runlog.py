@@ -1,5 +1,5 @@
 """ps-train --log-json FILE: run, its workers and eval append one JSON object per line to FILE
-(worker/runlog.c). Against a real server: every line parses as strict JSON, progress lines
+(train/runlog.c). Against a real server: every line parses as strict JSON, progress lines
 carry the fields the plot tool reads, each worker's samples only grow, the run's "result" line
 comes last and repeats the RESULT numbers, lines of separate commands append, and
 `python3 -m redis_ps.plot` draws the file."""
@@ -13,7 +13,7 @@ import pytest
 
 import psserver
 from pshelpers import ps_train  # noqa: F401 (fixture)
-from pshelpers import run_ps_train as run
+from pshelpers import run_gen_ctr, run_ps_train as run
 
 sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
 from redis_ps import plot  # noqa: E402
@@ -53,7 +53,7 @@ def test_run_log_has_every_workers_progress_and_the_result_last(ps_train, server
     log = tmp_path / "run.jsonl"
     # --progress none: the log does not depend on the stdout progress lines.
     p = run(["run", "--addr", server.addr, "--job", "jl", "--workers", 2, "--epochs", 2,
-             "--limit", 8000, "--shard-size", 1000, "--interval-ms", 20, "--progress", "none",
+             "--limit", 8000, "--task-samples", 1000, "--interval-ms", 20, "--progress", "none",
              "--log-json", log])
     objs = read_log(log)
     events = [o["event"] for o in objs]
@@ -99,7 +99,7 @@ def test_run_log_has_every_workers_progress_and_the_result_last(ps_train, server
 
 def test_work_and_eval_append_to_one_log_and_escape_names(ps_train, server, tmp_path):
     log = tmp_path / "job.jsonl"
-    run(["init", "--addr", server.addr, "--job", "je", "--limit", 3000, "--shard-size", 1000])
+    run(["init", "--addr", server.addr, "--job", "je", "--limit", 3000, "--task-samples", 1000])
     name = 'w"1\\caf\u00e9'                 # a quote, a backslash, non-ASCII
     run(["work", "--addr", server.addr, "--job", "je", "--name", name, "--max-tasks", 2,
          "--interval-ms", 10, "--progress", "none", "--log-json", log])
@@ -133,7 +133,7 @@ def test_unwritable_log_fails_before_anything_is_created(ps_train, server, tmp_p
 
 def test_sparse_run_logs_auc_and_logloss(ps_train, server, tmp_path):
     prefix = str(tmp_path / "ctr")
-    run(["gen-ctr", "--out", prefix, "--samples", 20000, "--vocab", 200])
+    run_gen_ctr(["--out", prefix, "--samples", 20000, "--vocab", 200])
     log = tmp_path / "sparse.jsonl"
     p = run(["run", "--addr", server.addr, "--job", "sj", "--model", "fm",
              "--train", prefix + ".train.libsvm", "--test", prefix + ".test.libsvm",

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import psserver
-from pshelpers import PS_TRAIN, run_ps_train as run, run_tool
+from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run, run_tool
 from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 from test_train_standalone import result_line
 
@@ -33,7 +33,7 @@ def data(tmp_path_factory):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
     d = tmp_path_factory.mktemp("score")
     prefix = str(d / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     with open(prefix + ".test.libsvm") as f:
         lines = f.read().splitlines()[:NSCORE - 3]
     lines += ["1 9999999991:1 9999999992:0.5", "0", "0 9999999993:-2.25 " + lines[0].split(" ", 1)[1]]
@@ -47,8 +47,8 @@ def train(addr, job, model, data, shards):
     train_path, _, test_path = data
     p = run(["run", "--addr", addr, "--job", job, "--model", model, "--train", train_path,
              "--test", test_path,
-             "--shard-bytes", 100000, "--epochs", 1, "--table-lr", 0.1, "--seed", 3,
-             "--workers", 1, "--progress", "none", "--shards", shards])
+             "--task-bytes", 100000, "--epochs", 1, "--table-lr", 0.1, "--seed", 3,
+             "--workers", 1, "--progress", "none", "--table-shards", shards])
     return result_line(p.out)
 
 

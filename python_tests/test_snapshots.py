@@ -229,3 +229,35 @@ def test_keyspace_notifications_for_snapshot_and_rollback(r):
     r.execute_command("PS.DROPSNAPSHOT", "m", "s")
     got = [data for _, data in messages(ps, 4)]
     assert got[:3] == [b"ps.snapshot", b"ps.pushgrad", b"ps.rollback"], got
+
+
+def test_option_values_that_spell_keywords_are_values(server, r):
+    """Arguments parse by position, routed by the key's type (issue 21): a snapshot name
+    or client id that spells a keyword (IDS, ROWS, AT, ...) is a value. On main before
+    issue 21, 'PS.SNAPSHOT m IDS' answered OK and then 'PS.PULL m AT IDS' WRONGTYPE,
+    because PS.PULL picked tensor or table by looking for IDS anywhere in argv."""
+    create(r, "m", (4,))
+    push(r, "m", np.ones(4, np.float32))
+    names = ("IDS", "ids", "ROWS", "AT", "MINVERSION", "FORMAT")
+    for name in names:
+        assert ok(r.execute_command("PS.SNAPSHOT", "m", name))
+    at = pull(r, "m")
+    push(r, "m", np.ones(4, np.float32))
+    assert pull(r, "m")[0] == at[0] + 1
+    for name in names:
+        assert pull(r, "m", "AT", name) == at, name
+    assert pull(r, "m", "AT", "IDS", "FORMAT", "F32") == at
+    assert pull(r, "m", "FORMAT", "F32", "AT", "IDS") == at
+    assert r.execute_command("PS.ROLLBACK", "m", "IDS") == at[0] + 2
+    # A client id spelled IDS: applied once, its resend a duplicate.
+    v = push(r, "m", np.ones(4, np.float32), "ID", "IDS", 1)
+    assert push(r, "m", np.ones(4, np.float32), "ID", "IDS", 1) == v
+    assert int(info(r, "m")["dedup_hits"]) == 1
+    with server.raw() as rc:
+        # IDS as a keyword is still the table's: on a tensor a type error, on no key none.
+        rep = rc.call("PS.PULL", "m", "IDS", b"\0" * 8)
+        assert isinstance(rep, RespError) and rep.code == "WRONGTYPE", rep
+        rep = rc.call("PS.PULL", "nokey", "AT", "IDS")
+        assert isinstance(rep, RespError) and str(rep) == "ERR no such key", rep
+        rep = rc.call("PS.PULL", "m", "AT")
+        assert isinstance(rep, RespError) and str(rep) == "ERR option 'AT' needs a value", rep

@@ -1,6 +1,6 @@
 """ps-train sparse jobs given hostile or changed inputs (review of the sparse path): a job
 config edited to nonsense on the server, a train file that shrinks between init and work, a
-gzip train file cut mid-stream, a --shard-bytes so small it would write millions of tasks.
+gzip train file cut mid-stream, a --task-bytes so small it would write millions of tasks.
 Each answers a clear error naming the field or file and a non-zero exit, never a crash
 (a negative return code) or a run that trains fewer lines and reports success."""
 
@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from pshelpers import run_ps_train as run
+from pshelpers import run_gen_ctr, run_ps_train as run
 
 GEN = ["--samples", 3000, "--test-samples", 500, "--fields", 4, "--vocab", 20, "--seed", 7]
 
@@ -18,13 +18,13 @@ GEN = ["--samples", 3000, "--test-samples", 500, "--fields", 4, "--vocab", 20, "
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("hostile")
     prefix = str(d / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     return prefix + ".train.libsvm", prefix + ".test.libsvm"
 
 
 def init(server, job, train, test, *extra):
     return run(["init", "--addr", server.addr, "--job", job, "--model", "fm", "--train", train,
-                "--test", test, "--shard-bytes", 20000, "--epochs", 1] + list(extra),
+                "--test", test, "--task-bytes", 20000, "--epochs", 1] + list(extra),
                check=False)
 
 
@@ -84,9 +84,9 @@ def test_a_gzip_train_file_cut_mid_stream_fails_init(server, data, tmp_path):
 
 
 def test_a_shard_bytes_that_makes_millions_of_tasks_is_refused(server, data):
-    p = init(server, "tiny", *data, "--shard-bytes", 1, "--epochs", 20)
+    p = init(server, "tiny", *data, "--task-bytes", 1, "--epochs", 20)
     assert p.returncode == 2, p.out
-    assert "--shard-bytes 1" in p.out and "tasks, at most 1048576" in p.out, p.out
+    assert "--task-bytes 1" in p.out and "tasks, at most 1048576" in p.out, p.out
     assert server.client().keys("*tiny*") == []
 
 

@@ -22,7 +22,7 @@ def test_cluster_run_spreads_partitions_and_reaches_080(ps_train, cluster):
     # W0 (128 x 784 floats = 401408 bytes) in partitions of <= 65536 bytes: 7 keys.
     # 2 epochs: one epoch of Adam at lr 0.001 lands at 0.78-0.84, too close to the bar.
     p = run(["run", "--addr", seeds, "--job", "cl", "--workers", 2, "--epochs", 2,
-             "--optim", "adam", "--lr", 0.001, "--shard-size", 2000,
+             "--optim", "adam", "--lr", 0.001, "--task-samples", 2000,
              "--partition-bytes", 65536, "--progress", "line", "--min-acc", 0.80])
     assert float(result_line(p.out)["test_acc"]) >= 0.80, p.out
 

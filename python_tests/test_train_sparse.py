@@ -1,7 +1,7 @@
 """ps-train sparse CTR jobs (--model lr|fm|mlp) end to end: the rows live in a sharded
 embedding table on the server (libps psEmbed), the dense tensors in ordinary tensors, and
 the task stream hands out byte ranges of the train file. A short two-worker run on data
-from `ps-train gen-ctr` reaches an AUC bound well above 0.5, on one server and on a
+from `ps-gen-ctr` reaches an AUC bound well above 0.5, on one server and on a
 3-master cluster with the table's shards on different masters; every line of the train
 file is trained once per epoch, and every table shard's version equals the pushes the
 workers saw acknowledged (ACKED_TABLE lines: no push lost or applied twice). The job
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from pshelpers import PS_TRAIN, run_ps_train as run
+from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run
 from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 from test_train_standalone import result_line
 
@@ -30,7 +30,7 @@ def data(tmp_path_factory):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
     d = tmp_path_factory.mktemp("ctr")
     prefix = str(d / "ctr")
-    run(["gen-ctr", "--out", prefix] + GEN)
+    run_gen_ctr(["--out", prefix] + GEN)
     with open(prefix + ".truth") as f:
         truth = dict(kv.split("=", 1) for kv in f.read().split()[1:])
     return prefix + ".train.libsvm", prefix + ".test.libsvm", truth
@@ -39,7 +39,7 @@ def data(tmp_path_factory):
 def sparse_args(addr, job, model, data, *extra):
     train, test, _ = data
     return (["--addr", addr, "--job", job, "--model", model, "--train", train, "--test", test,
-             "--shard-bytes", 100000, "--epochs", 2, "--table-lr", 0.1, "--seed", 3]
+             "--task-bytes", 100000, "--epochs", 2, "--table-lr", 0.1, "--seed", 3]
             + list(extra))
 
 
@@ -124,8 +124,8 @@ def test_overlap_sends_the_next_batchs_row_pull_before_this_batchs_push(server, 
     job = "sov%d" % overlap
     args = sparse_args(server.addr, job, "fm", data)
     args[args.index("--epochs") + 1] = 1
-    args[args.index("--shard-bytes") + 1] = 1000000     # a few tasks of many batches
-    p = run(["run", "--workers", 1, "--progress", "line", "--shards", 1,
+    args[args.index("--task-bytes") + 1] = 1000000     # a few tasks of many batches
+    p = run(["run", "--workers", 1, "--progress", "line", "--table-shards", 1,
              "--overlap", overlap] + args)
     assert "overlap %d" % overlap in p.out, p.out
     res = result_line(p.out)
@@ -170,7 +170,7 @@ def test_mlp_trains_embeddings_and_dense_layers_in_one_job(server, data):
 
 def test_admission_and_capacity_bound_the_table(server, data):
     p = run(["run", "--workers", 1, "--progress", "none", "--admit", 3, "--capacity", 100,
-             "--shards", 2] + sparse_args(server.addr, "sadm", "fm", data))
+             "--table-shards", 2] + sparse_args(server.addr, "sadm", "fm", data))
     res = result_line(p.out)
     # CAPACITY 50 per shard: at most 50 rows each after a push.
     assert 0 < int(res["table_rows"]) <= 100, res
@@ -231,7 +231,7 @@ def test_second_init_with_other_sparse_settings_is_refused_and_reset_recreates(s
     (["--model", "fm", "--train", "x", "--table-optim", "lbfgs"], "--table-optim: unknown"),
     (["--model", "lr", "--train", "x", "--table-optim", "ftrl", "--init-std", 0.1],
      "--init-std must be 0"),
-    (["--model", "fm", "--train", "x", "--csv", "y"], "are for dense jobs"),
+    (["--model", "fm", "--train", "x", "--csv", "y"], "--csv is for dense jobs"),
 ])
 def test_sparse_usage_errors_name_the_flag_and_exit_2(args, needle):
     p = run(["init", "--addr", "127.0.0.1:1", "--job", "u"] + args, check=False)
@@ -249,7 +249,7 @@ def test_bad_train_file_fails_init_and_leaves_no_job(server, tmp_path):
 
 def test_cluster_run_spreads_table_shards_over_masters_and_reaches_the_bound(cluster, data):
     seeds = ",".join(n.addr for n in cluster.nodes)
-    p = run(["run", "--workers", 2, "--progress", "line", "--shards", 3,
+    p = run(["run", "--workers", 2, "--progress", "line", "--table-shards", 3,
              "--min-auc", BOUND["fm"]] + sparse_args(seeds, "cfm", "fm", data))
     res = result_line(p.out)
     assert float(res["test_auc"]) >= BOUND["fm"], p.out
@@ -288,7 +288,7 @@ def test_criteo_gzip_train_file_is_split_in_byte_ranges_and_learns(server, tmp_p
     write(train, 4000, gzip.open)
     write(test, 1000, open)
     p = run(["run", "--addr", server.addr, "--job", "scr", "--model", "lr", "--format",
-             "criteo", "--train", train, "--test", test, "--shard-bytes", 100000,
+             "criteo", "--train", train, "--test", test, "--task-bytes", 100000,
              "--epochs", 3, "--table-lr", 0.1, "--progress", "none", "--min-auc", 0.62])
     res = result_line(p.out)
     assert int(res["samples"]) == 3 * 4000, p.out

@@ -55,7 +55,7 @@ def test_run_with_two_workers_reaches_080_and_acks_every_task_once(ps_train, ser
     # 2 epochs: one epoch of Adam at lr 0.001 lands at 0.78-0.84 (measured), too close to
     # the bar; two land at 0.84-0.86.
     p = run(["run", "--addr", server.addr, "--job", "sa", "--workers", 2, "--epochs", 2,
-             "--optim", "adam", "--lr", 0.001, "--shard-size", 2000, "--progress", "line",
+             "--optim", "adam", "--lr", 0.001, "--task-samples", 2000, "--progress", "line",
              "--interval-ms", 500, "--min-acc", 0.80])
     res = result_line(p.out)
     assert float(res["test_acc"]) >= 0.80, p.out
@@ -74,7 +74,7 @@ def test_run_with_two_workers_reaches_080_and_acks_every_task_once(ps_train, ser
 
 def test_killed_worker_shards_are_claimed_and_acked_exactly_once(ps_train, server):
     r = server.client()
-    run(["init", "--addr", server.addr, "--job", "kill", "--epochs", 1, "--shard-size", 1000,
+    run(["init", "--addr", server.addr, "--job", "kill", "--epochs", 1, "--task-samples", 1000,
          "--optim", "adam", "--lr", 0.001])
     common = ["work", "--addr", server.addr, "--job", "kill", "--lease-ms", 1500,
               "--progress", "line", "--interval-ms", 200]
@@ -128,7 +128,7 @@ def test_eval_at_snapshot_sees_the_snapshot_not_later_training(ps_train, server)
 
 def test_init_twice_keeps_the_job_and_reset_recreates_it(ps_train, server):
     r = server.client()
-    args = ["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--shard-size", 1000]
+    args = ["init", "--addr", server.addr, "--job", "twice", "--limit", 3000, "--task-samples", 1000]
     run(args)
     run(args)
     assert r.xlen("psjob:{twice}:tasks") == 3

@@ -57,7 +57,7 @@ def test_push_format_is_the_jobs_and_another_is_refused(ps_train, server):
     r = server.client()
     base = ["--addr", server.addr, "--job", "j"]
     wbase = base + ["--progress", "line"]
-    run(["init"] + base + ["--limit", 2000, "--shard-size", 1000, "--push-format", "TOPK:1%"])
+    run(["init"] + base + ["--limit", 2000, "--task-samples", 1000, "--push-format", "TOPK:1%"])
     assert config(r, "j")["push_format"] == "topk:0.01"
     # A worker asking for another format is refused before it trains anything.
     p = run(["work"] + wbase + ["--push-format", "f32"], check=False)
@@ -87,7 +87,7 @@ def test_topk_job_pulls_i8_by_default_and_a_workers_flag_overrides_it(ps_train, 
     r = server.client()
     wbase = ["--progress", "line", "--max-tasks", 1]
     for job, fmt, pull in (("tk", "topk", "i8"), ("dense", "bf16", "f32")):
-        run(["init", "--addr", server.addr, "--job", job, "--limit", 3000, "--shard-size", 1000,
+        run(["init", "--addr", server.addr, "--job", job, "--limit", 3000, "--task-samples", 1000,
              "--push-format", fmt])
         assert config(r, job)["pull_format"] == pull
         p = run(["work", "--addr", server.addr, "--job", job] + wbase)

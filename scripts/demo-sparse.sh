@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # demo-sparse.sh -- `make demo-sparse`: a sparse CTR model trained through the
-# server's embedding tables. `ps-train gen-ctr` writes ~1M click samples (26
+# server's embedding tables. `ps-gen-ctr` writes ~1M click samples (26
 # fields, Zipf-distributed ids from vocabularies of up to 1M ids per field)
 # drawn from a planted factorization machine, then a private redis-server
 # with the ps module (free loopback port, temp dir, stopped by pid at the end)
@@ -59,7 +59,7 @@ if [ "${DEMO_SPARSE_FRESH:-0}" != 1 ] && [ -f "$PREFIX.truth" ] && [ -f "$PREFIX
 else
     echo "demo-sparse: generating $SAMPLES samples, $FIELDS fields, vocab $VOCAB, zipf $ZIPF"
     t0=$(date +%s.%N)
-    "$PS_TRAIN" gen-ctr --out "$PREFIX" --samples "$SAMPLES" --fields "$FIELDS" --vocab "$VOCAB" \
+    "$REPO/build/ps-gen-ctr" --out "$PREFIX" --samples "$SAMPLES" --fields "$FIELDS" --vocab "$VOCAB" \
         --zipf "$ZIPF" --head "$HEAD" --seed "$SEED" --model fm >/dev/null
     echo "demo-sparse: generated in $(python3 -c "import time; print('%.1f s' % (time.time() - $t0))")"
 fi
@@ -72,7 +72,7 @@ set +e
 "$PS_TRAIN" run --addr "127.0.0.1:$PS_PORT" --job demo-sparse --workers "$WORKERS" \
     --model fm --dim "$DIM" --train "$PREFIX.train.libsvm" --test "$PREFIX.test.libsvm" \
     --table-optim "$OPTIM" --table-lr "$LR" --init-std "$INIT_STD" --batch "$BATCH" --epochs "$EPOCHS" \
-    --admit "$ADMIT" ${CAPACITY:+--capacity "$CAPACITY"} --shards "$SHARDS" \
+    --admit "$ADMIT" ${CAPACITY:+--capacity "$CAPACITY"} --table-shards "$SHARDS" \
     --overlap "$OVERLAP" --seed "$SEED" --progress line --interval-ms 5000 --min-auc "$MIN_AUC" 2>&1 | tee "$PS_DIR/run.out" |
     grep -v '^ACKED'
 rc=${PIPESTATUS[0]}

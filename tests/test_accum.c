@@ -1,4 +1,4 @@
-/* test_accum.c -- cmocka tests of module/accum.[ch]: ACCUM tensors sum their
+/* test_accum.c -- cmocka tests of module/core/accum.[ch]: ACCUM tensors sum their
  * pushes without stepping, hand the sum over through a pending slot that a
  * take answers again until its seq is acknowledged, mirror the upstream
  * values and version, and save all of it through the header. */

@@ -1,4 +1,4 @@
-/* test_ctr_gen.c -- cmocka tests of worker/ctr_gen.c: the planted-truth
+/* test_ctr_gen.c -- cmocka tests of ml/ctr_gen.c: the planted-truth
  * generator is reproducible from its seed, draws Zipf ranks, writes libsvm
  * files the sparse reader parses back with their fields, and its truth
  * metrics agree with the files' labels. */

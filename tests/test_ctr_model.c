@@ -1,7 +1,7 @@
-/* test_ctr_model.c -- cmocka tests of worker/ctr_model.c (unique ids, LR,
+/* test_ctr_model.c -- cmocka tests of ml/ctr_model.c (unique ids, LR,
  * FM and embeddings + MLP gradients against finite differences of a
- * double-precision reference), worker/metrics.c (logloss, AUC by hand) and
- * worker/sparse_table.c (the optimizer rules, pulls that create nothing). */
+ * double-precision reference), ml/metrics.c (logloss, AUC by hand) and
+ * ml/ref/sparse_table.c (the optimizer rules, pulls that create nothing). */
 
 #include <setjmp.h>
 #include <stdarg.h>

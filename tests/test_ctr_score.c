@@ -17,7 +17,7 @@
 #include "ctr_model.h"
 #include "ctr_score.h"
 #include "fpguard.h"
-#include "limits.h"
+#include "ps_limits.h"
 #include "rng.h"
 #include "sparse_data.h"
 

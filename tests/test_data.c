@@ -1,4 +1,4 @@
-/* test_data.c -- cmocka tests of worker/data.c: IDX (plain and gzip) and CSV
+/* test_data.c -- cmocka tests of ml/data.c: IDX (plain and gzip) and CSV
  * files written into a private temp directory, read back, and corrupted. */
 
 #include <setjmp.h>

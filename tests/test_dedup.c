@@ -1,4 +1,4 @@
-/* test_dedup.c -- cmocka tests of module/dedup.[ch], the exactly-once table
+/* test_dedup.c -- cmocka tests of module/core/dedup.[ch], the exactly-once table
  * (issue 11 item 4): the indexed table keeps exactly the array order, the
  * contents and the evictions of the former linear table (so RDB, AOF and
  * DEBUG DIGEST output is unchanged), and a push at a full table of 2^17
@@ -146,9 +146,9 @@ static void test_pushes_at_a_full_table_evict_like_the_linear_table(void **st) {
         const int ri = ref_find(&r, id);
         if (ri >= 0) {
             RefEntry *e = &r.e[ri];
-            /* seq is the newest: the window shifts (see PSTensor_DedupMark). */
+            /* seq is the newest: the window shifts (see PSDedupEntry_Mark). */
             PSDedupEntry tmp = {.seq = e->seq, .window = e->window, .version = e->version};
-            PSTensor_DedupMark(&tmp, p.seq, res.version);
+            PSDedupEntry_Mark(&tmp, p.seq, res.version);
             e->seq = tmp.seq, e->window = tmp.window, e->version = tmp.version;
         } else {
             ref_record(&r, id, p.seq, 0, res.version);

@@ -1,5 +1,5 @@
 /* test_embed_layout.c -- cmocka tests of the embedding table's memory
- * layout (module/embed_int.h): 32-bit last push versions that stay exact
+ * layout (module/core/embed_int.h): 32-bit last push versions that stay exact
  * across the 2^32 wrap of the table version, ages that saturate at
  * PSE_MAX_AGE (in a pass every 2^30 versions and when loading an older
  * row), and allocations that the allocator does not round up (chunks of a

@@ -1,4 +1,4 @@
-/* test_fpguard.c -- cmocka tests of module/fpguard.[ch]: the OnLoad checks
+/* test_fpguard.c -- cmocka tests of module/core/fpguard.[ch]: the OnLoad checks
  * that the FPU mode is the IEEE default and that the kernels do not fuse
  * multiply-adds. Each test changes the mode, checks, and restores it. */
 

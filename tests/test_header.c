@@ -1,4 +1,4 @@
-/* test_header.c -- cmocka tests of module/header.[ch] and hparams.h: the
+/* test_header.c -- cmocka tests of module/core/header.[ch] and hparams.h: the
  * scalar header the RDB value and PS._RESTORE HEADER share, read in the
  * layout of its encoding version, and the tensor it builds through the one
  * constructor. */

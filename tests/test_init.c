@@ -1,5 +1,5 @@
 /* test_init.c -- cmocka tests of common/rng.[ch] and the seeded
- * initializers of module/tensor.c (PSTensor_Fill, fan-in/fan-out). */
+ * initializers of module/core/tensor.c (PSTensor_Fill, fan-in/fan-out). */
 
 #include <stdarg.h>
 #include <stddef.h>

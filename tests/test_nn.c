@@ -1,4 +1,4 @@
-/* test_nn.c -- cmocka tests of worker/nn.c: gradients against finite
+/* test_nn.c -- cmocka tests of ml/nn.c: gradients against finite
  * differences of an independent double-precision reference, softmax
  * stability, SGD, He init, layer-list parsing, end-to-end learning. */
 

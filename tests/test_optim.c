@@ -1,4 +1,4 @@
-/* test_optim.c -- cmocka tests of module/optim.[ch]: every optimizer kernel
+/* test_optim.c -- cmocka tests of module/core/optim.[ch]: every optimizer kernel
  * against a plain scalar reference written here from the rules in optim.c's
  * header comment (bit-exact in float32: same operations, same order), the
  * per-push coefficients, alignment independence, the non-finite guard and

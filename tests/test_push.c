@@ -1,4 +1,4 @@
-/* test_push.c -- cmocka tests of module/tensor.c's push paths beyond the
+/* test_push.c -- cmocka tests of module/core/tensor.c's push paths beyond the
  * plain one: sync rounds (mean of n pushes, closing early, exactly-once
  * within a round) and row-sparse pushes (repeated unsorted rows, many
  * steps, clipping on the summed rows). */

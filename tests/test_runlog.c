@@ -1,4 +1,4 @@
-/* test_runlog.c -- cmocka tests of worker/runlog.c: JSON string escaping,
+/* test_runlog.c -- cmocka tests of train/runlog.c: JSON string escaping,
  * field formatting (non-finite numbers, fields that do not fit) and whole
  * lines appended to a file in a private temp directory. */
 

@@ -1,4 +1,4 @@
-/* test_snapshot.c -- cmocka tests of module/snapshot.c and copies:
+/* test_snapshot.c -- cmocka tests of module/core/snapshot.c and copies:
  * snapshots share buffers until the next write (copy on write), rollback
  * restores values and optimizer state as a new version, the saved form
  * (which arrays a snapshot shares, the one validator of both loaders), and

@@ -1,4 +1,4 @@
-/* test_sparse_data.c -- cmocka tests of worker/sparse_data.c: libsvm and
+/* test_sparse_data.c -- cmocka tests of ml/sparse_data.c: libsvm and
  * Criteo files (plain and gzip) in a private temp directory, byte-range
  * splits that tile a file, and bad input named by file:line and token. */
 

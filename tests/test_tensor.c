@@ -1,4 +1,4 @@
-/* test_tensor.c -- cmocka tests of module/tensor.[ch]: the ps-tensor value
+/* test_tensor.c -- cmocka tests of module/core/tensor.[ch]: the ps-tensor value
  * without Redis. Plain pushes, staleness, future versions, non-finite
  * rejection, the exactly-once table, and allocation failure leaving the
  * value unchanged. Sync rounds and row-sparse pushes are in test_push.c,

@@ -330,7 +330,7 @@ typedef struct psKeyInfo {
     /* table */
     uint64_t rows, memory, capacity, created, dropped, ids_pulled;
     uint64_t evicted_ttl, evicted_capacity, evicted_explicit;
-    /* ACCUM tensor (a relay's; module/accum.h) */
+    /* ACCUM tensor (a relay's; module/core/accum.h) */
     uint64_t accum_pushes, pending_pushes, relay_seq, takes, take_acks;
 } psKeyInfo;
 
