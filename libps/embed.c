@@ -113,6 +113,14 @@ oom:
     return NULL;
 }
 
+int psEmbedDim(const psEmbed *e) {
+    return e->dim;
+}
+
+int psEmbedShards(const psEmbed *e) {
+    return e->nshards;
+}
+
 const char *psEmbedShardKey(const psEmbed *e, int s) {
     return s >= 0 && s < e->nshards ? e->shards[s].k.key : NULL;
 }

@@ -231,3 +231,30 @@ size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t versio
     put_header(&o, '$', bloblen);
     return o.len;
 }
+
+int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t *counts,
+                       size_t n, const uint64_t *ids, size_t nids, const float *vals, float bias,
+                       char *biasbuf, size_t biascap, const char **argv, size_t *argl) {
+    int argc = 0;
+#define ARG_(p, l) (argv[argc] = (const char *)(p), argl[argc++] = (l))
+#define STR_(s) ARG_(s, strlen(s))
+    STR_("PS.SCORE");
+    ARG_(key, keylen);
+    STR_("MODEL");
+    STR_(model == 0 ? "LR" : "FM");
+    STR_("COUNTS");
+    ARG_(counts, 4 * n); /* little-endian host (codec.h) */
+    STR_("IDS");
+    ARG_(ids, 8 * nids);
+    if (vals) {
+        STR_("VALS");
+        ARG_(vals, 4 * nids);
+    }
+    STR_("BIAS");
+    /* %.9g round-trips a float32 through the server's double -> float. */
+    int bl = snprintf(biasbuf, biascap, "%.9g", (double)bias);
+    ARG_(biasbuf, bl > 0 && (size_t)bl < biascap ? (size_t)bl : 0);
+#undef STR_
+#undef ARG_
+    return argc;
+}

@@ -117,4 +117,14 @@ size_t ps_wire_accum_ack(const char *key, size_t keylen, uint64_t seq, char *buf
 size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t version,
                                  size_t bloblen, char *buf, size_t cap);
 
+/* The arguments of "PS.SCORE key MODEL m COUNTS countblob IDS idblob
+ * [VALS valblob] BIAS b" into 'argv' / 'argl' (room PS_WIRE_SCORE_MAXARGS;
+ * the blobs point into the caller's arrays, the bias text into 'biasbuf' of
+ * 'biascap' >= 32 bytes, printed so that it parses back to the same float).
+ * 'model' 0 = LR, 1 = FM. Returns argc. */
+#define PS_WIRE_SCORE_MAXARGS 12
+int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t *counts,
+                       size_t n, const uint64_t *ids, size_t nids, const float *vals, float bias,
+                       char *biasbuf, size_t biascap, const char **argv, size_t *argl);
+
 #endif /* PS_WIRE_H */

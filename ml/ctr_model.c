@@ -2,6 +2,7 @@
  * ctr_model.h). */
 
 #include "ctr_model.h"
+#include "ctr_score.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -217,26 +218,13 @@ static double softplus(double x)
     return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
 }
 
-/* Logit of row i for LR (k = 0) or FM; leaves FM's per-factor sums in m->s. */
+/* Logit of row i for LR (k = 0) or FM; leaves FM's per-factor sums in m->s.
+ * The kernel is common/ctr_score.c's, which PS.SCORE also runs. */
 static double linear_logit(ps_ctr_model *m, const ps_sparse_batch *b, const ps_ctr_unique *u,
                            const float *rows, int i)
 {
-    int dim = m->dim, k = dim - 1;
-    double z = m->bias, sq = 0.0;
-    for (int f = 0; f < k; f++) m->s[f] = 0.0;
-    for (size_t j = b->off[i]; j < b->off[i + 1]; j++) {
-        const float *r = rows + (size_t)u->slot[j] * (size_t)dim;
-        double x = b->val[j];
-        z += (double)r[0] * x;
-        for (int f = 0; f < k; f++) {
-            double vx = (double)r[1 + f] * x;
-            m->s[f] += vx;
-            sq += vx * vx;
-        }
-    }
-    double pair = 0.0;
-    for (int f = 0; f < k; f++) pair += m->s[f] * m->s[f];
-    return z + 0.5 * (pair - sq);
+    return ps_ctr_score_logit(m->bias, rows, (uint32_t)m->dim, u->slot, b->val, b->off[i],
+                              b->off[i + 1], m->s);
 }
 
 /* Checks what the model needs of the batch. Returns 0 or -1. */

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "args.h"
+#include "cmd_score.h"
 #include "embed_glue.h"
 #include "ps_module.h"
 
@@ -181,6 +182,11 @@ static RedisModuleCommandArg ScanRowsArgs[] = {
     PS_ARG("since", "SINCE", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg ScoreArgs[] = {
+    PS_ARG_KEY, PS_ARG("model", "MODEL", STRING, 0), PS_ARG("counts", "COUNTS", STRING, 0),
+    PS_ARG("ids", "IDS", STRING, 0), PS_ARG("vals", "VALS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("bias", "BIAS", DOUBLE, PS_ARG_OPTIONAL),
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
 static RedisModuleCommandArg TakeArgs[] = {
     PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
@@ -254,6 +260,10 @@ static const PSCommandDef PSCommands[] = {
     {"ps.evict", PSEvict_RedisCommand, "write", 4, WriteKey, EvictArgs,
      "Removes the rows of an embedding table not pushed for AGE versions; returns how many",
      "O(N) where N is the number of rows"},
+    /* cmd_score.c */
+    {"ps.score", PSScore_RedisCommand, "readonly", -8, ReadKey, ScoreArgs,
+     "Answers [version, logits] of a batch of samples under the LR or FM model of a table",
+     "O(N * dim) where N is the number of ids"},
     /* cmd_relay.c */
     {"ps.take", PSTake_RedisCommand, "write", -2, WriteKey, TakeArgs,
      "Moves the summed gradient of an ACCUM tensor into its pending slot (or answers the slot)",

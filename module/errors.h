@@ -80,6 +80,16 @@
  * failed (possibly related to argument '...') - ", so they carry no code. */
 #define PSERR_CONF_DEFAULT_LR "ps.default-lr must be a finite number >= 0"
 #define PSERR_CONF_POLICY "ps.default-staleness-policy must be reject or scale"
+/* PS.SCORE (cmd_score.c). */
+#define PSERR_SCORE_NEEDS "ERR PS.SCORE needs MODEL, COUNTS and IDS"
+#define PSERR_SCORE_MODEL_F "ERR unknown MODEL '%s' (LR, FM)"
+#define PSERR_SCORE_DIM_F "ERR MODEL %s needs a table of dim %s; this table has dim %u"
+#define PSERR_SCORE_COUNTS "ERR COUNTS must be a non-empty blob of little-endian uint32 feature counts, one per sample (a multiple of 4 bytes)"
+#define PSERR_SCORE_IDS_F "ERR IDS has %zu bytes; COUNTS sum to %llu features, which need %llu bytes of little-endian uint64 ids (at most 16777216 ids)"
+#define PSERR_SCORE_VALS_F "ERR VALS has %zu bytes; %llu features need %llu bytes of little-endian float32 values"
+#define PSERR_SCORE_BIAS "ERR BIAS must be a finite float32"
+#define PSERR_SCORE_FORMAT_F "ERR unknown FORMAT '%s' (PS.SCORE answers F64 or VALUES)"
+#define PSERR_SCORE_BIG_F "ERR score of %llu samples, %llu ids x dim %u (%llu bytes) exceeds ps.max-pull-bytes (%llu)"
 /* PS._RESTORE (AOF replay) errors. */
 #define PSERR_RESTORE_HEADER "ERR bad header"
 #define PSERR_RESTORE_HEADER_F "ERR bad header: %s"

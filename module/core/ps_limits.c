@@ -12,3 +12,11 @@ int ps_pull_size(const PSTensor *t, size_t nrows, uint64_t elem_bytes, uint64_t 
     if (*m > max_bytes / elem_bytes) return PS_PULL_TOO_BIG;
     return PS_PULL_OK;
 }
+
+int ps_score_size(uint64_t nsamples, uint64_t nids, uint32_t dim, int values_reply,
+                  uint64_t max_bytes, uint64_t *bytes) {
+    uint64_t per_logit = values_reply ? PS_PULL_VALUE_BYTES : 8;
+    *bytes = PS_PULL_ELEM_BYTES * nids * dim + 4 * nids + 8 * (uint64_t)(dim - 1) +
+             per_logit * nsamples;
+    return *bytes <= max_bytes ? PS_PULL_OK : PS_PULL_TOO_BIG;
+}

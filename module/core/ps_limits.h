@@ -30,4 +30,14 @@ enum {
 int ps_pull_size(const PSTensor *t, size_t nrows, uint64_t elem_bytes, uint64_t max_bytes,
                  uint64_t *m);
 
+/* What a PS.SCORE of 'nsamples' samples with 'nids' features on a table
+ * of dim 'dim' holds at once: the features' rows (4 * nids * dim bytes),
+ * their values and FM's dim - 1 sums, and the reply (8 bytes per logit,
+ * PS_PULL_VALUE_BYTES each with FORMAT VALUES). Sets *bytes (nids is at
+ * most 2^24 and nsamples a blob's bytes / 4: no overflow) and returns
+ * PS_PULL_OK when it is at most 'max_bytes', else PS_PULL_TOO_BIG. The
+ * time is O(bytes) too: one pass over the rows. */
+int ps_score_size(uint64_t nsamples, uint64_t nids, uint32_t dim, int values_reply,
+                  uint64_t max_bytes, uint64_t *bytes);
+
 #endif /* PS_LIMITS_H */

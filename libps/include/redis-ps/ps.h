@@ -536,6 +536,10 @@ int psEmbedShardOf(uint64_t id, int nshards);
  * memory or on a bad argument. */
 psEmbed *psEmbedNew(const char *name, int dim, int nshards);
 
+/* The handle's row dim and shard count. */
+int psEmbedDim(const psEmbed *e);
+int psEmbedShards(const psEmbed *e);
+
 /* Key of shard 's' (owned by the handle). */
 const char *psEmbedShardKey(const psEmbed *e, int s);
 
@@ -673,6 +677,36 @@ int psAccumMirror(psClient *c, psAccumItem *items, size_t n);
 
 /* Frees what the items keep from their last call (the take's sum). */
 void psAccumItemsRelease(psAccumItem *items, size_t n);
+
+/* ------------------------------------------------------------------------
+ * Scoring (serving the LR / FM models ps-train trains)
+ *
+ * The logit of a sample whose features j have ids[j] and values vals[j] is
+ *   z = bias + sum_j w_j x_j + 1/2 (sum_f s_f^2 - sum_j,f (v_jf x_j)^2),
+ *   s_f = sum_j v_jf x_j,
+ * with the table's row of ids[j] = [w_j, v_j1 .. v_jk] (LR: dim 1, FM: dim
+ * k + 1), computed in double in one fixed order (docs/commands.md
+ * "PS.SCORE"): the trainer's forward pass, bit for bit, on the same rows.
+ * ------------------------------------------------------------------------ */
+
+#define PS_SCORE_MODEL_LR 0 /* rows of dim 1 */
+#define PS_SCORE_MODEL_FM 1 /* rows of dim >= 2 */
+
+/* Logits of 'n' samples into 'out' (n doubles). Sample i has counts[i]
+ * features, the next ones of 'ids' (and of 'vals', NULL: every value 1), in
+ * sample order. 'bias' is the job's float32 bias (ps-train's "bias" tensor,
+ * read with psModelPull). A table of one shard is scored by the server: one
+ * PS.SCORE (read-only; a client connected to a replica is served by it).
+ * A table of several shards is scored here: each shard's rows are pulled in
+ * parallel (psEmbedPull, the handle's pull format) and the same kernel runs
+ * on them, so with F32 pulls (the default) the logits are the same bits as
+ * PS.SCORE's and the trainer's. Ids absent from the table read as a pull
+ * answers them (initial values, or zeros with UNKNOWN ZEROS). Returns PS_OK,
+ * or PS_ERR (PS_ERR_ARG for a bad model, PS_ERR_SERVER with the server's
+ * error: a table of the wrong dim for the model, a batch over
+ * ps.max-pull-bytes, ...). */
+int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint32_t *counts,
+            const uint64_t *ids, const float *vals, double *out);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,138 @@
+/* cmd_score.c -- PS.SCORE: the logits of a batch of samples under the LR or
+ * FM model whose rows an embedding table holds (docs/commands.md
+ * "PS.SCORE"), for serving what ps-train trains.
+ *
+ *   PS.SCORE key MODEL LR|FM COUNTS countblob IDS idblob [VALS valblob]
+ *            [BIAS b] [FORMAT F64|VALUES]
+ *
+ * The rows are read as PS.PULL key IDS reads them (PSEmbed_Pull: an absent,
+ * dead or not yet admitted id answers its initial values, or zeros with
+ * UNKNOWN ZEROS), which is what the trainer's forward pass sees when it
+ * pulls the same ids, and the logit is common/ctr_score.c's kernel, the one
+ * the trainer runs: same parameters, same bits. Read-only: it creates,
+ * changes and counts nothing, so it runs on replicas and under a read-only
+ * ACL role; never replicated. Its memory and time are bounded by the request
+ * and by ps.max-pull-bytes (ps_score_size, limits.h). */
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "cmd_score.h"
+#include "ctr_score.h"
+#include "embed_glue.h"
+#include "args.h"
+#include "ps_limits.h"
+
+int PSScore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 2) return RedisModule_WrongArity(ctx);
+    RedisModuleString *counts = NULL, *ids = NULL, *vals = NULL;
+    int model = -1, values_reply = 0;
+    float bias = 0.0f;
+    enum { O_MODEL, O_COUNTS, O_IDS, O_VALS, O_BIAS, O_FORMAT };
+    static const PSOption opts[] = {{"MODEL", 1}, {"COUNTS", 1}, {"IDS", 1}, {"VALS", 1},
+                                    {"BIAS", 1},  {"FORMAT", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i += 2) {
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        RedisModuleString *v = argv[i + 1];
+        size_t len;
+        const char *s = RedisModule_StringPtrLen(v, &len);
+        if (k == O_MODEL) {
+            if ((model = ps_ctr_score_model_parse(s, len)) < 0)
+                return ps_reply_errorf(ctx, PSERR_SCORE_MODEL_F, s);
+        } else if (k == O_COUNTS) {
+            counts = v;
+        } else if (k == O_IDS) {
+            ids = v;
+        } else if (k == O_VALS) {
+            vals = v;
+        } else if (k == O_BIAS) {
+            double d;
+            if (ps_arg_double(ctx, v, "BIAS", &d) != REDISMODULE_OK) return REDISMODULE_OK;
+            if (fabs(d) > FLT_MAX) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_BIAS);
+            bias = (float)d; /* the trainer's bias is a float32 tensor */
+        } else if (ps_arg_is(v, "VALUES")) {
+            values_reply = 1;
+        } else if (!ps_arg_is(v, "F64")) {
+            return ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
+        }
+    }
+    if (model < 0 || !counts || !ids) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_NEEDS);
+
+    /* The batch's shape: n samples, their feature counts summing to the ids. */
+    size_t clen, idlen, vlen = 0;
+    const unsigned char *cp = (const unsigned char *)RedisModule_StringPtrLen(counts, &clen);
+    const unsigned char *idp = (const unsigned char *)RedisModule_StringPtrLen(ids, &idlen);
+    const unsigned char *vp = vals ? (const unsigned char *)RedisModule_StringPtrLen(vals, &vlen) : NULL;
+    if (clen == 0 || clen % 4) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_COUNTS);
+    const size_t n = clen / 4;
+    uint64_t nnz = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c;
+        memcpy(&c, cp + 4 * i, 4);
+        nnz += c;
+    }
+    if (nnz > PSE_MAX_PUSH_IDS || idlen != 8 * nnz)
+        return ps_reply_errorf(ctx, PSERR_SCORE_IDS_F, idlen, (unsigned long long)nnz,
+                               (unsigned long long)(8 * nnz));
+    if (vals && vlen != 4 * nnz)
+        return ps_reply_errorf(ctx, PSERR_SCORE_VALS_F, vlen, (unsigned long long)nnz,
+                               (unsigned long long)(4 * nnz));
+
+    RedisModuleKey *key;
+    int empty;
+    PSEmbedValue *v = ps_open_embed(ctx, argv[1], REDISMODULE_READ, &key, &empty);
+    if (!v) {
+        if (empty) RedisModule_ReplyWithError(ctx, PSERR_NOKEY);
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    const uint32_t dim = PSEmbed_Config(v->t)->dim;
+    if ((model == PS_SCORE_LR) != (dim == 1)) {
+        ps_reply_errorf(ctx, PSERR_SCORE_DIM_F, model == PS_SCORE_LR ? "LR" : "FM",
+                        model == PS_SCORE_LR ? "1" : ">= 2 (w and k >= 1 factors)", dim);
+        goto done;
+    }
+    uint64_t bytes;
+    if (ps_score_size(n, nnz, dim, values_reply, (uint64_t)PSConf.max_pull_bytes, &bytes) != 0) {
+        ps_reply_errorf(ctx, PSERR_SCORE_BIG_F, (unsigned long long)n, (unsigned long long)nnz,
+                        dim, (unsigned long long)bytes, (unsigned long long)PSConf.max_pull_bytes);
+        goto done;
+    }
+    /* Scratch: the rows of every feature in order (nnz x dim floats), then
+     * the logits (n doubles), FM's k sums and the values copied aligned. */
+    float *rows = nnz ? ps_scratch(nnz * dim) : NULL;
+    size_t k = dim - 1;
+    unsigned char *mem = ps_scratch_bytes(8 * (n + k) + 4 * (size_t)nnz);
+    if ((nnz && !rows) || !mem) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        goto done;
+    }
+    double *z = (double *)mem, *s = z + n;
+    float *x = NULL;
+    if (vals) {
+        x = (float *)(s + k);
+        memcpy(x, vp, 4 * (size_t)nnz);
+    }
+    if (nnz) PSEmbed_Pull(v->t, idp, (size_t)nnz, rows);
+    size_t off = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c;
+        memcpy(&c, cp + 4 * i, 4);
+        z[i] = ps_ctr_score_logit(bias, rows, dim, NULL, x, off, off + c, s);
+        off += c;
+    }
+    RedisModule_ReplyWithArray(ctx, 2);
+    RedisModule_ReplyWithLongLong(ctx, (long long)PSEmbed_Version(v->t));
+    if (values_reply) {
+        RedisModule_ReplyWithArray(ctx, (long)n);
+        for (size_t i = 0; i < n; i++) RedisModule_ReplyWithDouble(ctx, z[i]);
+    } else {
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)z, 8 * n);
+    }
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}

@@ -1,0 +1,112 @@
+/* ps_score_ref -- integration-test driver: the trainer's forward pass of a
+ * sparse LR / FM job on the parameters a server holds now, to compare with
+ * PS.SCORE bit for bit (python_tests/test_score.py).
+ *
+ * Usage: ps_score_ref ADDRS JOB MODEL SHARDS DATA NSAMPLES OUTPREFIX
+ * Reads the first NSAMPLES lines of libsvm file DATA, pulls the bias tensor
+ * of JOB (as ps-train lays it out: psModel JOB, tensor "bias" of shape [1])
+ * and the rows of the batch's distinct ids from table JOB:emb (SHARDS shards,
+ * F32 pulls, as ps-train pulls them), then runs what ps-train's worker runs:
+ * ps_ctr_unique_build, ps_ctr_predict (probabilities) and its linear_logit
+ * (the common kernel with the unique-id slots). Also scores the batch with
+ * libps's psScore. Writes OUTPREFIX.{counts,ids,vals} (the batch as
+ * PS.SCORE takes it: uint32 counts, uint64 ids, float32 values), .bias
+ * (float32), .z (trainer logits, float64), .p (trainer probabilities,
+ * float32) and .psz (psScore logits, float64). Prints one JSON line.
+ * Exit codes: 0 ok, 2 library error, 3 usage or data. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctr_model.h"
+#include "ctr_score.h"
+#include "redis-ps/ps.h"
+#include "sparse_data.h"
+
+static int write_file(const char *prefix, const char *ext, const void *p, size_t len) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.%s", prefix, ext);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return -1;
+    size_t w = len ? fwrite(p, 1, len, f) : 0;
+    return fclose(f) == 0 && w == len ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 8) {
+        fprintf(stderr, "usage: ps_score_ref ADDRS JOB MODEL SHARDS DATA NSAMPLES OUTPREFIX\n");
+        return 3;
+    }
+    const char *job = argv[2], *prefix = argv[7];
+    int model = ps_ctr_parse_model(argv[3]), shards = atoi(argv[4]), nmax = atoi(argv[6]);
+    char err[256], name[512];
+    if ((model != PS_CTR_LR && model != PS_CTR_FM) || shards < 1 || nmax < 1) return 3;
+
+    ps_sparse_batch b = {0};
+    ps_sparse_reader *rd = ps_sparse_open(argv[5], NULL, err, sizeof(err));
+    if (rd == NULL || ps_sparse_read(rd, &b, nmax, err, sizeof(err)) < 1) {
+        fprintf(stderr, "ps_score_ref: %s\n", err);
+        return 3;
+    }
+    ps_sparse_close(rd);
+
+    psOptions opt = {0};
+    psClient *c = psConnect(argv[1], &opt);
+    if (c == NULL) return 2;
+    if (c->err) goto fail;
+    snprintf(name, sizeof(name), "%s:emb", job);
+    psKeyInfo ki;
+    psEmbed *probe = psEmbedNew(name, 1, shards);
+    if (probe == NULL || psInfo(c, psEmbedShardKey(probe, 0), &ki) != PS_OK) goto fail;
+    psEmbedFree(probe);
+    int dim = ki.dim;
+    psEmbed *e = psEmbedNew(name, dim, shards);
+    psModel *dm = psModelNew(job);
+    uint64_t one = 1;
+    float bias = 0.0f, *dst[1] = {&bias};
+    if (e == NULL || dm == NULL || psModelAddTensor(dm, "bias", 1, &one) < 0 ||
+        psModelLayout(c, dm) != PS_OK || psModelPull(c, dm, dst, NULL) != PS_OK)
+        goto fail;
+
+    /* The worker's step: unique ids, their rows, the forward pass. */
+    ps_ctr_config cfg = {.model = model, .k = dim - 1, .max_batch = b.n};
+    ps_ctr_model m;
+    if (ps_ctr_init(&m, &cfg, 1, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ps_score_ref: %s\n", err);
+        return 3;
+    }
+    m.bias = bias;
+    ps_ctr_unique u = {0};
+    if (ps_ctr_unique_build(&u, &b) != 0) return 3;
+    float *rows = malloc((u.n + 1) * (size_t)dim * sizeof(float));
+    double *z = malloc((size_t)b.n * sizeof(double)), *psz = malloc((size_t)b.n * sizeof(double));
+    double *s = malloc((size_t)dim * sizeof(double));
+    uint32_t *counts = malloc((size_t)b.n * sizeof(uint32_t));
+    if (!rows || !z || !psz || !s || !counts) return 3;
+    if (u.n && psEmbedPull(c, e, u.ids, u.n, rows) != PS_OK) goto fail;
+    if (ps_ctr_predict(&m, &b, &u, rows, err, sizeof(err)) != 0) {
+        fprintf(stderr, "ps_score_ref: %s\n", err);
+        return 3;
+    }
+    for (int i = 0; i < b.n; i++) {
+        /* worker/ctr_model.c's linear_logit, which ps_ctr_predict ran. */
+        z[i] = ps_ctr_score_logit(m.bias, rows, (uint32_t)dim, u.slot, b.val, b.off[i],
+                                  b.off[i + 1], s);
+        counts[i] = (uint32_t)(b.off[i + 1] - b.off[i]);
+    }
+    if (psScore(c, e, model == PS_CTR_LR ? PS_SCORE_MODEL_LR : PS_SCORE_MODEL_FM, bias,
+                (size_t)b.n, counts, b.id, b.val, psz) != PS_OK)
+        goto fail;
+    if (write_file(prefix, "counts", counts, 4 * (size_t)b.n) ||
+        write_file(prefix, "ids", b.id, 8 * b.nnz) || write_file(prefix, "vals", b.val, 4 * b.nnz) ||
+        write_file(prefix, "bias", &bias, 4) || write_file(prefix, "z", z, 8 * (size_t)b.n) ||
+        write_file(prefix, "p", m.p, 4 * (size_t)b.n) || write_file(prefix, "psz", psz, 8 * (size_t)b.n))
+        return 3;
+    printf("{\"ok\": true, \"samples\": %d, \"nnz\": %zu, \"unique\": %zu, \"dim\": %d, "
+           "\"bias\": %.9g}\n",
+           b.n, b.nnz, u.n, dim, (double)bias);
+    return 0;
+fail:
+    printf("{\"ok\": false, \"error\": \"%s\"}\n", c->errstr);
+    return 2;
+}
