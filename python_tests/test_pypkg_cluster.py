@@ -11,7 +11,7 @@ import pytest
 import psserver
 from test_pypkg import roundtrip, roundtrip_grad
 
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 import redis_ps  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 

@@ -77,7 +77,10 @@ def connect(addr: str = "127.0.0.1:6379", check_module: bool = True, **kw: Any) 
             raise from_response(e) from None
     if check_module:
         try:
-            info = r.execute_command("COMMAND", "INFO", "PS.PULL")
+            try:
+                info = r.execute_command("COMMAND", "INFO", "PS.PULL")
+            except TypeError:               # redis-py's parser chokes on the nil reply
+                info = None
             if isinstance(info, dict):    # redis-py parses the reply into {name: ...}
                 missing = not any(k.lower() == "ps.pull" and v for k, v in info.items())
             else:
@@ -539,11 +542,14 @@ class Model:
 
     # -- schema ---------------------------------------------------------------------
 
-    def check(self, optimizer: Optional[str] = None) -> Dict[str, bool]:
+    def check(self, optimizer: Union[None, str, Mapping[str, str]] = None
+              ) -> Dict[str, Optional[Dict[str, Any]]]:
         """Compare the job on the server with this model, before anything is written:
         every partition key must be missing or a tensor of this partition's shape (and of
         'optimizer' when given), and no tensor may have a partition past this layout's
-        last (another partition_bytes). Returns {key: exists}. Raises WrongTypeError for a
+        last (another partition_bytes). 'optimizer' is one name for all tensors or a
+        mapping tensor name -> name. Returns {key: its PS.INFO dict, or None when missing}.
+        Raises WrongTypeError for a
         key of another type and SchemaError, naming the tensor, for a mismatch. Checks the
         server cannot answer (an ACL without TYPE or PS.INFO) are left to the first pull."""
         self.layout()
@@ -554,7 +560,7 @@ class Model:
         for t in self.tensors.values():
             cmds.append((t, ["EXISTS", "%s:%s:%d" % (self.job, t.name, len(t.parts))]))
         reps = self._run(cmds)
-        exists: Dict[str, bool] = {}
+        exists: Dict[str, Optional[Dict[str, Any]]] = {}
         i = 0
         for t, p in self._parts():
             typ, info = reps[i], reps[i + 1]
@@ -567,14 +573,14 @@ class Model:
                     raise WrongTypeError(p.key, typ or "value of another type",
                                          "redis-ps tensor (ps-tensor)", t.name)
                 if "no such key" in info.message:
-                    exists[p.key] = False
+                    exists[p.key] = None
                     continue
                 if info.code == "NOPERM":
-                    exists[p.key] = typ == "ps-tensor" if typ else True
+                    exists[p.key] = {} if typ != "none" else None
                     continue
                 raise PSError(info.code, "PS.INFO %s: %s" % (p.key, info.message), p.key)
             d = _info_dict(info)
-            exists[p.key] = True
+            exists[p.key] = d
             want = [p.nrows] + list(t.shape[1:])
             got = [int(x) for x in d.get("shape", [])]
             if got != want:
@@ -584,11 +590,12 @@ class Model:
                     "partition_bytes). Use another job name, or delete the job's keys "
                     "(Model.delete) to start over" % (t.name, p.key, got, p.index, t.name,
                                                      list(t.shape), want), t.name, p.key)
-            if optimizer is not None and str(d.get("optimizer", "")).lower() != optimizer.lower():
+            want_opt = (optimizer.get(t.name) if isinstance(optimizer, Mapping) else optimizer)
+            if want_opt is not None and str(d.get("optimizer", "")).lower() != want_opt.lower():
                 raise SchemaError(
                     "tensor %s: key %s uses optimizer %s on the server, not %s (an optimizer "
                     "cannot change: use another job name, or delete the job)"
-                    % (t.name, p.key, d.get("optimizer"), optimizer.lower()), t.name, p.key)
+                    % (t.name, p.key, d.get("optimizer"), want_opt.lower()), t.name, p.key)
         for t in self.tensors.values():
             rep = reps[i]
             i += 1
@@ -604,7 +611,8 @@ class Model:
     # -- create, delete -----------------------------------------------------------
 
     def create(self, opts: Union[str, Mapping[str, Any]] = "", nx: bool = False,
-               data: Optional[Mapping[str, ArrayLike]] = None) -> int:
+               data: Optional[Mapping[str, ArrayLike]] = None,
+               names: Optional[Sequence[str]] = None, checked: bool = False) -> int:
         """PS.CREATE every partition with the options 'opts' (a PS.CREATE option string such
         as "INIT HE SEED 7 OPTIM SGD LR 0.1", or a dict). SEED s becomes s + the partition's
         number in the model, as libps does. 'data' gives initial values by tensor name (sent
@@ -613,7 +621,8 @@ class Model:
         Everything is checked before anything is created (Model.check): a key of another
         type raises WrongTypeError, an existing tensor of another shape or optimizer
         SchemaError, and without 'nx' an existing key BUSYKEY; with 'nx' the existing keys
-        (of the right schema) are kept and only the missing ones created."""
+        (of the right schema) are kept and only the missing ones created. 'names' limits
+        it to those tensors; 'checked' skips the check (the caller ran check())."""
         if isinstance(opts, str):
             toks = opts.split()
         else:
@@ -640,15 +649,15 @@ class Model:
                 if not np.isfinite(flat).all():
                     raise SchemaError("data of %s holds NaN or Inf" % name, name)
                 flats[name] = flat
-        exists = self.check(optimizer=optim or ("sgd" if optim is None and toks else None))
+        exists = {} if checked else self.check(optimizer=optim)
         if not nx:
             for key, ex in exists.items():
-                if ex:
+                if ex is not None:
                     raise PSError("BUSYKEY", "PS.CREATE %s: Target key name already exists "
                                   "(nothing created; nx=True keeps existing keys)" % key, key)
         cmds = []
         for t, p in self._parts():
-            if exists.get(p.key):
+            if exists.get(p.key) is not None or (names is not None and t.name not in names):
                 continue
             args: List[Any] = ["PS.CREATE", p.key, "SHAPE", p.nrows] + list(t.shape[1:])
             if t.name in flats:
@@ -1041,7 +1050,15 @@ def check_ids(ids: Any, what: str = "ids", limit: Optional[int] = None) -> np.nd
     as a flat uint64 array, refusing with InvalidIds anything that is not a non-negative
     integer below 'limit' (2^64 when None): floats (even 3.0: a float id is a bug upstream),
     booleans, negative values (padding_idx -1: drop those rows first) and ids too large."""
-    a = np.asarray(ids)
+    if isinstance(ids, (list, tuple)):
+        # numpy would turn [0, 2**64 - 1] or [1, 2.5] into float64: check the items
+        a = np.empty(len(ids), dtype=object)
+        a[:] = list(ids)
+    elif isinstance(ids, (int, np.integer, float, np.floating)):
+        a = np.empty(1, dtype=object)
+        a[0] = ids
+    else:
+        a = np.asarray(ids)
     if a.dtype == object:
         vals = a.reshape(-1).tolist()
         for v in vals:
