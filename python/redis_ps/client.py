@@ -32,7 +32,7 @@ import numpy as np
 import redis
 import redis.exceptions as rex
 
-from . import codec
+from . import _resp, codec
 from .errors import (InvalidIds, ModuleNotLoaded, NonFiniteGradient, PSError, SchemaError,
                      ServerUnavailable, StaleError, WrongTypeError, from_response)
 
@@ -446,6 +446,8 @@ class Model:
         self.client_id = client_id or default_client_id()
         self.window = max(1, int(window))
         self.retries = int(retries)
+        self.fast_path = True           # _resp for a plain standalone redis.Redis
+        self._tl = threading.local()
         self.send_version = send_version
         self.nonfinite = nonfinite
         self.tensors: Dict[str, ModelTensor] = {}
@@ -513,18 +515,32 @@ class Model:
                               % (self.job, name, ", ".join(self.tensors) or "none"), name)
         return t
 
-    def _run(self, cmds: List[Tuple[Any, List[Any]]], retries: Optional[int] = None
-             ) -> List[Any]:
+    def _conn(self) -> Optional[_resp.RespConn]:
+        """This thread's fast connection (_resp) to a plain standalone server, or None."""
+        tl = self._tl
+        if getattr(tl, "r", None) is not self.r:
+            if getattr(tl, "conn", None) is not None:
+                tl.conn.close()
+            tl.r, tl.conn = self.r, (_resp.for_client(self.r) if self.fast_path else None)
+        return tl.conn
+
+    def _run(self, cmds: List[Tuple[Any, List[Any]]], retries: Optional[int] = None,
+             sinks: Optional[Sequence[Optional[memoryview]]] = None) -> List[Any]:
         """Send 'cmds' [(tag, args)] in one pipeline and return the replies in order, each a
         value or a PSError. A connection error resends them all (after a short backoff);
-        after the retries it raises ServerUnavailable."""
+        after the retries it raises ServerUnavailable. 'sinks' (fast path only): per command,
+        a buffer a PS.PULL's blob is read into (see pull_sinks)."""
         retries = self.retries if retries is None else retries
         for attempt in range(retries + 1):
             try:
-                pipe = self.r.pipeline(transaction=False)
-                for _, args in cmds:
-                    pipe.execute_command(*args)
-                replies = pipe.execute(raise_on_error=False)
+                conn = self._conn()
+                if conn is not None:
+                    replies = conn.pipeline([a for _, a in cmds], sinks)
+                else:
+                    pipe = self.r.pipeline(transaction=False)
+                    for _, args in cmds:
+                        pipe.execute_command(*args)
+                    replies = pipe.execute(raise_on_error=False)
                 out = [from_response(x) if isinstance(x, rex.ResponseError) else x
                        for x in replies]
                 for x in out:
@@ -539,6 +555,22 @@ class Model:
                 self.stats["retries"] += 1
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def pull_sinks(self, cmds: List[Tuple[Partition, List[Any]]],
+                   dst: Mapping[str, np.ndarray]) -> Optional[List[Optional[memoryview]]]:
+        """For F32 pulls into contiguous float32 arrays: per command, the bytes of its slice
+        of dst, so the fast path reads the reply straight into place (None otherwise)."""
+        if self.pull_format != "F32" or self._conn() is None:
+            return None
+        out: List[Optional[memoryview]] = []
+        for p, _ in cmds:
+            d = dst.get(p.tensor)
+            if d is None or d.dtype != np.float32 or not d.flags.c_contiguous \
+                    or not d.flags.writeable:
+                out.append(None)
+                continue
+            out.append(memoryview(d.reshape(-1)[p.offset:p.offset + p.elements]).cast("B"))
+        return out
 
     # -- schema ---------------------------------------------------------------------
 
@@ -746,11 +778,14 @@ class Model:
     def decode_pull(self, cmds: List[Tuple[Partition, List[Any]]], replies: Sequence[Any],
                     dst: Mapping[str, np.ndarray]) -> List[int]:
         """Decode pull replies straight into 'dst' (name -> writable array of the tensor's
-        size, any dtype: F32 into float32 is one copy from the reply) and return the
-        partition versions, in the order of 'cmds'. Raises, naming the tensor, before
-        writing anything when a reply is an error or of the wrong size."""
+        size, any dtype) and return the partition versions, in the order of 'cmds'. Raises,
+        naming the tensor, when a reply is an error or of the wrong size: before writing
+        anything, except for the partitions the fast path read into place already
+        (pull_sinks; each holds the server's values of its partition)."""
         vals = [self._part_values(p, rep) for (p, _), rep in zip(cmds, replies)]
-        for (p, _), v in zip(cmds, vals):
+        for (p, _), v, rep in zip(cmds, vals, replies):
+            if isinstance(rep[1], memoryview):
+                continue                    # read into place already (pull_sinks)
             d = dst[p.tensor].reshape(-1)
             np.copyto(d[p.offset:p.offset + p.elements], v, casting="unsafe")
         return [int(rep[0]) for rep in replies]
@@ -762,7 +797,7 @@ class Model:
         intermediate array). Returns the partition versions (tensors in order)."""
         self.flush()
         cmds = self.pull_cmds(names)
-        replies = self._run(cmds)
+        replies = self._run(cmds, sinks=self.pull_sinks(cmds, dst))
         versions = self.decode_pull(cmds, replies, dst)
         for (p, _), rep, v in zip(cmds, replies, versions):
             p.version = v

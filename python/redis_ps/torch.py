@@ -401,7 +401,10 @@ class PSOptimizer(torch.optim.Optimizer):
         """The round trip (thread-safe: touches no optimizer state)."""
         m = self.model
         cmds = job["cfg"] + job["push"] + job["bcmds"] + job["pull"] + job["bpull"]
-        replies = m._run(cmds)
+        ps = m.pull_sinks(job["pull"], dst)
+        sinks = None if ps is None else \
+            [None] * (len(cmds) - len(job["pull"]) - len(job["bpull"])) + ps + [None] * len(job["bpull"])
+        replies = m._run(cmds, sinks=sinks)
         a = len(job["cfg"])
         b = a + len(job["push"])
         c = b + len(job["bcmds"])
