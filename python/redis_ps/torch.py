@@ -219,8 +219,10 @@ class PSOptimizer(torch.optim.Optimizer):
             for n, b in self.buffers.items():
                 self.bmodel.add_tensor("@" + n, _shape(b))
             self.bmodel.layout()
+        # staleness_sum / pushes: mean versions other pushes applied between the pull a
+        # gradient was computed from and its push (per partition push), as ps-train reports
         self.stats = {"steps": 0, "skipped_steps": 0, "step_s": 0.0, "wait_s": 0.0,
-                      "config_sent": 0}
+                      "config_sent": 0, "pushes": 0, "staleness_sum": 0}
         self._sent: List[Dict[str, float]] = [{} for _ in self.param_groups]
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._inflight: Optional[Tuple[concurrent.futures.Future, Dict[str, Any]]] = None
@@ -372,7 +374,8 @@ class PSOptimizer(torch.optim.Optimizer):
         pull = m.pull_cmds()
         bpull = (self.bmodel.pull_cmds() if self.bmodel is not None and self.buffers_mode == "pull"
                  else [])
-        job = {"cfg": cfg, "push": push, "bcmds": bcmds, "pull": pull, "bpull": bpull}
+        job = {"cfg": cfg, "push": push, "bcmds": bcmds, "pull": pull, "bpull": bpull,
+               "used": dict(self._in_use)}
         if not self.overlap:
             dst = {n: self._param_np(n) for n in self.params_by_name}
             res = self._io(job, dst)
@@ -436,7 +439,12 @@ class PSOptimizer(torch.optim.Optimizer):
             self._staged = True
             self._staged_buffers = (job["bpull"], res.get("bvals"))
         errs = [r for r in list(res["cfg"]) + list(res["bset"]) if isinstance(r, PSError)]
-        m.push_results(job["push"], res["push"])
+        pushed = m.push_results(job["push"], res["push"])
+        used = job.get("used") or {}
+        for (p, _), v in zip(job["push"], pushed):
+            if v >= 0 and p.key in used:
+                self.stats["staleness_sum"] += v - 1 - used[p.key]
+                self.stats["pushes"] += 1
         if errs:
             raise errs[0]
 
@@ -508,6 +516,12 @@ class PSOptimizer(torch.optim.Optimizer):
         self._copy_in(direct=True)
         self._in_use = {p.key: v for p, v in zip(self.model.partitions(), versions)}
         return versions
+
+    @property
+    def versions(self) -> Dict[str, int]:
+        """Partition key -> the version of the values the module holds (what the next push
+        says its gradient was computed from)."""
+        return dict(self._in_use)
 
     def pull_buffers(self) -> None:
         """Bring the module's floating-point buffers from the server."""
