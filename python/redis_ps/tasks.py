@@ -228,7 +228,10 @@ class TaskStream:
 
     def owns(self, t: Task) -> bool:
         """Whether this worker still holds 't' (XPENDING names it)."""
-        rep = self._cmd("XPENDING", self.tkey, GROUP, t.id, t.id, 1)
+        try:
+            rep = self.r.xpending_range(self.tkey, GROUP, t.id, t.id, 1)
+        except Exception as e:          # noqa: BLE001 -- re-raised typed
+            raise from_response(e, self.tkey) from None
         if not rep:
             return False
         e = rep[0]
