@@ -108,7 +108,7 @@ def worker(rank: int, args: argparse.Namespace, t0: float, q: "mp.Queue") -> Non
     net = make_net(args.hidden, args.seed)
     opt = PSOptimizer(net, redis_ps.connect(args.addr), args.job, lr=args.lr,
                       push_format=args.push_format, client_id="%s-w%d" % (args.job, rank + 1),
-                      retries=20, create=False)
+                      retries=20, create=False, overlap=bool(args.overlap))
     rng = np.random.default_rng(args.seed + rank)
     samples, win_loss, win_n, start = 0, 0.0, 0, time.time()
     st0, n0 = 0, 0
@@ -220,6 +220,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0, help="use only the first N training samples")
+    ap.add_argument("--overlap", type=int, default=1, choices=(0, 1),
+                    help="1: each step's round trip overlaps the next step's compute (the "
+                    "gradient is one own step behind); 0: push and pull before the next step")
     ap.add_argument("--push-format", default="F32", choices=redis_ps.codec.FORMATS)
     ap.add_argument("--log", default="", help="append JSON lines of progress to this file")
     ap.add_argument("--log-every", type=int, default=20, help="mini-batches per log line")

@@ -242,3 +242,27 @@ def test_float64_parameters_warn(server):
     assert net[0].weight.dtype == torch.float64
     assert np.array_equal(net[0].weight.detach().numpy().astype(np.float32),
                           opt.model.pull()["0.weight"])
+
+
+def test_the_readme_loop_runs_as_written(server, tmp_path, monkeypatch):
+    """python/README.md's PyTorch loop, verbatim, with three batches and this server."""
+    import os
+    import re
+    import psserver
+    text = open(os.path.join(psserver.REPO_ROOT, "python", "README.md"), encoding="utf-8").read()
+    sec = text.split("## PyTorch: PSOptimizer", 1)[1]
+    code = re.search(r"```python\n(.*?)```", sec, re.S).group(1)
+    assert len(code.strip().splitlines()) <= 25
+    code = code.replace("127.0.0.1:6379", server.addr)
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(64, 784, generator=g), torch.randint(0, 10, (64,), generator=g))
+               for _ in range(3)]
+    env = {"batches": batches}
+    exec(compile(code, "python/README.md", "exec"), env)
+    assert os.path.exists("ckpt.pt")
+    opt = env["opt"]
+    assert opt.stats["steps"] == 3
+    sd = torch.load("ckpt.pt")
+    assert set(sd["redis_ps"]["values"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    opt.close()
