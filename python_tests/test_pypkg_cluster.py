@@ -60,3 +60,29 @@ def test_python_and_c_workers_share_a_cluster_job(cluster):
         assert vals[k].reshape(-1).tobytes() == want.tobytes()
     assert m.versions == {"w": 4, "b": 4}
     r.close()
+
+
+def test_a_psoptimizer_and_the_schema_check_on_a_cluster(cluster):
+    """PSOptimizer (overlap, redis-py's cluster pipeline) trains a module whose partitions
+    spread over the masters, and a plain string at one partition key is refused before the
+    other keys are created."""
+    torch = pytest.importorskip("torch")
+    from redis_ps.torch import PSOptimizer
+    r = redis_ps.connect(cluster.masters()[0].addr)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    opt = PSOptimizer(net, r, "ct", optimizer="adam", lr=0.01, partition_bytes=256)
+    assert len({cluster.node_for_key(k).port for k in opt.model.keys()}) == 3
+    for i in range(4):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(torch.randn(8, 20)), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+    opt.synchronize()
+    assert {redis_ps.Tensor(r, k).version() for k in opt.model.keys()} == {4}
+    opt.close()
+    m = redis_ps.Model(r, "cs", partition_bytes=16).add_tensor("w", (8, 2))
+    r.set("cs:w:3", "x")
+    with pytest.raises(redis_ps.WrongTypeError):
+        m.create("INIT ZEROS", nx=True)
+    assert sum(r.exists(k) for k in m.keys()) == 1
+    r.close()
