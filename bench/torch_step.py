@@ -9,7 +9,9 @@ Variants, each a full training step on the same MLP 784-H-10 and batches:
   ps         the same with redis_ps.torch.PSOptimizer (SGD on the server), overlap on
   ps-sync    PSOptimizer with overlap=False (push + pull in one round trip per step)
   modulePS   the explicit ModulePS pull() then push() (two blocking round trips)
-Per variant: the median over rounds of the mean step time; for PSOptimizer the visible share
+Per variant: the median over rounds of the mean step time, and the median over rounds of
+its ratio to the torch step of the same round (short rounds, back to back: what the
+ratios report, as they follow the machine's load least); for PSOptimizer the visible share
 of the step spent inside opt.step() (encode, wait for the round trip, swap); and the CPU time
 per step of this process and of the server (from /proc): on a loaded machine there is no idle
 core for the overlapped round trip to hide in, so the CPU a step costs in all is what the
@@ -42,8 +44,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--module", default=os.path.join(REPO, "build", "ps.so"))
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -107,11 +109,18 @@ def main() -> None:
             print("%-9s %8.3f ms/step  %5.2fx torch   cpu/step: client %.3f ms, server %.3f ms"
                   % (k, med[k] * 1e3, med[k] / med["torch"], cc * 1e3, sc * 1e3))
         vs = statistics.median(share)
+        ratio = {k: statistics.median(t / b for t, b in zip(times[k], times["torch"]))
+                 for k in nets}
+        cpu_ratio = {k: statistics.median((c + sc) / (ct + sct) for (c, sc), (ct, sct)
+                                          in zip(cpu[k], cpu["torch"])) for k in nets}
+        for k in nets:
+            print("%-9s per-round ratio to torch: time %.2fx, cpu (client+server) %.2fx"
+                  % (k, ratio[k], cpu_ratio[k]))
         print("ps: visible share of the step inside opt.step(): %.1f%%" % (100 * vs))
         print("RESULT ps_over_torch=%.3f ps_sync_over_torch=%.3f modulePS_over_torch=%.3f "
-              "visible_share=%.3f torch_ms=%.3f ps_ms=%.3f load=%s"
-              % (med["ps"] / med["torch"], med["ps-sync"] / med["torch"],
-                 med["modulePS"] / med["torch"], vs, med["torch"] * 1e3, med["ps"] * 1e3, load[0]))
+              "visible_share=%.3f ps_cpu_over_torch=%.3f torch_ms=%.3f ps_ms=%.3f load=%s"
+              % (ratio["ps"], ratio["ps-sync"], ratio["modulePS"], vs, cpu_ratio["ps"],
+                 med["torch"] * 1e3, med["ps"] * 1e3, load[0]))
         opts["ps"].close()
     finally:
         server.terminate()
