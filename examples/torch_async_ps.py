@@ -7,9 +7,9 @@ as the parameter server (the classic PyTorch RPC parameter-server example, on Re
 
 N worker processes each train on their shard with redis_ps.torch.PSOptimizer, a
 torch.optim.Optimizer whose step pushes the mini-batch gradient (exactly-once, with the
-versions it was computed from) and brings back the server's parameters, overlapped with the
-next step's compute (a background round trip, as ps-train --overlap), never waiting for each
-other. The server applies every push with SGD. Fault tolerance comes from Redis: a
+versions it was computed from) and brings back the server's parameters in one round trip
+(--overlap 1 runs it in the background during the next step's compute, as ps-train
+--overlap), never waiting for each other. The server applies every push with SGD. Fault tolerance comes from Redis: a
 killed worker can be started again (its shard restarts), and the private server runs with
 appendonly, so a restarted server has the model of its AOF; workers retry for ~10 s.
 A killed worker is started again alone with --worker-rank R (same --addr, --job, --workers):
@@ -220,9 +220,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0, help="use only the first N training samples")
-    ap.add_argument("--overlap", type=int, default=1, choices=(0, 1),
+    ap.add_argument("--overlap", type=int, default=0, choices=(0, 1),
                     help="1: each step's round trip overlaps the next step's compute (the "
-                    "gradient is one own step behind); 0: push and pull before the next step")
+                    "gradient is one own step behind; pays off with an idle core per "
+                    "worker); 0 (default here: N worker processes and the server keep the "
+                    "cores busy): push and pull inside step(), one round trip")
     ap.add_argument("--push-format", default="F32", choices=redis_ps.codec.FORMATS)
     ap.add_argument("--log", default="", help="append JSON lines of progress to this file")
     ap.add_argument("--log-every", type=int, default=20, help="mini-batches per log line")
