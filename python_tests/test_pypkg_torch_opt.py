@@ -266,3 +266,56 @@ def test_the_readme_loop_runs_as_written(server, tmp_path, monkeypatch):
     sd = torch.load("ckpt.pt")
     assert set(sd["redis_ps"]["values"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     opt.close()
+
+
+def test_redis_ps_torch_is_an_attribute_after_import_redis_ps():
+    import subprocess
+    import sys
+    import pshelpers_pkg
+    code = ("import sys; sys.path.insert(0, %r); import redis_ps; "
+            "print(redis_ps.torch.ModulePS.__name__, redis_ps.torch.PSOptimizer.__name__)"
+            % pshelpers_pkg.TREE)
+    out = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                         timeout=120).stdout
+    assert out.split() == ["ModulePS", "PSOptimizer"]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_ctrl_c_inside_step_never_half_applies_it(server, overlap):
+    """30 steps, each with a SIGINT at a random moment inside opt.step(); afterwards every
+    partition is at the same version."""
+    import os
+    import signal
+    import threading
+    import time
+    r = redis_ps.connect(server.addr)
+    net = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    opt = PSOptimizer(net, r, "intr%d" % overlap, lr=0.01, partition_bytes=2048,
+                      overlap=overlap)
+    keys = opt.model.keys()
+    assert len(keys) >= 8
+    x, y = torch.randn(16, 100), torch.randint(0, 10, (16,))
+
+    def grad():
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+    grad()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        opt.step()
+    dur = (time.perf_counter() - t0) / 5
+    rng = np.random.default_rng(3)
+    for i in range(30):
+        grad()
+        timer = threading.Timer(float(rng.uniform(0, dur)), os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            opt.step()
+            time.sleep(0.02)
+        except KeyboardInterrupt:
+            pass
+        timer.join()
+        opt.synchronize()
+        vs = {Tensor(r, k).version() for k in keys}
+        assert len(vs) == 1, "try %d: versions %s" % (i, vs)
+    opt.close()
