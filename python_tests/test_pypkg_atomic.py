@@ -184,3 +184,24 @@ def test_module_missing_and_server_down_are_named(make_server):
     assert "127.0.0.1:%d" % port in str(ei.value)
     import redis
     assert isinstance(ei.value, redis.exceptions.ConnectionError)
+
+
+def test_a_least_privilege_worker_trains_over_the_fast_path_with_auth(server):
+    """README's worker role (+ps.pull +ps.pushgrad on J:*, no INFO, COMMAND, TYPE, PS.INFO):
+    connect() and the schema check skip what the ACL forbids, and pushes and pulls go
+    through the lean RESP connection, which authenticates as the user."""
+    admin = redis_ps.connect(server.addr)
+    m0 = Model(admin, "J", partition_bytes=64).add_tensor("w", (8, 4))
+    m0.create("INIT ZEROS OPTIM SGD LR 1")
+    admin.execute_command("ACL", "SETUSER", "wk", "on", ">pw", "resetkeys", "~J:*",
+                          "resetchannels", "-@all", "+ps.pull", "+ps.pushgrad")
+    r = redis_ps.connect(server.addr, username="wk", password="pw")
+    m = Model(r, "J", partition_bytes=64).add_tensor("w", (8, 4))
+    assert m.check() == {k: {} for k in m.keys()}        # forbidden checks: left to the pull
+    assert m._conn() is not None                          # the fast path
+    m.pull()
+    assert m.push({"w": np.ones((8, 4), np.float32)}) == [1, 1]
+    assert m.pull()["w"].tolist() == [[-1] * 4] * 8
+    with pytest.raises(PSError) as ei:
+        Model(r, "K").add_tensor("w", (2,)).pull()
+    assert ei.value.code == "NOPERM"
