@@ -6,7 +6,6 @@ training the same job; lossy pushes with error feedback giving the same bits as 
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest

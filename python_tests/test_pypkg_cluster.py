@@ -2,8 +2,6 @@
 connect() detects cluster mode, Model's partitions (libps's keys) spread over the masters,
 and a C worker (libps ps_roundtrip) and a Python worker train the same job."""
 
-import os
-import sys
 
 import numpy as np
 import pytest

@@ -5,7 +5,6 @@ TOPK magnitude ties."""
 
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest

@@ -2,9 +2,7 @@
 ps-train's progress/RESULT lines) and renders PNG and SVG with gnuplot."""
 
 import json
-import os
 import shutil
-import sys
 
 import pytest
 

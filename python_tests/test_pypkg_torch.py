@@ -2,8 +2,6 @@
 python3-torch): a module's parameters created from its values, SGD steps applied on the
 server match torch's own SGD, sparse embedding gradients push only their rows."""
 
-import os
-import sys
 
 import numpy as np
 import pytest

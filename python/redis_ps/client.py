@@ -24,7 +24,6 @@ import signal
 import socket
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
