@@ -668,6 +668,10 @@ class ModulePS:
         self.model = Model(r, job, **model_kw)
         for name, p in self.params.items():
             self.model.add_tensor(name, _shape(p))
+            if p.dtype == torch.float64:
+                warnings.warn("redis_ps: parameter %s is float64; the server keeps float32, "
+                              "so its values are rounded to float32 on every pull "
+                              "(precision lost)" % name, stacklevel=2)
 
     def create(self, opts: Union[str, Mapping[str, Any]] = "OPTIM SGD LR 0.01",
                nx: bool = True) -> int:
