@@ -4,7 +4,6 @@ the next pull), Ctrl-C at random points inside push() never half-applies a step,
 anywhere refuses the whole step (residuals untouched), and schema, type, id, module and
 connection problems raise the documented exceptions before anything is written."""
 
-import os
 import signal
 import threading
 import time
@@ -79,23 +78,23 @@ def test_ctrl_c_at_random_points_inside_push_never_half_applies_a_step(server):
     dur = (time.perf_counter() - t0) / 5
     rng = np.random.default_rng(7)
     inside = 0
+    main = threading.main_thread().ident
     for i in range(50):
-        fired = threading.Event()
-
-        def kick():
-            os.kill(os.getpid(), signal.SIGINT)
-            fired.set()
-        timer = threading.Timer(float(rng.uniform(0, dur)), kick)
+        # pthread_kill: to the main thread itself, so the handler runs at once (a process
+        # signal may be taken by the timer's thread and run only at the main thread's next
+        # bytecode, possibly after the try block)
+        timer = threading.Timer(float(rng.uniform(0, dur)), signal.pthread_kill,
+                                (main, signal.SIGINT))
         returned = False
         try:
             timer.start()
             m.push(g)
             returned = True
-            fired.wait(5)
-            time.sleep(0.01)                     # the interrupt lands here, after push
+            timer.join()
+            time.sleep(0.05)                     # the interrupt lands here, after push
         except KeyboardInterrupt:
             inside += not returned
-        timer.join()
+            timer.join()
         vs = versions(r, m)
         assert len(set(vs)) == 1, "try %d: partitions at versions %s" % (i, vs)
         assert m._pending == []

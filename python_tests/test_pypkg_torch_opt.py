@@ -284,7 +284,6 @@ def test_redis_ps_torch_is_an_attribute_after_import_redis_ps():
 def test_ctrl_c_inside_step_never_half_applies_it(server, overlap):
     """30 steps, each with a SIGINT at a random moment inside opt.step(); afterwards every
     partition is at the same version."""
-    import os
     import signal
     import threading
     import time
@@ -305,16 +304,18 @@ def test_ctrl_c_inside_step_never_half_applies_it(server, overlap):
         opt.step()
     dur = (time.perf_counter() - t0) / 5
     rng = np.random.default_rng(3)
+    main = threading.main_thread().ident
     for i in range(30):
         grad()
-        timer = threading.Timer(float(rng.uniform(0, dur)), os.kill, (os.getpid(), signal.SIGINT))
+        timer = threading.Timer(float(rng.uniform(0, dur)), signal.pthread_kill,
+                                (main, signal.SIGINT))
         try:
             timer.start()
             opt.step()
-            time.sleep(0.02)
+            timer.join()
+            time.sleep(0.05)                     # an interrupt after step() lands here
         except KeyboardInterrupt:
-            pass
-        timer.join()
+            timer.join()
         opt.synchronize()
         vs = {Tensor(r, k).version() for k in keys}
         assert len(vs) == 1, "try %d: versions %s" % (i, vs)
