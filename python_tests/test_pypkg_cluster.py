@@ -84,3 +84,11 @@ def test_a_psoptimizer_and_the_schema_check_on_a_cluster(cluster):
         m.create("INIT ZEROS", nx=True)
     assert sum(r.exists(k) for k in m.keys()) == 1
     r.close()
+
+
+def test_embedding_wait_is_refused_on_a_cluster(cluster):
+    r = redis_ps.connect(cluster.masters()[0].addr)
+    with pytest.raises(ValueError) as ei:
+        redis_ps.Embedding(r, "e", dim=2, nshards=3, wait=1)
+    assert "standalone" in str(ei.value)
+    r.close()

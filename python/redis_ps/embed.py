@@ -86,6 +86,11 @@ class Embedding:
                              "take no I8 or TOPK)")
         if durability not in DURABILITY:
             raise ValueError("durability must be one of %s" % ", ".join(DURABILITY))
+        if wait > 0 and hasattr(r, "get_node_from_key"):
+            # WAIT counts the replication of the writes of the connection it is sent on;
+            # redis-py's cluster pipeline cannot send it on the connection of each node
+            raise ValueError("wait > 0 needs a standalone server (redis.Redis): on a cluster "
+                             "use libps's psEmbed (wait_replicas), which WAITs per node")
         self.r = r
         self.name = name
         self.dim = int(dim)
@@ -269,18 +274,11 @@ class Embedding:
         return out
 
     def _wait_cmds(self, shards: List[int]) -> List[Tuple[str, List[Any]]]:
-        """One WAIT per node the shards live on (standalone: one), after the pushes."""
-        if self.wait <= 0:
+        """The WAIT after the pushes, in their pipeline: on the connection that wrote them,
+        which is what WAIT counts (standalone only: see __init__)."""
+        if self.wait <= 0 or not shards:
             return []
-        if not hasattr(self.r, "get_node_from_key"):
-            return [("standalone", ["WAIT", self.wait, self.wait_timeout_ms])]
-        nodes: Dict[str, str] = {}
-        for s in shards:
-            node = self.r.get_node_from_key(self.keys[s])
-            nodes.setdefault(node.name, self.keys[s])
-        # WAIT has no key: route it with a key of that node (the cluster pipeline routes by
-        # the first key-like argument; WAIT's replies do not depend on it)
-        return [(name, ["WAIT", self.wait, self.wait_timeout_ms]) for name in nodes]
+        return [(where(self.r), ["WAIT", self.wait, self.wait_timeout_ms])]
 
     def _check_waits(self, waits: List[Tuple[str, List[Any]]], replies: List[Any],
                      pushes: int) -> None:
