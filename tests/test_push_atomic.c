@@ -108,6 +108,7 @@ static int fail_first_push(fake *f, int fd, int argc, char **argv, size_t *argl,
 
 /* ---- a fake that keeps the BF16 blob of key "k:a:0" (test 4) --------------- */
 
+#ifndef PS_TEST_ASAN
 static unsigned char last_a0[64];
 static size_t last_a0_len;
 
@@ -122,6 +123,7 @@ static int keep_a0(fake *f, int fd, int argc, char **argv, size_t *argl, int *cl
     }
     return 0;                   /* answered as scripted (":1") */
 }
+#endif
 
 /* 1. Refused before encoding: nothing sent, nothing queued. */
 static void test_a_push_refused_before_encoding_sends_nothing(void **state) {
