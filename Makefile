@@ -385,11 +385,13 @@ demo-sparse: check-deps all ## a factorization machine on 1M generated clicks (e
 # ---- Python package, plots ---------------------------------------------------
 
 .PHONY: pyinstall plots
-# Installs python/ (package redis_ps) for the invoking user, offline (no build isolation:
-# setuptools comes from Debian). PYINSTALL_FLAGS= installs system-wide instead.
+# Installs python/ (package redis_ps) for the invoking user, offline: its build backend
+# is in the tree and requires nothing (python/README.md "Install"; in a venv:
+# python3 -m venv --system-site-packages V && V/bin/pip install ./python).
+# PYINSTALL_FLAGS= installs system-wide instead.
 PYINSTALL_FLAGS ?= --user --break-system-packages
 pyinstall: ## pip-install python/ (redis_ps) for this user, offline
-	$(PYTHON) -m pip install --no-deps --no-build-isolation $(PYINSTALL_FLAGS) ./python
+	$(PYTHON) -m pip install --no-deps --no-index $(PYINSTALL_FLAGS) ./python
 
 # A real training run (ps-train; PyTorch example and bench when python3-torch is
 # installed), then its curves and throughput bars as PNG in $(PLOTS_DIR).
@@ -407,6 +409,7 @@ demo-tree: check-deps all ## 4 workers as a star and as a tree of 2 relays: byte
 
 DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
            libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-numpy \
+           python3-venv python3-torch \
            dataset-fashion-mnist clang libclang-rt-14-dev valgrind \
            prometheus-redis-exporter gnuplot-nox
 

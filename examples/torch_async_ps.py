@@ -5,9 +5,11 @@ as the parameter server (the classic PyTorch RPC parameter-server example, on Re
     python3 examples/torch_async_ps.py --workers 2 --epochs 1            # private server
     python3 examples/torch_async_ps.py --addr 127.0.0.1:6379 --job mlp   # your server/cluster
 
-N worker processes each train on their shard: pull the parameters, compute a mini-batch
-gradient, push it (exactly-once, with the version it was computed from), never waiting for
-each other. The server applies every push with SGD. Fault tolerance comes from Redis: a
+N worker processes each train on their shard with redis_ps.torch.PSOptimizer, a
+torch.optim.Optimizer whose step pushes the mini-batch gradient (exactly-once, with the
+versions it was computed from) and brings back the server's parameters in one round trip
+(--overlap 1 runs it in the background during the next step's compute, as ps-train
+--overlap), never waiting for each other. The server applies every push with SGD. Fault tolerance comes from Redis: a
 killed worker can be started again (its shard restarts), and the private server runs with
 appendonly, so a restarted server has the model of its AOF; workers retry for ~10 s.
 A killed worker is started again alone with --worker-rank R (same --addr, --job, --workers):
@@ -49,7 +51,7 @@ sys.path.insert(0, os.path.join(REPO, "python"))
 import torch  # noqa: E402
 
 import redis_ps  # noqa: E402
-from redis_ps.torch import ModulePS  # noqa: E402
+from redis_ps.torch import PSOptimizer  # noqa: E402
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 
@@ -104,34 +106,34 @@ def worker(rank: int, args: argparse.Namespace, t0: float, q: "mp.Queue") -> Non
     x, y = load_fashion_mnist(True, args.limit)
     x, y = x[rank::args.workers], y[rank::args.workers]
     net = make_net(args.hidden, args.seed)
-    ps = ModulePS(redis_ps.connect(args.addr), args.job, net, push_format=args.push_format,
-                  client_id="%s-w%d" % (args.job, rank + 1), retries=20)
+    opt = PSOptimizer(net, redis_ps.connect(args.addr), args.job, lr=args.lr,
+                      push_format=args.push_format, client_id="%s-w%d" % (args.job, rank + 1),
+                      retries=20, create=False, overlap=bool(args.overlap))
     rng = np.random.default_rng(args.seed + rank)
-    samples, win_loss, win_stale, win_n, start = 0, 0.0, 0.0, 0, time.time()
+    samples, win_loss, win_n, start = 0, 0.0, 0, time.time()
+    st0, n0 = 0, 0
     for epoch in range(1, args.epochs + 1):
         order = rng.permutation(len(x))
         for b in range(0, len(order) - args.batch + 1, args.batch):
             sel = order[b:b + args.batch]
-            versions = ps.pull()
-            net.zero_grad()
+            opt.zero_grad()
             loss = torch.nn.functional.cross_entropy(net(torch.from_numpy(x[sel])),
                                                      torch.from_numpy(y[sel]))
             loss.backward()
-            pulled = [p.version for t in ps.model.tensors.values() for p in t.parts]
-            pushed = ps.push()
-            # Staleness: pushes by others between our pull and our push, per partition.
-            win_stale += float(np.mean([v - 1 - u for v, u in zip(pushed, pulled) if v >= 0]))
+            opt.step()
             samples += len(sel)
             win_loss += loss.item()
             win_n += 1
             if win_n == args.log_every:
+                # Staleness: versions others applied between a gradient's pull and its push.
+                st, n = opt.stats["staleness_sum"], opt.stats["pushes"]
                 log_line(args.log, {"t": round(time.time() - t0, 3), "worker": "w%d" % (rank + 1),
                                     "epoch": epoch, "samples": samples,
                                     "loss": round(win_loss / win_n, 5),
-                                    "version": min(v for v in versions.values() if v is not None),
-                                    "staleness": round(win_stale / win_n, 3)})
-                win_loss, win_stale, win_n = 0.0, 0.0, 0
-    ps.model.flush()
+                                    "version": min(opt.versions.values()),
+                                    "staleness": round((st - st0) / max(n - n0, 1), 3)})
+                win_loss, win_n, st0, n0 = 0.0, 0, st, n
+    opt.close()
     q.put((samples, start, time.time()))
 
 
@@ -141,12 +143,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(module: str) -> Tuple[subprocess.Popen, str, str]:
-    """A private redis-server with the module, appendonly, on a free loopback port."""
+def start_server(module: str, persist: bool = True) -> Tuple[subprocess.Popen, str, str]:
+    """A private redis-server with the module, appendonly (unless not 'persist'), on a free
+    loopback port."""
     d = tempfile.mkdtemp(prefix="torch-ps-")
     port = free_port()
     p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                          "--dir", d, "--appendonly", "yes", "--save", "",
+                          "--dir", d, "--appendonly", "yes" if persist else "no", "--save", "",
                           "--loadmodule", module, "--logfile", "redis.log"])
     import redis
     for _ in range(100):
@@ -166,9 +169,12 @@ def run(args: argparse.Namespace) -> Dict[str, float]:
         server, args.addr, tmp = start_server(args.module)
     try:
         net = make_net(args.hidden, args.seed)
-        ps = ModulePS(redis_ps.connect(args.addr), args.job, net)
-        ps.model.delete()
-        ps.create("OPTIM SGD LR %r" % args.lr, nx=False)
+        r = redis_ps.connect(args.addr)
+        job = redis_ps.Model(r, args.job)
+        for n, p in net.named_parameters():
+            job.add_tensor(n, tuple(p.shape))
+        job.delete()
+        ps = PSOptimizer(net, r, args.job, lr=args.lr, overlap=False)
         t0 = time.time()
         q: "mp.Queue" = mp.get_context("fork").Queue()
         procs = [mp.get_context("fork").Process(target=worker, args=(i, args, t0, q))
@@ -180,7 +186,7 @@ def run(args: argparse.Namespace) -> Dict[str, float]:
             p.join()
         seconds = time.time() - t0
         samples = sum(s for s, _, _ in done)
-        ps.pull()
+        ps.synchronize()
         xt, yt = load_fashion_mnist(False)
         acc, loss = evaluate(net, xt, yt)
         res = {"test_acc": acc, "test_loss": loss, "samples": samples, "seconds": seconds,
@@ -214,6 +220,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=int, default=0, help="use only the first N training samples")
+    ap.add_argument("--overlap", type=int, default=0, choices=(0, 1),
+                    help="1: each step's round trip overlaps the next step's compute (the "
+                    "gradient is one own step behind; pays off with an idle core per "
+                    "worker); 0 (default here: N worker processes and the server keep the "
+                    "cores busy): push and pull inside step(), one round trip")
     ap.add_argument("--push-format", default="F32", choices=redis_ps.codec.FORMATS)
     ap.add_argument("--log", default="", help="append JSON lines of progress to this file")
     ap.add_argument("--log-every", type=int, default=20, help="mini-batches per log line")

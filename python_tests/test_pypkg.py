@@ -6,14 +6,13 @@ training the same job; lossy pushes with error feedback giving the same bits as 
 import json
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import psserver
 
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 import redis_ps  # noqa: E402
 from redis_ps import Model, PSError, StaleError, Tensor  # noqa: E402
 

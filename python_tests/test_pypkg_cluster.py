@@ -2,8 +2,6 @@
 connect() detects cluster mode, Model's partitions (libps's keys) spread over the masters,
 and a C worker (libps ps_roundtrip) and a Python worker train the same job."""
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ import pytest
 import psserver
 from test_pypkg import roundtrip, roundtrip_grad
 
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 import redis_ps  # noqa: E402
 from redis.cluster import RedisCluster  # noqa: E402
 
@@ -59,4 +57,38 @@ def test_python_and_c_workers_share_a_cluster_job(cluster):
         want = np.float32(0.5) - g[k] - g[k] - g[k] - g[k]
         assert vals[k].reshape(-1).tobytes() == want.tobytes()
     assert m.versions == {"w": 4, "b": 4}
+    r.close()
+
+
+def test_a_psoptimizer_and_the_schema_check_on_a_cluster(cluster):
+    """PSOptimizer (overlap, redis-py's cluster pipeline) trains a module whose partitions
+    spread over the masters, and a plain string at one partition key is refused before the
+    other keys are created."""
+    torch = pytest.importorskip("torch")
+    from redis_ps.torch import PSOptimizer
+    r = redis_ps.connect(cluster.masters()[0].addr)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    opt = PSOptimizer(net, r, "ct", optimizer="adam", lr=0.01, partition_bytes=256)
+    assert len({cluster.node_for_key(k).port for k in opt.model.keys()}) == 3
+    for i in range(4):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(torch.randn(8, 20)), torch.randint(0, 3, (8,))).backward()
+        opt.step()
+    opt.synchronize()
+    assert {redis_ps.Tensor(r, k).version() for k in opt.model.keys()} == {4}
+    opt.close()
+    m = redis_ps.Model(r, "cs", partition_bytes=16).add_tensor("w", (8, 2))
+    r.set("cs:w:3", "x")
+    with pytest.raises(redis_ps.WrongTypeError):
+        m.create("INIT ZEROS", nx=True)
+    assert sum(r.exists(k) for k in m.keys()) == 1
+    r.close()
+
+
+def test_embedding_wait_is_refused_on_a_cluster(cluster):
+    r = redis_ps.connect(cluster.masters()[0].addr)
+    with pytest.raises(ValueError) as ei:
+        redis_ps.Embedding(r, "e", dim=2, nshards=3, wait=1)
+    assert "standalone" in str(ei.value)
     r.close()

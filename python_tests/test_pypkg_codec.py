@@ -5,14 +5,13 @@ TOPK magnitude ties."""
 
 import os
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import psserver
 
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 from redis_ps import codec  # noqa: E402
 
 DUMP = os.path.join(psserver.REPO_ROOT, "build", "ptools", "ps_codec_dump")

@@ -2,15 +2,13 @@
 ps-train's progress/RESULT lines) and renders PNG and SVG with gnuplot."""
 
 import json
-import os
 import shutil
-import sys
 
 import pytest
 
 import psserver
 
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 from redis_ps import plot  # noqa: E402
 
 PS_TRAIN_OUT = """ps-train run: starting 2 workers

@@ -2,8 +2,6 @@
 python3-torch): a module's parameters created from its values, SGD steps applied on the
 server match torch's own SGD, sparse embedding gradients push only their rows."""
 
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -11,7 +9,7 @@ import pytest
 import psserver
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, os.path.join(psserver.REPO_ROOT, "python"))
+import pshelpers_pkg  # noqa: E402,F401  (the tree's redis_ps, or the installed one)
 import redis_ps  # noqa: E402
 from redis_ps.torch import ModulePS  # noqa: E402
 

@@ -10,14 +10,28 @@
 Model partitions a job's tensors over keys exactly as libps does, so Python and C workers
 can train the same job; redis_ps.codec holds the wire formats, byte-identical to the C
 codecs; Embedding shards an embedding table by id exactly as libps psEmbed does;
-redis_ps.torch (needs PyTorch) pushes a torch model's gradients.
+redis_ps.torch (needs PyTorch) has PSOptimizer, a torch.optim.Optimizer whose step runs on
+the server; TaskStream hands out ps-train's data shards (leases, claims) to Python workers.
 """
 
 from . import codec
-from .client import DEFAULT_PARTITION_BYTES, Model, Partition, Tensor, connect, push_args
+from .client import (DEFAULT_PARTITION_BYTES, Model, Partition, Tensor, check_ids, connect,
+                     push_args)
 from .embed import Embedding
-from .errors import PSError, StaleError
+from .errors import (DurabilityError, InvalidIds, ModuleNotLoaded, NonFiniteGradient, PSError,
+                     SchemaError, ServerUnavailable, StaleError, WrongTypeError)
+from .tasks import Task, TaskStream
 
 __version__ = "0.1.0"
 __all__ = ["codec", "connect", "Tensor", "Model", "Embedding", "Partition", "PSError", "StaleError",
+           "ModuleNotLoaded", "ServerUnavailable", "SchemaError", "WrongTypeError", "InvalidIds",
+           "NonFiniteGradient", "DurabilityError", "Task", "TaskStream", "check_ids",
            "push_args", "DEFAULT_PARTITION_BYTES"]
+
+
+def __getattr__(name: str):
+    """redis_ps.torch without an explicit import (it needs PyTorch, so it loads on use)."""
+    if name in ("torch", "tasks", "plot"):
+        import importlib
+        return importlib.import_module("." + name, __name__)
+    raise AttributeError("module 'redis_ps' has no attribute %r" % name)

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
@@ -29,8 +31,9 @@ import numpy as np
 import redis
 import redis.exceptions as rex
 
-from . import codec
-from .errors import PSError, StaleError, from_response
+from . import _resp, codec
+from .errors import (InvalidIds, ModuleNotLoaded, NonFiniteGradient, PSError, SchemaError,
+                     ServerUnavailable, StaleError, WrongTypeError, from_response)
 
 DEFAULT_PARTITION_BYTES = 1024 * 1024   # libps PS_DEFAULT_PARTITION_BYTES
 ArrayLike = Union[np.ndarray, Sequence[float]]
@@ -40,13 +43,56 @@ _HYPER = ("lr", "momentum", "beta1", "beta2", "eps", "wd", "clipnorm", "maxstale
           "policy", "sync", "timeout", "dedupmax", "maxsnapshots")
 
 
-def connect(addr: str = "127.0.0.1:6379", **kw: Any) -> Client:
+def where(r: Any) -> str:
+    """"host:port" of a redis-py client (for messages)."""
+    try:
+        kw = r.connection_pool.connection_kwargs
+        return "%s:%s" % (kw.get("host", "?"), kw.get("port", "?"))
+    except AttributeError:
+        nodes = getattr(r, "startup_nodes", None) or {}
+        return ",".join(str(n) for n in nodes) or "the cluster"
+
+
+def connect(addr: str = "127.0.0.1:6379", check_module: bool = True, **kw: Any) -> Client:
     """A redis-py client for 'addr' ("host:port"): a RedisCluster when that node has cluster
-    mode on, else a redis.Redis. Extra keywords go to the client's constructor."""
+    mode on, else a redis.Redis. Extra keywords go to the client's constructor.
+
+    Raises ServerUnavailable when nothing answers at 'addr', and (with 'check_module')
+    ModuleNotLoaded when the server has no redis-ps module, with the MODULE LOAD hint. A
+    user whose ACL forbids INFO or COMMAND is taken as standalone and not checked."""
     host, _, port = addr.rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
     r = redis.Redis(host=host, port=int(port), **kw)
-    if int(r.info("cluster").get("cluster_enabled", 0)):
+    cluster = False
+    try:
+        cluster = bool(int(r.info("cluster").get("cluster_enabled", 0)))
+    except rex.NoPermissionError:
+        pass
+    except (rex.ConnectionError, rex.TimeoutError) as e:
+        r.close()
+        raise ServerUnavailable("%s:%s" % (host, port), e) from None
+    except rex.ResponseError as e:
+        if "NOPERM" not in str(e) and "no permissions" not in str(e):
+            raise from_response(e) from None
+    if check_module:
+        try:
+            try:
+                info = r.execute_command("COMMAND", "INFO", "PS.PULL")
+            except TypeError:               # redis-py's parser chokes on the nil reply
+                info = None
+            if isinstance(info, dict):    # redis-py parses the reply into {name: ...}
+                missing = not any(k.lower() == "ps.pull" and v for k, v in info.items())
+            else:
+                missing = not info or info[0] is None
+            if missing:
+                r.close()
+                raise ModuleNotLoaded("%s:%s" % (host, port))
+        except rex.NoPermissionError:
+            pass
+        except rex.ResponseError as e:
+            if "NOPERM" not in str(e) and "no permissions" not in str(e):
+                raise from_response(e) from None
+    if cluster:
         r.close()
         from redis.cluster import RedisCluster
         return RedisCluster(host=host, port=int(port), **kw)
@@ -54,11 +100,17 @@ def connect(addr: str = "127.0.0.1:6379", **kw: Any) -> Client:
 
 
 def _call(r: Any, *args: Any, key: Optional[str] = None) -> Any:
-    """r.execute_command(*args), with error replies raised as PSError (code kept)."""
+    """r.execute_command(*args), with error replies raised as PSError (code kept) and a
+    server that cannot be reached as ServerUnavailable."""
     try:
         return r.execute_command(*args)
     except rex.ResponseError as e:
-        raise from_response(e, key) from None
+        err = from_response(e, key)
+        if isinstance(err, ModuleNotLoaded):
+            err = ModuleNotLoaded(where(r))
+        raise err from None
+    except (rex.ConnectionError, rex.TimeoutError) as e:
+        raise ServerUnavailable(where(r), e) from None
 
 
 def _num(v: Any) -> str:
@@ -285,6 +337,7 @@ class Partition:
     elements: int
     version: Optional[int] = None     # version seen by the last pull
     seq: int = 0                      # last exactly-once seq sent
+    tensor: str = ""                  # name of the tensor it belongs to
 
 
 @dataclass
@@ -297,30 +350,92 @@ class ModelTensor:
     feedback: Optional[codec.ErrorFeedback] = None
 
 
+@dataclass
+class PushBatch:
+    """One model push, validated and encoded but not yet committed (Model.prepare_push):
+    the PS.PUSHGRAD commands, the exactly-once seqs they take and, for lossy formats, the
+    error-feedback residuals after them. Committing it (Model.commit) is all or nothing."""
+    cmds: List[Tuple[Partition, List[Any]]]
+    seqs: List[Tuple[Partition, int]]
+    resid: Dict[str, np.ndarray]
+    nbytes: int
+
+
 def default_client_id() -> str:
     """host:pid:8 hex digits, the shape of libps's default client id."""
     return "%s:%d:%08x" % (socket.gethostname()[:63], os.getpid(), random.getrandbits(32))
+
+
+class deferred_interrupts:
+    """Context manager: a SIGINT (Ctrl-C) that arrives inside the block is held back and
+    delivered (KeyboardInterrupt, or the program's own handler) when the block ends, so the
+    block runs whole. A second SIGINT more than a second after the first is delivered at
+    once (a hung server must not make Ctrl-C useless). Only in the main thread (the only
+    one Python delivers signals to) and only over a Python-level handler."""
+
+    def __init__(self) -> None:
+        self.old: Any = None
+        self.got: Optional[Tuple[int, Any]] = None
+        self.first = 0.0
+
+    def _hold(self, sig: int, frame: Any) -> None:
+        if self.got is not None and time.monotonic() - self.first > 1.0:
+            signal.signal(signal.SIGINT, self.old)
+            self.old = None
+            raise KeyboardInterrupt
+        if self.got is None:
+            self.got, self.first = (sig, frame), time.monotonic()
+
+    def __enter__(self) -> "deferred_interrupts":
+        if threading.current_thread() is threading.main_thread():
+            try:
+                old = signal.getsignal(signal.SIGINT)
+                if callable(old):
+                    signal.signal(signal.SIGINT, self._hold)
+                    self.old = old
+            except (ValueError, TypeError):
+                self.old = None
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        if self.old is not None:
+            old, self.old = self.old, None
+            signal.signal(signal.SIGINT, old)
+            if self.got is not None:
+                old(*self.got)
+        return False
+
+
+NONFINITE = ("raise", "skip", "send")
 
 
 class Model:
     """A job's tensors, partitioned over keys as libps does (see the module docstring).
 
     'push_format' (F32, F16, BF16, I8, TOPK with 'topk_ratio') uses error feedback for the
-    lossy formats; 'pull_format' is F32, F16, BF16 or I8 (what ps-train's TOPK jobs pull). 'window' > 1 queues that many model
-    pushes in one pipeline before sending them (one round trip per node); pull() and flush()
-    send what is queued. A connection error resends the same pushes (same IDs, so each is
-    applied once) up to 'retries' times."""
+    lossy formats; 'pull_format' is F32, F16, BF16 or I8 (what ps-train's TOPK jobs pull).
+    'window' > 1 queues that many model pushes in one pipeline before sending them (one
+    round trip per node); pull() and flush() send what is queued. A connection error
+    resends the same pushes (same IDs, so each is applied once) up to 'retries' times.
+
+    Pushes are all or nothing on the client: push() validates and encodes every tensor of
+    the step before anything is queued or sent (a wrong size, an unknown name or, with
+    nonfinite="raise", a NaN anywhere raises with nothing queued, nothing sent and the
+    error-feedback residuals untouched), and a Ctrl-C inside push() is held back until the
+    step is queued whole (and sent, when the window is full)."""
 
     def __init__(self, r: Client, job: str, partition_bytes: int = DEFAULT_PARTITION_BYTES,
                  push_format: str = "F32", topk_ratio: float = 0.01, pull_format: str = "F32",
                  client_id: Optional[str] = None, window: int = 1, retries: int = 3,
-                 send_version: bool = True):
+                 send_version: bool = True, nonfinite: str = "raise"):
         if partition_bytes <= 0:
             raise ValueError("partition_bytes must be > 0")
         if codec.format_name(pull_format) not in codec.DENSE_FORMATS:
             raise ValueError("pull_format must be one of %s" % ", ".join(codec.DENSE_FORMATS))
         if codec.format_name(push_format) == "TOPK" and not 0 < topk_ratio <= 1:
             raise ValueError("topk_ratio must be in (0, 1]")
+        if nonfinite not in NONFINITE:
+            raise ValueError("nonfinite must be one of %s" % ", ".join(NONFINITE))
         self.r = r
         self.job = job
         self.partition_bytes = int(partition_bytes)
@@ -330,14 +445,17 @@ class Model:
         self.client_id = client_id or default_client_id()
         self.window = max(1, int(window))
         self.retries = int(retries)
+        self.fast_path = True           # _resp for a plain standalone redis.Redis
+        self._tl = threading.local()
         self.send_version = send_version
+        self.nonfinite = nonfinite
         self.tensors: Dict[str, ModelTensor] = {}
         self._laid_out = False
         self._seq_base = int(time.time() * 1e6)
         self._pending: List[Tuple[Partition, List[Any]]] = []
         self._pending_pushes = 0
         self.stats = {"pushes": 0, "pulls": 0, "stale_rejects": 0, "retries": 0,
-                      "bytes_sent": 0, "bytes_received": 0}
+                      "bytes_sent": 0, "bytes_received": 0, "nonfinite_steps": 0}
 
     # -- definition and layout ----------------------------------------------------
 
@@ -368,7 +486,8 @@ class Model:
                 for p in range(nparts):
                     nrows = base + (1 if p < extra else 0)
                     t.parts.append(Partition("%s:%s:%d" % (self.job, t.name, p), p, g, row,
-                                             nrows, row * row_elems, nrows * row_elems))
+                                             nrows, row * row_elems, nrows * row_elems,
+                                             tensor=t.name))
                     row += nrows
                     g += 1
             self._laid_out = True
@@ -378,37 +497,163 @@ class Model:
         """Every partition key, tensors in order."""
         return [p.key for parts in self.layout().values() for p in parts]
 
+    def partitions(self) -> List[Partition]:
+        """Every partition, tensors in order (the order of part_versions arguments)."""
+        self.layout()
+        return [p for t in self.tensors.values() for p in t.parts]
+
     def _parts(self):
         for t in self.tensors.values():
             for p in t.parts:
                 yield t, p
 
-    def _run(self, cmds: List[Tuple[Any, List[Any]]]) -> List[Any]:
+    def _tensor(self, name: str) -> ModelTensor:
+        t = self.tensors.get(name)
+        if t is None:
+            raise SchemaError("model %r has no tensor %r (it has %s)"
+                              % (self.job, name, ", ".join(self.tensors) or "none"), name)
+        return t
+
+    def _conn(self) -> Optional[_resp.RespConn]:
+        """This thread's fast connection (_resp) to a plain standalone server, or None."""
+        tl = self._tl
+        if getattr(tl, "r", None) is not self.r:
+            if getattr(tl, "conn", None) is not None:
+                tl.conn.close()
+            tl.r, tl.conn = self.r, (_resp.for_client(self.r) if self.fast_path else None)
+        return tl.conn
+
+    def _run(self, cmds: List[Tuple[Any, List[Any]]], retries: Optional[int] = None,
+             sinks: Optional[Sequence[Optional[memoryview]]] = None) -> List[Any]:
         """Send 'cmds' [(tag, args)] in one pipeline and return the replies in order, each a
-        value or a PSError. A connection error resends them all (after a short backoff)."""
-        for attempt in range(self.retries + 1):
+        value or a PSError. A connection error resends them all (after a short backoff);
+        after the retries it raises ServerUnavailable. 'sinks' (fast path only): per command,
+        a buffer a PS.PULL's blob is read into (see pull_sinks)."""
+        retries = self.retries if retries is None else retries
+        for attempt in range(retries + 1):
             try:
-                pipe = self.r.pipeline(transaction=False)
-                for _, args in cmds:
-                    pipe.execute_command(*args)
-                replies = pipe.execute(raise_on_error=False)
-                return [from_response(x) if isinstance(x, rex.ResponseError) else x
-                        for x in replies]
-            except (rex.ConnectionError, rex.TimeoutError):
-                if attempt == self.retries:
+                conn = self._conn()
+                if conn is not None:
+                    replies = conn.pipeline([a for _, a in cmds], sinks)
+                else:
+                    pipe = self.r.pipeline(transaction=False)
+                    for _, args in cmds:
+                        pipe.execute_command(*args)
+                    replies = pipe.execute(raise_on_error=False)
+                out = [from_response(x) if isinstance(x, rex.ResponseError) else x
+                       for x in replies]
+                for x in out:
+                    if isinstance(x, ModuleNotLoaded):
+                        raise ModuleNotLoaded(where(self.r))
+                return out
+            except (rex.ConnectionError, rex.TimeoutError) as e:
+                if isinstance(e, ServerUnavailable):
                     raise
+                if attempt == retries:
+                    raise ServerUnavailable(where(self.r), e, retries) from None
                 self.stats["retries"] += 1
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def pull_sinks(self, cmds: List[Tuple[Partition, List[Any]]],
+                   dst: Mapping[str, np.ndarray]) -> Optional[List[Optional[memoryview]]]:
+        """For F32 pulls into contiguous float32 arrays: per command, the bytes of its slice
+        of dst, so the fast path reads the reply straight into place (None otherwise)."""
+        if self.pull_format != "F32" or self._conn() is None:
+            return None
+        out: List[Optional[memoryview]] = []
+        for p, _ in cmds:
+            d = dst.get(p.tensor)
+            if d is None or d.dtype != np.float32 or not d.flags.c_contiguous \
+                    or not d.flags.writeable:
+                out.append(None)
+                continue
+            out.append(memoryview(d.reshape(-1)[p.offset:p.offset + p.elements]).cast("B"))
+        return out
+
+    # -- schema ---------------------------------------------------------------------
+
+    def check(self, optimizer: Union[None, str, Mapping[str, str]] = None
+              ) -> Dict[str, Optional[Dict[str, Any]]]:
+        """Compare the job on the server with this model, before anything is written:
+        every partition key must be missing or a tensor of this partition's shape (and of
+        'optimizer' when given), and no tensor may have a partition past this layout's
+        last (another partition_bytes). 'optimizer' is one name for all tensors or a
+        mapping tensor name -> name. Returns {key: its PS.INFO dict, or None when missing}.
+        Raises WrongTypeError for a
+        key of another type and SchemaError, naming the tensor, for a mismatch. Checks the
+        server cannot answer (an ACL without TYPE or PS.INFO) are left to the first pull."""
+        self.layout()
+        cmds: List[Tuple[Any, List[Any]]] = []
+        for t, p in self._parts():
+            cmds.append((p, ["TYPE", p.key]))
+            cmds.append((p, ["PS.INFO", p.key]))
+        for t in self.tensors.values():
+            cmds.append((t, ["EXISTS", "%s:%s:%d" % (self.job, t.name, len(t.parts))]))
+        reps = self._run(cmds)
+        exists: Dict[str, Optional[Dict[str, Any]]] = {}
+        i = 0
+        for t, p in self._parts():
+            typ, info = reps[i], reps[i + 1]
+            i += 2
+            typ = _s(typ) if not isinstance(typ, PSError) else None
+            if typ is not None and typ not in ("none", "ps-tensor"):
+                raise WrongTypeError(p.key, typ, "redis-ps tensor (ps-tensor)", t.name)
+            if isinstance(info, PSError):
+                if info.code == "WRONGTYPE":
+                    raise WrongTypeError(p.key, typ or "value of another type",
+                                         "redis-ps tensor (ps-tensor)", t.name)
+                if "no such key" in info.message:
+                    exists[p.key] = None
+                    continue
+                if info.code == "NOPERM":
+                    exists[p.key] = {} if typ != "none" else None
+                    continue
+                raise PSError(info.code, "PS.INFO %s: %s" % (p.key, info.message), p.key)
+            d = _info_dict(info)
+            exists[p.key] = d
+            want = [p.nrows] + list(t.shape[1:])
+            got = [int(x) for x in d.get("shape", [])]
+            if got != want:
+                raise SchemaError(
+                    "tensor %s: key %s has shape %s on the server; this model's partition %d "
+                    "of %s %s needs %s: the job was created for another architecture (or "
+                    "partition_bytes). Use another job name, or delete the job's keys "
+                    "(Model.delete) to start over" % (t.name, p.key, got, p.index, t.name,
+                                                     list(t.shape), want), t.name, p.key)
+            want_opt = (optimizer.get(t.name) if isinstance(optimizer, Mapping) else optimizer)
+            if want_opt is not None and str(d.get("optimizer", "")).lower() != want_opt.lower():
+                raise SchemaError(
+                    "tensor %s: key %s uses optimizer %s on the server, not %s (an optimizer "
+                    "cannot change: use another job name, or delete the job)"
+                    % (t.name, p.key, d.get("optimizer"), want_opt.lower()), t.name, p.key)
+        for t in self.tensors.values():
+            rep = reps[i]
+            i += 1
+            if not isinstance(rep, PSError) and int(rep):
+                raise SchemaError(
+                    "tensor %s: key %s:%s:%d exists, but this model splits %s into %d "
+                    "partition(s): the job was created with another partition_bytes (this "
+                    "model: %d) or another shape" % (t.name, self.job, t.name, len(t.parts),
+                                                     t.name, len(t.parts), self.partition_bytes),
+                    t.name)
+        return exists
+
     # -- create, delete -----------------------------------------------------------
 
     def create(self, opts: Union[str, Mapping[str, Any]] = "", nx: bool = False,
-               data: Optional[Mapping[str, ArrayLike]] = None) -> int:
+               data: Optional[Mapping[str, ArrayLike]] = None,
+               names: Optional[Sequence[str]] = None, checked: bool = False) -> int:
         """PS.CREATE every partition with the options 'opts' (a PS.CREATE option string such
         as "INIT HE SEED 7 OPTIM SGD LR 0.1", or a dict). SEED s becomes s + the partition's
         number in the model, as libps does. 'data' gives initial values by tensor name (sent
-        as DATA, F32; those tensors take no INIT). Returns the count of keys created."""
+        as DATA, F32; those tensors take no INIT). Returns the count of keys created.
+
+        Everything is checked before anything is created (Model.check): a key of another
+        type raises WrongTypeError, an existing tensor of another shape or optimizer
+        SchemaError, and without 'nx' an existing key BUSYKEY; with 'nx' the existing keys
+        (of the right schema) are kept and only the missing ones created. 'names' limits
+        it to those tensors; 'checked' skips the check (the caller ran check())."""
         if isinstance(opts, str):
             toks = opts.split()
         else:
@@ -418,23 +663,41 @@ class Model:
                 vals = v if isinstance(v, (list, tuple)) else [v]
                 toks += [x.upper() if isinstance(x, str) else _num(x) for x in vals]
         self.layout()
+        optim = None
+        for i, tok in enumerate(toks[:-1]):
+            if tok.upper() == "OPTIM":
+                optim = toks[i + 1]
+        flats: Dict[str, np.ndarray] = {}
+        if data is not None:
+            if any(tok.upper() == "INIT" for tok in toks):
+                raise ValueError("INIT and data are exclusive: use opts without INIT")
+            for name, v in data.items():
+                t = self._tensor(name)
+                flat = codec.as_f32(v)
+                if flat.size != t.elements:
+                    raise SchemaError("data of %s has %d elements; the tensor has %d"
+                                      % (name, flat.size, t.elements), name)
+                if not np.isfinite(flat).all():
+                    raise SchemaError("data of %s holds NaN or Inf" % name, name)
+                flats[name] = flat
+        exists = {} if checked else self.check(optimizer=optim)
+        if not nx:
+            for key, ex in exists.items():
+                if ex is not None:
+                    raise PSError("BUSYKEY", "PS.CREATE %s: Target key name already exists "
+                                  "(nothing created; nx=True keeps existing keys)" % key, key)
         cmds = []
         for t, p in self._parts():
+            if exists.get(p.key) is not None or (names is not None and t.name not in names):
+                continue
             args: List[Any] = ["PS.CREATE", p.key, "SHAPE", p.nrows] + list(t.shape[1:])
-            if data is not None and t.name in data:
-                flat = codec.as_f32(data[t.name])
-                if flat.size != t.elements:
-                    raise ValueError("data of %s has %d elements; the tensor has %d"
-                                     % (t.name, flat.size, t.elements))
-                args += ["DATA", flat[p.offset:p.offset + p.elements].tobytes()]
+            if t.name in flats:
+                args += ["DATA", flats[t.name][p.offset:p.offset + p.elements].tobytes()]
             for i, tok in enumerate(toks):
-                if data is not None and t.name in data and tok.upper() == "INIT":
-                    raise ValueError("INIT and data are exclusive: use opts without INIT")
                 if i > 0 and toks[i - 1].upper() == "SEED" and tok.isdigit():
                     tok = str(int(tok) + p.global_index)
                 args.append(tok)
-            if nx:
-                args.append("NX")
+            args.append("NX")
             cmds.append((p, args))
         created = 0
         for (p, _), rep in zip(cmds, self._run(cmds)):
@@ -450,42 +713,96 @@ class Model:
 
     # -- pull ---------------------------------------------------------------------
 
+    def pull_cmds(self, names: Optional[Sequence[str]] = None
+                  ) -> List[Tuple[Partition, List[Any]]]:
+        """The PS.PULL commands of a pull of every tensor (or those in 'names')."""
+        self.layout()
+        cmds = []
+        for n in (names or self.tensors):
+            for p in self._tensor(n).parts:
+                args: List[Any] = ["PS.PULL", p.key]
+                if self.pull_format != "F32":
+                    args += ["FORMAT", self.pull_format]
+                cmds.append((p, args))
+        return cmds
+
+    def _part_values(self, p: Partition, rep: Any) -> np.ndarray:
+        """The values of partition 'p' in pull reply 'rep' (a read-only view for F32), or
+        the error it is, naming the tensor."""
+        if isinstance(rep, PSError):
+            hint = (": the job's tensors were not created (Model.create, or PSOptimizer "
+                    "with create=True)" if "no such key" in rep.message else "")
+            if rep.code == "WRONGTYPE":
+                raise WrongTypeError(p.key, "value of another type", "redis-ps tensor",
+                                     p.tensor)
+            raise PSError(rep.code, "PS.PULL %s (tensor %s): %s%s"
+                          % (p.key, p.tensor, rep.message, hint), p.key)
+        blob = rep[1]
+        if len(blob) != codec.dense_size(self.pull_format, p.elements):
+            have = (len(blob) // 4 if self.pull_format == "F32" else
+                    len(blob) // 2 if self.pull_format in ("F16", "BF16") else len(blob) - 4)
+            raise SchemaError(
+                "tensor %s: key %s holds %d elements on the server; this model's partition "
+                "%d needs %d: the job was created for another architecture or "
+                "partition_bytes. Use another job name, or delete the job to start over"
+                % (p.tensor, p.key, have, p.index, p.elements), p.tensor, p.key)
+        return codec.decode(self.pull_format, blob, p.elements)
+
     def pull(self, names: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
         """Pull every tensor (or those in 'names') in 'pull_format', one pipeline, and return
         name -> array of the tensor's shape. A one-partition F32 tensor is a zero-copy
         read-only view of the reply. The versions seen are in self.versions (the lowest of a
         tensor's partitions) and are sent with the next push."""
         self.flush()
-        self.layout()
-        want = [self.tensors[n] for n in (names or self.tensors)]
-        cmds = []
-        for t in want:
-            for p in t.parts:
-                args: List[Any] = ["PS.PULL", p.key]
-                if self.pull_format != "F32":
-                    args += ["FORMAT", self.pull_format]
-                cmds.append((p, args))
-        replies = iter(self._run(cmds))
+        cmds = self.pull_cmds(names)
         out: Dict[str, np.ndarray] = {}
-        for t in want:
-            flat: Optional[np.ndarray] = None
-            for p in t.parts:
-                rep = next(replies)
-                if isinstance(rep, PSError):
-                    raise PSError(rep.code, "PS.PULL %s: %s" % (p.key, rep.message), p.key)
-                vals = codec.decode(self.pull_format, rep[1], p.elements)
-                p.version = int(rep[0])
-                self.stats["pulls"] += 1
-                self.stats["bytes_received"] += len(rep[1])
-                if len(t.parts) == 1:
-                    flat = vals
-                else:
-                    if flat is None:
-                        flat = np.empty(t.elements, dtype=np.float32)
-                    flat[p.offset:p.offset + p.elements] = vals
-            assert flat is not None
-            out[t.name] = flat.reshape(t.shape)
+        flats: Dict[str, np.ndarray] = {}
+        replies = self._run(cmds)
+        allvals = [self._part_values(p, rep) for (p, _), rep in zip(cmds, replies)]
+        for (p, _), rep, vals in zip(cmds, replies, allvals):
+            p.version = int(rep[0])
+            self.stats["bytes_received"] += len(rep[1])
+            t = self.tensors[p.tensor]
+            if len(t.parts) == 1:
+                flats[t.name] = vals
+            else:
+                if t.name not in flats:
+                    flats[t.name] = np.empty(t.elements, dtype=np.float32)
+                flats[t.name][p.offset:p.offset + p.elements] = vals
+        self.stats["pulls"] += len(cmds)
+        for name, flat in flats.items():
+            out[name] = flat.reshape(self.tensors[name].shape)
         return out
+
+    def decode_pull(self, cmds: List[Tuple[Partition, List[Any]]], replies: Sequence[Any],
+                    dst: Mapping[str, np.ndarray]) -> List[int]:
+        """Decode pull replies straight into 'dst' (name -> writable array of the tensor's
+        size, any dtype) and return the partition versions, in the order of 'cmds'. Raises,
+        naming the tensor, when a reply is an error or of the wrong size: before writing
+        anything, except for the partitions the fast path read into place already
+        (pull_sinks; each holds the server's values of its partition)."""
+        vals = [self._part_values(p, rep) for (p, _), rep in zip(cmds, replies)]
+        for (p, _), v, rep in zip(cmds, vals, replies):
+            if isinstance(rep[1], memoryview):
+                continue                    # read into place already (pull_sinks)
+            d = dst[p.tensor].reshape(-1)
+            np.copyto(d[p.offset:p.offset + p.elements], v, casting="unsafe")
+        return [int(rep[0]) for rep in replies]
+
+    def pull_into(self, dst: Mapping[str, np.ndarray],
+                  names: Optional[Sequence[str]] = None) -> List[int]:
+        """Pull every tensor (or those in 'names') straight into the arrays 'dst' (name ->
+        writable array of the tensor's size; float32 gets one copy from the reply, no
+        intermediate array). Returns the partition versions (tensors in order)."""
+        self.flush()
+        cmds = self.pull_cmds(names)
+        replies = self._run(cmds, sinks=self.pull_sinks(cmds, dst))
+        versions = self.decode_pull(cmds, replies, dst)
+        for (p, _), rep, v in zip(cmds, replies, versions):
+            p.version = v
+            self.stats["bytes_received"] += len(rep[1])
+        self.stats["pulls"] += len(cmds)
+        return versions
 
     @property
     def versions(self) -> Dict[str, Optional[int]]:
@@ -498,57 +815,109 @@ class Model:
 
     # -- push ---------------------------------------------------------------------
 
-    def push(self, grads: Mapping[str, ArrayLike], scale: float = 1.0,
-             versions: Optional[Mapping[str, int]] = None) -> List[int]:
-        """Push one gradient per named tensor (arrays of the tensor's size), each partition
-        in 'push_format' with error feedback, an exactly-once ID and the VERSION of the last
-        pull (or 'versions'). With window > 1 the push is queued and [] returned until the
-        window is full; otherwise it is sent and the new partition versions returned
-        (-1 for a partition refused as STALE, which libps counts and drops too)."""
+    def prepare_push(self, grads: Mapping[str, ArrayLike], scale: float = 1.0,
+                     versions: Optional[Mapping[str, int]] = None,
+                     part_versions: Optional[Mapping[str, int]] = None,
+                     nonfinite: Optional[str] = None) -> Optional[PushBatch]:
+        """Validate and encode one push of 'grads' (name -> array of the tensor's size)
+        without changing anything: returns the PushBatch to commit(), or None when the step
+        holds NaN/Inf and 'nonfinite' (default self.nonfinite) is "skip". Raises
+        SchemaError (unknown name, wrong size) or NonFiniteGradient ("raise") before
+        anything changed. VERSION per partition: part_versions[key], else versions[name],
+        else the partition's version of the last pull."""
         self.layout()
-        lossy = self.push_format != "F32"
+        nonfinite = nonfinite or self.nonfinite
+        flats: List[Tuple[ModelTensor, np.ndarray]] = []
         for name, g in grads.items():
-            t = self.tensors[name]
+            t = self._tensor(name)
             flat = codec.as_f32(g)
             if flat.size != t.elements:
-                raise ValueError("gradient of %s has %d elements; the tensor has %d"
-                                 % (name, flat.size, t.elements))
-            if lossy and t.feedback is None:
-                t.feedback = codec.ErrorFeedback(t.elements)
+                raise SchemaError("gradient of %s has %d elements; the tensor has %d"
+                                  % (name, flat.size, t.elements), name)
+            flats.append((t, flat))
+        if nonfinite != "send":
+            bad = [t.name for t, flat in flats if not np.isfinite(flat).all()]
+            if bad:
+                if nonfinite == "skip":
+                    return None
+                raise NonFiniteGradient(bad)
+        lossy = self.push_format != "F32"
+        cmds: List[Tuple[Partition, List[Any]]] = []
+        seqs: List[Tuple[Partition, int]] = []
+        resid: Dict[str, np.ndarray] = {}
+        nbytes = 0
+        for t, flat in flats:
+            fb = None
             if lossy:
-                assert t.feedback is not None
-                t.feedback.resid += flat
+                fb = codec.ErrorFeedback(0)
+                fb.resid = (t.feedback.resid + flat if t.feedback is not None
+                            else flat.astype(np.float32, copy=True))
+                resid[t.name] = fb.resid
             for p in t.parts:
-                if lossy:
-                    assert t.feedback is not None
+                if fb is not None:
                     k = codec.topk_count(p.elements, self.topk_ratio)
-                    blob = t.feedback.encode(self.push_format, None, p.offset,
-                                             p.offset + p.elements, add=False, topk=k)
+                    blob = fb.encode(self.push_format, None, p.offset, p.offset + p.elements,
+                                     add=False, topk=k)
                 else:
                     blob = flat[p.offset:p.offset + p.elements].tobytes()
-                if p.seq == 0:
-                    p.seq = self._seq_base
-                p.seq += 1
-                v = versions[name] if versions is not None and name in versions else p.version
+                seq = (p.seq or self._seq_base) + 1
+                seqs.append((p, seq))
+                if part_versions is not None and p.key in part_versions:
+                    v: Optional[int] = part_versions[p.key]
+                elif versions is not None and t.name in versions:
+                    v = versions[t.name]
+                else:
+                    v = p.version
                 args = push_args(p.key, blob, self.push_format,
                                  version=v if self.send_version else None,
-                                 id=(self.client_id, p.seq), scale=scale)
-                self._pending.append((p, args))
-                self.stats["bytes_sent"] += len(blob)
-        self._pending_pushes += 1
-        if self._pending_pushes >= self.window:
-            return self.flush()
+                                 id=(self.client_id, seq), scale=scale)
+                cmds.append((p, args))
+                nbytes += len(blob)
+        return PushBatch(cmds, seqs, resid, nbytes)
+
+    def commit(self, batch: PushBatch) -> None:
+        """Take the push 'batch' (its seqs and residuals) as made. Call it inside
+        deferred_interrupts() together with queueing or sending the commands."""
+        for p, seq in batch.seqs:
+            p.seq = seq
+        for name, r in batch.resid.items():
+            t = self.tensors[name]
+            if t.feedback is None:
+                t.feedback = codec.ErrorFeedback(0)
+            t.feedback.resid = r
+        self.stats["bytes_sent"] += batch.nbytes
+
+    def push(self, grads: Mapping[str, ArrayLike], scale: float = 1.0,
+             versions: Optional[Mapping[str, int]] = None,
+             nonfinite: Optional[str] = None) -> List[int]:
+        """Push one gradient per named tensor (arrays of the tensor's size), each partition
+        in 'push_format' with error feedback, an exactly-once ID and the VERSION of the last
+        pull (or 'versions'). All or nothing: everything is validated and encoded first (see
+        prepare_push), then queued whole, with Ctrl-C held back meanwhile. With window > 1
+        the push is queued and [] returned until the window is full; otherwise it is sent
+        and the new partition versions returned (-1 for a partition refused as STALE, which
+        libps counts and drops too). A step with NaN/Inf raises NonFiniteGradient
+        (nonfinite="raise", the default), or is skipped, counted in
+        stats["nonfinite_steps"] and answered [] ("skip")."""
+        batch = self.prepare_push(grads, scale, versions, nonfinite=nonfinite)
+        if batch is None:
+            self.stats["nonfinite_steps"] += 1
+            return []
+        with deferred_interrupts():
+            self.commit(batch)
+            self._pending = self._pending + batch.cmds
+            self._pending_pushes += 1
+            if self._pending_pushes >= self.window:
+                return self.flush()
         return []
 
-    def flush(self) -> List[int]:
-        """Send the queued pushes in one pipeline and return their versions in order (-1 for
-        a STALE refusal). Other errors raise PSError after every reply was read."""
-        cmds, self._pending, self._pending_pushes = self._pending, [], 0
-        if not cmds:
-            return []
+    def push_results(self, cmds: List[Tuple[Partition, List[Any]]], replies: Sequence[Any]
+                     ) -> List[int]:
+        """The versions of push replies (-1 for STALE, counted); raises the first other
+        error after all were read."""
         out: List[int] = []
         first_err: Optional[PSError] = None
-        for (p, _), rep in zip(cmds, self._run(cmds)):
+        for (p, _), rep in zip(cmds, replies):
             if isinstance(rep, StaleError):
                 self.stats["stale_rejects"] += 1
                 out.append(-1)
@@ -563,14 +932,35 @@ class Model:
             raise first_err
         return out
 
+    def flush(self) -> List[int]:
+        """Send the queued pushes in one pipeline and return their versions in order (-1 for
+        a STALE refusal). Other errors raise PSError after every reply was read. The queue
+        is emptied first: whatever happens, nothing of it is sent again later."""
+        with deferred_interrupts():
+            cmds, self._pending, self._pending_pushes = self._pending, [], 0
+            if not cmds:
+                return []
+            return self.push_results(cmds, self._run(cmds))
+
+    def discard(self) -> int:
+        """Drop the queued (unsent) pushes; returns how many partition pushes were dropped.
+        Their residuals stay taken (as for a push the server refused)."""
+        n = len(self._pending)
+        self._pending, self._pending_pushes = [], 0
+        return n
+
     # -- rows (embedding tables) ----------------------------------------------------
+
+    def _rows(self, t: ModelTensor, rows: ArrayLike) -> np.ndarray:
+        r = check_ids(rows, "rows of %s" % t.name, limit=t.shape[0])
+        return r.astype(np.int64)
 
     def pull_rows(self, name: str, rows: ArrayLike) -> np.ndarray:
         """Rows 'rows' of tensor 'name' (in that order, repeats allowed) with PS.PULL ROWS on
         the partitions that hold them, one pipeline: shape (len(rows),) + shape[1:]."""
         self.flush()
-        t = self.tensors[name]
-        r = np.asarray(rows, dtype=np.int64).reshape(-1)
+        t = self._tensor(name)
+        r = self._rows(t, rows)
         groups = rows_of(self, name, r)
         cmds = [(t.parts[i], ["PS.PULL", t.parts[i].key, "ROWS", codec.rows_blob(local)])
                 for i, local in groups.items()]
@@ -589,27 +979,41 @@ class Model:
     def push_rows(self, name: str, rows: ArrayLike, grad: ArrayLike,
                   scale: float = 1.0) -> List[int]:
         """Push the row gradients 'grad' (len(rows) rows) of tensor 'name' with PS.PUSHGRAD
-        ROWS (F32, exactly-once IDs, VERSION of the last pull), sent at once."""
-        t = self.tensors[name]
-        r = np.asarray(rows, dtype=np.int64).reshape(-1)
-        g = codec.as_f32(grad).reshape(len(r), -1)
+        ROWS (F32, exactly-once IDs, VERSION of the last pull), sent at once. All or
+        nothing as push()."""
+        t = self._tensor(name)
+        r = self._rows(t, rows)
+        g = codec.as_f32(grad)
+        row_elems = t.elements // t.shape[0]
+        if g.size != len(r) * row_elems:
+            raise SchemaError("row gradient of %s has %d elements; %d rows need %d"
+                              % (name, g.size, len(r), len(r) * row_elems), name)
+        if self.nonfinite != "send" and not np.isfinite(g).all():
+            if self.nonfinite == "skip":
+                self.stats["nonfinite_steps"] += 1
+                return []
+            raise NonFiniteGradient([name])
+        g = g.reshape(len(r), -1)
         starts = np.array([p.first_row for p in t.parts])
         which = np.searchsorted(starts, r, side="right") - 1
+        cmds, seqs = [], []
         for i, local in rows_of(self, name, r).items():
             p = t.parts[i]
-            if p.seq == 0:
-                p.seq = self._seq_base
-            p.seq += 1
+            seq = (p.seq or self._seq_base) + 1
+            seqs.append((p, seq))
             args = push_args(p.key, g[which == i].tobytes(), "F32", rows=local,
                              version=p.version if self.send_version else None,
-                             id=(self.client_id, p.seq), scale=scale)
-            self._pending.append((p, args))
-        return self.flush()
+                             id=(self.client_id, seq), scale=scale)
+            cmds.append((p, args))
+        with deferred_interrupts():
+            self.commit(PushBatch(cmds, seqs, {}, 0))
+            self._pending = self._pending + cmds
+            return self.flush()
 
     def info(self, name: str) -> List[Dict[str, Any]]:
         """PS.INFO of each partition of tensor 'name'."""
         self.layout()
-        cmds = [(p, ["PS.INFO", p.key]) for p in self.tensors[name].parts]
+        cmds = [(p, ["PS.INFO", p.key]) for p in self._tensor(name).parts]
         out = []
         for rep in self._run(cmds):
             if isinstance(rep, PSError):
@@ -617,16 +1021,48 @@ class Model:
             out.append(_info_dict(rep))
         return out
 
-    def config(self, **params: Any) -> None:
-        """PS.CONFIG every partition of every tensor (e.g. lr=0.01 for a schedule)."""
+    def config_cmds(self, names: Optional[Sequence[str]] = None, **params: Any
+                    ) -> List[Tuple[Partition, List[Any]]]:
+        """The PS.CONFIG commands setting 'params' on every partition of 'names' (all)."""
         self.layout()
         extra: List[Any] = []
         for k, v in params.items():
             extra += [k.upper(), v.upper() if isinstance(v, str) else _num(v)]
-        cmds = [(p, ["PS.CONFIG", p.key] + extra) for _, p in self._parts()]
-        for rep in self._run(cmds):
+        return [(p, ["PS.CONFIG", p.key] + extra)
+                for n in (names or self.tensors) for p in self._tensor(n).parts]
+
+    def config(self, names: Optional[Sequence[str]] = None, **params: Any) -> None:
+        """PS.CONFIG every partition of every tensor (or of 'names'), e.g. lr=0.01."""
+        for rep in self._run(self.config_cmds(names, **params)):
             if isinstance(rep, PSError):
                 raise rep
+
+    def set_values(self, values: Mapping[str, ArrayLike]) -> List[int]:
+        """PS.SET every partition of the tensors in 'values' (name -> array of the tensor's
+        size, F32), one pipeline, optimizer state kept; everything is checked before
+        anything is sent. Returns the new partition versions (the pull versions too)."""
+        self.layout()
+        flats = []
+        for name, v in values.items():
+            t = self._tensor(name)
+            flat = codec.as_f32(v)
+            if flat.size != t.elements:
+                raise SchemaError("values of %s have %d elements; the tensor has %d"
+                                  % (name, flat.size, t.elements), name)
+            if not np.isfinite(flat).all():
+                raise SchemaError("values of %s hold NaN or Inf" % name, name)
+            flats.append((t, flat))
+        cmds = [(p, ["PS.SET", p.key, flat[p.offset:p.offset + p.elements].tobytes()])
+                for t, flat in flats for p in t.parts]
+        with deferred_interrupts():
+            reps = self._run(cmds)
+        out = []
+        for (p, _), rep in zip(cmds, reps):
+            if isinstance(rep, PSError):
+                raise PSError(rep.code, "PS.SET %s: %s" % (p.key, rep.message), p.key)
+            p.version = int(rep)
+            out.append(int(rep))
+        return out
 
     def snapshot(self, name: str) -> None:
         """PS.SNAPSHOT every partition under 'name' (each key atomically, not the model)."""
@@ -643,6 +1079,48 @@ class Model:
                 raise rep
 
 
+def check_ids(ids: Any, what: str = "ids", limit: Optional[int] = None) -> np.ndarray:
+    """'ids' (a sequence, numpy array or anything np.asarray takes; torch tensors via numpy)
+    as a flat uint64 array, refusing with InvalidIds anything that is not a non-negative
+    integer below 'limit' (2^64 when None): floats (even 3.0: a float id is a bug upstream),
+    booleans, negative values (padding_idx -1: drop those rows first) and ids too large."""
+    if isinstance(ids, (list, tuple)):
+        # numpy would turn [0, 2**64 - 1] or [1, 2.5] into float64: check the items
+        a = np.empty(len(ids), dtype=object)
+        a[:] = list(ids)
+    elif isinstance(ids, (int, np.integer, float, np.floating)):
+        a = np.empty(1, dtype=object)
+        a[0] = ids
+    else:
+        a = np.asarray(ids)
+    if a.dtype == object:
+        vals = a.reshape(-1).tolist()
+        for v in vals:
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+                raise InvalidIds("%s must be integers; got %r (%s)"
+                                 % (what, v, type(v).__name__))
+            if v < 0 or v >= (limit if limit is not None else 1 << 64):
+                raise InvalidIds("%s must be in [0, %d); got %d%s"
+                                 % (what, limit if limit is not None else 1 << 64, v,
+                                    " (padding_idx -1? drop those rows before pushing)"
+                                    if v < 0 else ""))
+        return np.array(vals, dtype=np.uint64) if vals else np.zeros(0, np.uint64)
+    a = a.reshape(-1)
+    if a.dtype.kind not in "iu":
+        raise InvalidIds("%s must be integers; got an array of %s%s"
+                         % (what, a.dtype, " (e.g. %r)" % a[0].item() if a.size else ""))
+    if a.size and a.dtype.kind == "i":
+        lo = int(a.min())
+        if lo < 0:
+            raise InvalidIds("%s must be >= 0; got %d (padding_idx -1? drop those rows "
+                             "before pushing or pulling)" % (what, lo))
+    if a.size and limit is not None:
+        hi = int(a.max())
+        if hi >= limit:
+            raise InvalidIds("%s must be < %d; got %d" % (what, limit, hi))
+    return a.astype(np.uint64)
+
+
 def rows_of(model: Model, name: str, rows: ArrayLike) -> Dict[int, np.ndarray]:
     """Group row indices 'rows' of tensor 'name' by partition: {partition: local rows}."""
     t = model.tensors[name]
@@ -653,5 +1131,5 @@ def rows_of(model: Model, name: str, rows: ArrayLike) -> Dict[int, np.ndarray]:
     return {int(i): (r[which == i] - starts[i]) for i in np.unique(which)}
 
 
-__all__ = ["Tensor", "Model", "Partition", "connect", "push_args", "rows_of",
-           "DEFAULT_PARTITION_BYTES"]
+__all__ = ["Tensor", "Model", "Partition", "PushBatch", "connect", "push_args", "rows_of",
+           "check_ids", "deferred_interrupts", "DEFAULT_PARTITION_BYTES"]

@@ -14,6 +14,7 @@ So a Python worker and a C worker (libps psEmbed) share a table.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import numpy as np
@@ -21,8 +22,10 @@ import redis.exceptions as rex
 from redis.crc import key_slot
 
 from . import codec
-from .client import ArrayLike, Client, _call, _info_dict, default_client_id
-from .errors import PSError, StaleError, from_response
+from .client import (ArrayLike, Client, _call, _info_dict, check_ids, default_client_id,
+                     deferred_interrupts, where)
+from .errors import (DurabilityError, NonFiniteGradient, PSError, ServerUnavailable, StaleError,
+                     from_response)
 
 SLOTS = 16384
 _M64 = (1 << 64) - 1
@@ -57,10 +60,12 @@ def shard_key(name: str, s: int, nshards: int) -> str:
 
 
 def _ids(ids: ArrayLike) -> np.ndarray:
-    a = np.ascontiguousarray(np.atleast_1d(np.asarray(ids)).astype("<u8", casting="unsafe"))
-    if a.ndim != 1:
-        raise ValueError("ids must be one-dimensional")
-    return a
+    """'ids' as a flat little-endian uint64 array; InvalidIds for floats, negative ids
+    (padding_idx -1), booleans and ids >= 2^64."""
+    return np.ascontiguousarray(check_ids(ids, "embedding ids"), dtype="<u8")
+
+
+DURABILITY = ("degrade", "fail")
 
 
 class Embedding:
@@ -71,9 +76,21 @@ class Embedding:
     with the server's code."""
 
     def __init__(self, r: Client, name: str, dim: int, nshards: int = 1,
-                 client_id: Optional[str] = None, retries: int = 3, send_version: bool = True):
+                 client_id: Optional[str] = None, retries: int = 3, send_version: bool = True,
+                 push_format: str = "F32", feedback_ids: int = 1 << 20, wait: int = 0,
+                 wait_timeout_ms: int = 1000, durability: str = "degrade"):
         if "{" in name or "}" in name or not 1 <= dim <= 65536 or not 1 <= nshards <= SLOTS:
             raise ValueError("bad table %r dim %r nshards %r" % (name, dim, nshards))
+        if codec.format_name(push_format) not in ("F32", "F16", "BF16"):
+            raise ValueError("a table's push_format is F32, F16 or BF16 (the server's tables "
+                             "take no I8 or TOPK)")
+        if durability not in DURABILITY:
+            raise ValueError("durability must be one of %s" % ", ".join(DURABILITY))
+        if wait > 0 and hasattr(r, "get_node_from_key"):
+            # WAIT counts the replication of the writes of the connection it is sent on;
+            # redis-py's cluster pipeline cannot send it on the connection of each node
+            raise ValueError("wait > 0 needs a standalone server (redis.Redis): on a cluster "
+                             "use libps's psEmbed (wait_replicas), which WAITs per node")
         self.r = r
         self.name = name
         self.dim = int(dim)
@@ -82,10 +99,19 @@ class Embedding:
         self.client_id = client_id or default_client_id()
         self.retries = int(retries)
         self.send_version = send_version
+        self.push_format = codec.format_name(push_format)
+        self.feedback_ids = int(feedback_ids)
+        self.wait = int(wait)
+        self.wait_timeout_ms = int(wait_timeout_ms)
+        self.durability = durability
+        self.degraded: Dict[str, bool] = {}
+        # error feedback of lossy pushes: id -> row of what rounding took (libps psResid)
+        self.resid: Dict[int, np.ndarray] = {}
         self.versions: List[Optional[int]] = [None] * nshards
         self._seq = [0] * nshards
         self._seq_base = int(time.time() * 1e6)
-        self.stats = {"rows_pulled": 0, "rows_pushed": 0, "stale_rejects": 0, "retries": 0}
+        self.stats = {"rows_pulled": 0, "rows_pushed": 0, "stale_rejects": 0, "retries": 0,
+                      "wait_short": 0, "unreplicated_pushes": 0}
 
     def __repr__(self) -> str:
         return "Embedding(%r, dim=%d, nshards=%d)" % (self.name, self.dim, self.nshards)
@@ -100,9 +126,9 @@ class Embedding:
                     pipe.execute_command(*args)
                 return [from_response(x, None) if isinstance(x, rex.ResponseError) else x
                         for x in pipe.execute(raise_on_error=False)]
-            except (rex.ConnectionError, rex.TimeoutError):
+            except (rex.ConnectionError, rex.TimeoutError) as e:
                 if attempt == self.retries:
-                    raise
+                    raise ServerUnavailable(where(self.r), e, self.retries) from None
                 self.stats["retries"] += 1
                 time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
@@ -144,28 +170,44 @@ class Embedding:
         self.stats["rows_pulled"] += len(a)
         return out
 
-    def push(self, ids: ArrayLike, grads: Union[ArrayLike, bytes], fmt: str = "F32",
+    def push(self, ids: ArrayLike, grads: Union[ArrayLike, bytes], fmt: Optional[str] = None,
              version: Optional[int] = None, id: Optional[Tuple[str, int]] = None,
              sum_duplicates: bool = False) -> List[int]:
         """Push gradient rows: row i of 'grads' ((len(ids), dim)) for ids[i]. Each shard gets
         one PS.PUSHGRAD grad [FORMAT fmt] IDS ... [VERSION v] [ID client seq]: v is 'version'
         or the shard's version of the last pull; the ID is 'id' (only with one shard) or the
-        handle's client id with the shard's next seq. With 'sum_duplicates' repeated ids are
-        summed client-side in the order given (the server's order: the same bits). Returns
-        the new shard versions (-1 for a STALE refusal)."""
+        handle's client id with the shard's next seq. 'fmt' defaults to the table's
+        push_format; F16/BF16 pushes carry error feedback (each id's rounding error is kept,
+        for at most 'feedback_ids' ids, and added to its next row, as libps
+        psEmbedSetErrorFeedback; repeated ids are then summed client-side). With
+        'sum_duplicates' repeated ids are summed client-side in the order given (the
+        server's order: the same bits). All or nothing on the client: ids, sizes and
+        finiteness are checked and every shard encoded before anything is sent. With
+        wait > 0 a WAIT follows the pushes on each node (durability policy "degrade": warn
+        once per node and count stats["unreplicated_pushes"]; "fail": DurabilityError).
+        Returns the new shard versions (-1 for a STALE refusal)."""
         a = _ids(ids)
-        fmt = codec.format_name(fmt)
-        g = codec.as_f32(grads).reshape(len(a), self.dim)
+        fmt = codec.format_name(fmt or self.push_format)
+        if fmt not in ("F32", "F16", "BF16"):
+            raise ValueError("table pushes are F32, F16 or BF16")
+        g = codec.as_f32(grads)
+        if g.size != len(a) * self.dim:
+            raise ValueError("%d gradient values for %d ids of dim %d" % (g.size, len(a), self.dim))
+        g = g.reshape(len(a), self.dim)
+        if not np.isfinite(g).all():
+            raise NonFiniteGradient([self.name])
         if id is not None and self.nshards != 1:
             raise ValueError("an explicit id=(client, seq) needs a table of one shard")
+        feedback = fmt != "F32" and self.feedback_ids > 0
         sh = shard_of(a, self.nshards)
-        cmds, used = [], []
+        cmds, used, seqs = [], [], []
+        new_resid: Dict[int, np.ndarray] = {}
         for s in range(self.nshards):
             m = sh == s
             if not np.any(m):
                 continue
             sid, sg = a[m], g[m]
-            if sum_duplicates:
+            if sum_duplicates or feedback:
                 uniq, first, inv = np.unique(sid, return_index=True, return_inverse=True)
                 order = np.argsort(first, kind="stable")
                 acc = sg[first[order]].copy()
@@ -176,7 +218,23 @@ class Embedding:
                 for i in np.nonzero(~done)[0]:       # in the order given, as the server sums
                     acc[pos[inv[i]]] += sg[i]
                 sid, sg = sid[first[order]], acc
-            args = ["PS.PUSHGRAD", self.keys[s], codec.encode(fmt, sg.reshape(-1))]
+            if feedback:
+                sg = sg.copy()
+                keep = []
+                for i, key in enumerate(sid.tolist()):
+                    r = self.resid.get(key)
+                    if r is not None:
+                        sg[i] += r
+                        keep.append(i)
+                    elif len(self.resid) + len(new_resid) < self.feedback_ids:
+                        keep.append(i)
+                blob = codec.encode(fmt, sg.reshape(-1))
+                sent = codec.decode(fmt, blob, sg.size).reshape(sg.shape)
+                for i in keep:
+                    new_resid[int(sid[i])] = (sg[i] - sent[i]).astype(np.float32)
+            else:
+                blob = codec.encode(fmt, sg.reshape(-1))
+            args = ["PS.PUSHGRAD", self.keys[s], blob]
             if fmt != "F32":
                 args += ["FORMAT", fmt]
             args += ["IDS", np.ascontiguousarray(sid, dtype="<u8").tobytes()]
@@ -186,15 +244,20 @@ class Embedding:
             if id is not None:
                 args += ["ID", id[0], int(id[1])]
             else:
-                if self._seq[s] == 0:
-                    self._seq[s] = self._seq_base
-                self._seq[s] += 1
-                args += ["ID", self.client_id, self._seq[s]]
+                seq = (self._seq[s] or self._seq_base) + 1
+                seqs.append((s, seq))
+                args += ["ID", self.client_id, seq]
             cmds.append(args)
             used.append((s, len(sid)))
+        waits = self._wait_cmds([s for s, _ in used])
+        with deferred_interrupts():
+            for s, seq in seqs:
+                self._seq[s] = seq
+            self.resid.update(new_resid)
+            replies = self._run(cmds + [w for _, w in waits])
         out: List[int] = []
         first_err: Optional[PSError] = None
-        for (s, n), rep in zip(used, self._run(cmds)):
+        for (s, n), rep in zip(used, replies):
             if isinstance(rep, StaleError):
                 self.stats["stale_rejects"] += 1
                 out.append(-1)
@@ -207,7 +270,36 @@ class Embedding:
                 out.append(int(rep))
         if first_err is not None:
             raise first_err
+        self._check_waits(waits, replies[len(cmds):], len(used))
         return out
+
+    def _wait_cmds(self, shards: List[int]) -> List[Tuple[str, List[Any]]]:
+        """The WAIT after the pushes, in their pipeline: on the connection that wrote them,
+        which is what WAIT counts (standalone only: see __init__)."""
+        if self.wait <= 0 or not shards:
+            return []
+        return [(where(self.r), ["WAIT", self.wait, self.wait_timeout_ms])]
+
+    def _check_waits(self, waits: List[Tuple[str, List[Any]]], replies: List[Any],
+                     pushes: int) -> None:
+        for (node, _), rep in zip(waits, replies):
+            if isinstance(rep, PSError):
+                raise PSError(rep.code, "WAIT on %s: %s" % (node, rep.message))
+            got = int(rep)
+            if got >= self.wait:
+                if self.degraded.pop(node, None):
+                    warnings.warn("redis_ps: %s keeps %d replicas again" % (node, self.wait))
+                continue
+            self.stats["wait_short"] += 1
+            msg = ("WAIT %d on %s answered %d replica(s) within %d ms: the table push was "
+                   "applied on the master, not known to be replicated"
+                   % (self.wait, node, got, self.wait_timeout_ms))
+            if self.durability == "fail":
+                raise DurabilityError(msg)
+            self.stats["unreplicated_pushes"] += pushes
+            if not self.degraded.get(node):
+                self.degraded[node] = True
+                warnings.warn("redis_ps: " + msg + " (durability 'degrade': going on)")
 
     def info(self) -> List[Dict[str, Any]]:
         """PS.INFO of every shard, in shard order."""
