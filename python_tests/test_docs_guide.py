@@ -282,6 +282,7 @@ def test_a_failing_make_deps_stops_make(tmp_path):
     assert "apt-get failed" in p.stdout and "make TARGET" not in p.stdout, p.stdout
 
 
+@pytest.mark.slow
 def test_make_plots_writes_under_build_and_leaves_tracked_files_alone(tmp_path):
     if shutil.which("gnuplot") is None or shutil.which("git") is None:
         pytest.fail("gnuplot and git are needed (make deps)", pytrace=False)

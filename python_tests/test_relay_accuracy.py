@@ -217,6 +217,7 @@ def check_announced(res):
     assert "local backlog full" in res["relay"], res["relay"][-2000:]
 
 
+@pytest.mark.slow
 def test_relay_killed_3_times_costs_sgd_time_not_accuracy(tmp_path):
     check_faulted_runs(tmp_path, "sgd")
 
