@@ -61,6 +61,15 @@ static size_t encode_part(psModel *m, psPart *p, float *src, int feedback, unsig
     return len;
 }
 
+/* 1 if every element is finite. x - x is 0 for a finite x and NaN for NaN
+ * and +-Inf; the sum stays 0 exactly when all are finite (one branch-free
+ * pass the compiler vectorizes). */
+static int all_finite(const float *x, size_t n) {
+    float acc = 0.0f;
+    for (size_t i = 0; i < n; i++) acc += x[i] - x[i];
+    return acc == 0.0f;
+}
+
 int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64_t *versions,
                 float scale) {
     psPushGroup *g;
@@ -72,7 +81,24 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
     for (t = 0; t < m->ntensors; t++)
         if (grads[t] != NULL) nreq += m->tensors[t].nparts;
     if (nreq == 0) return c->err ? PS_ERR : PS_OK;
-    if ((g = psi_push_begin(c, &m->user, nreq)) == NULL) return PS_ERR;
+    /* All or nothing: everything that can refuse the push (a non-finite
+     * gradient, which the server would refuse for its partitions only; an
+     * allocation) is done before the first residual or seq changes. */
+    for (t = 0; t < m->ntensors; t++) {
+        psTensor *tt = &m->tensors[t];
+        if (grads[t] == NULL) continue;
+        if (!all_finite(grads[t], tt->elements)) {
+            psi_set_error(c, PS_ERR_ARG,
+                          "gradient of tensor '%s' contains NaN or Inf; nothing of this push was sent",
+                          tt->name);
+            return PS_ERR;
+        }
+        if (lossy && tt->resid == NULL &&
+            (tt->resid = calloc(tt->elements, sizeof(float))) == NULL) {
+            psi_set_error(c, PS_ERR_OOM, "out of memory");
+            return PS_ERR;
+        }
+    }
     if (m->push_fmt == PS_FMT_TOPK && m->topk_scratch == NULL) {
         m->topk_scratch = malloc(m->max_part_elems * sizeof(uint32_t));
         if (m->topk_scratch == NULL) {
@@ -80,28 +106,32 @@ int psModelPush(psClient *c, psModel *m, const float *const *grads, const uint64
             return PS_ERR;
         }
     }
+    if ((g = psi_push_begin(c, &m->user, nreq)) == NULL) return PS_ERR;
     for (t = 0; t < m->ntensors; t++) {
+        psTensor *tt = &m->tensors[t];
+        if (grads[t] == NULL) continue;
+        for (i = 0; i < tt->nparts; i++) {
+            psPart *p = &tt->parts[i];
+            psPush *q = psi_push_add(c, g, &p->k);
+            if (psi_push_blob(q, part_encoded_size(m, p)) == NULL) {
+                psi_set_error(c, PS_ERR_OOM, "out of memory for the push buffer");
+                return PS_ERR;
+            }
+        }
+    }
+    for (t = 0, nreq = 0; t < m->ntensors; t++) {
         psTensor *tt = &m->tensors[t];
         float *src = (float *)grads[t];
         size_t e;
         if (grads[t] == NULL) continue;
         if (lossy) {
-            if (tt->resid == NULL && (tt->resid = calloc(tt->elements, sizeof(float))) == NULL) {
-                psi_set_error(c, PS_ERR_OOM, "out of memory");
-                return PS_ERR;
-            }
             for (e = 0; e < tt->elements; e++) tt->resid[e] += grads[t][e];
             src = tt->resid;
         }
         for (i = 0; i < tt->nparts; i++) {
             psPart *p = &tt->parts[i];
-            psPush *q = psi_push_add(c, g, &p->k);
-            unsigned char *blob = psi_push_blob(q, part_encoded_size(m, p));
-            if (blob == NULL) {
-                psi_set_error(c, PS_ERR_OOM, "out of memory for the push buffer");
-                return PS_ERR;
-            }
-            q->bloblen = encode_part(m, p, src, lossy, blob);
+            psPush *q = &g->items[nreq++];
+            q->bloblen = encode_part(m, p, src, lossy, q->blob);
             q->fmt = m->push_fmt;
             /* Explicit versions are per tensor; else each partition's own
              * version from the last completed pull. */

@@ -477,7 +477,10 @@ int psModelPullMinVersion(psClient *c, psModel *m, float **dst, const uint64_t *
  * 'grads' as soon as this returns. Returns once the commands are written
  * and no more than push_window pushes are outstanding (a partition of 16 KB
  * or more is written with one sendmsg straight from that buffer, not copied
- * into hiredis's output buffer). PS_OK or PS_ERR. */
+ * into hiredis's output buffer). A gradient holding NaN or Inf refuses
+ * the whole call (PS_ERR_ARG naming the tensor) before anything is sent or
+ * any error-feedback residual changes; so does an allocation failure
+ * (PS_ERR_OOM). PS_OK or PS_ERR. */
 int psModelPush(psClient *c, psModel *m, const float *const *grads,
                 const uint64_t *versions, float scale);
 
