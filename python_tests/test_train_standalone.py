@@ -139,6 +139,39 @@ def test_init_twice_keeps_the_job_and_reset_recreates_it(ps_train, server):
     assert r.xlen("psjob:{twice}:tasks") == 6
 
 
+def test_slices_split_the_samples_into_disjoint_parts(ps_train, server):
+    """--slice K/N: each site's job trains its own contiguous part; the N parts cover every
+    sample once (after --limit), and a job's slice is part of its settings."""
+    r = server.client()
+    covered = []
+    for k in (1, 2, 3):
+        job = "slice%d" % k
+        out = run(["init", "--addr", server.addr, "--job", job, "--limit", 3001, "--slice",
+                   "%d/3" % k, "--task-samples", 400]).out
+        cfg, _, _, _ = job_state(r, job)
+        first, n = int(cfg["train_off"]), int(cfg["train_n"])
+        assert (first, n) == ((k - 1) * 3001 // 3, k * 3001 // 3 - (k - 1) * 3001 // 3)
+        assert "(slice %d/3)" % k in out, out
+        spans = sorted((int(f[b"start"]), int(f[b"count"]))
+                       for _, f in r.xrange("psjob:{%s}:tasks" % job))
+        assert spans[0][0] == first and sum(c for _, c in spans) == n
+        for (s0, c0), (s1, _) in zip(spans, spans[1:]):
+            assert s0 + c0 == s1
+        covered += list(range(first, first + n))
+    assert covered == list(range(3001))
+    again = run(["init", "--addr", server.addr, "--job", "slice1", "--limit", 3001, "--slice", "2/3",
+                 "--task-samples", 400], check=False)
+    assert again.returncode == 2 and "--slice 2/3 (job: 1/3)" in again.out, again.out
+    for bad in ("0/3", "4/3", "1/0", "1", "1/2x", "a/b"):
+        p = run(["init", "--addr", server.addr, "--job", "badslice", "--slice", bad], check=False)
+        assert p.returncode == 2 and "--slice %s: want K/N" % bad in p.out, p.out
+    assert not r.exists("psjob:{badslice}:config")
+    # A worker trains exactly its slice.
+    run(["work", "--addr", server.addr, "--job", "slice2", "--progress", "none"])
+    _, _, _, progress = job_state(r, "slice2")
+    assert sum(int(v) for k, v in progress.items() if k.endswith(":samples")) == 1000
+
+
 @pytest.mark.parametrize("cmd", ["init", "work", "eval", "run", "status", "snapshot"])
 def test_every_subcommand_has_help(ps_train, cmd):
     p = run([cmd, "--help"])

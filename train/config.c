@@ -51,6 +51,8 @@ int tr_load_config(psClient *c, const char *job, jobConfig *cfg) {
         else if (!strcmp(f, "test_csv")) copy_str(cfg->test_csv, sizeof(cfg->test_csv), v);
         else if (!strcmp(f, "label_col")) cfg->label_col = atoi(num);
         else if (!strcmp(f, "train_n")) cfg->train_n = atoi(num);
+        else if (!strcmp(f, "train_off")) cfg->train_off = atoi(num);
+        else if (!strcmp(f, "slice")) copy_str(cfg->slice, sizeof(cfg->slice), v);
         else if (!strcmp(f, "tasks")) cfg->tasks = atoll(num);
         else if (!strcmp(f, "seed")) cfg->seed = strtoull(num, NULL, 10);
         else if (!strcmp(f, "push_format"))

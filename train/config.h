@@ -59,6 +59,8 @@ typedef struct jobConfig {
     char test_csv[512];
     int label_col;
     int train_n;                /* samples the tasks cover */
+    int train_off;              /* ... starting at this sample (--slice) */
+    char slice[32];             /* --slice as given ("" none) */
     long long tasks;            /* stream entries written */
     uint64_t seed;
     double momentum;            /* < 0: server default */

@@ -57,7 +57,8 @@ int tr_load_data(const jobConfig *cfg, const char *test_csv_override, int train,
         fprintf(stderr, "ps-train: %s\n", err);
         return -1;
     }
-    if (train && cfg->train_n > 0 && cfg->train_n < ds->n) ds->n = cfg->train_n;
+    if (train && cfg->train_n > 0 && cfg->train_off + cfg->train_n < ds->n)
+        ds->n = cfg->train_off + cfg->train_n;
     return 0;
 }
 
@@ -177,12 +178,28 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
         goto out;
     }
     cfg.train_n = o->dense.limit > 0 && o->dense.limit < ds.n ? o->dense.limit : ds.n;
+    if (o->dense.slice) {
+        /* The K-th of N contiguous parts: a site that trains on its own data. */
+        int k, n, end;
+        if (sscanf(o->dense.slice, "%d/%d%n", &k, &n, &end) != 2 || o->dense.slice[end] != '\0' ||
+            n < 1 || k < 1 || k > n || n > cfg.train_n) {
+            tr_err(o, "--slice %s: want K/N with 1 <= K <= N <= %d (the train samples)",
+                   o->dense.slice, cfg.train_n);
+            status = TR_EXIT_USAGE;
+            goto out;
+        }
+        long long first = (long long)(k - 1) * cfg.train_n / n;
+        long long last = (long long)k * cfg.train_n / n;
+        cfg.train_off = (int)first;
+        cfg.train_n = (int)(last - first);
+        snprintf(cfg.slice, sizeof(cfg.slice), "%d/%d", k, n);
+    }
     if (cfg.test_csv[0] && tr_check_test(o, &cfg) != 0) {
         status = TR_EXIT_USAGE;
         goto out;
     }
 
-    char nums[10][32];
+    char nums[11][32];
     snprintf(nums[0], 32, "%.17g", cfg.lr);
     snprintf(nums[1], 32, "%d", cfg.batch);
     snprintf(nums[2], 32, "%d", cfg.epochs);
@@ -193,6 +210,7 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
     snprintf(nums[7], 32, "%llu", (unsigned long long)cfg.seed);
     snprintf(nums[8], 32, "%.17g", o->momentum < 0 ? -1.0 : o->momentum);
     snprintf(nums[9], 32, "%d", o->dense.limit);
+    snprintf(nums[10], 32, "%d", cfg.train_off);
     {
         const char *argv[] = {"HSET", ckey, "layers", cfg.layers, "optim", cfg.optim,
                               "lr", nums[0], "batch", nums[1], "epochs", nums[2],
@@ -200,6 +218,7 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
                               "data", cfg.data, "csv", cfg.csv, "test_csv", cfg.test_csv,
                               "label_col", nums[5], "train_n", nums[6], "seed", nums[7],
                               "momentum", nums[8], "limit", nums[9],
+                              "train_off", nums[10], "slice", cfg.slice,
                               "push_format", cfg.push_format,
                               "pull_format", cfg.pull_format};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
@@ -215,15 +234,16 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
     }
     if ((m = tr_model(c, o->job, &cfg)) == NULL) goto out;
     if (create_tensors(o, c, m, &cfg) != 0) goto out;
-    cfg.tasks = tr_fill_tasks(o, c, &cfg, cfg.train_n, cfg.shard_size);
+    cfg.tasks = tr_fill_tasks(o, c, &cfg, cfg.train_off, cfg.train_n, cfg.shard_size);
     if (cfg.tasks < 0) goto out;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
     r = tr_cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
     if (r == NULL) goto out;
     freeReplyObject(r);
-    printf("ps-train %s: job %s: %d samples, %d epochs, shards of %d -> %lld tasks; batch %d\n",
-           o->cmd, o->job, cfg.train_n, cfg.epochs, cfg.shard_size, cfg.tasks, cfg.batch);
+    printf("ps-train %s: job %s: %d samples%s%s%s, %d epochs, shards of %d -> %lld tasks; batch %d\n",
+           o->cmd, o->job, cfg.train_n, cfg.slice[0] ? " (slice " : "", cfg.slice,
+           cfg.slice[0] ? ")" : "", cfg.epochs, cfg.shard_size, cfg.tasks, cfg.batch);
     status = TR_EXIT_OK;
 
 out:
@@ -359,9 +379,10 @@ static int dense_delete_keys(const trainOpts *o, psClient *c, const jobConfig *c
 }
 
 static void dense_describe(const trainOpts *o, const jobConfig *cfg, const char *state) {
-    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples, "
+    printf("job %s: state %s, layers %s, optim %s lr %g, batch %d, epochs %d, %d samples%s%s%s, "
            "shards of %d, %lld tasks, push %s, pull %s\n", o->job, state, cfg->layers,
-           cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n, cfg->shard_size,
+           cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n,
+           cfg->slice[0] ? " (slice " : "", cfg->slice, cfg->slice[0] ? ")" : "", cfg->shard_size,
            cfg->tasks, cfg->push_format[0] ? cfg->push_format : "unrecorded (each worker's flag)",
            cfg->pull_format[0] ? cfg->pull_format : "f32");
 }

@@ -84,6 +84,8 @@ static int config_diff(const trainOpts *o, const jobConfig *cfg, char *out, size
          "--label-col %d (job: %d)", d->label_col, cfg->label_col);
     DIFF(tr_given(o, "--limit") && cfg->has_limit && d->limit != cfg->limit,
          "--limit %d (job: %d)", d->limit, cfg->limit);
+    DIFF(tr_given(o, "--slice") && strcmp(d->slice, cfg->slice), "--slice %s (job: %s)", d->slice,
+         cfg->slice[0] ? cfg->slice : "all");
 #undef DIFF
     return n + tr_sparse_diff(o, cfg, out, len);
 }

@@ -88,6 +88,8 @@ static const flagDef Flags[] = {
      NULL, "K", "CSV label column, negative from the end", NULL},
     {"--limit", F_INT, D(limit), 1, 1 << 28, C_INIT | C_RUN, K_DENSE, NULL, NULL, 0, "all",
      "N", "train on the first N samples only", NULL},
+    {"--slice", F_STR, D(slice), 0, 0, C_INIT | C_RUN, K_DENSE, NULL, NULL, 0, "all", "K/N",
+     "train on the K-th of N equal parts of the samples (after --limit): one site's share", NULL},
     {"--min-acc", F_DBL, D(min_acc), 0, 1, C_EVAL | C_RUN, K_DENSE, "-1", NULL, 0, "none", "A",
      "exit 1 when the test accuracy is below A", NULL},
     /* work */

@@ -37,6 +37,7 @@ typedef struct denseOpts {
     const char *test_csv;       /* test CSV for eval */
     int label_col;
     int limit;                  /* 0: all train samples */
+    const char *slice;          /* "K/N": the K-th of N parts of the samples (NULL: all) */
     int task_samples;           /* samples per task */
     long long partition_bytes;  /* 0: libps default */
     double min_acc;             /* < 0: no requirement */

@@ -336,7 +336,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     }
     made = 1;
     if (create_keys(o, c, &cfg, e, dm) != 0) goto out;
-    if ((cfg.tasks = tr_fill_tasks(o, c, &cfg, sp->train_bytes, sp->shard_bytes)) < 0) goto out;
+    if ((cfg.tasks = tr_fill_tasks(o, c, &cfg, 0, sp->train_bytes, sp->shard_bytes)) < 0) goto out;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
     redisReply *r = tr_cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);

@@ -276,7 +276,8 @@ int tw_load_counters(workCtx *w) {
  * Filling the stream, totals
  * ====================================================================== */
 
-long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long total,
+long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long first,
+                        long long total,
                         long long per) {
     char key[128];
     tr_key(key, sizeof(key), o->job, "tasks");
@@ -303,7 +304,8 @@ long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, l
         for (long long i = 0; i < nshards; i++) {
             long long start = order[i] * per;
             long long cnt = total - start < per ? total - start : per;
-            r = psCommand(c, key, "XADD %s * epoch %d start %lld count %lld", key, e, start, cnt);
+            r = psCommand(c, key, "XADD %s * epoch %d start %lld count %lld", key, e, first + start,
+                          cnt);
             if (r == NULL || r->type == REDIS_REPLY_ERROR) {
                 tr_err(o, "XADD %s: %s", key, r ? r->str : c->errstr);
                 if (r) freeReplyObject(r);

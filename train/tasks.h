@@ -14,10 +14,11 @@
 struct task;
 struct workCtx;
 
-/* XADDs one task per shard of [0, total) in pieces of 'per' (samples or
+/* XADDs one task per shard of [first, first + total) in pieces of 'per' (samples or
  * bytes) per epoch of 'cfg', shard order shuffled per epoch from its seed;
  * creates the stream and group. Returns the number of tasks or -1. */
-long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long total,
+long long tr_fill_tasks(const trainOpts *o, psClient *c, const jobConfig *cfg, long long first,
+                        long long total,
                         long long per);
 /* Derived totals of the job: tasks done (fields of psjob:{J}:done) and
  * samples trained (sum of w:*:samples). Returns 0 or -1 (printed). */
