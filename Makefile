@@ -405,6 +405,11 @@ plots: check-deps all ## train, then draw the curves as PNG into PLOTS_DIR (buil
 demo-tree: check-deps all ## 4 workers as a star and as a tree of 2 relays: bytes and accuracy
 	scripts/demo-tree.sh
 
+# Three groups across shaped links (network namespaces, needs root): ring vs star vs tree.
+.PHONY: demo-ring
+demo-ring: check-deps all ## 3 groups x 2 workers over 20 Mbit/s links: ring, star, tree compared
+	scripts/demo-ring.sh
+
 # ---- dependencies ----------------------------------------------------------
 
 DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
