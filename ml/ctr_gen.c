@@ -19,7 +19,24 @@ struct ps_ctr_gen {
     double sw, sv;    /* the truth's weight scales */
     double norm;      /* 1 / sqrt(E[scale^2]) over the Zipf ranks (1 without a head) */
     double *v;        /* fields * k factors of the sample being scored */
+    uint32_t period;  /* drift: the period the truth is in */
 };
+
+void ps_ctr_gen_set_period(ps_ctr_gen *g, uint32_t period) { g->period = period; }
+
+/* Drift: the last period <= the current one at which 'id' got new
+ * parameters (0: its first ones). One hash of (seed, id, p) per period back. */
+static uint32_t param_period(const ps_ctr_gen *g, uint64_t id)
+{
+    if (g->c.drift_every <= 0 || !(g->c.drift_frac > 0)) return 0;
+    for (uint32_t p = g->period; p >= 1; p--) {
+        PSRng r;
+        ps_rng_seed(&r, (g->c.seed * 0xbf58476d1ce4e5b9ULL) ^ (id * 0x94d049bb133111ebULL) ^
+                            ((uint64_t)p * 0xd1b54a32d192ed03ULL));
+        if (ps_rng_uniform(&r) < g->c.drift_frac) return p;
+    }
+    return 0;
+}
 
 #define seterr ps_sparse_seterr
 
@@ -56,6 +73,11 @@ ps_ctr_gen *ps_ctr_gen_new(const ps_ctr_gen_config *c, char *err, size_t errlen)
     }
     if (!(c->decay >= 0 && c->decay <= 16)) {
         seterr(err, errlen, "head decay %g must be 0..16 (0: 1)", c->decay);
+        return NULL;
+    }
+    if (c->drift_every < 0 || !(c->drift_frac >= 0 && c->drift_frac <= 1)) {
+        seterr(err, errlen, "drift every %lld samples must be >= 0, drift fraction %g 0..1",
+               c->drift_every, c->drift_frac);
         return NULL;
     }
     if (!isfinite(c->bias) || fabs(c->bias) > 100) {
@@ -119,7 +141,9 @@ double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n)
         PSRng r;
         uint64_t id = ps_sparse_id_u64((uint32_t)f, ranks[f]);
         double scale = g->norm * head_scale(g, ranks[f]);
-        ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ id);
+        uint32_t pp = param_period(g, id);
+        ps_rng_seed(&r, (g->c.seed * 0x9e3779b97f4a7c15ULL) ^ id ^
+                            ((uint64_t)pp * 0xd1b54a32d192ed03ULL));
         z += scale * g->sw * ps_rng_normal(&r);
         for (int t = 0; t < k; t++) {
             double v = scale * g->sv * ps_rng_normal(&r);
@@ -228,6 +252,112 @@ static int out_sample(genOut *o, int label, const uint64_t *ids, int n)
     return 0;
 }
 
+#define GEN_MAX_PERIODS 1000 /* drift: each id's parameters look back over the periods */
+
+/* The drift writer: both files at once, period by period (ctr_gen.h). */
+static int write_drift(ps_ctr_gen *g, const ps_ctr_gen_config *c, long long train, long long test,
+                       const char *prefix, int gz, ps_ctr_gen_result *res, char *err,
+                       size_t errlen)
+{
+    long long periods = (train + c->drift_every - 1) / c->drift_every;
+    int rc = -1;
+    uint64_t ids[PS_SPARSE_MAX_FIELDS];
+    uint32_t ranks[PS_SPARSE_MAX_FIELDS];
+    ps_metrics all = {0}, per = {0};
+    genOut o[2];
+    char path[2][4096], tpath[4096];
+    FILE *tf = NULL;
+    memset(o, 0, sizeof(o));
+    if (periods > GEN_MAX_PERIODS) {
+        seterr(err, errlen, "drift: %lld periods (samples / drift-every) exceed %d", periods,
+               GEN_MAX_PERIODS);
+        return -1;
+    }
+    for (int part = 0; part < 2; part++) {
+        snprintf(path[part], sizeof(path[part]), "%s.%s.libsvm%s", prefix,
+                 part == 0 ? "train" : "test", gz ? ".gz" : "");
+        if (out_open(&o[part], path[part], gz) != 0) {
+            seterr(err, errlen, "%s: cannot create: %s", path[part], strerror(errno));
+            goto out;
+        }
+    }
+    snprintf(tpath, sizeof(tpath), "%s.truth", prefix);
+    if ((tf = fopen(tpath, "w")) == NULL) {
+        seterr(err, errlen, "%s: cannot create: %s", tpath, strerror(errno));
+        goto out;
+    }
+    PSRng rng;
+    ps_rng_seed(&rng, c->seed);
+    double loss[2] = {0, 0}, pos[2] = {0, 0};
+    long long first[2] = {0, 0};
+    char lines[GEN_MAX_PERIODS][160];
+    for (long long p = 0; p < periods; p++) {
+        long long n[2];
+        n[0] = train - p * c->drift_every < c->drift_every ? train - p * c->drift_every
+                                                           : c->drift_every;
+        n[1] = test * (p + 1) / periods - test * p / periods;
+        ps_ctr_gen_set_period(g, (uint32_t)p);
+        ps_metrics_free(&per);
+        memset(&per, 0, sizeof(per));
+        for (int part = 0; part < 2; part++) {
+            for (long long i = 0; i < n[part]; i++) {
+                int y;
+                double pr = ps_ctr_gen_sample(g, &rng, ranks, ids, &y);
+                loss[part] += ps_logloss1(pr, y);
+                pos[part] += y;
+                if (part == 1 && (ps_metrics_add(&all, pr, y) != 0 ||
+                                  ps_metrics_add(&per, pr, y) != 0)) {
+                    seterr(err, errlen, "out of memory");
+                    goto out;
+                }
+                if (out_sample(&o[part], y, ids, c->fields) != 0) {
+                    seterr(err, errlen, "%s: write failed: %s", path[part], strerror(errno));
+                    goto out;
+                }
+            }
+        }
+        snprintf(lines[p], sizeof(lines[p]),
+                 "PERIOD p=%lld train_first=%lld train_count=%lld test_first=%lld test_count=%lld "
+                 "truth_test_auc=%.6f\n", p, first[0], n[0], first[1], n[1],
+                 n[1] > 0 ? ps_metrics_auc(&per) : 0.0);
+        first[0] += n[0];
+        first[1] += n[1];
+    }
+    for (int part = 0; part < 2; part++)
+        if (out_close(&o[part]) != 0) {
+            seterr(err, errlen, "%s: write failed: %s", path[part], strerror(errno));
+            goto out;
+        }
+    res->train_logloss = loss[0] / (double)train;
+    res->train_ctr = pos[0] / (double)train;
+    res->test_logloss = loss[1] / (double)test;
+    res->test_ctr = pos[1] / (double)test;
+    res->test_auc = ps_metrics_auc(&all);
+    fprintf(tf,
+            "TRUTH model=%s fields=%d vocab=%u zipf=%g k=%d bias=%g head=%u seed=%llu train=%lld "
+            "test=%lld truth_test_logloss=%.6f truth_test_auc=%.6f truth_train_logloss=%.6f "
+            "train_ctr=%.4f test_ctr=%.4f decay=%g drift_every=%lld drift_frac=%g periods=%lld\n",
+            ps_ctr_model_name(c->model), c->fields, c->vocab, c->zipf, g->c.k, c->bias, c->head,
+            (unsigned long long)c->seed, train, test, res->test_logloss, res->test_auc,
+            res->train_logloss, res->train_ctr, res->test_ctr, g->c.decay, c->drift_every,
+            c->drift_frac, periods);
+    for (long long p = 0; p < periods; p++) fputs(lines[p], tf);
+    if (fclose(tf) != 0) {
+        tf = NULL;
+        seterr(err, errlen, "%s: write failed", tpath);
+        goto out;
+    }
+    tf = NULL;
+    rc = 0;
+out:
+    if (tf) fclose(tf);
+    out_close(&o[0]);
+    out_close(&o[1]);
+    ps_metrics_free(&all);
+    ps_metrics_free(&per);
+    return rc;
+}
+
 int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test,
                      const char *prefix, int gz, ps_ctr_gen_result *res, char *err,
                      size_t errlen)
@@ -240,6 +370,11 @@ int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test
     }
     ps_ctr_gen *g = ps_ctr_gen_new(c, err, errlen);
     if (g == NULL) return -1;
+    if (c->drift_every > 0) {
+        int drc = write_drift(g, c, train, test, prefix, gz, res, err, errlen);
+        ps_ctr_gen_free(g);
+        return drc;
+    }
     int rc = -1;
     uint64_t ids[PS_SPARSE_MAX_FIELDS];
     uint32_t ranks[PS_SPARSE_MAX_FIELDS];

@@ -17,6 +17,15 @@
  * drawn from Bernoulli(sigmoid(logit)). The truth's own logloss and AUC on
  * the test samples are the ceiling a trainer can reach.
  *
+ * Drift (drift_every > 0): time is cut into periods of drift_every
+ * training samples; at the start of every period p >= 1 a fraction
+ * drift_frac of all ids, chosen by a hash of (seed, id, p), get new
+ * parameters drawn from (seed, id, p): their effect on the click changes at
+ * a known moment, as a user's taste or an ad's appeal does. A model frozen
+ * after the first period then loses accuracy period by period; one that
+ * keeps learning does not (make demo-online). Without drift every output
+ * byte is what it was before drift existed.
+ *
  * Everything is a function of the configuration and the seed (common/rng.h
  * PSRng, own arithmetic for the normals): the same command writes the same
  * bytes. Pure core apart from ps_ctr_gen_write's files. */
@@ -41,6 +50,8 @@ typedef struct ps_ctr_gen_config {
     uint32_t head;    /* 0, or ranks above it get parameters scaled by (head / rank)^decay */
     double decay;     /* 0..16, 0 meaning 1 */
     uint64_t seed;
+    long long drift_every; /* 0: no drift; else training samples per period */
+    double drift_frac;     /* 0..1: share of ids given new parameters each period */
 } ps_ctr_gen_config;
 
 typedef struct ps_ctr_gen ps_ctr_gen;
@@ -55,6 +66,9 @@ void ps_ctr_gen_free(ps_ctr_gen *g);
  * probability of label 1. */
 double ps_ctr_gen_sample(ps_ctr_gen *g, PSRng *rng, uint32_t *ranks, uint64_t *ids, int *label);
 
+/* The period whose parameters the truth uses from now on (0 first). */
+void ps_ctr_gen_set_period(ps_ctr_gen *g, uint32_t period);
+
 /* The truth's logit for one feature per field f < n of rank ranks[f] (id
  * ps_sparse_id_u64(f, rank), value 1). */
 double ps_ctr_gen_logit(const ps_ctr_gen *g, const uint32_t *ranks, int n);
@@ -68,7 +82,12 @@ typedef struct ps_ctr_gen_result {
 /* Writes 'train' samples to PREFIX.train.libsvm and then 'test' samples to
  * PREFIX.test.libsvm (".gz" appended and gzip-compressed when 'gz'), both
  * from one PSRng stream seeded with c->seed, and the truth's metrics line
- * to PREFIX.truth. Returns 0, or -1 with a message in 'err'. */
+ * to PREFIX.truth. With drift the two files are written period by period
+ * (both in time order: period p's drift_every training samples, and its
+ * share of the test samples, test * (p + 1) / periods - test * p / periods),
+ * and PREFIX.truth gets one more line per period:
+ *   PERIOD p=P train_first=I train_count=N test_first=J test_count=M truth_test_auc=A
+ * Returns 0, or -1 with a message in 'err'. */
 int ps_ctr_gen_write(const ps_ctr_gen_config *c, long long train, long long test,
                      const char *prefix, int gz, ps_ctr_gen_result *res, char *err,
                      size_t errlen);

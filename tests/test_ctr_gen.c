@@ -261,6 +261,73 @@ static void test_bad_configurations_are_refused(void **state)
     assert_non_null(strstr(err, "cannot create"));
 }
 
+/* Drift: at each period a share drift_frac of the ids get new parameters
+ * (the others keep theirs exactly); without drift the period changes
+ * nothing; the writer's PERIOD lines tile both files. */
+static void test_drift_redraws_a_share_of_the_ids_at_known_periods(void **state)
+{
+    (void)state;
+    char err[512];
+    ps_ctr_gen_config c = {.model = PS_CTR_LR, .fields = 1, .vocab = 4000, .zipf = 0,
+                           .bias = 0, .seed = 5, .drift_every = 100, .drift_frac = 0.25};
+    ps_ctr_gen *g = ps_ctr_gen_new(&c, err, sizeof(err));
+    ps_ctr_gen_config still = c;
+    still.drift_every = 0;
+    ps_ctr_gen *s = ps_ctr_gen_new(&still, err, sizeof(err));
+    assert_non_null(g);
+    assert_non_null(s);
+    int changed1 = 0, changed2 = 0, back = 0;
+    for (uint32_t r = 1; r <= c.vocab; r++) {
+        ps_ctr_gen_set_period(g, 0);
+        ps_ctr_gen_set_period(s, 3);
+        double z0 = ps_ctr_gen_logit(g, &r, 1);
+        assert_true(z0 == ps_ctr_gen_logit(s, &r, 1)); /* no drift: the period is ignored */
+        ps_ctr_gen_set_period(g, 1);
+        double z1 = ps_ctr_gen_logit(g, &r, 1);
+        ps_ctr_gen_set_period(g, 2);
+        double z2 = ps_ctr_gen_logit(g, &r, 1);
+        changed1 += z1 != z0;
+        changed2 += z2 != z1;
+        back += z2 == z0 && z1 != z0;          /* a redrawn id never returns to its old row */
+    }
+    /* 25% +- 5 sigma of a binomial(4000, 0.25) */
+    assert_in_range(changed1, 1000 - 137, 1000 + 137);
+    assert_in_range(changed2, 1000 - 137, 1000 + 137);
+    assert_int_equal(back, 0);
+    ps_ctr_gen_free(g);
+    ps_ctr_gen_free(s);
+
+    char pre[300], path[320];
+    ps_ctr_gen_result res;
+    snprintf(pre, sizeof(pre), "%s/drift", tmpdir);
+    c.vocab = 50;
+    assert_int_equal(ps_ctr_gen_write(&c, 250, 30, pre, 0, &res, err, sizeof(err)), 0);
+    snprintf(path, sizeof(path), "%s.truth", pre);
+    char *t = slurp(path);
+    assert_non_null(strstr(t, "drift_every=100 drift_frac=0.25 periods=3"));
+    long long tr = 0, te = 0;
+    const char *q = t;
+    for (int p = 0; p < 3; p++) {
+        long long pp, tf, tc, sf, sc;
+        q = strstr(q, "PERIOD ");
+        assert_non_null(q);
+        assert_int_equal(sscanf(q, "PERIOD p=%lld train_first=%lld train_count=%lld test_first=%lld "
+                                   "test_count=%lld", &pp, &tf, &tc, &sf, &sc), 5);
+        assert_true(pp == p && tf == tr && sf == te);
+        tr += tc;
+        te += sc;
+        q++;
+    }
+    assert_true(tr == 250 && te == 30);
+    free(t);
+    ps_ctr_gen_config bad = c;
+    bad.drift_frac = 1.5;
+    assert_null(ps_ctr_gen_new(&bad, err, sizeof(err)));
+    c.drift_every = 1;                          /* 250 periods ok; 2000 refused */
+    assert_int_equal(ps_ctr_gen_write(&c, 2000, 30, pre, 0, &res, err, sizeof(err)), -1);
+    assert_non_null(strstr(err, "periods"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -270,6 +337,7 @@ int main(void)
         cmocka_unit_test(test_head_scales_down_the_parameters_of_rare_ids),
         cmocka_unit_test(test_head_keeps_the_logit_variance),
         cmocka_unit_test(test_bad_configurations_are_refused),
+        cmocka_unit_test(test_drift_redraws_a_share_of_the_ids_at_known_periods),
     };
     tmpdir_prefix = "test_ctr_gen";
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);

@@ -23,6 +23,7 @@ static void gen_usage(FILE *out)
             "usage: ps-gen-ctr --out PREFIX [--samples N] [--test-samples N] [--fields F]\n"
             "                  [--vocab V] [--zipf S] [--model lr|fm] [--k K] [--bias B]\n"
             "                  [--head H] [--decay P] [--seed S] [--gzip]\n"
+            "                  [--drift-every N --drift-frac F]\n"
             "Writes PREFIX.train.libsvm and PREFIX.test.libsvm (libsvm, one id per field, the\n"
             "field in the id's top 8 bits) drawn from a planted logistic or FM model, and\n"
             "PREFIX.truth with the planted model's own test logloss and AUC (the ceiling).\n"
@@ -39,7 +40,11 @@ static void gen_usage(FILE *out)
             "                    keeps its variance: the signal moves into the frequent ids\n"
             "  --decay P         exponent of the head's decay (1)\n"
             "  --seed S          everything follows from it (1)\n"
-            "  --gzip            write .libsvm.gz files\n",
+            "  --gzip            write .libsvm.gz files\n"
+            "  --drift-every N   drift: every N training samples a new period starts, in which\n"
+            "                    --drift-frac of the ids get new parameters; both files are then\n"
+            "                    in time order and PREFIX.truth has a PERIOD line per period\n"
+            "  --drift-frac F    share of ids redrawn per period (0.3 when --drift-every is given)\n",
             PS_SPARSE_MAX_FIELDS - 1, PS_GEN_MAX_VOCAB);
 }
 
@@ -60,7 +65,7 @@ int main(int argc, char **argv)
                            .k = 4, .bias = -1.0, .decay = 1.0, .seed = 1};
     long long train = 100000, test = -1;
     const char *prefix = NULL;
-    int gz = 0;
+    int gz = 0, drift_frac_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -112,6 +117,12 @@ int main(int argc, char **argv)
             c.head = (uint32_t)d;
         } else if (!strcmp(a, "--decay")) {
             bad = gen_num(v, 0.001, 16, &c.decay);
+        } else if (!strcmp(a, "--drift-every")) {
+            bad = gen_num(v, 1, 1e12, &d) || d != floor(d);
+            c.drift_every = (long long)d;
+        } else if (!strcmp(a, "--drift-frac")) {
+            bad = gen_num(v, 0, 1, &c.drift_frac);
+            drift_frac_given = 1;
         } else if (!strcmp(a, "--bias")) {
             bad = gen_num(v, -100, 100, &c.bias);
         } else {
@@ -129,6 +140,11 @@ int main(int argc, char **argv)
         return 2;
     }
     if (test < 0) test = train / 5 > 0 ? train / 5 : 1;
+    if (c.drift_every > 0 && !drift_frac_given) c.drift_frac = 0.3;
+    if (drift_frac_given && c.drift_every == 0) {
+        fprintf(stderr, "ps-gen-ctr: --drift-frac needs --drift-every\n");
+        return 2;
+    }
     char err[512];
     ps_ctr_gen_result r;
     if (ps_ctr_gen_write(&c, train, test, prefix, gz, &r, err, sizeof(err)) != 0) {
