@@ -5,11 +5,11 @@
  * (ROWS repeats count) and at most ps.max-pull-bytes of float32 values, and
  * the scratch it used is trimmed to ps.scratch-keep-bytes when it ends, so
  * a pull costs memory in proportion to what it returns and keeps none. At
- * most ps.max-blocked-pulls pulls wait on MINVERSION; a waiter whose key is
- * deleted, expires, is renamed, moved or flushed, or whose db is swapped
- * (SWAPDB, cmd_round.c), or whose tensor is freed under its name (SET,
- * RENAME/COPY/RESTORE onto it: ps_pull_waiters_value_freed), is answered an
- * error at once (Redis 7.0 does not wake module key waiters then, or serves
+ * most ps.max-blocked-pulls clients wait (MINVERSION pulls and PS.TAKEWAIT
+ * together); a waiter whose key is deleted, expires, is renamed, moved or
+ * flushed, or whose db is swapped, or whose tensor is freed under its name
+ * (SET, RENAME/COPY/RESTORE onto it), is answered an error at once
+ * (waiters.h: Redis 7.0 does not wake module key waiters then, or serves
  * them the newcomer).
  *
  * Replication, decided here per handler:
@@ -29,6 +29,7 @@
 
 #include "ps_limits.h"
 #include "ps_module.h"
+#include "waiters.h"
 
 /* ========================================================================
  * PS.PUSHGRAD
@@ -150,6 +151,7 @@ done:
 
 /* A parsed pull; owned copies so it can outlive argv while blocked. */
 typedef struct PullReq {
+    PSWaiter w; /* first: while blocked, in the waiter list (waiters.h) */
     ps_format fmt;
     int values;
     int has_min;
@@ -159,76 +161,15 @@ typedef struct PullReq {
     size_t rowslen;
     char *at; /* NULL or the snapshot name */
     size_t atlen;
-    /* While blocked: the waiter list links, the handle, and the key waited
-     * on; 'gone' once the key went away (answered an error). */
-    struct PullReq *prev, *next;
-    RedisModuleBlockedClient *bc;
-    const PSTensor *t; /* the tensor waited on: only compared, never read */
-    int db, gone;
-    char *key;
-    size_t keylen;
 } PullReq;
-
-/* Every blocked pull, to find the waiters of a deleted key. A deletion
- * scans it only while some pull waits (at most ps.max-blocked-pulls). */
-static PullReq *Waiters = NULL;
-
-static void pullreq_free(PullReq *q) {
-    if (!q) return;
-    RedisModule_Free(q->rows);
-    RedisModule_Free(q->at);
-    RedisModule_Free(q->key);
-    RedisModule_Free(q);
-}
 
 static void pullreq_free_cb(RedisModuleCtx *ctx, void *privdata) {
     (void)ctx;
     PullReq *q = privdata;
-    if (q->prev) q->prev->next = q->next;
-    else Waiters = q->next;
-    if (q->next) q->next->prev = q->prev;
-    PSBlockedNow--;
-    pullreq_free(q);
-}
-
-/* Unblocks 'q' with an error: UnblockClient answers a key waiter through
- * the timeout callback, which sees 'gone'. */
-static void waiter_gone(PullReq *q) {
-    q->gone = 1;
-    PSStats.blocked_pulls_gone++;
-    RedisModule_UnblockClient(q->bc, NULL);
-}
-
-void ps_pull_waiters_flush(int dbnum) {
-    for (PullReq *q = Waiters, *nx; q; q = nx) {
-        nx = q->next;
-        if (!q->gone && (dbnum == -1 || q->db == dbnum)) waiter_gone(q);
-    }
-}
-
-void ps_pull_waiters_value_freed(const PSTensor *t) {
-    for (PullReq *q = Waiters, *nx; q; q = nx) {
-        nx = q->next;
-        if (!q->gone && q->t == t) waiter_gone(q);
-    }
-}
-
-/* Keyspace events that take a key away from its waiters. */
-static int keyRemoved(RedisModuleCtx *ctx, int type, const char *event, RedisModuleString *key) {
-    (void)type;
-    if (!Waiters) return REDISMODULE_OK;
-    if (strcmp(event, "del") && strcmp(event, "expired") && strcmp(event, "evicted") &&
-        strcmp(event, "rename_from") && strcmp(event, "move_from"))
-        return REDISMODULE_OK;
-    size_t kl;
-    const char *k = RedisModule_StringPtrLen(key, &kl);
-    const int db = RedisModule_GetSelectedDb(ctx);
-    for (PullReq *q = Waiters, *nx; q; q = nx) {
-        nx = q->next;
-        if (!q->gone && q->db == db && q->keylen == kl && memcmp(q->key, k, kl) == 0)
-            waiter_gone(q);
-    }
-    return REDISMODULE_OK;
+    ps_waiter_release(&q->w);
+    RedisModule_Free(q->rows);
+    RedisModule_Free(q->at);
+    RedisModule_Free(q);
 }
 
 /* Checks what a pull of 'q' would return from 't' against the limits: at
@@ -319,7 +260,7 @@ static int pullTimeout(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     (void)argv;
     (void)argc;
     const PullReq *q = RedisModule_GetBlockedClientPrivateData(ctx);
-    if (q && q->gone) return RedisModule_ReplyWithError(ctx, PSERR_KEY_GONE);
+    if (q && q->w.gone) return RedisModule_ReplyWithError(ctx, PSERR_KEY_GONE);
     PSStats.blocked_timeouts++;
     return RedisModule_ReplyWithNull(ctx);
 }
@@ -365,39 +306,15 @@ int ps_tensor_pull(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, c
     if (!ok) return REDISMODULE_OK;
     /* Not fresh enough: block, unless blocking is not allowed here (MULTI,
      * Lua): then answer at once as a timeout would. */
-    int flags = RedisModule_GetContextFlags(ctx);
-    if (flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
-                 REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
-        return RedisModule_ReplyWithNull(ctx);
-    if (PSBlockedNow >= (unsigned long long)PSConf.max_blocked_pulls)
-        return ps_reply_errorf(ctx, PSERR_TOO_MANY_WAITERS_F, PSBlockedNow);
-    PullReq *bq = RedisModule_Alloc(sizeof(*bq));
+    int may = ps_waiter_may_block(ctx);
+    if (may <= 0) return may == 0 ? RedisModule_ReplyWithNull(ctx) : REDISMODULE_OK;
+    PullReq *bq = RedisModule_Calloc(1, sizeof(*bq));
     *bq = q;
     bq->rows = q.rows ? copybytes((const char *)q.rows, q.rowslen) : NULL;
     bq->at = q.at ? copybytes(q.at, q.atlen) : NULL;
-    const char *k = RedisModule_StringPtrLen(argv[1], &bq->keylen);
-    bq->key = copybytes(k, bq->keylen);
-    bq->db = RedisModule_GetSelectedDb(ctx);
-    bq->t = t;
-    bq->prev = NULL;
-    bq->next = Waiters;
-    if (Waiters) Waiters->prev = bq;
-    Waiters = bq;
-    bq->bc = RedisModule_BlockClientOnKeys(ctx, pullReady, pullTimeout, pullreq_free_cb,
-                                           q.timeout_ms, &argv[1], 1, bq);
-    PSBlockedNow++;
+    bq->w.gone_counter = &PSStats.blocked_pulls_gone;
+    ps_waiter_block(ctx, &bq->w, argv[1], t, pullReady, pullTimeout, pullreq_free_cb,
+                    q.timeout_ms, bq);
     PSStats.blocked_pulls++;
-    return REDISMODULE_OK;
-}
-
-/* Hooks of the push/pull family (OnLoad, after the command table): waiters
- * of a key that goes away are answered. */
-int PSPushHooks_Register(RedisModuleCtx *ctx) {
-    const int removed = REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_EXPIRED |
-                        REDISMODULE_NOTIFY_EVICTED;
-    if (RedisModule_SubscribeToKeyspaceEvents(ctx, removed, keyRemoved) != REDISMODULE_OK) {
-        RedisModule_Log(ctx, "warning", "could not subscribe to keyspace events");
-        return REDISMODULE_ERR;
-    }
     return REDISMODULE_OK;
 }

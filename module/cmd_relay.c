@@ -15,14 +15,15 @@
  *   PS.TAKEACK  verbatim when it acknowledged a part.
  *   PS.MIRROR   verbatim when it changed the values or the version.
  *   PS.TAKEWAIT read-only, never replicated; a waiter whose key goes away
- *               (deleted, expired, evicted, renamed, moved) is answered an
- *               error at once; other changes of the value (FLUSHALL, SWAPDB,
- *               SET over it) are seen at its TIMEOUT at the latest. */
+ *               (deleted, expired, evicted, renamed, moved, flushed, its db
+ *               swapped, its value freed under its name) is answered an
+ *               error at once (waiters.h). */
 
 #include <string.h>
 
 #include "accum.h"
 #include "ps_module.h"
+#include "waiters.h"
 
 /* Opens an ACCUM tensor for writing, or replies the error (no such key,
  * WRONGTYPE, not ACCUM) and returns NULL with the key closed. */
@@ -154,15 +155,9 @@ done:
 
 /* A blocked PS.TAKEWAIT. 'gone' once its key went away. */
 typedef struct TakeWaiter {
-    struct TakeWaiter *prev, *next;
-    RedisModuleBlockedClient *bc;
+    PSWaiter w; /* first: in the waiter list (waiters.h) */
     uint64_t mincount;
-    int db, gone;
-    char *key;
-    size_t keylen;
 } TakeWaiter;
-
-static TakeWaiter *TakeWaiters = NULL;
 
 /* Whether a take with MINCOUNT 'min' would not come back short. */
 static int take_ready(const PSTensor *t, uint64_t min) {
@@ -184,11 +179,7 @@ static PSTensor *open_accum_ro(RedisModuleCtx *ctx, RedisModuleString *kn, Redis
 static void takewaiter_free_cb(RedisModuleCtx *ctx, void *privdata) {
     (void)ctx;
     TakeWaiter *w = privdata;
-    if (w->prev) w->prev->next = w->next;
-    else TakeWaiters = w->next;
-    if (w->next) w->next->prev = w->prev;
-    PSBlockedNow--;
-    RedisModule_Free(w->key);
+    ps_waiter_release(&w->w);
     RedisModule_Free(w);
 }
 
@@ -215,7 +206,7 @@ static int takeWaitTimeout(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
     (void)argv;
     (void)argc;
     const TakeWaiter *w = RedisModule_GetBlockedClientPrivateData(ctx);
-    if (w && w->gone) return RedisModule_ReplyWithError(ctx, PSERR_TAKEWAIT_GONE);
+    if (w && w->w.gone) return RedisModule_ReplyWithError(ctx, PSERR_TAKEWAIT_GONE);
     return RedisModule_ReplyWithNull(ctx);
 }
 
@@ -244,57 +235,11 @@ int PSTakeWait_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     const long long count = (long long)t->acc.count;
     RedisModule_CloseKey(key);
     if (ready) return RedisModule_ReplyWithLongLong(ctx, count);
-    int flags = RedisModule_GetContextFlags(ctx);
-    if (flags & (REDISMODULE_CTX_FLAGS_MULTI | REDISMODULE_CTX_FLAGS_LUA |
-                 REDISMODULE_CTX_FLAGS_DENY_BLOCKING))
-        return RedisModule_ReplyWithNull(ctx);
-    if (PSBlockedNow >= (unsigned long long)PSConf.max_blocked_pulls)
-        return ps_reply_errorf(ctx, PSERR_TOO_MANY_WAITERS_F, PSBlockedNow);
+    int may = ps_waiter_may_block(ctx);
+    if (may <= 0) return may == 0 ? RedisModule_ReplyWithNull(ctx) : REDISMODULE_OK;
     TakeWaiter *w = RedisModule_Calloc(1, sizeof(*w));
-    size_t kl;
-    const char *k = RedisModule_StringPtrLen(argv[1], &kl);
-    w->key = RedisModule_Alloc(kl + 1);
-    memcpy(w->key, k, kl);
-    w->key[kl] = '\0';
-    w->keylen = kl;
     w->mincount = (uint64_t)v[0];
-    w->db = RedisModule_GetSelectedDb(ctx);
-    w->next = TakeWaiters;
-    if (TakeWaiters) TakeWaiters->prev = w;
-    TakeWaiters = w;
-    w->bc = RedisModule_BlockClientOnKeys(ctx, takeWaitReady, takeWaitTimeout, takewaiter_free_cb,
-                                          v[1], &argv[1], 1, w);
-    PSBlockedNow++;
-    return REDISMODULE_OK;
-}
-
-/* Keyspace events that take a key away from its waiters. */
-static int takeKeyRemoved(RedisModuleCtx *ctx, int type, const char *event,
-                          RedisModuleString *key) {
-    (void)type;
-    if (!TakeWaiters) return REDISMODULE_OK;
-    if (strcmp(event, "del") && strcmp(event, "expired") && strcmp(event, "evicted") &&
-        strcmp(event, "rename_from") && strcmp(event, "move_from"))
-        return REDISMODULE_OK;
-    size_t kl;
-    const char *k = RedisModule_StringPtrLen(key, &kl);
-    const int db = RedisModule_GetSelectedDb(ctx);
-    for (TakeWaiter *w = TakeWaiters, *nx; w; w = nx) {
-        nx = w->next;
-        if (!w->gone && w->db == db && w->keylen == kl && memcmp(w->key, k, kl) == 0) {
-            w->gone = 1;
-            RedisModule_UnblockClient(w->bc, NULL);
-        }
-    }
-    return REDISMODULE_OK;
-}
-
-int PSRelayHooks_Register(RedisModuleCtx *ctx) {
-    const int removed = REDISMODULE_NOTIFY_GENERIC | REDISMODULE_NOTIFY_EXPIRED |
-                        REDISMODULE_NOTIFY_EVICTED;
-    if (RedisModule_SubscribeToKeyspaceEvents(ctx, removed, takeKeyRemoved) != REDISMODULE_OK) {
-        RedisModule_Log(ctx, "warning", "could not subscribe to keyspace events");
-        return REDISMODULE_ERR;
-    }
+    ps_waiter_block(ctx, &w->w, argv[1], t, takeWaitReady, takeWaitTimeout, takewaiter_free_cb,
+                    v[1], w);
     return REDISMODULE_OK;
 }

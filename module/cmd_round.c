@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "ps_module.h"
+#include "waiters.h"
 
 extern RedisModuleCommandKeySpec *PSWriteKeySpec;
 
@@ -135,7 +136,7 @@ void ps_round_timer_forget(const PSTensor *t) {
      * stops its timer (ps_round_timer_stop) and wakes them with the new
      * version instead. */
     if (!pthread_equal(pthread_self(), MainThread)) return;
-    ps_pull_waiters_value_freed(t);
+    ps_waiters_value_freed(t);
     ps_round_timer_stop(t);
 }
 
@@ -238,7 +239,7 @@ static void flushStarted(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sub
     if (sub != REDISMODULE_SUBEVENT_FLUSHDB_START) return;
     const RedisModuleFlushInfo *fi = data;
     timers_flush(fi->dbnum);
-    ps_pull_waiters_flush(fi->dbnum);
+    ps_waiters_flush(fi->dbnum);
 }
 
 /* SWAPDB a b: the tensors of a are now in b and the other way round; their
@@ -258,8 +259,8 @@ static void dbSwapped(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t sub, v
         if (Slots[i]->db == a) Slots[i]->db = b;
         else if (Slots[i]->db == b) Slots[i]->db = a;
     }
-    ps_pull_waiters_flush(a);
-    ps_pull_waiters_flush(b);
+    ps_waiters_flush(a);
+    ps_waiters_flush(b);
 }
 
 /* ========================================================================

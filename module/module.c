@@ -11,6 +11,7 @@
 #define PS_REDISMODULE_DEFINE
 #include "ps_module.h"
 #include "embed_glue.h"
+#include "waiters.h"
 
 #include "fpguard.h"
 
@@ -201,8 +202,8 @@ __attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ct
     if (PSType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSEmbedType_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
     if (PSCommands_Register(ctx) == REDISMODULE_ERR) return REDISMODULE_ERR;
-    if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR || PSPushHooks_Register(ctx) == REDISMODULE_ERR ||
-        PSRelayHooks_Register(ctx) == REDISMODULE_ERR)
+    if (PSRoundHooks_Register(ctx) == REDISMODULE_ERR ||
+        PSWaiterHooks_Register(ctx) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
     if (registerConfigs(ctx) == REDISMODULE_ERR) {
         RedisModule_Log(ctx, "warning", "could not register ps.* configs");

@@ -116,23 +116,11 @@ void ps_round_timer_arm(RedisModuleCtx *ctx, RedisModuleString *keyname, const P
 /* Stops the timer of a round that just closed (n-th push, PS._CLOSEROUND). */
 void ps_round_timer_stop(const PSTensor *t);
 
-/* Answers an error to every pull waiting on MINVERSION in database 'dbnum'
- * (-1: all), whose keys are about to be flushed (cmd_push.c; cmd_round.c's
- * FlushDB and SwapDB hooks call it, and cmd_push.c arms round timers: the
- * one circle of two files left in the glue). */
-void ps_pull_waiters_flush(int dbnum);
-
-/* Answers an error to every pull waiting on tensor 't', which is being
- * freed on the main thread (ps_round_timer_forget calls it): whatever
- * takes its name next is another tensor (cmd_push.c). */
-void ps_pull_waiters_value_freed(const PSTensor *t);
-
 /* Event hooks OnLoad installs after the command table: the round timers'
- * FlushDB and key-move hooks (cmd_round.c), the MINVERSION waiters'
- * key-removed hook (cmd_push.c). */
+ * FlushDB and key-move hooks (cmd_round.c, which also answer the blocked
+ * clients of flushed or swapped dbs and of freed tensors: waiters.h), and
+ * the blocked clients' key-removed hook (waiters.c). */
 int PSRoundHooks_Register(RedisModuleCtx *ctx);
-int PSPushHooks_Register(RedisModuleCtx *ctx);
-int PSRelayHooks_Register(RedisModuleCtx *ctx);
 
 /* Command handlers, one family per cmd_*.c file; cmd_table.c's table
  * registers them. The shared verbs (PS.CREATE, PS.PUSHGRAD, PS.PULL,

@@ -259,6 +259,38 @@ def test_takewait_answers_on_a_push_a_timeout_and_a_deletion(server):
     assert not th.is_alive() and "deleted while PS.TAKEWAIT waited" in str(out["gone"])
 
 
+@pytest.mark.parametrize("how", ["flushdb", "swapdb", "set_over_it"])
+def test_takewait_is_answered_at_once_when_its_value_goes_another_way(server, how):
+    """FLUSHDB, SWAPDB and a SET over the key fire no keyspace event the waiter list hears as
+    a deletion: the waiter is still answered at once (waiters.h), not at its TIMEOUT."""
+    r = server.client()
+    accum(r)
+    out = {}
+
+    def wait():
+        c = server.client()
+        try:
+            out["r"] = c.execute_command("PS.TAKEWAIT", "a", "MINCOUNT", 99, "TIMEOUT", 20000)
+        except Exception as e:  # noqa: BLE001 (the reply under test)
+            out["r"] = e
+    th = threading.Thread(target=wait)
+    th.start()
+    time.sleep(0.2)
+    assert th.is_alive()
+    t0 = time.monotonic()
+    if how == "flushdb":
+        r.flushdb()
+    elif how == "swapdb":
+        r.swapdb(0, 1)
+    else:
+        r.set("a", "a string now")
+    th.join(5)
+    assert not th.is_alive() and time.monotonic() - t0 < 5
+    assert "deleted while PS.TAKEWAIT waited" in str(out["r"]), out
+    if how == "swapdb":
+        r.swapdb(0, 1)
+
+
 def build_round_state(r):
     """A backlog split into parts with one acknowledged, MAXBACKLOG and counters set."""
     accum(r)
