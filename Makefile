@@ -405,6 +405,12 @@ plots: check-deps all ## train, then draw the curves as PNG into PLOTS_DIR (buil
 demo-tree: check-deps all ## 4 workers as a star and as a tree of 2 relays: bytes and accuracy
 	scripts/demo-tree.sh
 
+# Online learning and serving: a drifting click stream trained by ps-train stream, served
+# by PS.SCORE on a replica; AUC per period against a frozen model, and freshness.
+.PHONY: demo-online
+demo-online: check-deps all ## a drifting click stream trained online and served: AUC and freshness
+	$(PYTHON) scripts/demo_online.py
+
 # Three groups across shaped links (network namespaces, needs root): ring vs star vs tree.
 .PHONY: demo-ring
 demo-ring: check-deps all ## 3 groups x 2 workers over 20 Mbit/s links: ring, star, tree compared
