@@ -624,6 +624,11 @@ static int rebuild(const PSEmbed *t, int64_t bad_at, const PSEmbedRow *bad,
         rc = PSEmbed_LoadRow(b, (int64_t)i == bad_at ? bad : &row, &err);
     }
     if (rc == PSE_OK) rc = PSEmbed_LoadEnd(b, &err);
+    for (uint64_t i = 0; i < PSEmbed_TombLen(t) && rc == PSE_OK; i++) {
+        uint64_t id, ver;
+        PSEmbed_TombAt(t, i, &id, &ver);
+        rc = PSEmbed_LoadTomb(b, id, ver, &err);
+    }
     if (rc != PSE_OK) {
         PSEmbed_Free(b);
         return rc;
