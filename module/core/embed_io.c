@@ -248,12 +248,13 @@ void PSEmbed_Digest(const PSEmbed *t, PSEmbedDigestFn add, void *ud) {
                            t->stats.evicted_explicit};
     for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) add_u64(add, ud, st[i]);
     if (t->filter_len) add(ud, t->filter, t->filter_len);
-    /* The tombstone log, unless it is what a table saved before the log
-     * existed loads with (the default size, empty, horizon at the version,
-     * nothing logged): that state follows from the fields above, and such
-     * tables keep the digests they had. */
-    if (t->tomb_len || t->tomb_total || c->tombstones != PSE_DEFAULT_TOMBSTONES ||
-        t->tomb_horizon != t->version) {
+    /* The tombstone log, unless nothing was ever logged and its size is
+     * the default (all a table saved before the log existed can hold), so
+     * that such tables keep the digests they had, also after pushes that
+     * remove no row. The horizon is left out then: it is 0, or the version
+     * an older encoding was loaded at (PSEmbed_Tombstones answers REBASE
+     * for any SINCE up to it, which is the safe answer either way). */
+    if (t->tomb_len || t->tomb_total || c->tombstones != PSE_DEFAULT_TOMBSTONES) {
         add(ud, "tombs", 5);
         const uint64_t tw[] = {c->tombstones, t->tomb_horizon, t->tomb_total, t->tomb_len};
         for (size_t i = 0; i < sizeof(tw) / sizeof(tw[0]); i++) add_u64(add, ud, tw[i]);
