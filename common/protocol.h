@@ -118,7 +118,7 @@
 
 #define PS_PROTO_ERRORS(X)                                                                         \
     X(NOKEY) X(FUTURE) X(SYNTAX) X(UNKNOWN_OPT) X(DUP_OPT) X(MISSING_ARG) X(NOCLUSTER) X(STALE)    \
-    X(BUSY) X(BACKLOG) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
+    X(BUSY) X(BACKLOG) X(REBASE) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
     X(MASTERDOWN) X(READONLY) X(NOAUTH) X(WRONGPASS) X(NOPERM) X(ERR)
 
 /* ====================================================== PS.PUSHGRAD options
