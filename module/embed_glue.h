@@ -73,11 +73,12 @@ static inline size_t PSEmbed_HeaderWords(int encver) {
 }
 
 /* A table saved before the tombstone log: the default log size, empty, its
- * horizon at the saved version (removals before it are unknown). */
+ * horizon past the saved version (removals up to it, PS.EVICT at it
+ * included, are unknown: PS.TOMBSTONES answers REBASE to SINCE <= version). */
 static inline void PSEmbed_HeaderUpgrade(int encver, PSEmbedConfig *c, PSEmbedState *st) {
     if (encver >= PS_EMBED_ENCVER_TOMBS) return;
     c->tombstones = PSE_DEFAULT_TOMBSTONES;
-    st->tomb_horizon = st->version;
+    st->tomb_horizon = st->version + 1;
     st->tomb_total = 0;
 }
 

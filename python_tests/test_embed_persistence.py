@@ -262,10 +262,10 @@ CRAFTED = [
     ("tombstones-out-of-order", payload(header(version=3, salt=0, tombs=(8, 0, 2)),
                                         tail_words=(0, 2), after=[tomb(5, 2) + tomb(6, 1)], encver=3)),
     ("tombstone-beyond-version", payload(header(version=3, salt=0, tombs=(8, 0, 1)),
-                                         tail_words=(0, 1), after=[tomb(5, 4)], encver=3)),
+                                         tail_words=(0, 1), after=[tomb(5, 5)], encver=3)),
     ("tombstone-before-horizon", payload(header(version=3, salt=0, tombs=(8, 2, 1)),
                                          tail_words=(0, 1), after=[tomb(5, 1)], encver=3)),
-    ("tombstone-horizon-beyond-version", payload(header(version=3, salt=0, tombs=(8, 4, 0)),
+    ("tombstone-horizon-beyond-version", payload(header(version=3, salt=0, tombs=(8, 5, 0)),
                                                  tail_words=(0, 0), encver=3)),
     ("tombstone-block-not-whole", payload(header(version=3, salt=0, tombs=(8, 0, 1)),
                                           [tomb(5, 1)[:-1]], tail_words=(0, 1), encver=3)),
@@ -301,7 +301,7 @@ def test_rows_a_push_can_overflow_to_inf_and_nan_restore(srv):
     # default tombstone log, empty, its horizon at the loaded version
     assert salt_of(c, "x") == 0
     assert c.dump("x") == payload(header(optim=3, version=2, nrows=2, created=2, salt=0,
-                                         tombs=(65536, 2, 0)),
+                                         tombs=(65536, 3, 0)),
                                   [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))],
                                   tail_words=(0, 0), encver=3)
     c.execute_command("PS.CREATE", "s", "EMBEDDING", "DIM", 2, "LR", 1e30)
@@ -325,7 +325,7 @@ def test_a_payload_built_from_scratch_restores(srv):
     assert v == 2 and len(data) == 24
     # And a DUMP of it gives back a payload of the latest layout, salt 0 and the tombstone
     # log's words included.
-    assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0, tombs=(65536, 2, 0)),
+    assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0, tombs=(65536, 3, 0)),
                                    [row(5, 1) + row(9, 2)], tail_words=(0, 0), encver=3)
 
 

@@ -80,12 +80,11 @@ def test_ttl_capacity_and_evict_removals_are_tombstones(server):
     _, _, _, _, dead = c.execute_command("PS.SCANROWS", "ttl", 0, "SINCE", s["ttl"], "COUNT", 1 << 20, "GONE")
     assert 100 < len(ids_of(dead)) < 200   # most still stored (dead), answered by the scan
     assert info(c, "ttl")["tombstones_logged"] == 200 - len(ids_of(dead))
-    # A later SINCE (after their death) answers only those the next sweep removes (logged at
-    # that version): a consumer deletes them again, which changes nothing.
+    # A later SINCE (after their death) does not answer them again, swept or not.
     v, logged = info(c, "ttl")["version"], info(c, "ttl")["tombstones_logged"]
     push(c, "ttl", [999], 2)
-    gone = gone_since(c, "ttl", v + 1)[0]
-    assert gone < set(range(200)) and len(gone) == info(c, "ttl")["tombstones_logged"] - logged > 0
+    assert info(c, "ttl")["tombstones_logged"] > logged     # the sweep went on
+    assert gone_since(c, "ttl", v + 1)[0] == set()         # but they died before v + 1
     # PS.EVICT (the version does not move): a SINCE equal to the version sees the removals.
     push(c, "ev", [50], 2)
     v = info(c, "ev")["version"]
@@ -110,11 +109,11 @@ def test_horizon_moves_when_the_log_is_full_and_a_stale_since_answers_rebase(ser
     assert i["tombstones"] == 3 and i["tombstones_logged"] == 3 and i["evicted_capacity"] == 5
     horizon = i["tombstone_horizon"]
     assert horizon == 3            # the versions of the 2 entries that fell off: 2, 3
-    for since in (1, horizon, i["version"] + 1):
+    for since in (0, 1, horizon - 1, i["version"] + 1):
         with pytest.raises(Exception) as e:
             c.execute_command("PS.TOMBSTONES", "h", 0, "SINCE", since)
         assert str(e.value).startswith("REBASE"), e.value
-    gone, _ = gone_since(c, "h", horizon + 1)
+    gone, _ = gone_since(c, "h", horizon)
     assert gone == {3, 4, 5}
     # A smaller log keeps the newest entries; TOMBSTONES 0 logs nothing (every removal moves
     # the horizon); a TTL change restarts the log at the current version.
@@ -126,9 +125,12 @@ def test_horizon_moves_when_the_log_is_full_and_a_stale_since_answers_rebase(ser
     assert i["tombstones_logged"] == 0 and i["tombstone_horizon"] == i["version"]
     c.execute_command("PS.CONFIG", "h", "TOMBSTONES", 100, "TTL", 50)
     i = info(c, "h")
-    assert i["tombstone_horizon"] == i["version"]
-    before = live(c, "h", range(30))
+    assert i["tombstone_horizon"] == i["version"] + 1     # SINCE <= version: REBASE
+    with pytest.raises(Exception, match="^REBASE"):
+        c.execute_command("PS.TOMBSTONES", "h", 0, "SINCE", i["version"])
     push(c, "h", [21], 1)
+    before = live(c, "h", range(30))
+    push(c, "h", [22], 1)
     gone = gone_since(c, "h", i["version"] + 1)[0]
     assert len(gone) == 1 and gone == before - live(c, "h", range(30))
 
@@ -172,7 +174,8 @@ def test_a_crafted_encoding_3_payload_with_tombstones_restores(make_server):
     p = payload(header(version=3, nrows=1, created=3, ecap=2, capacity=1, salt=0, tombs=(8, 0, 2)),
                 [row(9, 3)], tail_words=(0, 2), after=[tomb(5, 2) + tomb(6, 3)], encver=3)
     assert c.restore("x", 0, p) == b"OK"
-    assert gone_since(c, "x", 1)[0] == {5, 6} and gone_since(c, "x", 3)[0] == {6}
+    assert gone_since(c, "x", 1)[0] == {5, 6} and gone_since(c, "x", 2)[0] == {6}
+    assert gone_since(c, "x", 3)[0] == set()
     assert c.dump("x") == p
 
 

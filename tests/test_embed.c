@@ -962,8 +962,12 @@ static void test_tombstones_let_a_consumer_follow_every_eviction(void **state) {
         if (li == 2) assert_true(m->rebases > 10);
         /* The horizon: SINCE at or before it, or after the version, is a REBASE. */
         uint64_t next;
-        assert_int_equal(PSEmbed_Tombstones(t, st.tomb_horizon, 0, 10, mirror_gone, m, &next),
-                         PSE_ERR_HORIZON);
+        assert_int_equal(PSEmbed_Tombstones(t, 0, 0, 10, mirror_gone, m, &next), PSE_ERR_HORIZON);
+        if (st.tomb_horizon > 1)
+            assert_int_equal(PSEmbed_Tombstones(t, st.tomb_horizon - 1, 0, 10, mirror_gone, m, &next),
+                             PSE_ERR_HORIZON);
+        if (st.tomb_horizon > 0 && st.tomb_horizon <= st.version)
+            assert_int_equal(PSEmbed_Tombstones(t, st.tomb_horizon, 0, 10, mirror_gone, m, &next), PSE_OK);
         assert_int_equal(PSEmbed_Tombstones(t, st.version + 1, 0, 10, mirror_gone, m, &next),
                          PSE_ERR_HORIZON);
         assert_true(PSEmbed_TombLen(t) <= logs[li]);
@@ -997,13 +1001,13 @@ static void test_tombstone_log_bounds_and_config(void **state) {
     PSEmbed_GetState(t, &st);
     assert_int_equal(PSEmbed_TombLen(t), 8);
     assert_true(st.tomb_total > 8);
-    assert_true(st.tomb_horizon > 0 && st.tomb_horizon <= st.version);
+    assert_true(st.tomb_horizon > 0 && st.tomb_horizon <= st.version + 1);
     /* Versions never decrease; entries are >= the horizon. */
     uint64_t prev = st.tomb_horizon;
     for (uint64_t i = 0; i < 8; i++) {
         uint64_t id, ver;
         PSEmbed_TombAt(t, i, &id, &ver);
-        assert_true(ver >= prev && ver <= st.version);
+        assert_true(ver >= prev && ver <= st.version + 1);
         prev = ver;
     }
     /* A rebuild refuses an entry out of order or beyond the bound. */
@@ -1011,6 +1015,8 @@ static void test_tombstone_log_bounds_and_config(void **state) {
     assert_int_equal(rebuild(t, -1, NULL, NULL, &b), PSE_OK);
     const char *err;
     assert_int_equal(PSEmbed_LoadTomb(b, 1, st.version, &err), PSE_ERR_CORRUPT); /* full */
+    PSEmbed_Free(b);
+    assert_int_equal(rebuild(t, -1, NULL, NULL, &b), PSE_OK);
     PSEmbed_Free(b);
     /* A TTL change restarts the log at this version; a smaller log keeps
      * the newest entries and moves the horizon. */
@@ -1025,7 +1031,7 @@ static void test_tombstone_log_bounds_and_config(void **state) {
     assert_int_equal(PSEmbed_Reconfigure(t, &c2, &err), PSE_OK);
     PSEmbed_GetState(t, &st2);
     assert_int_equal(PSEmbed_TombLen(t), 0);
-    assert_int_equal(st2.tomb_horizon, st2.version);
+    assert_int_equal(st2.tomb_horizon, st2.version + 1);
     c2.tombstones = PSE_MAX_TOMBSTONES + 1;
     assert_int_equal(PSEmbed_Reconfigure(t, &c2, &err), PSE_ERR_ARG);
     PSEmbed_Free(t);

@@ -583,7 +583,7 @@ static int pass_redis(const Opts *o, psClient *src, psClient *tgt, Table *t, int
         psScanPageFree(&pg);
         if (rc != 0) break;
         st = nx;
-        if (!pg.cursor && base) {
+        if (!nx.cursor && base) {
             /* The base is written: drop what it did not answer, then done. */
             if ((rc = sweep_stale(tgt, t, s, &seen, &ps->gone)) != 0) break;
             st = (ShardState){PH_IDLE, 0, st.start, st.start};

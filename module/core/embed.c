@@ -354,12 +354,12 @@ void pse_tomb_add(PSEmbed *t, uint64_t id) {
     const uint64_t cap = t->cfg.tombstones;
     t->tomb_total++;
     if (cap == 0) {
-        t->tomb_horizon = t->version;
+        t->tomb_horizon = t->rm_version;
         return;
     }
     if (t->tomb_len == t->tomb_alloc && pse_tomb_reserve(t, 1) != PSE_OK && t->tomb_alloc == 0) {
         /* Only when a caller did not reserve and memory ran out. */
-        t->tomb_horizon = t->version;
+        t->tomb_horizon = t->rm_version;
         return;
     }
     if (t->tomb_len == cap || t->tomb_len == t->tomb_alloc) {
@@ -369,7 +369,7 @@ void pse_tomb_add(PSEmbed *t, uint64_t id) {
     }
     uint64_t *e = tomb_at(t, t->tomb_len++);
     e[0] = id;
-    e[1] = t->version;
+    e[1] = t->rm_version;
 }
 
 uint64_t PSEmbed_TombLen(const PSEmbed *t) { return t->tomb_len; }
@@ -383,15 +383,15 @@ void PSEmbed_TombAt(const PSEmbed *t, uint64_t i, uint64_t *id, uint64_t *versio
 int PSEmbed_Tombstones(const PSEmbed *t, uint64_t since, uint64_t cursor, uint64_t count,
                        PSEmbedGoneFn fn, void *ud, uint64_t *next) {
     *next = 0;
-    if (since <= t->tomb_horizon || since > t->version) return PSE_ERR_HORIZON;
+    if (since == 0 || since < t->tomb_horizon || since > t->version) return PSE_ERR_HORIZON;
     const uint64_t oldest = t->tomb_total - t->tomb_len; /* absolute position of entry 0 */
     uint64_t i;                                          /* index into the log */
     if (cursor == 0) {
-        /* The first entry at a version >= since (versions never decrease). */
+        /* The first entry at a version > since (versions never decrease). */
         uint64_t lo = 0, hi = t->tomb_len;
         while (lo < hi) {
             const uint64_t mid = lo + (hi - lo) / 2;
-            if (tomb_at(t, mid)[1] < since) lo = mid + 1;
+            if (tomb_at(t, mid)[1] <= since) lo = mid + 1;
             else hi = mid;
         }
         i = lo;
@@ -405,7 +405,7 @@ int PSEmbed_Tombstones(const PSEmbed *t, uint64_t since, uint64_t cursor, uint64
     if (count == 0) count = 1;
     for (uint64_t n = 0; n < count && i < t->tomb_len; n++, i++) {
         const uint64_t *e = tomb_at(t, i);
-        if (e[1] >= since && !PSEmbed_Lookup(t, e[0], NULL)) fn(ud, e[0], e[1]);
+        if (e[1] > since && !PSEmbed_Lookup(t, e[0], NULL)) fn(ud, e[0], e[1]);
     }
     if (i < t->tomb_len) *next = oldest + i + 1;
     return PSE_OK;
@@ -650,6 +650,7 @@ static uint64_t sweep_ttl(PSEmbed *t, uint64_t budget) {
 
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age) {
     if (age == 0 || age > PSE_MAX_AGE) return 0;
+    t->rm_version = t->version + 1;
     const uint64_t n = evict_where(t, EV_AGE, age, 0);
     t->stats.evicted_explicit += n;
     if (n) after_evictions(t);
@@ -686,8 +687,9 @@ int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
     if (ttl_changed) {
         t->tomb_len = 0;
         t->tomb_head = 0;
-        t->tomb_horizon = t->version;
+        t->tomb_horizon = t->version + 1;
     }
+    t->rm_version = t->version + 1;
     t->cfg = *c;
     t->cfg.filter_log2 = o->filter_log2;
     PSEmbed_MakeCoef(c, &t->coef);
@@ -775,6 +777,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
 
     PSEmbedPushResult out = {0};
     t->version++;
+    t->rm_version = t->version;
     if (t->version % PSE_AGE_PASS == 0) pse_saturate_ages(t);
     out.unique = nu;
     const uint32_t nst = (uint32_t)PSEmbed_NumStateVectors(t->cfg.optim);

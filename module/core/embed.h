@@ -251,13 +251,18 @@ uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_
  * to that entry's version. The log is a function of the pushes and
  * evictions applied, like the rows, so replicas and AOF replays hold the
  * same one. A change of TTL (which makes rows dead or alive again without a
- * removal) empties the log and moves the horizon to the current version. */
+ * removal) empties the log and moves the horizon to the version + 1. */
 
-/* Rows changed after 'since' are what PSEmbed_Scan reports; rows gone since
- * are the log's entries at a version >= since whose id is not a live row
- * now, plus the stored rows that are dead (TTL) since a version >= since
- * (PSEmbed_ScanGone). Answers PSE_ERR_HORIZON when since <= horizon or
- * since > version (the consumer must export every row again), else PSE_OK
+/* An entry's version is the first version whose state lacks the row: the
+ * version a push made (its TTL sweep and CAPACITY removals), or version + 1
+ * for removals without a push (PSEmbed_EvictAge, PSEmbed_Reconfigure), since
+ * a consumer complete as of this version may still hold those rows.
+ * Rows changed after 'since' are what PSEmbed_Scan reports; rows gone since
+ * are the log's entries at a version > since whose id is not a live row
+ * now, plus the stored rows that are dead (TTL) since a version > since
+ * (PSEmbed_ScanGone). Answers PSE_ERR_HORIZON when since is 0, below the
+ * horizon or above the version (the consumer must export every row
+ * again), else PSE_OK
  * with 'fn' called for up to 'count' log entries from 'cursor' (0 = the
  * start; the next cursor in *next, 0 when the log is done). The cursor is
  * the log position + 1, so it stays valid while entries are appended. */
@@ -272,11 +277,11 @@ void PSEmbed_TombAt(const PSEmbed *t, uint64_t i, uint64_t *id, uint64_t *versio
 
 /* Appends a saved entry to a table under rebuild (after its rows; the
  * state's horizon and total are already set): versions non-decreasing,
- * >= horizon and <= version, at most cfg.tombstones entries. */
+ * >= horizon and <= version + 1, at most cfg.tombstones entries. */
 int PSEmbed_LoadTomb(PSEmbed *t, uint64_t id, uint64_t version, const char **err);
 
 /* PSEmbed_Scan that also calls 'gone' (may be NULL) for the stored rows in
- * the interval that are dead since a version >= since (since > 0). */
+ * the interval that are dead since a version > since (since > 0). */
 uint64_t PSEmbed_ScanGone(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_t since,
                           PSEmbedScanFn fn, PSEmbedGoneFn gone, void *ud);
 

@@ -75,6 +75,9 @@ struct PSEmbed {
     uint64_t *tomb;
     uint64_t tomb_alloc, tomb_len, tomb_head;
     uint64_t tomb_horizon, tomb_total;
+    uint64_t rm_version; /* the version removals are logged at now (not state): the
+                          * version a push made, or version + 1 for PS.EVICT and
+                          * PS.CONFIG, which remove rows without a push */
 
     size_t bytes;        /* allocated, for PSEmbed_MemUsage */
     uint64_t load_rows;  /* rows a rebuild announced (PSEmbed_LoadBegin) */

@@ -50,7 +50,7 @@ uint64_t PSEmbed_ScanGone(const PSEmbed *t, uint64_t cursor, uint64_t count, uin
                         pse_fill_row(t, r, &row);
                         fn(ud, &row);
                     }
-                } else if (gone && since && pse_rec_ver(t, r) + t->cfg.ttl >= since) {
+                } else if (gone && since && pse_rec_ver(t, r) + t->cfg.ttl > since) {
                     gone(ud, pse_rec_id(r), pse_rec_ver(t, r) + t->cfg.ttl);
                 }
             }
@@ -83,7 +83,7 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     /* No push count gets near 2^63; a version there could wrap to 0. */
     if (!e && st->version >= PSE_MAX_VERSION) e = "table version out of range";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
-    if (!e && st->tomb_horizon > st->version) e = "tombstone horizon beyond the version";
+    if (!e && st->tomb_horizon > st->version + 1) e = "tombstone horizon beyond the version";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
     if (e) {
@@ -165,7 +165,7 @@ int PSEmbed_LoadTomb(PSEmbed *t, uint64_t id, uint64_t version, const char **err
     if (t->tomb_len) PSEmbed_TombAt(t, t->tomb_len - 1, &last_id, &last);
     if (t->tomb_len >= t->cfg.tombstones) e = "more tombstones than TOMBSTONES";
     else if (t->tomb_len >= t->tomb_total) e = "more tombstones than removals";
-    else if (version < last || version > t->version) e = "tombstone version out of order";
+    else if (version < last || version > t->version + 1) e = "tombstone version out of order";
     if (e) {
         *err = e;
         return PSE_ERR_CORRUPT;
@@ -175,10 +175,8 @@ int PSEmbed_LoadTomb(PSEmbed *t, uint64_t id, uint64_t version, const char **err
         *err = "out of memory";
         return PSE_ERR_OOM;
     }
-    const uint64_t v0 = t->version;
-    t->version = version;
+    t->rm_version = version;
     pse_tomb_add(t, id);
-    t->version = v0;
     t->tomb_total--;
     return PSE_OK;
 }
