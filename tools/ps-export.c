@@ -7,6 +7,10 @@
  *             (--target ADDRS [--prefix P] | --out-dir DIR)
  *             [--every-ms MS] [--passes N] [--count N] [--log-json] [--quiet]
  *
+ * Credentials: PS_USER / PS_PASSWORD (the source's, as for every libps
+ * program), PS_TARGET_USER / PS_TARGET_PASSWORD (the target's; none when
+ * unset).
+ *
  * Per source shard, a pass reads PS.TOMBSTONES since the version the target
  * is complete at (the rows removed since), then PS.SCANROWS SINCE ... GONE
  * (the rows changed since, as F16, and the rows dead by TTL), and leaves the
@@ -114,7 +118,9 @@ static void usage(FILE *out) {
             "  --passes N       stop after N passes (1 without --every-ms; 0: no limit)\n"
             "  --count N        index buckets / log entries per page (1024, at most %u)\n"
             "  --log-json       one JSON object per pass and a summary on stdout\n"
-            "  --quiet          no progress lines\n",
+            "  --quiet          no progress lines\n"
+            "Credentials: PS_USER / PS_PASSWORD for the source, PS_TARGET_USER /\n"
+            "PS_TARGET_PASSWORD for the target (none when unset).\n",
             PS_SCAN_MAX_COUNT);
 }
 
@@ -833,7 +839,11 @@ int main(int argc, char **argv) {
     if (!src || src->err) return fail("source", src), psClientFree(src), 1;
     psClient *tgt = NULL;
     if (o.target) {
-        tgt = psConnect(o.target, NULL);
+        /* The target's own credentials (PS_USER / PS_PASSWORD are the source's). */
+        psOptions to = {0};
+        to.user = getenv("PS_TARGET_USER") ? getenv("PS_TARGET_USER") : "";
+        to.password = getenv("PS_TARGET_PASSWORD") ? getenv("PS_TARGET_PASSWORD") : "";
+        tgt = psConnect(o.target, &to);
         if (!tgt || tgt->err) return fail("target", tgt), psClientFree(tgt), psClientFree(src), 1;
     } else if (mkdir(o.out_dir, 0755) != 0 && errno != EEXIST) {
         return fail(o.out_dir, NULL), psClientFree(src), 1;
