@@ -712,6 +712,7 @@ static int pass_file(const Opts *o, psClient *src, Table *t, int s, PassStats *p
     const double t0 = now_ms();
     const char *key = t->keys[s];
     uint64_t since = t->version[s], start = 0, cursor = 0;
+    const uint64_t asked = since; /* reported: what the pass started from */
     int base = since == 0, rc = 0;
     char tmp[4200], name[512], path[4800];
     snprintf(tmp, sizeof(tmp), "%s/.%s.s%d.partial", o->out_dir, t->name, s);
@@ -791,7 +792,7 @@ static int pass_file(const Opts *o, psClient *src, Table *t, int s, PassStats *p
         t->version[s] = start;
         if ((rc = save_manifest(o, t)) != 0) t->version[s] = old;
     }
-    ps->since = since;
+    ps->since = asked;
     ps->base = base;
     ps->version = start;
     ps->ms = now_ms() - t0;
