@@ -154,8 +154,17 @@ BAD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def bad_srv(module_path):
+    s = psserver.RedisServer(module=module_path, name="tombstones-bad")
+    yield s
+    s.cleanup()
+
+
 @pytest.mark.parametrize("cmd", BAD, ids=[" ".join(map(str, b))[:60] for b in BAD])
-def test_bad_requests_answer_a_coded_error_and_change_nothing(server, cmd):
+def test_bad_requests_answer_a_coded_error_and_change_nothing(bad_srv, cmd):
+    server = bad_srv
+    assert server.is_alive(), server.log_tail()
     c = server.client()
     c.flushall()
     c.execute_command("PS.CREATE", "t", "EMBEDDING", "DIM", 2, "CAPACITY", 2)
