@@ -38,7 +38,8 @@ OBJ = $(B)/obj
 #   ml/ref/  reference row optimizers for bench/ and tests/ only    sees ml/, common/
 #   train/   ps-train: job config, task stream, orchestration and
 #            the dense and sparse trainers (train/trainer.h)        sees ml/, libps/ (ps.h only), common/
-#   tools/   ps-gen-ctr, the synthetic CTR data generator           sees ml/, common/
+#   tools/   ps-gen-ctr (the synthetic CTR data generator) and
+#            ps-export (tables into a serving store)                sees ml/, libps/ (ps.h only), common/
 #   relay/   ps-relay, the tree topology's aggregator               sees libps/ (ps.h only), common/
 # A module object that includes "ps.h" fails with "No such file or directory";
 # `make check-layers` also refuses relative includes that reach across folders.
@@ -50,7 +51,7 @@ LIBPS_INCS  = -Ilibps/include -Icommon
 ML_INCS     = -Icommon
 MLREF_INCS  = -Iml -Icommon
 TRAIN_INCS  = -Iml -Ilibps/include -Icommon $(VERSION_DEF)
-TOOLS_INCS  = -Iml -Icommon
+TOOLS_INCS  = -Iml -Ilibps/include -Icommon
 RELAY_INCS  = -Ilibps/include -Icommon $(VERSION_DEF)
 # The release (`ps-train --version`, libps.pc): LIBPS_VERSION below, written once.
 VERSION_DEF = -DREDIS_PS_VERSION='"$(LIBPS_VERSION)"'
@@ -102,10 +103,10 @@ LIBPS_SONAME = libps.so.$(LIBPS_SOVERSION)
 .PHONY: all module client check-layers ptools test unit pytest bench bench-durability demo demo-cluster demo-tree deps check-deps install uninstall clean \
         check-asan valgrind valgrind-unit valgrind-server fuzz fuzz-short
 
-all: module client ## the module, libps (static and shared), ps-train, ps-gen-ctr, ps-relay
+all: module client ## the module, libps (static and shared), ps-train, ps-gen-ctr, ps-relay, ps-export
 
 module: $(B)/ps.so ## the Redis module build/ps.so
-client: $(B)/libps.a $(B)/$(LIBPS_SO) $(B)/ps-train $(B)/ps-gen-ctr $(B)/ps-relay ## libps, ps-train, ps-gen-ctr, ps-relay
+client: $(B)/libps.a $(B)/$(LIBPS_SO) $(B)/ps-train $(B)/ps-gen-ctr $(B)/ps-relay $(B)/ps-export ## libps, ps-train, ps-gen-ctr, ps-relay, ps-export
 ptools: $(PTOOL_BINS) ## the small C drivers the integration tests use
 
 # The kernels need the vectorizer (-O3): element-wise float ops vectorize
@@ -180,8 +181,11 @@ $(B)/$(LIBPS_SO): $(LIBPS_SHARED_OBJS) $(B)/libps.map
 $(B)/ps-train: $(call obj,$(TRAIN_SRC) $(filter-out ml/ctr_gen.c,$(ML_SRC))) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
-$(B)/ps-gen-ctr: $(call obj,$(TOOLS_SRC) $(ML_SRC) $(COMMON_SRC))
+$(B)/ps-gen-ctr: $(call obj,tools/ps-gen-ctr.c $(ML_SRC) $(COMMON_SRC))
 	$(CC) $(SAN_FLAGS) -o $@ $^ -lopenblas -lz -lm
+
+$(B)/ps-export: $(call obj,tools/ps-export.c) $(B)/libps.a
+	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
 $(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
@@ -451,7 +455,7 @@ check-deps:
 # a public Requires: ps.h includes hiredis.h and hands out redisReply), and
 # `--static` adds the private -lm for a link against libps.a (docs/reference.md).
 PREFIX ?= /usr/local
-INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-gen-ctr bin/ps-relay lib/libps.a lib/$(LIBPS_SO) \
+INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-gen-ctr bin/ps-relay bin/ps-export lib/libps.a lib/$(LIBPS_SO) \
                 lib/$(LIBPS_SONAME) lib/libps.so include/redis-ps/ps.h lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
@@ -463,13 +467,14 @@ $(B)/libps.pc: Makefile
 
 # Rebuilt every time: the file records PREFIX, which may differ between calls.
 .PHONY: $(B)/libps.pc
-install: all $(B)/libps.pc ## install module, ps-train, ps-relay, libps (PREFIX=/usr/local, DESTDIR=)
+install: all $(B)/libps.pc ## install module, ps-train, ps-relay, ps-export, libps (PREFIX=/usr/local, DESTDIR=)
 	install -d $(DESTDIR)$(PREFIX)/lib/redis-ps $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/redis-ps \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 0755 $(B)/ps.so $(DESTDIR)$(PREFIX)/lib/redis-ps/ps.so
 	install -m 0755 $(B)/ps-train $(DESTDIR)$(PREFIX)/bin/ps-train
 	install -m 0755 $(B)/ps-gen-ctr $(DESTDIR)$(PREFIX)/bin/ps-gen-ctr
 	install -m 0755 $(B)/ps-relay $(DESTDIR)$(PREFIX)/bin/ps-relay
+	install -m 0755 $(B)/ps-export $(DESTDIR)$(PREFIX)/bin/ps-export
 	install -m 0644 $(B)/libps.a $(DESTDIR)$(PREFIX)/lib/libps.a
 	install -m 0755 $(B)/$(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SO)
 	ln -sf $(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SONAME)

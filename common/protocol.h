@@ -99,6 +99,8 @@
 #define PS_PROTO_ERRTEXT_STALE "STALE"         /* a push too old (MAXSTALENESS, closed round) */
 #define PS_PROTO_ERRTEXT_BUSY "BUSY"           /* retry later (round open, table restoring) */
 #define PS_PROTO_ERRTEXT_BACKLOG "BACKLOG"     /* a relay's ACCUM tensor at MAXBACKLOG: retry later */
+#define PS_PROTO_ERRTEXT_REBASE "REBASE"       /* PS.TOMBSTONES: SINCE is past the log's horizon:
+                                                  export every row again (SINCE 0) */
 #define PS_PROTO_ERRTEXT_WRONGTYPE "WRONGTYPE" /* the key holds another type */
 #define PS_PROTO_ERRTEXT_BUSYKEY "BUSYKEY"     /* PS.CREATE without NX of an existing key */
 #define PS_PROTO_ERRTEXT_OOM "OOM"
@@ -116,7 +118,7 @@
 
 #define PS_PROTO_ERRORS(X)                                                                         \
     X(NOKEY) X(FUTURE) X(SYNTAX) X(UNKNOWN_OPT) X(DUP_OPT) X(MISSING_ARG) X(NOCLUSTER) X(STALE)    \
-    X(BUSY) X(BACKLOG) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
+    X(BUSY) X(BACKLOG) X(REBASE) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
     X(MASTERDOWN) X(READONLY) X(NOAUTH) X(WRONGPASS) X(NOPERM) X(ERR)
 
 /* ====================================================== PS.PUSHGRAD options

@@ -4,16 +4,19 @@
  * entries) and the embedding core, linked against a fake RedisModuleIO that
  * serves the fuzz input.
  *
- * Input: an RDB value of the latest encoding version, else of the first
- * (PS_EMBED_ENCVER_FIRST: the corpus's seed-N files), in the fake encoding below (an unsigned = 8 bytes
+ * Input: an RDB value of the latest encoding version, else of an older one
+ * (the corpus's seed-N files are of the first, seed-v2-N of the second), in
+ * the fake encoding below (an unsigned = 8 bytes
  * little-endian; a string buffer = 4-byte little-endian length + bytes).
  * Reading past the end sets the I/O error flag, as Redis does with
  * REDISMODULE_OPTIONS_HANDLE_IO_ERRORS.
  *
  * Invariants: a loaded value saves and loads back to the same bytes with the
  * same digest; its copy has that digest; its AOF rewrite emits arguments
- * under 64 MB; a push and a pull on it keep the digest of save -> load; it
- * frees cleanly (ASan checks leaks and accesses). A refused input leaks
+ * under 64 MB; a push and a pull on it keep the digest of save -> load; its
+ * tombstone queries answer REBASE exactly outside (horizon, version], end
+ * within the log's length and report no live row (after loading, and after
+ * a push and an eviction by age); it frees cleanly (ASan checks leaks and accesses). A refused input leaks
  * nothing.
  *
  * PS_FUZZ_WRITE_SEEDS=<dir> writes the seed corpus (saved real tables) into
@@ -163,12 +166,59 @@ static void *load(const uint8_t *p, size_t n) { return load_as(p, n, PS_EMBED_EN
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
+/* Gone ids a tombstone query reported (each must not be a live row). */
+typedef struct GoneCheck {
+    const PSEmbed *t;
+    uint64_t since, n;
+} GoneCheck;
+static void check_gone(void *ud, uint64_t id, uint64_t version) {
+    GoneCheck *g = ud;
+    FZ_CHECK(!PSEmbed_Lookup(g->t, id, NULL));
+    FZ_CHECK(version > g->since);
+    g->n++;
+}
+static void ignore_row(void *ud, const PSEmbedRow *row) {
+    GoneCheck *g = ud;
+    FZ_CHECK(row->last_version > g->since);
+}
+
+/* The tombstone queries on a loaded table: REBASE exactly below the horizon
+ * (or at 0, or above the version); the log's pages end within its length;
+ * what they and the scan's GONE report is not live. */
+static void check_tombstones(const PSEmbed *t) {
+    PSEmbedState st;
+    PSEmbed_GetState(t, &st);
+    const uint64_t sinces[] = {0, 1, st.tomb_horizon ? st.tomb_horizon - 1 : 0, st.tomb_horizon,
+                               st.version / 2, st.version, st.version + 1};
+    for (size_t i = 0; i < sizeof(sinces) / sizeof(sinces[0]); i++) {
+        const uint64_t since = sinces[i];
+        GoneCheck g = {t, since, 0};
+        uint64_t cursor = 0, pages = 0;
+        int rc;
+        do {
+            rc = PSEmbed_Tombstones(t, since, cursor, 3, check_gone, &g, &cursor);
+            FZ_CHECK(++pages <= PSEmbed_TombLen(t) / 3 + 2);
+        } while (rc == PSE_OK && cursor);
+        FZ_CHECK((rc == PSE_ERR_HORIZON) ==
+                 (since == 0 || since < st.tomb_horizon || since > st.version));
+        FZ_CHECK(g.n <= PSEmbed_TombLen(t));
+        cursor = 0;
+        pages = 0;
+        do {
+            cursor = PSEmbed_ScanGone(t, cursor, 5, since, ignore_row, check_gone, &g);
+            FZ_CHECK(++pages <= (1u << 26));
+        } while (cursor);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    /* The input as the latest encoding, else as the first (no index salt:
-     * it loads with salt 0); either saves as the latest. */
-    PSEmbedValue *v = load(data, size);
-    if (!v) v = load_as(data, size, PS_EMBED_ENCVER_FIRST);
+    /* The input as the latest encoding, else as each older one (salt 0
+     * before PS_EMBED_ENCVER_SALT, the default tombstone log before
+     * PS_EMBED_ENCVER_TOMBS); all save as the latest. */
+    PSEmbedValue *v = NULL;
+    for (int ev = PS_EMBED_ENCVER_LATEST; !v && ev >= PS_EMBED_ENCVER_FIRST; ev--) v = load_as(data, size, ev);
     if (!v) return 0;
+    check_tombstones(v->t);
     const uint64_t d = digest_of(v);
     RedisModuleIO s1 = save(v);
     PSEmbedValue *w = load(s1.buf, s1.used);
@@ -202,6 +252,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int st = PSEmbed_Push(v->t, (const unsigned char *)ids, k, (const unsigned char *)g, &pr);
         FZ_CHECK(st == PSE_OK || st == PSE_ERR_OOM || st == PSE_ERR_FULL);
         PSEmbed_Pull(v->t, (const unsigned char *)ids, k, g);
+        /* An eviction by age logs its removals like the push's. */
+        FZ_CHECK(PSEmbed_TombReserve(v->t, PSEmbed_Rows(v->t)) == PSE_OK ||
+                 PSEmbed_Config(v->t)->tombstones > (1u << 20));
+        PSEmbed_EvictAge(v->t, 1 + PSEmbed_Version(v->t) % 3);
+        check_tombstones(v->t);
         RedisModuleIO s3 = save(v);
         PSEmbedValue *x = load(s3.buf, s3.used);
         FZ_CHECK(x != NULL && digest_of(x) == digest_of(v));
@@ -226,8 +281,9 @@ static void write_seeds(const char *dir) {
         c.optim = opt;
         c.admit = opt % 2 ? 2 : 1;
         c.filter_log2 = PSE_MIN_FILTER_LOG2;
-        c.capacity = opt == 3 ? 5 : 0;
+        c.capacity = opt == 3 || opt == 5 ? 5 : 0;
         c.ttl = opt == 4 ? 4 : 0;
+        c.tombstones = opt == 5 ? 3 : opt == 2 ? 0 : c.tombstones; /* a log that overflowed; none */
         if (opt != PSE_OPT_FTRL) {
             c.init = PSE_INIT_UNIFORM;
             c.init_a = -1;

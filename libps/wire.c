@@ -258,3 +258,50 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
 #undef ARG_
     return argc;
 }
+
+/* Prints 'v' at *p (NUL-terminated, advancing *p) and returns where it starts. */
+static const char *print_arg_u64(char **p, uint64_t v, size_t *len) {
+    char *start = *p;
+    int n = sprintf(start, "%llu", (unsigned long long)v);
+    *len = (size_t)n;
+    *p += n + 1;
+    return start;
+}
+
+int ps_wire_scanrows_argv(const char *key, size_t keylen, uint64_t cursor, uint64_t since,
+                          uint64_t count, ps_format fmt, int gone, char *numbuf,
+                          const char **argv, size_t *argl) {
+    int argc = 0;
+    char *p = numbuf;
+#define ARG_(s, l) (argv[argc] = (s), argl[argc++] = (l))
+#define STR_(s) ARG_(s, strlen(s))
+#define NUM_(v) (argv[argc] = print_arg_u64(&p, (v), &argl[argc]), argc++)
+    STR_("PS.SCANROWS");
+    ARG_(key, keylen);
+    NUM_(cursor);
+    STR_("SINCE");
+    NUM_(since);
+    STR_("COUNT");
+    NUM_(count);
+    STR_("FORMAT");
+    STR_(ps_format_name(fmt));
+    if (gone) STR_("GONE");
+    return argc;
+}
+
+int ps_wire_tombstones_argv(const char *key, size_t keylen, uint64_t cursor, uint64_t since,
+                            uint64_t count, char *numbuf, const char **argv, size_t *argl) {
+    int argc = 0;
+    char *p = numbuf;
+    STR_("PS.TOMBSTONES");
+    ARG_(key, keylen);
+    NUM_(cursor);
+    STR_("SINCE");
+    NUM_(since);
+    STR_("COUNT");
+    NUM_(count);
+    return argc;
+#undef NUM_
+#undef STR_
+#undef ARG_
+}

@@ -127,4 +127,18 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
                        size_t n, const uint64_t *ids, size_t nids, const float *vals, float bias,
                        char *biasbuf, size_t biascap, const char **argv, size_t *argl);
 
+/* ---- a table's incremental export (export.c) -------------------------- */
+
+/* The arguments of "PS.SCANROWS key cursor SINCE since COUNT count FORMAT f
+ * [GONE]" into 'argv' / 'argl' (room PS_WIRE_SCAN_MAXARGS); the numbers are
+ * printed into 'numbuf' (room >= 64). Returns argc. */
+#define PS_WIRE_SCAN_MAXARGS 10
+int ps_wire_scanrows_argv(const char *key, size_t keylen, uint64_t cursor, uint64_t since,
+                          uint64_t count, ps_format fmt, int gone, char *numbuf,
+                          const char **argv, size_t *argl);
+
+/* "PS.TOMBSTONES key cursor SINCE since COUNT count", as above. */
+int ps_wire_tombstones_argv(const char *key, size_t keylen, uint64_t cursor, uint64_t since,
+                            uint64_t count, char *numbuf, const char **argv, size_t *argl);
+
 #endif /* PS_WIRE_H */

@@ -1,8 +1,8 @@
 /* cmd_embed.c -- the embedding-table commands: the table handlers of
  * PS.CREATE (EMBEDDING), PS.PULL / PS.PUSHGRAD (IDS), PS.INFO and PS.CONFIG,
  * which cmd_table.c's routers call for a key holding a table (arguments
- * parsed by args.c), and the table-only PS.SCANROWS (export) and PS.EVICT
- * (eviction by age).
+ * parsed by args.c), and the table-only PS.SCANROWS (export), PS.TOMBSTONES
+ * (the rows gone since a version) and PS.EVICT (eviction by age).
  *
  * Replication, decided here per handler:
  *   PS.CREATE EMBEDDING  as its effect: every option spelled out, the seed
@@ -15,7 +15,7 @@
  *   PS.CONFIG            verbatim (a CAPACITY below the rows evicts, by the
  *                        same deterministic rule everywhere).
  *   PS.EVICT             verbatim.
- *   PS.PULL, PS.INFO, PS.SCANROWS  read-only, never replicated. */
+ *   PS.PULL, PS.INFO, PS.SCANROWS, PS.TOMBSTONES  read-only, never replicated. */
 
 #include <limits.h>
 #include <math.h>
@@ -84,13 +84,14 @@ enum {
     PS_EMBED_HYPERPARAMS(E_ONE)
 #undef E_ONE
 };
-enum { E_CAPACITY = E_HP_COUNT, E_TTL, E_UNKNOWN, E_MAXSTALENESS, E_DEDUPMAX, E_CONFIGURABLE };
+enum { E_CAPACITY = E_HP_COUNT, E_TTL, E_UNKNOWN, E_MAXSTALENESS, E_DEDUPMAX, E_TOMBSTONES, E_CONFIGURABLE };
 static const char *const HyperNames[E_HP_COUNT] = {
 #define E_NAME(K, f) #K,
     PS_EMBED_HYPERPARAMS(E_NAME)
 #undef E_NAME
 };
-static const char *const SettingNames[] = {"CAPACITY", "TTL", "UNKNOWN", "MAXSTALENESS", "DEDUPMAX"};
+static const char *const SettingNames[] = {"CAPACITY", "TTL", "UNKNOWN", "MAXSTALENESS", "DEDUPMAX",
+                                           "TOMBSTONES"};
 _Static_assert(sizeof(SettingNames) / sizeof(SettingNames[0]) == E_CONFIGURABLE - E_HP_COUNT,
                "a setting without its name");
 
@@ -146,6 +147,10 @@ static int parse_changeable(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     case E_MAXSTALENESS:
         if (ps_arg_ll(ctx, val, "MAXSTALENESS", -1, 1LL << 40, &ll) != REDISMODULE_OK) return -1;
         g->maxstale = ll;
+        return 1;
+    case E_TOMBSTONES:
+        if (ps_arg_ll(ctx, val, "TOMBSTONES", 0, PSE_MAX_TOMBSTONES, &ll) != REDISMODULE_OK) return -1;
+        c->tombstones = (uint64_t)ll;
         return 1;
     default:
         if (ps_arg_ll(ctx, val, "DEDUPMAX", 0, PS_EMBED_MAX_DEDUP, &ll) != REDISMODULE_OK) return -1;
@@ -209,6 +214,8 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
     FMT("%lld", (long long)g->maxstale);
     LIT("DEDUPMAX");
     FMT("%u", g->dedup_max);
+    LIT("TOMBSTONES");
+    FMT("%llu", (unsigned long long)c->tombstones);
 #undef LIT
 #undef FMT
     RedisModule_Replicate(ctx, "ps.create", "v", v, (size_t)n);
@@ -217,7 +224,7 @@ static void replicate_create(RedisModuleCtx *ctx, RedisModuleString *keyname, co
 
 /* PS.CREATE key EMBEDDING DIM d [INIT ZEROS|UNIFORM lo hi|NORMAL mean std]
  *   [SEED s] [SALT s] [OPTIM name] [LR x ...] [ADMIT n] [FILTER k] [CAPACITY n] [TTL v]
- *   [UNKNOWN INIT|ZEROS] [MAXSTALENESS n] [DEDUPMAX n] [NX] -> OK (nil: NX) */
+ *   [UNKNOWN INIT|ZEROS] [MAXSTALENESS n] [DEDUPMAX n] [TOMBSTONES n] [NX] -> OK (nil: NX) */
 int ps_table_create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     PSEmbedConfig c;
     PSEmbed_DefaultConfig(&c, 1);
@@ -461,6 +468,9 @@ int ps_table_info(RedisModuleCtx *ctx, PSEmbedValue *v) {
     ps_reply_pair_ll(ctx, "evicted_ttl", (long long)st.stats.evicted_ttl, &n);
     ps_reply_pair_ll(ctx, "evicted_capacity", (long long)st.stats.evicted_capacity, &n);
     ps_reply_pair_ll(ctx, "evicted_explicit", (long long)st.stats.evicted_explicit, &n);
+    ps_reply_pair_ll(ctx, "tombstones", (long long)c->tombstones, &n);
+    ps_reply_pair_ll(ctx, "tombstones_logged", (long long)PSEmbed_TombLen(v->t), &n);
+    ps_reply_pair_ll(ctx, "tombstone_horizon", (long long)st.tomb_horizon, &n);
     ps_reply_pair_ll(ctx, "maxstaleness", v->maxstale, &n);
     ps_reply_pair_ll(ctx, "dedup_clients", v->dd.len, &n);
     ps_reply_pair_ll(ctx, "dedup_max", v->dd.max, &n);
@@ -490,7 +500,9 @@ int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSE
         if (r == 0) return ps_reply_errorf(ctx, PSERR_EMBED_PARAM_F, RedisModule_StringPtrLen(a, NULL));
     }
     const char *err;
-    if (PSEmbed_Reconfigure(v->t, &c, &err) != PSE_OK) return ps_reply_errorf(ctx, PSERR_HYPER_F, err);
+    const int rc = PSEmbed_Reconfigure(v->t, &c, &err);
+    if (rc == PSE_ERR_OOM) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    if (rc != PSE_OK) return ps_reply_errorf(ctx, PSERR_HYPER_F, err);
     v->maxstale = g.maxstale;
     v->dd.max = g.dedup_max;
     PSDedupSet_Shrink(&v->dd);
@@ -500,20 +512,54 @@ int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSE
 }
 
 /* ========================================================================
- * PS.SCANROWS key cursor [SINCE version] [COUNT n] [FORMAT F32|F16|BF16]
+ * PS.SCANROWS key cursor [SINCE version] [COUNT n] [FORMAT F32|F16|BF16] [GONE]
  * ====================================================================== */
 
 #define PS_SCAN_DEFAULT_COUNT 1024
 #define PS_SCAN_MAX_COUNT (1 << 20)
 
-/* Rows a scan step collects: ids and values, grown as rows arrive. */
+/* Ids of rows gone (tombstones), grown as they arrive. */
+typedef struct GoneOut {
+    uint64_t n, cap;
+    uint64_t *ids;
+    int oom;
+} GoneOut;
+
+static void gone_id(void *ud, uint64_t id, uint64_t version) {
+    GoneOut *g = ud;
+    (void)version;
+    if (g->oom) return;
+    if (g->n == g->cap) {
+        const uint64_t cap = g->cap ? g->cap * 2 : 64;
+        uint64_t *ni = RedisModule_TryAlloc(cap * sizeof(uint64_t));
+        if (!ni) {
+            g->oom = 1;
+            return;
+        }
+        if (g->n) memcpy(ni, g->ids, g->n * sizeof(uint64_t));
+        RedisModule_Free(g->ids);
+        g->ids = ni;
+        g->cap = cap;
+    }
+    g->ids[g->n++] = id;
+}
+
+/* Rows a scan step collects: ids and values, grown as rows arrive; with
+ * GONE, the ids of the dead rows too. */
 typedef struct ScanOut {
     uint32_t dim;
     uint64_t n, cap;
     uint64_t *ids;
     float *vals;
     int oom;
+    GoneOut gone;
 } ScanOut;
+
+static void scan_gone(void *ud, uint64_t id, uint64_t version) {
+    ScanOut *o = ud;
+    gone_id(&o->gone, id, version);
+    if (o->gone.oom) o->oom = 1;
+}
 
 static void scan_row(void *ud, const PSEmbedRow *row) {
     ScanOut *o = ud;
@@ -543,7 +589,8 @@ static void scan_row(void *ud, const PSEmbedRow *row) {
     o->n++;
 }
 
-/* -> [next cursor, table version, ids blob, values blob] */
+/* -> [next cursor, table version, ids blob, values blob] (+ gone ids blob
+ * with GONE: the dead rows of the stretch, dead since a version >= SINCE) */
 int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     uint64_t cursor, since = 0;
@@ -553,7 +600,14 @@ int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     enum { O_SINCE, O_COUNT, O_FORMAT };
     static const PSOption opts[] = {{"SINCE", 1}, {"COUNT", 1}, {"FORMAT", 1}, {NULL, 0}};
     unsigned seen = 0;
+    int gone = 0;
     for (int i = 3; i < argc; i += 2) {
+        if (ps_arg_is(argv[i], "GONE")) {
+            if (gone) return ps_reply_errorf(ctx, PSERR_DUP_OPT_F, "GONE");
+            gone = 1;
+            i--;
+            continue;
+        }
         int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
         if (k < 0) return REDISMODULE_OK;
         if (k == O_SINCE) {
@@ -569,8 +623,63 @@ int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
     if (!v) return REDISMODULE_OK;
     ScanOut o = {.dim = PSEmbed_Config(v->t)->dim};
-    uint64_t next = PSEmbed_Scan(v->t, cursor, (uint64_t)count, since, scan_row, &o);
+    uint64_t next = PSEmbed_ScanGone(v->t, cursor, (uint64_t)count, since, scan_row,
+                                     gone ? scan_gone : NULL, &o);
     if (o.oom) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    } else {
+        PSEmbedCounters.scans++;
+        RedisModule_ReplyWithArray(ctx, gone ? 5 : 4);
+        RedisModuleString *nc = RedisModule_CreateStringPrintf(ctx, "%llu", (unsigned long long)next);
+        RedisModule_ReplyWithString(ctx, nc);
+        RedisModule_FreeString(ctx, nc);
+        RedisModule_ReplyWithLongLong(ctx, (long long)PSEmbed_Version(v->t));
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)o.ids, (size_t)o.n * sizeof(uint64_t));
+        reply_floats(ctx, o.vals, (size_t)(o.n * o.dim), fmt, 0);
+        if (gone) RedisModule_ReplyWithStringBuffer(ctx, (const char *)o.gone.ids, (size_t)o.gone.n * 8);
+    }
+    RedisModule_Free(o.ids);
+    RedisModule_Free(o.vals);
+    RedisModule_Free(o.gone.ids);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.TOMBSTONES key cursor SINCE version [COUNT n]
+ * ====================================================================== */
+
+/* -> [next cursor, table version, horizon, idblob of the rows gone] */
+int PSTombstones_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 5) return RedisModule_WrongArity(ctx);
+    uint64_t cursor, since = 0;
+    long long count = PS_SCAN_DEFAULT_COUNT;
+    if (ps_arg_u64(ctx, argv[2], "cursor", &cursor) != REDISMODULE_OK) return REDISMODULE_OK;
+    enum { O_SINCE, O_COUNT };
+    static const PSOption opts[] = {{"SINCE", 1}, {"COUNT", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 3; i < argc; i += 2) {
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        if (k == O_SINCE) {
+            if (ps_arg_u64(ctx, argv[i + 1], "SINCE", &since) != REDISMODULE_OK) return REDISMODULE_OK;
+        } else if (ps_arg_ll(ctx, argv[i + 1], "COUNT", 1, PS_SCAN_MAX_COUNT, &count) != REDISMODULE_OK) {
+            return REDISMODULE_OK;
+        }
+    }
+    if (!(seen & (1u << O_SINCE))) return ps_reply_errorf(ctx, PSERR_MISSING_ARG_F, "SINCE");
+    RedisModuleKey *key;
+    PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!v) return REDISMODULE_OK;
+    PSEmbedState st;
+    PSEmbed_GetState(v->t, &st);
+    GoneOut g = {0};
+    uint64_t next;
+    const int rc = PSEmbed_Tombstones(v->t, since, cursor, (uint64_t)count, gone_id, &g, &next);
+    if (rc == PSE_ERR_HORIZON) {
+        ps_reply_errorf(ctx, PSERR_EMBED_REBASE_F, (unsigned long long)since,
+                        (unsigned long long)st.tomb_horizon, (unsigned long long)st.version);
+    } else if (g.oom) {
         RedisModule_ReplyWithError(ctx, PSERR_OOM);
     } else {
         PSEmbedCounters.scans++;
@@ -578,12 +687,11 @@ int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         RedisModuleString *nc = RedisModule_CreateStringPrintf(ctx, "%llu", (unsigned long long)next);
         RedisModule_ReplyWithString(ctx, nc);
         RedisModule_FreeString(ctx, nc);
-        RedisModule_ReplyWithLongLong(ctx, (long long)PSEmbed_Version(v->t));
-        RedisModule_ReplyWithStringBuffer(ctx, (const char *)o.ids, (size_t)o.n * sizeof(uint64_t));
-        reply_floats(ctx, o.vals, (size_t)(o.n * o.dim), fmt, 0);
+        RedisModule_ReplyWithLongLong(ctx, (long long)st.version);
+        RedisModule_ReplyWithLongLong(ctx, (long long)st.tomb_horizon);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)g.ids, (size_t)g.n * 8);
     }
-    RedisModule_Free(o.ids);
-    RedisModule_Free(o.vals);
+    RedisModule_Free(g.ids);
     RedisModule_CloseKey(key);
     return REDISMODULE_OK;
 }
@@ -604,6 +712,11 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;
+    /* Room in the tombstone log for every row first (no partial state). */
+    if (PSEmbed_TombReserve(v->t, PSEmbed_Rows(v->t)) != PSE_OK) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    }
     uint64_t removed = PSEmbed_EvictAge(v->t, age);
     /* Replicated even when nothing went: cheap, and keeps one decision. */
     RedisModule_ReplicateVerbatim(ctx);

@@ -7,6 +7,7 @@
  *   PS._RESTORE key EROWS blob                   row blocks, in storage order
  *   PS._RESTORE key EEND                         the rebuild is complete
  *   PS._RESTORE key EDEDUP id seq window version an exactly-once entry
+ *   PS._RESTORE key ETOMBS blob                  tombstone log entries, oldest first
  *
  * Every part goes through the validators of the RDB loader (header decode,
  * PSEmbed_LoadBegin / LoadRow / LoadEnd); a bad part answers an error. Until
@@ -39,6 +40,7 @@ static int restore_embed(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int64_t maxstale;
     uint32_t dedup_max;
     const char *why = PSEmbed_HeaderDecode(w, &p->cfg, &p->st, &maxstale, &dedup_max);
+    if (!why) PSEmbed_HeaderUpgrade((int)encver, &p->cfg, &p->st);
     if (!why && p->st.nrows > PSE_MAX_ROWS) why = "too many rows";
     p->filter_len = PSEmbed_FilterLen(&p->cfg);
     if (!why && p->filter_len && !(p->filter = RedisModule_TryAlloc(p->filter_len))) why = "out of memory";
@@ -111,6 +113,12 @@ static const char *restore_part(RedisModuleCtx *ctx, RedisModuleString **argv, i
         if (PSDedupSet_Record(&v->dd, id, len, (uint64_t)seq, (uint64_t)win, (uint64_t)ver) != PS_DEDUP_OK)
             return "out of memory";
         return NULL;
+    }
+    if (ps_arg_is(sub, "ETOMBS") && argc == 4) {
+        if (!v->t || v->restoring) return "tombstones outside a restored table";
+        size_t len;
+        const char *p = RedisModule_StringPtrLen(argv[3], &len);
+        return PSEmbed_LoadTombBlock(v->t, (const unsigned char *)p, len, UINT64_MAX);
     }
     (void)ctx;
     return "syntax error";

@@ -181,7 +181,12 @@ static RedisModuleCommandArg ScanRowsArgs[] = {
     PS_ARG_KEY, PS_ARG("cursor", NULL, STRING, 0),
     PS_ARG("since", "SINCE", INTEGER, PS_ARG_OPTIONAL),
     PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL),
-    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("gone", "GONE", PURE_TOKEN, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg TombArgs[] = {
+    PS_ARG_KEY, PS_ARG("cursor", NULL, STRING, 0),
+    PS_ARG("since", "SINCE", INTEGER, 0),
+    PS_ARG("count", "COUNT", INTEGER, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg ScoreArgs[] = {
     PS_ARG_KEY, PS_ARG("model", "MODEL", STRING, 0), PS_ARG("counts", "COUNTS", STRING, 0),
     PS_ARG("ids", "IDS", STRING, 0), PS_ARG("vals", "VALS", STRING, PS_ARG_OPTIONAL),
@@ -257,6 +262,9 @@ static const PSCommandDef PSCommands[] = {
     {"ps.scanrows", PSScanRows_RedisCommand, "readonly", -3, ReadKey, ScanRowsArgs,
      "Export scan of an embedding table: rows changed since a version, by cursor",
      "O(COUNT) per call, O(N) for a full scan where N is the number of rows"},
+    {"ps.tombstones", PSTombstones_RedisCommand, "readonly", -5, ReadKey, TombArgs,
+     "Rows of an embedding table removed since a version (the tombstone log), by cursor",
+     "O(COUNT) per call, O(T) for the whole log where T is its size"},
     {"ps.evict", PSEvict_RedisCommand, "write", 4, WriteKey, EvictArgs,
      "Removes the rows of an embedding table not pushed for AGE versions; returns how many",
      "O(N) where N is the number of rows"},

@@ -26,7 +26,10 @@ extern RedisModuleType *PSEmbedType;
  * EMBED (the AOF rewrite) as its ENCVER token. */
 #define PS_EMBED_ENCVER_FIRST 1 /* header words, filter chunks, row blocks, exactly-once entries */
 #define PS_EMBED_ENCVER_SALT 2  /* the header ends with the index salt (before: salt 0) */
-#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_SALT
+#define PS_EMBED_ENCVER_TOMBS 3 /* the header ends with TOMBSTONES, the log's horizon and total;
+                                  the log's entries follow the exactly-once entries (before:
+                                  the default size, horizon at the version, empty) */
+#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_TOMBS
 
 /* Hyper-parameters of a table: PS.CREATE / PS.CONFIG keyword, PSEmbedConfig
  * member. Parsing, the replicated PS.CREATE, PS.INFO and the saved header are
@@ -54,16 +57,33 @@ extern RedisModuleType *PSEmbedType;
     X(g, maxstale) X(g, dedup_max)                                            \
     X(s, version) X(s, nrows) X(s, sweep_pos) X(s, created) X(s, dropped)     \
     X(s, evicted_ttl) X(s, evicted_capacity) X(s, evicted_explicit)          \
-    X(u, salt)
+    X(u, salt)                                                                \
+    X(u, tombstones) X(s, tomb_horizon) X(s, tomb_total)
 #define PS_EMBED_HDR_ONE(k, f) +1
 enum { PS_EMBED_HEADER_WORDS = 0 PS_EMBED_HEADER_FIELDS(PS_EMBED_HDR_ONE) };
 
 /* Header words saved by encoding 'encver' (a valid one): the list above
- * minus the fields newer than it (only 'salt', from PS_EMBED_ENCVER_SALT).
- * The missing ones load as 0. */
+ * minus the fields newer than it ('salt' from PS_EMBED_ENCVER_SALT, the
+ * last three from PS_EMBED_ENCVER_TOMBS). The missing ones load as 0, then
+ * PSEmbed_HeaderUpgrade gives them their meaning. */
 static inline size_t PSEmbed_HeaderWords(int encver) {
-    return encver >= PS_EMBED_ENCVER_SALT ? PS_EMBED_HEADER_WORDS : PS_EMBED_HEADER_WORDS - 1;
+    return encver >= PS_EMBED_ENCVER_TOMBS  ? PS_EMBED_HEADER_WORDS
+           : encver >= PS_EMBED_ENCVER_SALT ? PS_EMBED_HEADER_WORDS - 3
+                                            : PS_EMBED_HEADER_WORDS - 4;
 }
+
+/* A table saved before the tombstone log: the default log size, empty, its
+ * horizon past the saved version (removals up to it, PS.EVICT at it
+ * included, are unknown: PS.TOMBSTONES answers REBASE to SINCE <= version). */
+static inline void PSEmbed_HeaderUpgrade(int encver, PSEmbedConfig *c, PSEmbedState *st) {
+    if (encver >= PS_EMBED_ENCVER_TOMBS) return;
+    c->tombstones = PSE_DEFAULT_TOMBSTONES;
+    st->tomb_horizon = st->version + 1;
+    st->tomb_total = 0;
+}
+
+/* Bytes of one saved tombstone: id u64, version u64 (LE). */
+#define PS_EMBED_TOMB_BYTES 16u
 
 /* Bytes of one serialized row: id, last_version, pushes, rowacc, floats. */
 #define PS_EMBED_ROW_HDR 24u
@@ -114,6 +134,11 @@ size_t PSEmbed_FilterLen(const PSEmbedConfig *c);
 const char *PSEmbed_LoadBlock(PSEmbed *t, const unsigned char *blob, size_t len, float *scratch,
                               uint64_t remaining);
 
+/* Tombstones of a serialized block (whole entries, at most 'remaining')
+ * into table 't' (rows loaded). Returns NULL or why the block is bad. */
+const char *PSEmbed_LoadTombBlock(PSEmbed *t, const unsigned char *blob, size_t len,
+                                  uint64_t remaining);
+
 /* A PS._RESTORE EMBED in progress: frees it; turns a value whose filter is
  * complete into a table under rebuild (NULL or why not). */
 void PSEmbedPending_Free(PSEmbedPending *p);
@@ -143,6 +168,7 @@ int ps_table_info(RedisModuleCtx *ctx, PSEmbedValue *v);
 int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSEmbedValue *v);
 int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSTombstones_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* INFO ps counters of tables. */
 typedef struct PSEmbedModuleStats {

@@ -66,6 +66,7 @@
 #define PSERR_EMBED_CAPACITY "ERR CAPACITY must be >= 1 (omit it for no bound)"
 #define PSERR_EMBED_OPTIM_F "ERR unknown OPTIM '%s' for a table (" PS_PROTO_TABLE_OPTIM_NAMES ")"
 #define PSERR_EMBED_PARAM_F "ERR unknown or read-only table parameter '%s'"
+#define PSERR_EMBED_REBASE_F PS_PROTO_ERRTEXT_REBASE " SINCE %llu is not after the tombstone horizon %llu or is after the table version %llu: the rows gone since are not known; export every row again (SINCE 0)"
 #define PSERR_PULL_TOO_BIG_F "ERR pull of %llu elements (%llu bytes) exceeds ps.max-pull-bytes (%llu)"
 #define PSERR_PULL_ROWS_F "ERR ROWS has %zu indices (repeats count); a pull returns at most dim 0 = %llu rows"
 #define PSERR_TOO_MANY_WAITERS_F "BUSY %llu pulls are waiting on MINVERSION, the limit ps.max-blocked-pulls; retry later"

@@ -12,7 +12,9 @@
  *   the rows in storage order as string buffers of whole rows (at most
  *     PS_EMBED_CHUNK_BYTES, at least one row each), a row being
  *     id u64 | last_version u64 | pushes u32 | rowacc f32 | floats (LE),
- *   dedup_len, dedup_len x (client id, seq, window, version).
+ *   dedup_len, dedup_len x (client id, seq, window, version),
+ *   from PS_EMBED_ENCVER_TOMBS: tomb_len, then the tombstone log oldest
+ *     first as string buffers of whole entries (id u64 | version u64).
  * Everything is validated before it is stored (PSEmbed_LoadBegin / LoadRow /
  * LoadEnd): a hostile payload's claimed sizes cost nothing until their
  * bytes are read, since the filter and rows are allocated as they arrive.
@@ -23,6 +25,7 @@
  *   PS._RESTORE key EROWS blob                   (row blocks, in order)
  *   PS._RESTORE key EEND
  *   PS._RESTORE key EDEDUP id seq window version
+ *   PS._RESTORE key ETOMBS blob                  (tombstone blocks, oldest first)
  * Between EMBED and EEND the key holds a table that refuses every command
  * (a truncated AOF leaves it so; it saves as the rows it holds). */
 
@@ -107,6 +110,7 @@ void PSEmbed_HeaderEncode(const PSEmbedValue *v, uint64_t *w) {
                    evicted_ttl = st.stats.evicted_ttl,
                    evicted_capacity = st.stats.evicted_capacity,
                    evicted_explicit = st.stats.evicted_explicit;
+    const uint64_t tomb_horizon = st.tomb_horizon, tomb_total = st.tomb_total;
     size_t i = 0;
 #define W_u(f) w[i++] = (uint64_t)c->f;
 #define W_d(f) w[i++] = dbits(c->f);
@@ -129,7 +133,8 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     uint64_t ms = 0, dm = 0;
     uint64_t version = 0, nrows = 0, sweep_pos = 0, created = 0, dropped = 0, evicted_ttl = 0,
              evicted_capacity = 0, evicted_explicit = 0;
-    uint64_t seed = 0, capacity = 0, ttl = 0, salt = 0;
+    uint64_t seed = 0, capacity = 0, ttl = 0, salt = 0, tombstones = 0, tomb_horizon = 0,
+             tomb_total = 0;
     double lr = 0, momentum = 0, beta1 = 0, beta2 = 0, eps = 0, alpha = 0, beta = 0, l1 = 0,
            l2 = 0, init_a = 0, init_b = 0;
     size_t i = 0;
@@ -167,6 +172,7 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     c->capacity = capacity;
     c->ttl = ttl;
     c->salt = salt;
+    c->tombstones = tombstones;
 #define C_HP(K, f) c->f = f;
     PS_EMBED_HYPERPARAMS(C_HP)
 #undef C_HP
@@ -178,6 +184,8 @@ const char *PSEmbed_HeaderDecode(const uint64_t *w, PSEmbedConfig *c, PSEmbedSta
     st->nrows = nrows;
     st->sweep_pos = sweep_pos;
     st->stats = (PSEmbedStats){created, dropped, evicted_ttl, evicted_capacity, evicted_explicit};
+    st->tomb_horizon = tomb_horizon;
+    st->tomb_total = tomb_total;
     *maxstale = (int64_t)ms;
     *dedup_max = (uint32_t)dm;
     return NULL;
@@ -227,6 +235,42 @@ const char *PSEmbed_LoadBlock(PSEmbed *t, const unsigned char *blob, size_t len,
         if (PSEmbed_LoadRow(t, &row, &err) != PSE_OK) return err;
     }
     return NULL;
+}
+
+const char *PSEmbed_LoadTombBlock(PSEmbed *t, const unsigned char *blob, size_t len,
+                                  uint64_t remaining) {
+    if (len == 0 || len % PS_EMBED_TOMB_BYTES || len / PS_EMBED_TOMB_BYTES > remaining)
+        return "bad tombstone block length";
+    for (size_t off = 0; off < len; off += PS_EMBED_TOMB_BYTES) {
+        uint64_t id, ver;
+        memcpy(&id, blob + off, 8);
+        memcpy(&ver, blob + off + 8, 8);
+        const char *err;
+        if (PSEmbed_LoadTomb(t, id, ver, &err) != PSE_OK) return err;
+    }
+    return NULL;
+}
+
+/* Calls 'emit' with each block of serialized tombstones, oldest first.
+ * Returns -1 on OOM of the block buffer. */
+static int for_each_tomb_block(const PSEmbedValue *v, void (*emit)(void *, const unsigned char *, size_t),
+                               void *ud) {
+    const uint64_t n = v->t ? PSEmbed_TombLen(v->t) : 0;
+    const uint64_t per = PS_EMBED_CHUNK_BYTES / PS_EMBED_TOMB_BYTES;
+    if (!n) return 0;
+    unsigned char *buf = RedisModule_TryAlloc((size_t)(per < n ? per : n) * PS_EMBED_TOMB_BYTES);
+    if (!buf) return -1;
+    for (uint64_t i = 0; i < n; i += per) {
+        const uint64_t cnt = n - i < per ? n - i : per;
+        for (uint64_t k = 0; k < cnt; k++) {
+            uint64_t e[2];
+            PSEmbed_TombAt(v->t, i + k, &e[0], &e[1]);
+            memcpy(buf + k * PS_EMBED_TOMB_BYTES, e, PS_EMBED_TOMB_BYTES);
+        }
+        emit(ud, buf, (size_t)cnt * PS_EMBED_TOMB_BYTES);
+    }
+    RedisModule_Free(buf);
+    return 0;
 }
 
 /* ========================================================================
@@ -289,6 +333,28 @@ static void PSEmbedType_RdbSave(RedisModuleIO *io, void *value) {
         RedisModule_SaveUnsigned(io, e->window);
         RedisModule_SaveUnsigned(io, e->version);
     }
+    RedisModule_SaveUnsigned(io, v->t ? PSEmbed_TombLen(v->t) : 0);
+    if (for_each_tomb_block(v, rdb_block, io) != 0)
+        RedisModule_LogIOError(io, "warning", "ps-embeds: out of memory saving tombstones");
+}
+
+/* Loads the tombstone log (PS_EMBED_ENCVER_TOMBS). Returns NULL or why not. */
+static const char *load_tombs(RedisModuleIO *io, PSEmbedValue *v) {
+    const uint64_t n = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io) || n > PSEmbed_Config(v->t)->tombstones) return "bad tombstone count";
+    while (PSEmbed_TombLen(v->t) < n) {
+        size_t len = 0;
+        char *p = RedisModule_LoadStringBuffer(io, &len);
+        if (RedisModule_IsIOError(io) || !p) {
+            if (p) RedisModule_Free(p);
+            return "truncated or corrupt value";
+        }
+        const char *why = PSEmbed_LoadTombBlock(v->t, (const unsigned char *)p, len,
+                                                n - PSEmbed_TombLen(v->t));
+        RedisModule_Free(p);
+        if (why) return why;
+    }
+    return NULL;
 }
 
 /* Reads the filter chunks of 'len' bytes. The buffer grows with the bytes
@@ -368,6 +434,7 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
     int64_t maxstale;
     uint32_t dedup_max;
     if ((why = PSEmbed_HeaderDecode(w, &c, &st, &maxstale, &dedup_max)) != NULL) goto bad;
+    PSEmbed_HeaderUpgrade(encver, &c, &st);
     const size_t flen = PSEmbed_FilterLen(&c);
     if (flen && !(filter = load_filter(io, flen, &why))) goto bad;
     int rc;
@@ -399,6 +466,7 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
     }
     t = NULL;
     if ((why = load_dedup(io, v)) != NULL) goto bad;
+    if (encver >= PS_EMBED_ENCVER_TOMBS && (why = load_tombs(io, v)) != NULL) goto bad;
     return v;
 bad:
     RedisModule_LogIOError(io, "warning", "ps-embeds: refusing to load value: %s", why);
@@ -423,6 +491,11 @@ static void aof_block(void *ud, const unsigned char *p, size_t len) {
     RedisModule_EmitAOF(a->aof, "ps._restore", "scb", a->key, "EROWS", (const char *)p, len);
 }
 
+static void aof_tomb_block(void *ud, const unsigned char *p, size_t len) {
+    AofBlock *a = ud;
+    RedisModule_EmitAOF(a->aof, "ps._restore", "scb", a->key, "ETOMBS", (const char *)p, len);
+}
+
 static void PSEmbedType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
     PSEmbedValue *v = value;
     uint64_t w[PS_EMBED_HEADER_WORDS];
@@ -445,6 +518,9 @@ static void PSEmbedType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, v
         RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "EDEDUP", e->id, (size_t)e->idlen,
                             (long long)e->seq, (long long)e->window, (long long)e->version);
     }
+    AofBlock tb = {aof, key};
+    if (for_each_tomb_block(v, aof_tomb_block, &tb) != 0)
+        RedisModule_LogIOError(aof, "warning", "ps-embeds: out of memory rewriting tombstones");
 }
 
 /* Turns a pending value whose filter is complete into a table under

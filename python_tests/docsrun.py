@@ -54,7 +54,7 @@ def install_prefix(tmp):
     """A prefix laid out as `make install` lays it out, its files linked to build/."""
     prefix = os.path.join(str(tmp), "prefix")
     for rel, target in (("bin/ps-train", "ps-train"), ("bin/ps-gen-ctr", "ps-gen-ctr"),
-                        ("bin/ps-relay", "ps-relay"),
+                        ("bin/ps-relay", "ps-relay"), ("bin/ps-export", "ps-export"),
                         ("lib/redis-ps/ps.so", "ps.so")):
         dst = os.path.join(prefix, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)

@@ -26,6 +26,7 @@ def test_operations_doc_has_the_sections_the_issue_asks_for():
                     "Restarts and upgrades", "partition-bytes", "Capacity planning",
                     "Monitoring"):
         assert re.search(r"^## .*%s" % re.escape(heading), text, re.M), heading
+    assert re.search(r"^### Exporting to a serving store", text, re.M)
     # One role per use, each exercised by a command run under it.
     for user, tool in (("worker-mnist", "ps-train work"), ("worker-ctr", "ps-train work"),
                        ("relay-1", "ps-relay"), ("serve-mnist", "redis-cli")):
@@ -38,7 +39,7 @@ def test_operations_doc_runs_as_written(tmp_path):
         assert subprocess.run(["which", tool], stdout=subprocess.DEVNULL).returncode == 0, tool
     cdir = str(tmp_path / "cluster")
     env = {"REDIS_PS": docsrun.install_prefix(tmp_path), "CLUSTER_DIR": cdir,
-           "BASE_PORT": str(docsrun.free_port_range(8, bus=6)), "HOME": str(tmp_path),
+           "BASE_PORT": str(docsrun.free_port_range(9, bus=6)), "HOME": str(tmp_path),
            "PS_LUA": os.path.join(docsrun.ROOT, "examples", "prometheus", "redis_ps.lua")}
     rc, out = docsrun.run_script(docsrun.script_of(DOC), env, str(tmp_path), 420,
                                  os.path.join(cdir, "*", "redis.pid"),
@@ -58,6 +59,8 @@ def test_operations_doc_runs_as_written(tmp_path):
                      out, re.I), out[-3000:]
     assert re.search(r"^note: no task of job tree was taken on this server", out, re.M)
     assert re.search(r"^slave$", out, re.M)                             # the old master rejoined
+    assert re.search(r"ps-export: done: 1 passes, [1-9]\d* rows written, 0 deleted", out)  # the base
+    assert "ps-export: done: 1 passes, 0 rows written, 0 deleted" in out             # the delta
     assert re.search(r"^\s*6 1$", out, re.M)                            # ps on all 6 after the roll
     assert "versions unchanged" in out                                  # the roll lost nothing
     evals = re.findall(r"^eval job mnist: .*$", out, re.M)

@@ -188,21 +188,29 @@ def test_tables_bigger_than_one_chunk_survive_rdb_and_aof(make_server):
 def header(dim=2, optim=0, init=0, seed=0, unknown_zeros=0, admit=1, filter_log2=20, capacity=0,
            ttl=0, lr=0.5, momentum=0.9, beta1=0.9, beta2=0.999, eps=1e-8, alpha=0.05, beta=1.0,
            l1=0.0, l2=0.0, init_a=0.0, init_b=0.0, maxstale=-1, dedup_max=1024, version=0,
-           nrows=0, sweep_pos=0, created=0, dropped=0, ettl=0, ecap=0, eexp=0, salt=None):
-    """PS_EMBED_HEADER_FIELDS in order, doubles as bit patterns; the index salt (last word)
-    only when given (encoding 2 on; encoding 1 has none)."""
+           nrows=0, sweep_pos=0, created=0, dropped=0, ettl=0, ecap=0, eexp=0, salt=None,
+           tombs=None):
+    """PS_EMBED_HEADER_FIELDS in order, doubles as bit patterns; the index salt only when
+    given (encoding 2 on; encoding 1 has none), then 'tombs' = (TOMBSTONES, horizon, total)
+    when given (encoding 3 on)."""
     bits = lambda d: struct.unpack("<Q", struct.pack("<d", d))[0]  # noqa: E731
     return [dim, optim, init, seed, unknown_zeros, admit, filter_log2, capacity, ttl] + \
         [bits(x) for x in (lr, momentum, beta1, beta2, eps, alpha, beta, l1, l2, init_a, init_b)] + \
         [maxstale & (2**64 - 1), dedup_max, version, nrows, sweep_pos, created, dropped, ettl, ecap, eexp] + \
-        ([] if salt is None else [salt])
+        ([] if salt is None else [salt]) + ([] if tombs is None else list(tombs))
 
 
 def row(id_, lv=1, pushes=1, acc=0.0, vals=(0.0, 0.0)):
     return struct.pack("<QQIf", id_, lv, pushes, acc) + f32(vals)
 
 
-def payload(words, strings=(), tail_words=(0,), encver=1):
+def tomb(id_, version):
+    return struct.pack("<QQ", id_, version)
+
+
+def payload(words, strings=(), tail_words=(0,), encver=1, after=()):
+    """A RESTORE payload: header words, filter and row strings, the exactly-once count
+    (and, from encoding 3, the tombstone count) as tail words, then the tombstone blocks."""
     out = bytearray([RDB_TYPE_MODULE_2]) + b"\x81" + struct.pack(">Q", module_id("ps-embeds", encver))
     for w in words:
         out += bytes([OP_UINT]) + enc_len(w)
@@ -210,6 +218,8 @@ def payload(words, strings=(), tail_words=(0,), encver=1):
         out += bytes([OP_STRING]) + enc_len(len(s)) + s
     for w in tail_words:
         out += bytes([OP_UINT]) + enc_len(w)
+    for s in after:
+        out += bytes([OP_STRING]) + enc_len(len(s)) + s
     out += bytes([OP_EOF]) + struct.pack("<H", RDB_VERSION)
     return reseal(out)
 
@@ -243,7 +253,26 @@ CRAFTED = [
     ("version-2^64-1", payload(header(version=2**64 - 1, nrows=1), [row(5)])),
     ("dedup-count-huge", payload(header(), [], tail_words=(2**40,))),
     ("dedup-max-huge", payload(header(dedup_max=2**40))),
-    ("encver-from-the-future", payload(header(salt=0), encver=3)),
+    ("encver-from-the-future", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0), encver=4)),
+    ("encver-3-without-tombstone-words", payload(header(salt=0), tail_words=(0, 0), encver=3)),
+    ("tombstones-more-than-TOMBSTONES", payload(header(version=3, salt=0, tombs=(1, 0, 2)),
+                                                tail_words=(0, 2), after=[tomb(5, 1) + tomb(6, 2)], encver=3)),
+    ("tombstones-more-than-removals", payload(header(version=3, salt=0, tombs=(8, 0, 1)),
+                                              tail_words=(0, 2), after=[tomb(5, 1) + tomb(6, 2)], encver=3)),
+    ("tombstones-out-of-order", payload(header(version=3, salt=0, tombs=(8, 0, 2)),
+                                        tail_words=(0, 2), after=[tomb(5, 2) + tomb(6, 1)], encver=3)),
+    ("tombstone-beyond-version", payload(header(version=3, salt=0, tombs=(8, 0, 1)),
+                                         tail_words=(0, 1), after=[tomb(5, 5)], encver=3)),
+    ("tombstone-before-horizon", payload(header(version=3, salt=0, tombs=(8, 2, 1)),
+                                         tail_words=(0, 1), after=[tomb(5, 1)], encver=3)),
+    ("tombstone-horizon-beyond-version", payload(header(version=3, salt=0, tombs=(8, 5, 0)),
+                                                 tail_words=(0, 0), encver=3)),
+    ("tombstone-block-not-whole", payload(header(version=3, salt=0, tombs=(8, 0, 1)),
+                                          [tomb(5, 1)[:-1]], tail_words=(0, 1), encver=3)),
+    ("tombstones-claimed-huge", payload(header(version=3, salt=0, tombs=(8, 0, 2**40)),
+                                        tail_words=(0, 2**40), encver=3)),
+    ("tombstones-size-beyond-bound", payload(header(version=3, salt=0, tombs=(2**24 + 1, 0, 0)),
+                                             tail_words=(0, 0), encver=3)),
     ("encver-2-without-salt", payload(header(), encver=2)),
     ("truncated", GOOD[:-30] + GOOD[-10:-8]),
     ("lr-nan", payload(header(lr=float("nan")))),
@@ -268,11 +297,13 @@ def test_rows_a_push_can_overflow_to_inf_and_nan_restore(srv):
     p = payload(header(optim=3, version=2, nrows=2, created=2),
                 [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))])
     assert c.restore("x", 0, p) == b"OK"
-    # an encoding-1 payload loads with salt 0 and dumps as encoding 2 with salt 0
+    # an encoding-1 payload loads with salt 0 and dumps as encoding 3 with salt 0 and the
+    # default tombstone log, empty, its horizon at the loaded version
     assert salt_of(c, "x") == 0
-    assert c.dump("x") == payload(header(optim=3, version=2, nrows=2, created=2, salt=0),
+    assert c.dump("x") == payload(header(optim=3, version=2, nrows=2, created=2, salt=0,
+                                         tombs=(65536, 3, 0)),
                                   [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))],
-                                  encver=2)
+                                  tail_words=(0, 0), encver=3)
     c.execute_command("PS.CREATE", "s", "EMBEDDING", "DIM", 2, "LR", 1e30)
     ids = struct.pack("<Q", 7)
     for g in (3e38, -3e38, 3e38):
@@ -292,9 +323,10 @@ def test_a_payload_built_from_scratch_restores(srv):
     assert info(c, "ok")["rows"] == 2 and info(c, "ok")["version"] == 2
     v, data = c.execute_command("PS.PULL", "ok", "IDS", ids_blob([5, 9, 7]))
     assert v == 2 and len(data) == 24
-    # And a DUMP of it gives back a payload of the latest layout, salt 0 included.
-    assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0),
-                                   [row(5, 1) + row(9, 2)], encver=2)
+    # And a DUMP of it gives back a payload of the latest layout, salt 0 and the tombstone
+    # log's words included.
+    assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0, tombs=(65536, 3, 0)),
+                                   [row(5, 1) + row(9, 2)], tail_words=(0, 0), encver=3)
 
 
 @pytest.mark.parametrize("name,p", CRAFTED, ids=[x[0] for x in CRAFTED])

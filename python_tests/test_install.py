@@ -17,7 +17,7 @@ import psserver
 
 ROOT = psserver.REPO_ROOT
 EXAMPLE = os.path.join(ROOT, "examples", "libps_hello.c")
-INSTALLED = ["lib/redis-ps/ps.so", "bin/ps-train", "bin/ps-gen-ctr", "bin/ps-relay", "lib/libps.a",
+INSTALLED = ["lib/redis-ps/ps.so", "bin/ps-train", "bin/ps-gen-ctr", "bin/ps-relay", "bin/ps-export", "lib/libps.a",
              "lib/libps.so.0.1.0", "lib/libps.so.0", "lib/libps.so", "include/redis-ps/ps.h",
              "lib/pkgconfig/libps.pc"]
 DOC = os.path.join(ROOT, "docs", "reference.md")

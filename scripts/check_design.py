@@ -51,7 +51,7 @@ COMPONENTS = {
     "libps": ["common"],
     "ml": ["common"],
     "train": ["common", "libps", "ml"],
-    "tools": ["common", "ml"],
+    "tools": ["common", "ml", "libps"],
     "relay": ["common", "libps"],
 }
 # Top-level folders that are not components (they may see every component).

@@ -195,6 +195,11 @@ static int rebuild(const PSEmbed *t, PSEmbed **out) {
         rc = PSEmbed_LoadRow(b, &row, &err);
     }
     if (b && rc == PSE_OK) rc = PSEmbed_LoadEnd(b, &err);
+    for (uint64_t i = 0; b && rc == PSE_OK && i < PSEmbed_TombLen(t); i++) {
+        uint64_t id, ver;
+        PSEmbed_TombAt(t, i, &id, &ver);
+        rc = PSEmbed_LoadTomb(b, id, ver, &err);
+    }
     if (rc != PSE_OK) {
         PSEmbed_Free(b);
         return rc;

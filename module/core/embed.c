@@ -304,10 +304,118 @@ unsigned char *pse_append(PSEmbed *t, uint64_t id) {
     return r;
 }
 
-/* Removes the row in 'slot': its index entry goes, the last row moves into
- * the hole and its entry is repointed. */
+/* ------------------------------------------------------------------------
+ * Tombstone log (embed.h)
+ * ---------------------------------------------------------------------- */
+
+static inline uint64_t *tomb_at(const PSEmbed *t, uint64_t i) {
+    return t->tomb + 2 * ((t->tomb_head + i) % t->tomb_alloc);
+}
+
+/* A ring of 'alloc' entries holding the newest 'keep' (<= tomb_len, <=
+ * alloc) of the log; the horizon moves to the newest entry dropped.
+ * PSE_ERR_OOM changes nothing. */
+static int tomb_realloc(PSEmbed *t, uint64_t alloc, uint64_t keep) {
+    uint64_t *ring = NULL;
+    if (alloc) {
+        ring = pse_alloc(t, (size_t)alloc * 16);
+        if (!ring) return PSE_ERR_OOM;
+    }
+    const uint64_t drop = t->tomb_len - keep;
+    if (drop) t->tomb_horizon = tomb_at(t, drop - 1)[1];
+    for (uint64_t i = 0; i < keep; i++) memcpy(ring + 2 * i, tomb_at(t, drop + i), 16);
+    pse_free(t, t->tomb, (size_t)t->tomb_alloc * 16);
+    t->tomb = ring;
+    t->tomb_alloc = alloc;
+    t->tomb_len = keep;
+    t->tomb_head = 0;
+    return PSE_OK;
+}
+
+int pse_tomb_reserve(PSEmbed *t, uint64_t n) {
+    const uint64_t cap = t->cfg.tombstones;
+    const uint64_t need = t->tomb_len + n < cap ? t->tomb_len + n : cap;
+    if (need <= t->tomb_alloc) return PSE_OK;
+    uint64_t a = t->tomb_alloc < 32 ? 64 : 2 * t->tomb_alloc;
+    if (a < need) a = need;
+    if (a > cap) a = cap;
+    return tomb_realloc(t, a, t->tomb_len);
+}
+
+int pse_tomb_resize(PSEmbed *t, uint64_t cap) {
+    const uint64_t keep = t->tomb_len < cap ? t->tomb_len : cap;
+    if (cap >= t->tomb_alloc && keep == t->tomb_len) return PSE_OK;
+    return tomb_realloc(t, keep, keep);
+}
+
+int PSEmbed_TombReserve(PSEmbed *t, uint64_t n) { return pse_tomb_reserve(t, n); }
+
+void pse_tomb_add(PSEmbed *t, uint64_t id) {
+    const uint64_t cap = t->cfg.tombstones;
+    t->tomb_total++;
+    if (cap == 0) {
+        t->tomb_horizon = t->rm_version;
+        return;
+    }
+    if (t->tomb_len == t->tomb_alloc && pse_tomb_reserve(t, 1) != PSE_OK && t->tomb_alloc == 0) {
+        /* Only when a caller did not reserve and memory ran out. */
+        t->tomb_horizon = t->rm_version;
+        return;
+    }
+    if (t->tomb_len == cap || t->tomb_len == t->tomb_alloc) {
+        t->tomb_horizon = tomb_at(t, 0)[1];
+        t->tomb_head = (t->tomb_head + 1) % t->tomb_alloc;
+        t->tomb_len--;
+    }
+    uint64_t *e = tomb_at(t, t->tomb_len++);
+    e[0] = id;
+    e[1] = t->rm_version;
+}
+
+uint64_t PSEmbed_TombLen(const PSEmbed *t) { return t->tomb_len; }
+
+void PSEmbed_TombAt(const PSEmbed *t, uint64_t i, uint64_t *id, uint64_t *version) {
+    const uint64_t *e = tomb_at(t, i);
+    *id = e[0];
+    *version = e[1];
+}
+
+int PSEmbed_Tombstones(const PSEmbed *t, uint64_t since, uint64_t cursor, uint64_t count,
+                       PSEmbedGoneFn fn, void *ud, uint64_t *next) {
+    *next = 0;
+    if (since == 0 || since < t->tomb_horizon || since > t->version) return PSE_ERR_HORIZON;
+    const uint64_t oldest = t->tomb_total - t->tomb_len; /* absolute position of entry 0 */
+    uint64_t i;                                          /* index into the log */
+    if (cursor == 0) {
+        /* The first entry at a version > since (versions never decrease). */
+        uint64_t lo = 0, hi = t->tomb_len;
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            if (tomb_at(t, mid)[1] <= since) lo = mid + 1;
+            else hi = mid;
+        }
+        i = lo;
+    } else {
+        /* Entries that fell off since were older than since (the horizon
+         * would have passed it otherwise). */
+        const uint64_t pos = cursor - 1;
+        i = pos < oldest ? 0 : pos - oldest;
+        if (i > t->tomb_len) i = t->tomb_len;
+    }
+    if (count == 0) count = 1;
+    for (uint64_t n = 0; n < count && i < t->tomb_len; n++, i++) {
+        const uint64_t *e = tomb_at(t, i);
+        if (e[1] > since && !PSEmbed_Lookup(t, e[0], NULL)) fn(ud, e[0], e[1]);
+    }
+    if (i < t->tomb_len) *next = oldest + i + 1;
+    return PSE_OK;
+}
+
+/* Removes the row in 'slot': its index entry goes (and into the tombstone
+ * log), the last row moves into the hole and its entry is repointed. */
 static void remove_slot(PSEmbed *t, uint64_t slot) {
     unsigned char *r = pse_rec(t, slot);
+    pse_tomb_add(t, pse_rec_id(r));
     index_delete_at(t, find_slot_pos(t, pse_hash(t, pse_rec_id(r)), slot));
     const uint64_t last = t->nrows - 1;
     if (slot != last) {
@@ -383,6 +491,7 @@ void PSEmbed_Free(PSEmbed *t) {
     pse_free(t, t->chunks, t->dir_cap * sizeof(*t->chunks));
     pse_free(t, t->index, t->isize * sizeof(uint32_t));
     pse_free(t, t->filter, t->filter_len);
+    pse_free(t, t->tomb, (size_t)t->tomb_alloc * 16);
     pse_free(NULL, t, sizeof(*t));
 }
 
@@ -396,6 +505,8 @@ void PSEmbed_GetState(const PSEmbed *t, PSEmbedState *st) {
     st->nrows = t->nrows;
     st->sweep_pos = t->sweep_pos;
     st->stats = t->stats;
+    st->tomb_horizon = t->tomb_horizon;
+    st->tomb_total = t->tomb_total;
 }
 
 int PSEmbed_Lookup(const PSEmbed *t, uint64_t id, PSEmbedRow *row) {
@@ -539,6 +650,7 @@ static uint64_t sweep_ttl(PSEmbed *t, uint64_t budget) {
 
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age) {
     if (age == 0 || age > PSE_MAX_AGE) return 0;
+    t->rm_version = t->version + 1;
     const uint64_t n = evict_where(t, EV_AGE, age, 0);
     t->stats.evicted_explicit += n;
     if (n) after_evictions(t);
@@ -556,6 +668,28 @@ int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err) {
         *err = e;
         return PSE_ERR_ARG;
     }
+    /* The log's new ring, with room for what a lower CAPACITY evicts, is
+     * allocated before anything changes. A TTL change makes rows dead or
+     * alive again without a removal: the log restarts at this version. */
+    const int ttl_changed = c->ttl != o->ttl;
+    const uint64_t keep0 = ttl_changed ? 0 : t->tomb_len;
+    const uint64_t keep = keep0 < c->tombstones ? keep0 : c->tombstones;
+    const uint64_t evict = c->capacity && t->nrows > c->capacity
+                               ? t->nrows - (c->capacity - c->capacity / 16) : 0;
+    uint64_t alloc = keep + evict < c->tombstones ? keep + evict : c->tombstones;
+    if (alloc < t->tomb_alloc && c->tombstones >= t->tomb_alloc) alloc = t->tomb_alloc;
+    if (alloc != t->tomb_alloc || keep != t->tomb_len) {
+        if (tomb_realloc(t, alloc, keep) != PSE_OK) {
+            *err = "out of memory";
+            return PSE_ERR_OOM;
+        }
+    }
+    if (ttl_changed) {
+        t->tomb_len = 0;
+        t->tomb_head = 0;
+        t->tomb_horizon = t->version + 1;
+    }
+    t->rm_version = t->version + 1;
     t->cfg = *c;
     t->cfg.filter_log2 = o->filter_log2;
     PSEmbed_MakeCoef(c, &t->coef);
@@ -627,7 +761,15 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
     }
     /* Room for every absent id (admission may drop some): the only step
      * that can fail, and it changes nothing visible. */
-    const int rc = pse_reserve(t, t->nrows + absent);
+    int rc = pse_reserve(t, t->nrows + absent);
+    if (rc == PSE_OK && t->cfg.tombstones) {
+        /* Room in the tombstone log for every removal this push can make:
+         * the TTL sweep's budget and what CAPACITY evicts. */
+        const uint64_t most = t->nrows + absent, sweep = t->cfg.ttl ? 2 * (uint64_t)nu + 16 : 0;
+        const uint64_t cap = t->cfg.capacity;
+        const uint64_t over = cap && most > cap ? most - (cap - cap / 16) : 0;
+        rc = pse_tomb_reserve(t, sweep + over < most ? sweep + over : most);
+    }
     if (rc != PSE_OK) {
         pse_free(NULL, scratch, bytes);
         return rc;
@@ -635,6 +777,7 @@ int PSEmbed_Push(PSEmbed *t, const unsigned char *idblob, size_t k, const unsign
 
     PSEmbedPushResult out = {0};
     t->version++;
+    t->rm_version = t->version;
     if (t->version % PSE_AGE_PASS == 0) pse_saturate_ages(t);
     out.unique = nu;
     const uint32_t nst = (uint32_t)PSEmbed_NumStateVectors(t->cfg.optim);

@@ -28,7 +28,9 @@ enum {
     /* PSEmbed_PushOnce only: */
     PSE_DUPLICATE,     /* ID seq already applied: nothing done */
     PSE_ERR_STALE,     /* VERSION more than maxstale versions behind */
-    PSE_ERR_FUTURE     /* VERSION newer than the table */
+    PSE_ERR_FUTURE,    /* VERSION newer than the table */
+    /* PSEmbed_Tombstones only: */
+    PSE_ERR_HORIZON    /* SINCE at or before the tombstone horizon, or after the version */
 };
 
 /* Per-row optimizers (docs/embed-design.md "Optimizers"): PSE_OPT_<ID> for
@@ -56,6 +58,8 @@ enum { PSE_INIT_ZEROS = 0, PSE_INIT_UNIFORM, PSE_INIT_NORMAL };
 #define PSE_MAX_VERSION (1ull << 63) /* a loaded table's version is below (pushes never wrap it) */
 #define PSE_MIN_FILTER_LOG2 10u
 #define PSE_MAX_FILTER_LOG2 30u
+#define PSE_DEFAULT_TOMBSTONES 65536u /* removals a table's tombstone log keeps by default */
+#define PSE_MAX_TOMBSTONES (1u << 24) /* TOMBSTONES bound (16 bytes each: 256 MB) */
 
 /* Everything fixed at creation. Hyper-parameters are doubles as the user
  * gave them; the kernels round each to float32 once (embed_optim.c). */
@@ -77,6 +81,8 @@ typedef struct PSEmbedConfig {
     uint64_t ttl;     /* 0 = none, else rows not pushed for ttl versions are dead (<= PSE_MAX_AGE) */
     uint64_t salt;    /* keys the index hash Mix64(id ^ salt): random per table, replicated and
                          saved, so crafted ids cannot predict buckets (0 = the unkeyed hash) */
+    uint64_t tombstones; /* removals the tombstone log keeps (0 .. PSE_MAX_TOMBSTONES; 0 = none:
+                          * every removal moves the horizon) */
 } PSEmbedConfig;
 
 /* Counters that are a function of the pushes: persisted and digested. */
@@ -94,6 +100,8 @@ typedef struct PSEmbedState {
     uint64_t nrows;     /* rows stored (expired rows not yet reclaimed included) */
     uint64_t sweep_pos; /* where the incremental TTL sweep resumes */
     PSEmbedStats stats;
+    uint64_t tomb_horizon; /* the tombstone log holds every removal at a version > this */
+    uint64_t tomb_total;   /* removals ever logged (the log's entries are the last ones) */
 } PSEmbedState;
 
 /* One stored row as serialization sees it. 'data' holds nfloats floats:
@@ -219,7 +227,9 @@ int PSEmbed_Reconfigure(PSEmbed *t, const PSEmbedConfig *c, const char **err);
 
 /* Removes every row whose last push is 'age' or more versions old
  * (version - last_version >= age, 1 <= age <= PSE_MAX_AGE; other ages
- * remove nothing). Returns the rows removed. */
+ * remove nothing). Returns the rows removed. Each removal is logged
+ * (tombstones): call PSEmbed_TombReserve(t, rows) first, or removals
+ * beyond the log's room move its horizon. */
 uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age);
 
 /* Export: calls 'fn' for live rows changed after version 'since'
@@ -231,6 +241,53 @@ uint64_t PSEmbed_EvictAge(PSEmbed *t, uint64_t age);
 typedef void (*PSEmbedScanFn)(void *ud, const PSEmbedRow *row);
 uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_t since,
                       PSEmbedScanFn fn, void *ud);
+
+/* ---- tombstones: the removal log (docs/design.md "Tombstones and
+ * incremental export") -------------------------------------------------
+ *
+ * Every row removal (TTL sweep, CAPACITY, PSEmbed_EvictAge) appends (id,
+ * table version at the removal) to a ring of at most cfg.tombstones
+ * entries; when it is full the oldest entry falls off and the horizon moves
+ * to that entry's version. The log is a function of the pushes and
+ * evictions applied, like the rows, so replicas and AOF replays hold the
+ * same one. A change of TTL (which makes rows dead or alive again without a
+ * removal) empties the log and moves the horizon to the version + 1. */
+
+/* An entry's version is the first version whose state lacks the row: the
+ * version a push made (its TTL sweep and CAPACITY removals), or version + 1
+ * for removals without a push (PSEmbed_EvictAge, PSEmbed_Reconfigure), since
+ * a consumer complete as of this version may still hold those rows.
+ * Rows changed after 'since' are what PSEmbed_Scan reports; rows gone since
+ * are the log's entries at a version > since whose id is not a live row
+ * now, plus the stored rows that are dead (TTL) since a version > since
+ * (PSEmbed_ScanGone). Answers PSE_ERR_HORIZON when since is 0, below the
+ * horizon or above the version (the consumer must export every row
+ * again), else PSE_OK
+ * with 'fn' called for up to 'count' log entries from 'cursor' (0 = the
+ * start; the next cursor in *next, 0 when the log is done). The cursor is
+ * the log position + 1, so it stays valid while entries are appended. */
+typedef void (*PSEmbedGoneFn)(void *ud, uint64_t id, uint64_t version);
+int PSEmbed_Tombstones(const PSEmbed *t, uint64_t since, uint64_t cursor, uint64_t count,
+                       PSEmbedGoneFn fn, void *ud, uint64_t *next);
+
+/* The log's entries, oldest first (serialization): *len entries, entry i
+ * read with PSEmbed_TombAt. */
+uint64_t PSEmbed_TombLen(const PSEmbed *t);
+void PSEmbed_TombAt(const PSEmbed *t, uint64_t i, uint64_t *id, uint64_t *version);
+
+/* Appends a saved entry to a table under rebuild (after its rows; the
+ * state's horizon and total are already set): versions non-decreasing,
+ * >= horizon and <= version + 1, at most cfg.tombstones entries. */
+int PSEmbed_LoadTomb(PSEmbed *t, uint64_t id, uint64_t version, const char **err);
+
+/* PSEmbed_Scan that also calls 'gone' (may be NULL) for the stored rows in
+ * the interval that are dead since a version > since (since > 0). */
+uint64_t PSEmbed_ScanGone(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_t since,
+                          PSEmbedScanFn fn, PSEmbedGoneFn gone, void *ud);
+
+/* Makes room in the log for 'n' more removals (PS.EVICT before
+ * PSEmbed_EvictAge): PSE_OK or PSE_ERR_OOM (nothing changed). */
+int PSEmbed_TombReserve(PSEmbed *t, uint64_t n);
 
 /* Serialization: rows in storage order (0 .. nrows-1), which is a function
  * of the pushes applied and which a rebuild preserves. */

@@ -69,6 +69,16 @@ struct PSEmbed {
     uint8_t *filter; /* 2^filter_log2 counters when admit > 1 */
     size_t filter_len;
 
+    /* The tombstone log (embed.h): a ring of tomb_alloc (id, version) pairs
+     * (grown on demand up to cfg.tombstones), tomb_len of them used from
+     * tomb_head (the oldest). */
+    uint64_t *tomb;
+    uint64_t tomb_alloc, tomb_len, tomb_head;
+    uint64_t tomb_horizon, tomb_total;
+    uint64_t rm_version; /* the version removals are logged at now (not state): the
+                          * version a push made, or version + 1 for PS.EVICT and
+                          * PS.CONFIG, which remove rows without a push */
+
     size_t bytes;        /* allocated, for PSEmbed_MemUsage */
     uint64_t load_rows;  /* rows a rebuild announced (PSEmbed_LoadBegin) */
 };
@@ -147,6 +157,13 @@ int pse_reserve(PSEmbed *t, uint64_t rows);
 /* Appends a row with header fields set and data zeroed except what the
  * caller writes; returns its record (room must be reserved). */
 unsigned char *pse_append(PSEmbed *t, uint64_t id);
+
+/* Room in the tombstone log for 'n' more removals (PSE_ERR_OOM: nothing
+ * changed); appends one removal of 'id' at the current version. */
+int pse_tomb_reserve(PSEmbed *t, uint64_t n);
+void pse_tomb_add(PSEmbed *t, uint64_t id);
+/* Resizes the ring to hold 'cap' entries (the newest kept); PSE_ERR_OOM. */
+int pse_tomb_resize(PSEmbed *t, uint64_t cap);
 
 /* Saturates every row's age at PSE_MAX_AGE (see the layout above). */
 void pse_saturate_ages(PSEmbed *t);

@@ -23,6 +23,14 @@ static uint64_t first_hash_of(uint64_t e, uint64_t size) {
  * intervals. */
 uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_t since,
                       PSEmbedScanFn fn, void *ud) {
+    return PSEmbed_ScanGone(t, cursor, count, since, fn, NULL, ud);
+}
+
+/* A dead row (TTL) died at the push that made its age ttl: version
+ * last_version + ttl (an age saturated at PSE_MAX_AGE can only make this
+ * later, so such a row is reported rather than missed). */
+uint64_t PSEmbed_ScanGone(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_t since,
+                          PSEmbedScanFn fn, PSEmbedGoneFn gone, void *ud) {
     const uint64_t size = t->isize;
     const uint64_t b = pse_home(cursor, size);
     if (count == 0) count = 1;
@@ -35,11 +43,16 @@ uint64_t PSEmbed_Scan(const PSEmbed *t, uint64_t cursor, uint64_t count, uint64_
         if (ent) {
             const unsigned char *r = pse_rec(t, (uint64_t)(ent >> PSE_FP_BITS) - 1);
             const uint64_t h = pse_hash(t, pse_rec_id(r));
-            if (h >= cursor && (next == 0 || h < next) && !pse_dead(t, r) &&
-                pse_rec_ver(t, r) > since) {
-                PSEmbedRow row;
-                pse_fill_row(t, r, &row);
-                fn(ud, &row);
+            if (h >= cursor && (next == 0 || h < next)) {
+                if (!pse_dead(t, r)) {
+                    if (pse_rec_ver(t, r) > since) {
+                        PSEmbedRow row;
+                        pse_fill_row(t, r, &row);
+                        fn(ud, &row);
+                    }
+                } else if (gone && since && pse_rec_ver(t, r) + t->cfg.ttl > since) {
+                    gone(ud, pse_rec_id(r), pse_rec_ver(t, r) + t->cfg.ttl);
+                }
             }
         }
         p = p + 1 == size ? 0 : p + 1;
@@ -70,6 +83,7 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     /* No push count gets near 2^63; a version there could wrap to 0. */
     if (!e && st->version >= PSE_MAX_VERSION) e = "table version out of range";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
+    if (!e && st->tomb_horizon > st->version + 1) e = "tombstone horizon beyond the version";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
     if (e) {
@@ -85,6 +99,8 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     t->version = st->version;
     t->sweep_pos = st->sweep_pos;
     t->stats = st->stats;
+    t->tomb_horizon = st->tomb_horizon;
+    t->tomb_total = st->tomb_total;
     t->load_rows = st->nrows;
     *rc = PSE_OK;
     return t;
@@ -143,6 +159,28 @@ int PSEmbed_LoadRow(PSEmbed *t, const PSEmbedRow *row, const char **err) {
     return PSE_OK;
 }
 
+int PSEmbed_LoadTomb(PSEmbed *t, uint64_t id, uint64_t version, const char **err) {
+    const char *e = NULL;
+    uint64_t last_id, last = t->tomb_horizon;
+    if (t->tomb_len) PSEmbed_TombAt(t, t->tomb_len - 1, &last_id, &last);
+    if (t->tomb_len >= t->cfg.tombstones) e = "more tombstones than TOMBSTONES";
+    else if (t->tomb_len >= t->tomb_total) e = "more tombstones than removals";
+    else if (version < last || version > t->version + 1) e = "tombstone version out of order";
+    if (e) {
+        *err = e;
+        return PSE_ERR_CORRUPT;
+    }
+    /* The total counts this entry already: append without counting it. */
+    if (pse_tomb_reserve(t, 1) != PSE_OK) {
+        *err = "out of memory";
+        return PSE_ERR_OOM;
+    }
+    t->rm_version = version;
+    pse_tomb_add(t, id);
+    t->tomb_total--;
+    return PSE_OK;
+}
+
 int PSEmbed_LoadEnd(PSEmbed *t, const char **err) {
     if (t->nrows != t->load_rows) {
         *err = "fewer rows than announced";
@@ -168,6 +206,14 @@ PSEmbed *PSEmbed_Copy(const PSEmbed *t) {
     for (uint64_t i = 0; i < t->nrows; i++) {
         unsigned char *r = pse_append(c, pse_rec_id(pse_rec(t, i)));
         memcpy(r, pse_rec(t, i), t->rec_bytes);
+    }
+    if (t->tomb_len && pse_tomb_reserve(c, t->tomb_len) != PSE_OK) goto oom;
+    for (uint64_t i = 0; i < t->tomb_len; i++) {
+        uint64_t id, ver;
+        PSEmbed_TombAt(t, i, &id, &ver);
+        uint64_t *e = c->tomb + 2 * c->tomb_len++;
+        e[0] = id;
+        e[1] = ver;
     }
     return c;
 oom:
@@ -200,6 +246,22 @@ void PSEmbed_Digest(const PSEmbed *t, PSEmbedDigestFn add, void *ud) {
                            t->stats.evicted_explicit};
     for (size_t i = 0; i < sizeof(st) / sizeof(st[0]); i++) add_u64(add, ud, st[i]);
     if (t->filter_len) add(ud, t->filter, t->filter_len);
+    /* The tombstone log, unless nothing was ever logged and its size is
+     * the default (all a table saved before the log existed can hold), so
+     * that such tables keep the digests they had, also after pushes that
+     * remove no row. The horizon is left out then: it is 0, or the version
+     * an older encoding was loaded at (PSEmbed_Tombstones answers REBASE
+     * for any SINCE up to it, which is the safe answer either way). */
+    if (t->tomb_len || t->tomb_total || c->tombstones != PSE_DEFAULT_TOMBSTONES) {
+        add(ud, "tombs", 5);
+        const uint64_t tw[] = {c->tombstones, t->tomb_horizon, t->tomb_total, t->tomb_len};
+        for (size_t i = 0; i < sizeof(tw) / sizeof(tw[0]); i++) add_u64(add, ud, tw[i]);
+        for (uint64_t i = 0; i < t->tomb_len; i++) {
+            uint64_t e[2];
+            PSEmbed_TombAt(t, i, &e[0], &e[1]);
+            add(ud, e, sizeof(e));
+        }
+    }
     /* Rows in the serialized form (id u64, last_version u64, pushes u32,
      * rowacc f32, floats), not the in-memory record, so the digest does
      * not depend on the memory layout. One 'add' per row, as a Redis

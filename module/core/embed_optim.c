@@ -73,6 +73,7 @@ void PSEmbed_DefaultConfig(PSEmbedConfig *c, uint32_t dim) {
     c->init = PSE_INIT_ZEROS;
     c->admit = 1;
     c->filter_log2 = 20;
+    c->tombstones = PSE_DEFAULT_TOMBSTONES;
 }
 
 /* A double that stays finite once rounded to float32. */
@@ -114,6 +115,7 @@ const char *PSEmbed_CheckConfig(const PSEmbedConfig *c) {
         return "FILTER must be 2^10 .. 2^30 counters";
     if (c->capacity > PSE_MAX_ROWS) return "CAPACITY must be <= 67108863";
     if (c->ttl > PSE_MAX_AGE) return "TTL must be <= 2147483648 (row ages saturate there)";
+    if (c->tombstones > PSE_MAX_TOMBSTONES) return "TOMBSTONES must be <= 16777216";
     return NULL;
 }
 

@@ -105,6 +105,7 @@ extern "C" {
                                 below a version it saw acknowledged (see
                                 "Lost state" above) */
 #define PS_ERR_NOKEY 11     /* psInfo(): the key does not exist */
+#define PS_ERR_REBASE 12    /* psTableTombstones(): SINCE is past the log's horizon */
 
 /* Default option values (used when the psOptions field is 0). */
 #define PS_DEFAULT_CONNECT_TIMEOUT_MS 2000
@@ -710,6 +711,47 @@ void psAccumItemsRelease(psAccumItem *items, size_t n);
  * ps.max-pull-bytes, ...). */
 int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint32_t *counts,
             const uint64_t *ids, const float *vals, double *out);
+
+/* ------------------------------------------------------------------------
+ * Incremental export of a table shard (docs/design.md "Tombstones and
+ * incremental export"; ps-export uses these). A consumer that holds a copy
+ * complete as of version S gets up to date by reading every page of
+ * psTableTombstones(since S) (rows removed since), then every page of
+ * psTableScan(since S, gone 1) (rows changed since, and rows dead by TTL),
+ * and is then complete as of the version the first page answered. Both are
+ * read-only: a replica answers them.
+ * ------------------------------------------------------------------------ */
+
+typedef struct psScanPage {
+    uint64_t cursor;          /* the next cursor; 0: done */
+    uint64_t version;         /* the table version that answered the page */
+    uint64_t horizon;         /* psTableTombstones: the log's horizon */
+    size_t nrows;             /* psTableScan: rows changed since */
+    const uint64_t *ids;      /* nrows ids */
+    const void *values;       /* nrows * dim values in the scan's format */
+    size_t value_bytes;       /* bytes at 'values' */
+    size_t ngone;             /* ids of rows gone (removed, or dead by TTL) */
+    const uint64_t *gone;
+    void *priv;               /* owned: psScanPageFree() */
+} psScanPage;
+
+#define PS_SCAN_MAX_COUNT (1u << 20) /* the server's COUNT bound */
+
+/* One PS.SCANROWS key cursor SINCE since COUNT count FORMAT fmt [GONE] page
+ * (fmt PS_WIRE_F32, _F16 or _BF16). PS_OK or PS_ERR; free the page with
+ * psScanPageFree() either way. */
+int psTableScan(psClient *c, const char *key, uint64_t cursor, uint64_t since, uint64_t count,
+                psWireFormat fmt, int gone, psScanPage *out);
+
+/* One PS.TOMBSTONES key cursor SINCE since COUNT count page. PS_OK, or
+ * PS_ERR with c->err PS_ERR_REBASE when 'since' is at or before the log's
+ * horizon (or after the version, or 0): the rows gone since are not known,
+ * so the consumer must export every row again (psTableScan since 0) and drop
+ * what it holds that the scan did not answer. */
+int psTableTombstones(psClient *c, const char *key, uint64_t cursor, uint64_t since,
+                      uint64_t count, psScanPage *out);
+
+void psScanPageFree(psScanPage *p);
 
 #ifdef __cplusplus
 }

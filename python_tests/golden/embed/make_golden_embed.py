@@ -6,7 +6,8 @@ version, from python_tests/:
     /usr/bin/python3 golden/embed/make_golden_embed.py v1   # -> golden/embed/v1/
 
 Never regenerate an existing version's files. The tables cover every optimizer, admission
-(filter bytes), TTL and CAPACITY evictions, explicit eviction and exactly-once entries."""
+(filter bytes), TTL and CAPACITY evictions, explicit eviction, exactly-once entries and (from
+v3) tombstone logs."""
 
 import json
 import os
@@ -29,6 +30,8 @@ OPTS = {
     "g:adam": (3, ["OPTIM", "ADAM", "BETA1", 0.85, "BETA2", 0.99, "EPS", 1e-6, "SEED", 5,
                    "MAXSTALENESS", 4, "DEDUPMAX", 3]),
     "g:ftrl": (2, ["OPTIM", "FTRL", "ALPHA", 0.1, "BETA", 1, "L1", 0.05, "L2", 0.01]),
+    # from v3: a tombstone log smaller than the removals (its horizon has moved)
+    "g:tombs": (2, ["OPTIM", "SGD", "LR", 0.5, "CAPACITY", 4, "TOMBSTONES", 3, "SEED", 6]),
 }
 IDS = [1, 2, 3, 5, 8, 13, 21, 2**63 + 7]
 
