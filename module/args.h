@@ -79,15 +79,17 @@ int ps_reply_kind(RedisModuleCtx *ctx, PSKeyKind kind);
 
 /* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) ...
  *   tensor: [ROWS idx] [VERSION v] [ID client seq] [SCALE s]
- *   table:  IDS idblob [VERSION v] [ID client seq] */
+ *   table:  IDS idblob [IDFORMAT RAW|EF] [VERSION v] [ID client seq] */
 typedef struct PSPushArgs {
     RedisModuleString *grad; /* NULL with VALUES */
     int values_start;        /* VALUES: argv[values_start .. + nvalues) */
     int nvalues;
     ps_format fmt;
     RedisModuleString *rows; /* tensor: ROWS or NULL */
-    const unsigned char *ids; /* table: the IDS blob, nids ids */
+    const unsigned char *ids; /* table: nids little-endian uint64 ids: the IDS blob,
+                                 or an IDFORMAT EF list decoded (ps_scratch_ids) */
     size_t nids;
+    int idfmt;                /* table: PS_PROTO_IDFMT_* of the IDS blob */
     int has_version;
     uint64_t version;
     const char *id; /* ID client (NULL: none), idlen bytes, seq >= 1 */
@@ -111,7 +113,7 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
 
 /* PS.PULL key ...
  *   tensor: [FORMAT f|VALUES] [ROWS idx] [AT snapshot] [MINVERSION v [TIMEOUT ms]]
- *   table:  IDS idblob [FORMAT F32|F16|BF16|VALUES] */
+ *   table:  IDS idblob [IDFORMAT RAW|EF] [FORMAT F32|F16|BF16|VALUES] */
 typedef struct PSPullArgs {
     ps_format fmt;
     int values; /* FORMAT VALUES */
@@ -122,11 +124,15 @@ typedef struct PSPullArgs {
     int has_min;
     uint64_t minversion;
     long long timeout_ms;
-    const unsigned char *ids; /* table: the IDS blob, nids ids */
+    const unsigned char *ids; /* table: nids ids, as PSPushArgs */
     size_t nids;
+    int idfmt;
 } PSPullArgs;
 
-/* Parses a PS.PULL of a key of 'kind', as ps_args_push. */
+/* Parses a PS.PULL of a key of 'kind', as ps_args_push. An IDFORMAT EF
+ * list is decoded here (into ps_scratch_ids, bounded before anything is
+ * allocated: at most min(2^24, ps.max-pull-bytes / 4) ids for a pull, 2^24
+ * for a push, and never more than 8 per byte of the blob). */
 int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPullArgs *a);
 
