@@ -93,6 +93,7 @@ int ps_idlist_decode(const unsigned char *p, size_t len, const ps_idlist_hdr *h,
     size_t chunk = 0; /* byte offset of the 8 high bytes in w */
     uint64_t w = load8(hp, hlen, 0);
     size_t pos = 0;
+    uint64_t prev = 0;
     for (uint64_t i = 0; i < n; i++) {
         while (w == 0) {
             chunk += 8;
@@ -114,6 +115,8 @@ int ps_idlist_decode(const unsigned char *p, size_t len, const ps_idlist_hdr *h,
         if (b && hi > (~0ULL >> b)) return PS_IDL_OVERFLOW;
         const uint64_t v = (hi << b) | low;
         if (v > ~0ULL - h->base) return PS_IDL_OVERFLOW;
+        if (v < prev) return PS_IDL_UNSORTED;
+        prev = v;
         out[i] = h->base + v;
     }
     /* The last set bit is in the last byte, and none follows it. */
@@ -130,6 +133,7 @@ const char *ps_idlist_strerror(int e) {
     case PS_IDL_COUNT: return "id count 0, above the limit, or more than the blob holds";
     case PS_IDL_MISMATCH: return "the high bits do not hold exactly the declared ids";
     case PS_IDL_OVERFLOW: return "an id past 2^64-1";
+    case PS_IDL_UNSORTED: return "ids out of order";
     default: return "unknown error";
     }
 }

@@ -16,8 +16,9 @@
  *           position j % 8) with bit h_i + i set for each id, h_i = (id_i -
  *           base) >> b; exactly n bits set, the last set bit in the last
  *           byte (no trailing byte), the bits after it 0.
- * The list of a valid blob is non-decreasing by construction (duplicates
- * allowed). The encoder picks b so that the high part holds at most 2n + 1
+ * A valid list is non-decreasing (duplicates allowed): the high values are
+ * by construction, the low bits of ids with equal high values must be too.
+ * The encoder picks b so that the high part holds at most 2n + 1
  * bits: about b + 2 bits per id, b = floor(log2(spread / n)).
  *
  * The encoding of a list with a given (base, b) is unique: a blob decodes
@@ -44,6 +45,8 @@ enum {
     PS_IDL_MISMATCH,   /* the high part holds fewer or more than n ids, or
                           trailing bytes / nonzero pad bits */
     PS_IDL_OVERFLOW,   /* an id past 2^64 - 1 */
+    PS_IDL_UNSORTED,   /* an id below the one before (low bits out of order within
+                          a high value) */
     PS_IDL_NERRORS
 };
 

@@ -139,6 +139,8 @@ def malformed():
     # base 2^64-2, b 0: the second id's high value 2 (bit 2 + 1) makes it 2^64
     yield "overflow past 2^64", varint(2) + varint(MASK64 - 1) + b"\x00" + b"\x09"
     # b 63: a high value of 2 shifted past bit 63
+    # b 2, one high value: low bits 3 then 1
+    yield "ids out of order", varint(2) + varint(0) + b"\x02\x07\x03"
     yield "overflow of the high bits", varint(1) + varint(0) + bytes([63]) + b"\x00" * 8 + b"\x04"
 
 
