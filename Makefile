@@ -314,7 +314,7 @@ FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
-FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp fuzz_ids fuzz_args
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
 FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
 MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
@@ -343,6 +343,17 @@ $(FUZZ_B)/fuzz_push: fuzz/fuzz_push.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
 $(FUZZ_B)/fuzz_resp: fuzz/fuzz_resp.c libps/resp.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lhiredis
+
+# The IDFORMAT EF id lists (common/idlist.c).
+$(FUZZ_B)/fuzz_ids: fuzz/fuzz_ids.c common/idlist.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
+
+# The module's parsers of PS.PUSHGRAD, PS.PULL and PS.SCORE (module/args.c)
+# against a fake of the Redis calls they make.
+$(FUZZ_B)/fuzz_args: fuzz/fuzz_args.c module/args.c $(COMMON_SRC) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
 fuzz-short: $(FUZZ_BINS) ## replay each fuzz corpus, then fuzz FUZZ_SECONDS each (CI)
 	@set -e; for f in $(FUZZ_NAMES); do \

@@ -5,11 +5,13 @@
 #include "args.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "ctr_score.h"
 #include "embed.h"
 #include "idlist.h"
 #include "ps_limits.h"
@@ -450,6 +452,76 @@ int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
         return fail(ctx, PSERR_TIMEOUT_NEEDS_MIN);
     } else if (kind == PS_KIND_TABLE) {
         return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); /* a tensor's command on a table */
+    }
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.SCORE
+ * ====================================================================== */
+
+int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSScoreArgs *a) {
+    RedisModuleString *counts = NULL, *ids = NULL, *vals = NULL;
+    memset(a, 0, sizeof(*a));
+    a->model = -1;
+    enum { S_MODEL, S_COUNTS, S_IDS, S_VALS, S_BIAS, S_FORMAT };
+    static const PSOption opts[] = {{"MODEL", 1}, {"COUNTS", 1}, {"IDS", 1}, {"VALS", 1},
+                                    {"BIAS", 1},  {"FORMAT", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i += 2) {
+        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_ERR;
+        RedisModuleString *v = argv[i + 1];
+        size_t len;
+        const char *s = RedisModule_StringPtrLen(v, &len);
+        if (k == S_MODEL) {
+            if ((a->model = ps_ctr_score_model_parse(s, len)) < 0) {
+                ps_reply_errorf(ctx, PSERR_SCORE_MODEL_F, s);
+                return REDISMODULE_ERR;
+            }
+        } else if (k == S_COUNTS) {
+            counts = v;
+        } else if (k == S_IDS) {
+            ids = v;
+        } else if (k == S_VALS) {
+            vals = v;
+        } else if (k == S_BIAS) {
+            double d;
+            if (ps_arg_double(ctx, v, "BIAS", &d) != REDISMODULE_OK) return REDISMODULE_ERR;
+            if (fabs(d) > FLT_MAX) return fail(ctx, PSERR_SCORE_BIAS);
+            a->bias = (float)d; /* the trainer's bias is a float32 tensor */
+        } else if (ps_arg_is(v, "VALUES")) {
+            a->values_reply = 1;
+        } else if (!ps_arg_is(v, "F64")) {
+            ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
+            return REDISMODULE_ERR;
+        }
+    }
+    if (a->model < 0 || !counts || !ids) return fail(ctx, PSERR_SCORE_NEEDS);
+
+    /* The batch's shape: n samples, their feature counts summing to the ids. */
+    size_t clen, idlen, vlen = 0;
+    a->counts = (const unsigned char *)RedisModule_StringPtrLen(counts, &clen);
+    a->ids = (const unsigned char *)RedisModule_StringPtrLen(ids, &idlen);
+    a->vals = vals ? (const unsigned char *)RedisModule_StringPtrLen(vals, &vlen) : NULL;
+    if (clen == 0 || clen % 4) return fail(ctx, PSERR_SCORE_COUNTS);
+    a->n = clen / 4;
+    uint64_t nnz = 0;
+    for (size_t i = 0; i < a->n; i++) {
+        uint32_t c;
+        memcpy(&c, a->counts + 4 * i, 4);
+        nnz += c;
+    }
+    a->nnz = nnz;
+    if (nnz > PSE_MAX_PUSH_IDS || idlen != 8 * nnz) {
+        ps_reply_errorf(ctx, PSERR_SCORE_IDS_F, idlen, (unsigned long long)nnz,
+                        (unsigned long long)(8 * nnz));
+        return REDISMODULE_ERR;
+    }
+    if (vals && vlen != 4 * nnz) {
+        ps_reply_errorf(ctx, PSERR_SCORE_VALS_F, vlen, (unsigned long long)nnz,
+                        (unsigned long long)(4 * nnz));
+        return REDISMODULE_ERR;
     }
     return REDISMODULE_OK;
 }

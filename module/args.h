@@ -136,4 +136,22 @@ typedef struct PSPullArgs {
 int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPullArgs *a);
 
+/* PS.SCORE key MODEL LR|FM COUNTS countblob IDS idblob [VALS valblob]
+ *          [BIAS b] [FORMAT F64|VALUES] (cmd_score.c) */
+typedef struct PSScoreArgs {
+    int model;                   /* PS_SCORE_LR / PS_SCORE_FM (ctr_score.h) */
+    int values_reply;            /* FORMAT VALUES */
+    float bias;
+    const unsigned char *counts; /* n little-endian uint32 feature counts */
+    size_t n;
+    uint64_t nnz;                /* their sum: the ids, at most 2^24 */
+    const unsigned char *ids;    /* nnz little-endian uint64 ids */
+    const unsigned char *vals;   /* nnz little-endian float32 values, or NULL */
+} PSScoreArgs;
+
+/* Parses PS.SCORE's options and checks the batch's shape (the blobs'
+ * lengths against the counts) without opening the key: the table's
+ * checks (dim, size) are the handler's. */
+int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSScoreArgs *a);
+
 #endif /* PS_ARGS_H */
