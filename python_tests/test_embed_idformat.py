@@ -233,3 +233,24 @@ def test_libps_ef_and_raw_clients_on_one_server(server, tmp_path):
     # ids are a part of the bytes (rows and gradients are the rest); 2000 ids x 4 requests
     saved = sent["old"] - sent["new"]
     assert saved > 0.10 * 8 * len(ids) * 4, sent
+
+
+def test_ef_pushes_replicate_and_replay_from_the_aof(make_server, make_replica):
+    """An EF push is replicated verbatim and replayed from the AOF through the same decoder:
+    replica and restarted master hold the master's table, digest for digest."""
+    from psserver import wait_for_replication
+    m = make_server(args=("--appendonly", "yes", "--appendfsync", "always"))
+    rep = make_replica(m)
+    r = m.client()
+    create(r, "t")
+    rng = np.random.default_rng(9)
+    for seq in range(1, 6):
+        ids = step_ids(rng, 200)
+        g = rng.standard_normal((len(ids), DIM)).astype(np.float32)
+        r.execute_command("PS.PUSHGRAD", "t", f32(g), "IDS", ef_encode(ids), "IDFORMAT", "EF",
+                          "ID", "w", seq)
+    want = digest(r, "t")
+    wait_for_replication(m, [rep])
+    assert digest(rep.client(), "t") == want
+    m.restart()
+    assert digest(m.client(), "t") == want
