@@ -7,7 +7,7 @@
  * table, other), then up to 20 arguments, each one byte: below 0xa0 a
  * keyword or value from a list (options, formats, id formats, numbers),
  * else a slice of the input (a length byte, then the bytes: blobs, an
- * IDFORMAT EF list) . Invariants besides memory safety (ASan: the decoded
+ * IDFORMAT EF list), copied NUL-terminated as Redis's strings are. Invariants besides memory safety (ASan: the decoded
  * ids get a buffer of exactly the declared count):
  *  - a parse either succeeds with no reply, or fails with exactly one
  *    error reply that starts with a code (an upper-case word);
@@ -151,6 +151,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FuzzIn in = {data, size};
     RedisModuleString args[MAXARGS];
     RedisModuleString *argv[MAXARGS];
+    char *owned[MAXARGS];
+    int nowned = 0;
     uint8_t sel = fz_u8(&in);
     int cmd = sel % 3; /* PUSHGRAD, PULL, SCORE */
     PSKeyKind kind = (PSKeyKind)((sel / 3) % 4);
@@ -165,7 +167,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else {
             const uint8_t *p;
             size_t n = fz_bytes(&in, 255, &p);
-            args[argc++] = (RedisModuleString){(const char *)p, n};
+            /* Redis strings are sds: NUL-terminated after their length */
+            char *copy = malloc(n + 1);
+            memcpy(copy, p, n);
+            copy[n] = 0;
+            owned[nowned++] = copy;
+            args[argc++] = (RedisModuleString){copy, n};
         }
     }
     for (int i = 0; i < argc; i++) argv[i] = &args[i];
@@ -210,5 +217,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(IdScratch);
     IdScratch = NULL;
     IdScratchN = 0;
+    for (int i = 0; i < nowned; i++) free(owned[i]);
     return 0;
 }
