@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "args.h"
 #include "embed.h"
@@ -205,8 +206,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             CHECK(a.model == 0 || a.model == 1);
             const RedisModuleString *ids = NULL, *vals = NULL;
             for (int i = 2; i + 1 < argc; i += 2) {
-                if (args[i].len == 3 && !memcmp(args[i].p, "IDS", 3)) ids = &args[i + 1];
-                if (args[i].len == 4 && !memcmp(args[i].p, "VALS", 4)) vals = &args[i + 1];
+                /* keywords are case-insensitive */
+                if (args[i].len == 3 && !strncasecmp(args[i].p, "IDS", 3)) ids = &args[i + 1];
+                if (args[i].len == 4 && !strncasecmp(args[i].p, "VALS", 4)) vals = &args[i + 1];
             }
             CHECK(ids && ids->len == 8 * nnz && (const unsigned char *)ids->p == a.ids);
             CHECK(!vals == !a.vals && (!vals || vals->len == 4 * nnz));
