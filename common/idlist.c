@@ -93,8 +93,13 @@ int ps_idlist_decode(const unsigned char *p, size_t len, const ps_idlist_hdr *h,
     size_t chunk = 0; /* byte offset of the 8 high bytes in w */
     uint64_t w = load8(hp, hlen, 0);
     size_t pos = 0;
-    uint64_t prev = 0;
-    for (uint64_t i = 0; i < n; i++) {
+    uint64_t prev = 0, bit = 0;
+    const uint64_t top = ~0ULL - h->base;    /* the largest id - base */
+    const uint64_t himax = top >> b;         /* hi above it: past 2^64 - 1 */
+    /* Ids whose 8 low bytes (9 when b > 56) lie inside the blob take the
+     * plain unaligned load; the last few the bounded one. */
+    const uint64_t fast = lolen >= 9 ? ((uint64_t)(lolen - 9) * 8) / (b ? b : 1) : 0;
+    for (uint64_t i = 0; i < n; i++, bit += b) {
         while (w == 0) {
             chunk += 8;
             if (chunk >= hlen) return PS_IDL_MISMATCH; /* fewer ids than n */
@@ -103,18 +108,20 @@ int ps_idlist_decode(const unsigned char *p, size_t len, const ps_idlist_hdr *h,
         pos = chunk * 8 + (size_t)__builtin_ctzll(w);
         w &= w - 1;
         const uint64_t hi = (uint64_t)pos - i; /* bits before pos: i of them */
-        uint64_t low = 0;
-        if (b) {
-            const uint64_t bit = i * b;
-            const size_t byte = (size_t)(bit / 8);
-            const unsigned sh = (unsigned)(bit % 8);
+        const size_t byte = (size_t)(bit / 8);
+        const unsigned sh = (unsigned)(bit % 8);
+        uint64_t low;
+        if (i < fast) {
+            memcpy(&low, lo + byte, 8); /* little-endian host (codec.h) */
+            low >>= sh;
+        } else {
             low = load8(lo, lolen, byte) >> sh;
-            if (sh + b > 64) low |= (uint64_t)lo[byte + 8] << (64 - sh);
-            low &= mask;
         }
-        if (b && hi > (~0ULL >> b)) return PS_IDL_OVERFLOW;
-        const uint64_t v = (hi << b) | low;
-        if (v > ~0ULL - h->base) return PS_IDL_OVERFLOW;
+        if (sh + b > 64) low |= (uint64_t)lo[byte + 8] << (64 - sh);
+        low &= mask;
+        if (hi > himax) return PS_IDL_OVERFLOW;
+        const uint64_t v = (hi << b) | low; /* hi <= himax: no bit lost */
+        if (v > top) return PS_IDL_OVERFLOW;
         if (v < prev) return PS_IDL_UNSORTED;
         prev = v;
         out[i] = h->base + v;
