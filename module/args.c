@@ -297,6 +297,7 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
     memset(a, 0, sizeof(*a));
     a->fmt = PS_FMT_F32;
     a->scale = 1.0;
+    a->argc = argc;
     int i = 3;
     if (ps_arg_is(argv[2], "VALUES")) {
         double d;
@@ -341,8 +342,13 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
                 ps_reply_kind(ctx, kind);
                 return REDISMODULE_ERR;
             }
-            if (codes[k] == O_IDS) ids = v;
-            else if (idformat_arg(ctx, v, &a->idfmt)) return REDISMODULE_ERR;
+            if (codes[k] == O_IDS) {
+                ids = v;
+                a->ids_at = i + 1;
+            } else {
+                if (idformat_arg(ctx, v, &a->idfmt)) return REDISMODULE_ERR;
+                a->idformat_at = i;
+            }
             break;
         case O_ROWS:
             if (table) return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
@@ -379,6 +385,23 @@ int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
         return fail(ctx, REDISMODULE_ERRORMSG_WRONGTYPE); /* a tensor's command on a table */
     }
     return REDISMODULE_OK;
+}
+
+void ps_args_replicate_push(RedisModuleCtx *ctx, RedisModuleString **argv, const PSPushArgs *a) {
+    if (a->idformat_at == 0) {
+        RedisModule_ReplicateVerbatim(ctx);
+        return;
+    }
+    RedisModuleString *raw = RedisModule_CreateString(ctx, (const char *)a->ids, 8 * a->nids);
+    RedisModuleString **v = RedisModule_Alloc(sizeof(*v) * (size_t)a->argc);
+    size_t n = 0;
+    for (int i = 1; i < a->argc; i++) {
+        if (i == a->idformat_at || i == a->idformat_at + 1) continue;
+        v[n++] = i == a->ids_at ? raw : argv[i];
+    }
+    RedisModule_Replicate(ctx, "ps.pushgrad", "v", v, n);
+    RedisModule_Free(v);
+    RedisModule_FreeString(ctx, raw);
 }
 
 /* ========================================================================

@@ -90,6 +90,8 @@ typedef struct PSPushArgs {
                                  or an IDFORMAT EF list decoded (ps_scratch_ids) */
     size_t nids;
     int idfmt;                /* table: PS_PROTO_IDFMT_* of the IDS blob */
+    int argc, ids_at, idformat_at; /* argv positions of the IDS value and of IDFORMAT
+                                      (0: absent), for ps_args_replicate_push */
     int has_version;
     uint64_t version;
     const char *id; /* ID client (NULL: none), idlen bytes, seq >= 1 */
@@ -110,6 +112,12 @@ void ps_values_fill(RedisModuleString **argv, const PSPushArgs *a, float *dst);
  * WRONGTYPE there) or a tensor's. */
 int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPushArgs *a);
+
+/* Replicates an applied table push 'a' (argv as parsed): verbatim, or when it
+ * had IDFORMAT, with its ids as a raw list and without IDFORMAT, so that a
+ * replica, the AOF and a module before IDFORMAT replaying them read the
+ * list every version reads (the same ids in the same order: same effect). */
+void ps_args_replicate_push(RedisModuleCtx *ctx, RedisModuleString **argv, const PSPushArgs *a);
 
 /* PS.PULL key ...
  *   tensor: [FORMAT f|VALUES] [ROWS idx] [AT snapshot] [MINVERSION v [TIMEOUT ms]]

@@ -238,8 +238,9 @@ def test_libps_ef_and_raw_clients_on_one_server(server, tmp_path):
 
 
 def test_ef_pushes_replicate_and_replay_from_the_aof(make_server, make_replica):
-    """An EF push is replicated verbatim and replayed from the AOF through the same decoder:
-    replica and restarted master hold the master's table, digest for digest."""
+    """An EF push is replicated and logged with its ids as a raw list (no IDFORMAT: replicas
+    and AOF readers of any version take it): the replica and the master restarted from its
+    AOF hold the master's table, digest for digest."""
     from psserver import wait_for_replication
     m = make_server(args=("--appendonly", "yes", "--appendfsync", "always"))
     rep = make_replica(m)
@@ -254,5 +255,14 @@ def test_ef_pushes_replicate_and_replay_from_the_aof(make_server, make_replica):
     want = digest(r, "t")
     wait_for_replication(m, [rep])
     assert digest(rep.client(), "t") == want
+    # replicated and logged with raw ids, without IDFORMAT: what every module version reads
+    aof = b""
+    for root, _, names in os.walk(m.dir):
+        for nm in names:
+            if ".aof" in nm:
+                with open(os.path.join(root, nm), "rb") as f:
+                    aof += f.read()
+    assert b"PUSHGRAD" in aof.upper() and b"IDFORMAT" not in aof.upper()
+    assert raw(sorted(ids)) in aof
     m.restart()
     assert digest(m.client(), "t") == want
