@@ -146,17 +146,19 @@ def bytes_per_step(a):
                 raise RuntimeError("ps-train failed")
             i1, o1 = net(srv.c)
             line = [ln for ln in out.splitlines() if ln.startswith("RESULT")][-1]
-            auc = [f.split("=")[1] for f in line.split() if f.startswith("test_auc=")]
-            res[label] = ((i1 - i0) / steps, (o1 - o0) / steps, auc[0] if auc else "?")
+            kv = dict(f.split("=", 1) for f in line.split()[1:] if "=" in f)
+            res[label] = ((i1 - i0) / steps, (o1 - o0) / steps, kv.get("test_auc", "?"),
+                          kv.get("samples_per_s", "?"))
     finally:
         srv.stop()
     print("ps-train run --model fm, 1 worker, batch %d, %d table shards, %d steps "
           "(one epoch of %d samples, then the test pass)" % (batch, shards, steps, a.samples))
-    print("%-6s %14s %14s %14s %9s" % ("ids", "in B/step", "out B/step", "total B/step", "test_auc"))
+    print("%-6s %14s %14s %14s %9s %10s" % ("ids", "in B/step", "out B/step", "total B/step",
+                                          "test_auc", "samples/s"))
     for label in ("raw", "EF"):
-        i, o, auc = res[label]
-        print("%-6s %14.0f %14.0f %14.0f %9s" % (label, i, o, i + o, auc))
-    (ri, ro, _), (ei, eo, _) = res["raw"], res["EF"]
+        i, o, auc, sps = res[label]
+        print("%-6s %14.0f %14.0f %14.0f %9s %10s" % (label, i, o, i + o, auc, sps))
+    (ri, ro, _, _), (ei, eo, _, _) = res["raw"], res["EF"]
     print("ratio EF / raw (same run): requests %.3fx, total %.3fx" % (ei / ri, (ei + eo) / (ri + ro)))
     # the id lists alone, as libps codes them: per step, each shard's distinct ids
     nid = nbytes = 0

@@ -209,12 +209,29 @@ size_t ps_idlist_encode_with(const uint64_t *ids, size_t n, uint64_t base, unsig
     unsigned char *lo = out + at;
     unsigned char *hi = lo + ((uint64_t)n * b + 7) / 8;
     const uint64_t mask = b ? (~0ULL >> (64 - b)) : 0;
+    /* The low parts through a 64-bit accumulator, 8 bytes at a time. */
+    uint64_t acc = 0;
+    unsigned nacc = 0; /* bits in acc, < 64 */
+    size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         const uint64_t v = ids[i] - base;
-        if (b) put_bits(lo, (uint64_t)i * b, v & mask, b);
+        if (b) {
+            const uint64_t low = v & mask;
+            acc |= low << nacc;
+            if (nacc + b >= 64) {
+                memcpy(lo + o, &acc, 8); /* little-endian host (codec.h) */
+                o += 8;
+                const unsigned used = 64 - nacc; /* bits of low that fit */
+                acc = used < 64 ? low >> used : 0;
+                nacc = nacc + b - 64;
+            } else {
+                nacc += b;
+            }
+        }
         const uint64_t j = (v >> b) + i;
         hi[j / 8] |= (unsigned char)(1u << (j % 8));
     }
+    if (nacc) put_bits(lo + o, 0, acc, nacc); /* the last, partial bytes */
     return size;
 }
 
