@@ -228,23 +228,34 @@ void psi_batches_free(psClient *c) {
 
 struct idpair {
     uint64_t id;
-    size_t at;                  /* original index: the tie break (stable) */
+    size_t at;                  /* original index */
 };
 
-static int idpair_cmp(const void *a, const void *b) {
-    const struct idpair *x = a, *y = b;
-    if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->at < y->at ? -1 : x->at > y->at;
-}
-
-/* Sorts 'ids' (n) into bp->pairs. 0 or -1 (out of memory). */
+/* Sorts 'ids' (n) with their indices into bp->pairs[0 .. n), stably (equal
+ * ids keep their order): an LSD radix sort, 8 bits a pass, a pass skipped
+ * when every id has the same byte there (a few microseconds for a step's
+ * few hundred ids, where qsort took tens). 0 or -1 (out of memory). */
 static int sort_ids(struct psBatches *bp, const uint64_t *ids, size_t n) {
-    if (grow(&bp->pairs, &bp->paircap, n, sizeof(struct idpair))) return -1;
+    if (grow(&bp->pairs, &bp->paircap, 2 * n, sizeof(struct idpair))) return -1;
+    struct idpair *a = bp->pairs, *b = bp->pairs + n, *t;
     for (size_t i = 0; i < n; i++) {
-        bp->pairs[i].id = ids[i];
-        bp->pairs[i].at = i;
+        a[i].id = ids[i];
+        a[i].at = i;
     }
-    if (!ps_idlist_sorted(ids, n)) qsort(bp->pairs, n, sizeof(struct idpair), idpair_cmp);
+    if (n == 0 || ps_idlist_sorted(ids, n)) return 0;
+    for (unsigned shift = 0; shift < 64; shift += 8) {
+        size_t cnt[256] = {0}, sum = 0;
+        for (size_t i = 0; i < n; i++) cnt[(a[i].id >> shift) & 255]++;
+        if (cnt[(a[0].id >> shift) & 255] == n) continue;
+        for (int d = 0; d < 256; d++) {
+            size_t c = cnt[d];
+            cnt[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) b[cnt[(a[i].id >> shift) & 255]++] = a[i];
+        t = a, a = b, b = t;
+    }
+    if (a != bp->pairs) memcpy(bp->pairs, a, n * sizeof(struct idpair));
     return 0;
 }
 
@@ -444,10 +455,16 @@ int psi_pull_ids(psPull *p, psUser *u, psKey *k, ps_format fmt, const uint64_t *
     if (bp->ids_ef && nids >= PS_IDS_EF_MIN) {
         /* Sorted copies of the ids and their positions: EF sends the ids
          * sorted and the rows come back in that order. */
-        if (grow(&p->sids, &p->scap, nids, sizeof(uint64_t)) ||
-            (p->spos = realloc(p->spos, p->scap * sizeof(size_t))) == NULL ||
-            sort_ids(bp, ids, nids))
-            return -1;
+        if (nids > p->scap) {
+            free(p->sids);
+            free(p->spos);
+            p->scap = 0;
+            p->sids = malloc(nids * sizeof(uint64_t));
+            p->spos = malloc(nids * sizeof(size_t));
+            if (p->sids == NULL || p->spos == NULL) return -1;
+            p->scap = nids;
+        }
+        if (sort_ids(bp, ids, nids)) return -1;
         for (size_t i = 0; i < nids; i++) {
             p->sids[i] = bp->pairs[i].id;
             p->spos[i] = pos ? pos[bp->pairs[i].at] : bp->pairs[i].at;
@@ -817,7 +834,13 @@ static int push_plan_ids(struct psBatches *bp, psPush *p) {
             p->ids[i] = bp->pairs[i].id;
             memcpy(bp->rowtmp + i * rb, p->blob + bp->pairs[i].at * rb, rb);
         }
-        memcpy(p->blob, bp->rowtmp, p->bloblen);
+        /* the sorted rows become the push's blob, its old buffer the scratch */
+        unsigned char *t = p->blob;
+        size_t tc = p->blobcap;
+        p->blob = bp->rowtmp;
+        p->blobcap = bp->rowcap;
+        bp->rowtmp = t;
+        bp->rowcap = tc;
     }
     if (ef_pays(bp, p->ids, n)) p->idfmt = PS_PROTO_IDFMT_EF;
     return 0;
