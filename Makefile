@@ -318,7 +318,7 @@ FUZZ_SECONDS ?= 25
 FUZZ_CFLAGS = -std=c11 -g -O1 -D_GNU_SOURCE -ffp-contract=off -fno-fast-math -fno-math-errno \
               -Wall -Wextra -Werror -Wno-unused-command-line-argument \
               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined $(TEST_INCS)
-FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp
+FUZZ_NAMES = fuzz_codec fuzz_header fuzz_push fuzz_embed fuzz_resp fuzz_ids fuzz_args
 FUZZ_BINS = $(addprefix $(FUZZ_B)/,$(FUZZ_NAMES))
 FUZZ_DEPS = $(HDRS) fuzz/fuzz_util.h
 MODULE_CORE_SRC = $(MODULE_PURE) $(COMMON_SRC)
@@ -348,11 +348,28 @@ $(FUZZ_B)/fuzz_resp: fuzz/fuzz_resp.c libps/resp.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lhiredis
 
+# The IDFORMAT EF id lists (common/idlist.c).
+$(FUZZ_B)/fuzz_ids: fuzz/fuzz_ids.c common/idlist.c $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^)
+
+# The module's parsers of PS.PUSHGRAD, PS.PULL and PS.SCORE (module/args.c)
+# against a fake of the Redis calls they make.
+$(FUZZ_B)/fuzz_args: fuzz/fuzz_args.c module/args.c $(COMMON_SRC) $(FUZZ_DEPS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
+
+# fuzz_ids and fuzz_args cover small parsers (their coverage stops growing within seconds):
+# FUZZ_SECONDS_SMALL each, to keep CI's time.
+FUZZ_SECONDS_SMALL ?= 8
+FUZZ_SMALL = fuzz_ids fuzz_args
+
 fuzz-short: $(FUZZ_BINS) ## replay each fuzz corpus, then fuzz FUZZ_SECONDS each (CI)
 	@set -e; for f in $(FUZZ_NAMES); do \
-	  echo "== $$f: corpus replay + $(FUZZ_SECONDS)s"; \
+	  secs=$(FUZZ_SECONDS); case " $(FUZZ_SMALL) " in *" $$f "*) secs=$(FUZZ_SECONDS_SMALL);; esac; \
+	  echo "== $$f: corpus replay + $${secs}s"; \
 	  rm -rf $(FUZZ_B)/$$f.work; mkdir -p $(FUZZ_B)/$$f.work $(FUZZ_B)/$$f.crashes; \
-	  $(FUZZ_B)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+	  $(FUZZ_B)/$$f -max_total_time=$$secs -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	    -print_final_stats=0 -artifact_prefix=$(FUZZ_B)/$$f.crashes/ \
 	    $(FUZZ_B)/$$f.work fuzz/corpus/$$f > $(FUZZ_B)/$$f.log 2>&1 || \
 	    { tail -60 $(FUZZ_B)/$$f.log; echo "$$f FAILED: reproducer in $(FUZZ_B)/$$f.crashes/"; exit 1; }; \

@@ -24,6 +24,9 @@
 # core, bench/embed_core_bench.py, then build/bench/embed_bench in process with the memory
 # limit) fills EMBED_CORE_ROWS rows (default 1000000, about 30 s); EMBED_BASE_MODULE=<ps.so>
 # adds a baseline build of the module to 2d, measured in the same run.
+# Part 2e (compressed id lists, bench/ids_bench.py): bytes per ps-train sparse step with
+# IDFORMAT EF and with raw ids (PS_RAW_IDS=1) on IDS_BENCH_SAMPLES generated samples (100000),
+# and the server's CPU per id of EF vs raw lists on EMBED_CORE_ROWS rows; IDS_BENCH=0 skips it.
 # Environment overrides: REDIS_SERVER (redis-server), BENCH_PS_ARGS (extra
 # ps_bench flags, e.g. "--reps 3 --time-ms 200"), BENCH_TRAIN=0 (skip part 3),
 # BENCH_ACC (0.85), BENCH_MAX_EPOCHS (5), BENCH_DATA (Fashion-MNIST dir),
@@ -111,6 +114,14 @@ echo "== 2d. embedding lookups per server core (issue 24): pull/push of 4096 uni
 echo "-- the same table in process (no Redis), and the memory limit measured in the same run (build/bench/embed_bench)"
 "$B/bench/embed_bench" --rows "${EMBED_CORE_ROWS:-1000000}" --batches 200 ||
     { echo "bench: embed_bench failed" >&2; fail=1; }
+
+echo
+echo "== 2e. compressed id lists (issue 24): bytes per sparse step and server CPU per id, IDFORMAT EF vs raw ids (bench/ids_bench.py)"
+# IDS_BENCH=0 skips it; IDS_BENCH_SAMPLES / EMBED_CORE_ROWS size it.
+if [ "${IDS_BENCH:-1}" != 0 ]; then
+    /usr/bin/python3 "$REPO/bench/ids_bench.py" --samples "${IDS_BENCH_SAMPLES:-100000}" \
+        --rows "${EMBED_CORE_ROWS:-1000000}" || { echo "bench: ids_bench failed" >&2; fail=1; }
+fi
 
 # Part 4 in its own script: its private server and data cache are its own.
 run_sparse() {

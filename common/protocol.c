@@ -4,6 +4,7 @@
 #include "protocol.h"
 
 #include <string.h>
+#include <strings.h>
 
 /* ------------------------------------------------------ table consistency */
 
@@ -230,4 +231,22 @@ const char *ps_proto_push_option_name(ps_proto_push_option o) {
 
 int ps_proto_push_option_nvals(ps_proto_push_option o) {
     return (int)o >= 0 && o < PS_PROTO_PUSH_COUNT ? PushOpts[o].nvals : 0;
+}
+
+/* ------------------------------------------------------------- id formats */
+
+static const char *const IdFormats[PS_PROTO_IDFMT_COUNT] = {
+#define PS_ROW_(ID) [PS_PROTO_IDFMT_##ID] = #ID,
+    PS_PROTO_ID_FORMATS(PS_ROW_, PS_ROW_)
+#undef PS_ROW_
+};
+
+const char *ps_proto_idformat_name(int f) {
+    return f >= 0 && f < PS_PROTO_IDFMT_COUNT ? IdFormats[f] : "";
+}
+
+int ps_proto_idformat_parse(const char *s, size_t len) {
+    for (int f = 0; f < PS_PROTO_IDFMT_COUNT; f++)
+        if (strlen(IdFormats[f]) == len && strncasecmp(IdFormats[f], s, len) == 0) return f;
+    return -1;
 }

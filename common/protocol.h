@@ -134,7 +134,27 @@
     X(VERSION, 1, 1, 1)                                                                            \
     X(ID, 2, 1, 1)                                                                                 \
     X(SCALE, 1, 1, 0)                                                                              \
-    X(IDS, 1, 0, 1)
+    X(IDS, 1, 0, 1)                                                                                \
+    X(IDFORMAT, 1, 0, 1)
+
+/* ============================================================== id formats
+ *
+ * X(ID): how the IDS blob of a table's PS.PULL / PS.PUSHGRAD is encoded,
+ * named by its IDFORMAT option (case-insensitively), in code order (append,
+ * never renumber). X1 is applied to the first row (RAW, the default when
+ * IDFORMAT is absent; keep it first) and X to the others.
+ *   RAW  little-endian uint64 ids, 8 bytes each, in any order; a pull
+ *        answers the rows in the order given (a repeated id each time)
+ *   EF   a non-decreasing list, Elias-Fano coded (common/idlist.h, byte by
+ *        byte in docs/commands.md "Compressed id lists"): about
+ *        2 + log2(spread / n) bits per id; a pull answers the rows in the
+ *        list's order, which is ascending (a repeated id each time)
+ * A server without IDFORMAT answers "ERR unknown option 'IDFORMAT'" and
+ * changes nothing: libps then resends the request as RAW and sends RAW on
+ * that client from then on (libps/batch.c). */
+#define PS_PROTO_ID_FORMATS(X1, X)                                                                 \
+    X1(RAW)                                                                                        \
+    X(EF)
 
 /* ============================================================ derived enums */
 
@@ -163,6 +183,14 @@ typedef enum {
     PS_PROTO_PUSH_COUNT
 } ps_proto_push_option;
 
+/* The id formats (PS_PROTO_ID_FORMATS). */
+typedef enum {
+#define PS_PROTO_IDFMT_ENUM_(ID) PS_PROTO_IDFMT_##ID,
+    PS_PROTO_ID_FORMATS(PS_PROTO_IDFMT_ENUM_, PS_PROTO_IDFMT_ENUM_)
+#undef PS_PROTO_IDFMT_ENUM_
+    PS_PROTO_IDFMT_COUNT
+} ps_proto_idformat;
+
 /* Numbers of tensor / table optimizers (the codes run 0 .. count-1). */
 #define PS_PROTO_ONE_(ID) +1
 #define PS_PROTO_TENSOR_OPTIM_COUNT (0 PS_PROTO_TENSOR_OPTIMS(PS_PROTO_ONE_, PS_PROTO_ONE_))
@@ -179,6 +207,11 @@ typedef enum {
 #define PS_PROTO_FORMAT_NAMES PS_PROTO_FORMATS(PS_PROTO_FMT1_, PS_PROTO_FMTN_)
 #define PS_PROTO_DENSE_FORMAT_NAMES PS_PROTO_FORMATS(PS_PROTO_FMT1_, PS_PROTO_FMTN_DENSE_)
 #define PS_PROTO_TABLE_FORMAT_NAMES PS_PROTO_FORMATS(PS_PROTO_FMT1_, PS_PROTO_FMTN_TABLE_)
+
+/* Id format names joined by ", ": "RAW, EF". */
+#define PS_PROTO_IDF1_(ID) #ID
+#define PS_PROTO_IDFN_(ID) ", " #ID
+#define PS_PROTO_ID_FORMAT_NAMES PS_PROTO_ID_FORMATS(PS_PROTO_IDF1_, PS_PROTO_IDFN_)
 
 /* Upper-case optimizer names joined by ", ": "SGD, MOMENTUM, ...". */
 #define PS_PROTO_OPT1_(ID) #ID
@@ -240,5 +273,10 @@ int ps_proto_error_is_err(ps_proto_error e);
 /* The keyword of push option 'o' ("FORMAT") and its value count. */
 const char *ps_proto_push_option_name(ps_proto_push_option o);
 int ps_proto_push_option_nvals(ps_proto_push_option o);
+
+/* The name of id format 'f' ("EF"), "" out of range; the id format 'len'
+ * bytes at 's' name (case-insensitive), or -1. */
+const char *ps_proto_idformat_name(int f);
+int ps_proto_idformat_parse(const char *s, size_t len);
 
 #endif /* PS_PROTOCOL_H */

@@ -6,6 +6,7 @@
 
 #include "batch.h"
 #include "clock.h"
+#include "idlist.h"
 #include "protocol.h"
 #include "wire.h"
 
@@ -17,6 +18,13 @@ struct psBatches {
     psPushWindow shared;        /* pushes of users without a window of their own (models) */
     psUser **users;             /* users with requests on this client */
     int nusers, usercap;
+    int ids_ef;                 /* 1: key pulls and pushes by ids may send IDFORMAT EF; 0
+                                   after PS_FLAG_RAW_IDS / PS_RAW_IDS=1 or a server without
+                                   it (libps/batch.c "Compressed ids") */
+    struct idpair *pairs;       /* sort scratch */
+    size_t paircap;
+    unsigned char *rowtmp;      /* push scratch: blob rows in sorted order */
+    size_t rowcap;
 };
 
 /* A growable buffer of 'n' items of 'size' bytes at '*p' with room '*cap'.
@@ -50,6 +58,12 @@ static int is_stale(const redisReply *reply) {
 }
 
 /* Whether 'reply' refuses an option an older server lacks (VERSION, ID). */
+/* "ERR unknown option 'IDFORMAT'": a server before IDFORMAT (common/protocol.h
+ * PS_PROTO_ID_FORMATS), which changed nothing. */
+static int is_unknown_idformat(const redisReply *reply) {
+    return psi_reply_error(reply) == PS_PROTO_ERR_UNKNOWN_OPT && strstr(reply->str, "'IDFORMAT'");
+}
+
 static int is_unknown_option(const redisReply *reply) {
     int cls = psi_reply_error(reply);
     return cls == PS_PROTO_ERR_SYNTAX || cls == PS_PROTO_ERR_UNKNOWN_OPT ||
@@ -167,6 +181,8 @@ int psi_batches_init(psClient *c, const psOptions *o) {
     c->priv->batch = bp;
     bp->push_window = o->push_window > 0 ? o->push_window : PS_DEFAULT_PUSH_WINDOW;
     bp->flags = o->flags;
+    const char *raw = getenv("PS_RAW_IDS");
+    bp->ids_ef = !(o->flags & PS_FLAG_RAW_IDS) && !(raw && strcmp(raw, "1") == 0);
     bp->seq_base = ps_wall_us();
     bp->shared.n = bp->push_window;
     bp->shared.g = calloc((size_t)bp->shared.n, sizeof(psPushGroup));
@@ -190,9 +206,63 @@ void psi_batches_free(psClient *c) {
         for (int k = 0; k < u->own.n; k++) u->own.g[k].in_use = 0;
     }
     free(bp->users);
+    free(bp->pairs);
+    free(bp->rowtmp);
     window_free(&bp->shared);
     free(bp);
     c->priv->batch = NULL;
+}
+
+/* ========================================================================
+ * Compressed ids (IDFORMAT EF, common/protocol.h PS_PROTO_ID_FORMATS)
+ *
+ * A key pull or push by ids of PS_IDS_EF_MIN ids or more is sorted by id
+ * (stably: repeated ids keep their order, so a push sums them in the order
+ * given) and sent as IDFORMAT EF when that is smaller than the raw list
+ * plus the two arguments. A pull's rows then come in ascending id order:
+ * the sorted positions send each to its caller's slot. A server without
+ * IDFORMAT answers "ERR unknown option 'IDFORMAT'" and changes nothing: the
+ * request is re-encoded raw (same sorted order, same seq) and resent, and
+ * the client sends raw ids from then on (ids_ef 0).
+ * ======================================================================== */
+
+struct idpair {
+    uint64_t id;
+    size_t at;                  /* original index */
+};
+
+/* Sorts 'ids' (n) with their indices into bp->pairs[0 .. n), stably (equal
+ * ids keep their order): an LSD radix sort, 8 bits a pass, a pass skipped
+ * when every id has the same byte there (a few microseconds for a step's
+ * few hundred ids, where qsort took tens). 0 or -1 (out of memory). */
+static int sort_ids(struct psBatches *bp, const uint64_t *ids, size_t n) {
+    if (grow(&bp->pairs, &bp->paircap, 2 * n, sizeof(struct idpair))) return -1;
+    struct idpair *a = bp->pairs, *b = bp->pairs + n, *t;
+    for (size_t i = 0; i < n; i++) {
+        a[i].id = ids[i];
+        a[i].at = i;
+    }
+    if (n == 0 || ps_idlist_sorted(ids, n)) return 0;
+    for (unsigned shift = 0; shift < 64; shift += 8) {
+        size_t cnt[256] = {0}, sum = 0;
+        for (size_t i = 0; i < n; i++) cnt[(a[i].id >> shift) & 255]++;
+        if (cnt[(a[0].id >> shift) & 255] == n) continue;
+        for (int d = 0; d < 256; d++) {
+            size_t c = cnt[d];
+            cnt[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++) b[cnt[(a[i].id >> shift) & 255]++] = a[i];
+        t = a, a = b, b = t;
+    }
+    if (a != bp->pairs) memcpy(bp->pairs, a, n * sizeof(struct idpair));
+    return 0;
+}
+
+/* Whether sorted 'ids' (n) go as EF: the client may and it is smaller. */
+static int ef_pays(const struct psBatches *bp, const uint64_t *ids, size_t n) {
+    /* "$8\r\nIDFORMAT\r\n$2\r\nEF\r\n" */
+    return bp->ids_ef && n >= PS_IDS_EF_MIN && ps_wire_ids_size(ids, n, PS_PROTO_IDFMT_EF) + 24 < 8 * n;
 }
 
 static int window_busy(const psPushWindow *w) {
@@ -254,6 +324,8 @@ static void pull_failed(psClient *c, psUser *u, int code, const char *msg) {
              msg);
 }
 
+static int pull_encode_ids(psPull *p, const uint64_t *ids, size_t nids);
+
 static int pull_done(psClient *c, psReq *r, redisReply *reply) {
     psPull *p = r->udata;
     psUser *u = p->u;
@@ -275,6 +347,17 @@ static int pull_done(psClient *c, psReq *r, redisReply *reply) {
         pull_failed(c, u, c->err ? c->err : PS_ERR_IO, c->err ? c->errstr : msg);
         p->direct = 0;
         return PSI_DONE;
+    }
+    if (p->by_ids && p->idfmt == PS_PROTO_IDFMT_EF && is_unknown_idformat(reply)) {
+        /* A server before IDFORMAT: the same pull again, raw (the rows
+         * still in sorted order), and raw ids on this client from now on. */
+        c->priv->batch->ids_ef = 0;
+        p->idfmt = PS_PROTO_IDFMT_RAW;
+        if (pull_encode_ids(p, p->sids, p->nrows) == 0) {
+            freeReplyObject(reply);
+            u->pull.pending++;
+            return PSI_RESEND;
+        }
     }
     if (is_nokey(reply) && k->has_acked) {
         psi_lost_state(c, r->node, k->key, k->acked, 0, 0, lost, sizeof(lost));
@@ -351,15 +434,50 @@ int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minve
     return 0;
 }
 
-int psi_pull_ids(psPull *p, psUser *u, psKey *k, ps_format fmt, const uint64_t *ids,
-                 size_t nids, const size_t *pos, float *dst, size_t dim) {
-    size_t len = ps_wire_pull_ids(k->key, k->keylen, ids, nids, fmt, p->cmd, p->cmdcap);
+/* Encode key pull by ids 'p' (p->idfmt) of 'ids' (nids) into p->cmd and
+ * route it. 0 or -1. */
+static int pull_encode_ids(psPull *p, const uint64_t *ids, size_t nids) {
+    psKey *k = p->k;
+    size_t len = ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
     if (len > p->cmdcap) {
         if (grow(&p->cmd, &p->cmdcap, len, 1)) return -1;
-        ps_wire_pull_ids(k->key, k->keylen, ids, nids, fmt, p->cmd, p->cmdcap);
+        ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
     }
-    pull_init(p, u, k, len);
+    p->req.cmd = p->cmd;
+    p->req.cmdlen = len;
+    return 0;
+}
+
+int psi_pull_ids(psPull *p, psUser *u, psKey *k, ps_format fmt, const uint64_t *ids,
+                 size_t nids, const size_t *pos, float *dst, size_t dim) {
+    struct psBatches *bp = u->client->priv->batch;
+    p->idfmt = PS_PROTO_IDFMT_RAW;
+    if (bp->ids_ef && nids >= PS_IDS_EF_MIN) {
+        /* Sorted copies of the ids and their positions: EF sends the ids
+         * sorted and the rows come back in that order. */
+        if (nids > p->scap) {
+            free(p->sids);
+            free(p->spos);
+            p->scap = 0;
+            p->sids = malloc(nids * sizeof(uint64_t));
+            p->spos = malloc(nids * sizeof(size_t));
+            if (p->sids == NULL || p->spos == NULL) return -1;
+            p->scap = nids;
+        }
+        if (sort_ids(bp, ids, nids)) return -1;
+        for (size_t i = 0; i < nids; i++) {
+            p->sids[i] = bp->pairs[i].id;
+            p->spos[i] = pos ? pos[bp->pairs[i].at] : bp->pairs[i].at;
+        }
+        if (ef_pays(bp, p->sids, nids)) {
+            p->idfmt = PS_PROTO_IDFMT_EF;
+            ids = p->sids;
+            pos = p->spos;
+        }
+    }
+    pull_init(p, u, k, 0);
     p->fmt = fmt;
+    if (pull_encode_ids(p, ids, nids)) return -1;
     p->dst = dst;
     p->pos = pos;
     p->nrows = nids;
@@ -371,8 +489,12 @@ int psi_pull_ids(psPull *p, psUser *u, psKey *k, ps_format fmt, const uint64_t *
 
 void psi_pull_free(psPull *p) {
     free(p->cmd);
+    free(p->sids);
+    free(p->spos);
     p->cmd = NULL;
-    p->cmdcap = 0;
+    p->sids = NULL;
+    p->spos = NULL;
+    p->cmdcap = p->scap = 0;
 }
 
 void psi_pulls_begin(psUser *u) {
@@ -433,7 +555,7 @@ static int push_encode(psClient *c, psPush *p) {
     if (grow(&p->head, &p->headcap, ps_wire_pushgrad_head_size(k->keylen), 1)) return -1;
     if (p->by_ids) {
         psWirePushIds a = {k->key, k->keylen, p->bloblen, p->fmt, p->ids, p->nids,
-                           p->has_version, p->version, c->client_id, p->seq, wflags};
+                           p->has_version, p->version, c->client_id, p->seq, wflags, p->idfmt};
         if (grow(&p->tail, &p->tailcap, PS_WIRE_PUSH_IDS_TAIL_MAX(p->nids, idlen), 1) ||
             ps_wire_pushgrad_ids(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
             return -1;
@@ -583,6 +705,12 @@ static int push_reply(psClient *c, psPush *p, redisReply *reply) {
             c->stats.push_errors++;
             psi_set_error(c, PS_ERR_LOST_STATE, "PS.PUSHGRAD: %s", msg);
         }
+    } else if (p->by_ids && p->idfmt == PS_PROTO_IDFMT_EF && is_unknown_idformat(reply)) {
+        /* A server before IDFORMAT refused it whole: resend it raw (same
+         * seq), and raw ids on this client from now on. */
+        c->priv->batch->ids_ef = 0;
+        p->idfmt = PS_PROTO_IDFMT_RAW;
+        out = PUSH_RESEND;
     } else if (is_stale(reply)) {
         c->stats.stale_rejects++;
     } else if (is_nokey(reply) && k->has_acked) {
@@ -671,6 +799,7 @@ psPush *psi_push_add(psClient *c, psPushGroup *g, psKey *k) {
     p->bloblen = 0;
     p->by_ids = 0;
     p->nids = 0;
+    p->idfmt = PS_PROTO_IDFMT_RAW;
     p->has_version = 0;
     p->version = 0;
     p->scale = 1.0f;
@@ -692,6 +821,31 @@ uint64_t *psi_push_ids(psPush *p, size_t n) {
     return p->ids;
 }
 
+/* Sort push by ids 'p' (ids and blob rows, stably) and choose its id
+ * format, once before its first encoding. 0 or -1 (out of memory). */
+static int push_plan_ids(struct psBatches *bp, psPush *p) {
+    size_t n = p->nids, rb;
+    p->idfmt = PS_PROTO_IDFMT_RAW;
+    if (!p->by_ids || !bp->ids_ef || n < PS_IDS_EF_MIN || p->bloblen % n) return 0;
+    rb = p->bloblen / n; /* the table formats have fixed-size rows */
+    if (!ps_idlist_sorted(p->ids, n)) {
+        if (sort_ids(bp, p->ids, n) || grow(&bp->rowtmp, &bp->rowcap, p->bloblen, 1)) return -1;
+        for (size_t i = 0; i < n; i++) {
+            p->ids[i] = bp->pairs[i].id;
+            memcpy(bp->rowtmp + i * rb, p->blob + bp->pairs[i].at * rb, rb);
+        }
+        /* the sorted rows become the push's blob, its old buffer the scratch */
+        unsigned char *t = p->blob;
+        size_t tc = p->blobcap;
+        p->blob = bp->rowtmp;
+        p->blobcap = bp->rowcap;
+        bp->rowtmp = t;
+        bp->rowcap = tc;
+    }
+    if (ef_pays(bp, p->ids, n)) p->idfmt = PS_PROTO_IDFMT_EF;
+    return 0;
+}
+
 int psi_push_send(psClient *c, psPushGroup *g) {
     int k, j;
     if (g->n == 0) return c->err ? PS_ERR : PS_OK;
@@ -700,7 +854,7 @@ int psi_push_send(psClient *c, psPushGroup *g) {
         psi_req_init(&p->req, p->k->key, p->k->keylen);
         p->req.done = push_done;
         p->req.udata = p;
-        if (push_encode(c, p) != 0) {
+        if (push_plan_ids(c->priv->batch, p) != 0 || push_encode(c, p) != 0) {
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             return PS_ERR;
         }

@@ -36,6 +36,9 @@
 #include "codec.h"
 #include "ps_internal.h"
 
+/* The fewest ids of a key pull or push sent as IDFORMAT EF (fewer: raw). */
+#define PS_IDS_EF_MIN 16
+
 /* ------------------------------------------------------------------------
  * Keys
  * ------------------------------------------------------------------------ */
@@ -122,6 +125,11 @@ typedef struct psPull {
     uint64_t minver;            /* MINVERSION (0: none) */
     int timed_out;              /* the MINVERSION wait answered nil: nothing decoded */
     size_t direct;              /* bytes of the reply decoded by the sink */
+    int idfmt;                  /* by ids: PS_PROTO_IDFMT_* sent (EF: rows in ascending
+                                   id order, sids/spos) */
+    uint64_t *sids;             /* by ids, sorted: the ids and their positions, owned */
+    size_t *spos;
+    size_t scap;
 } psPull;
 
 /* Prepare 'p' to pull the whole of key 'k' ('elements' floats into dst),
@@ -131,7 +139,10 @@ int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minve
                    float *dst, size_t elements);
 /* Prepare 'p' to pull rows 'ids' ('nids', copied into the command) of 'dim'
  * floats of key 'k' into dst + pos[i] * dim ('pos' must live until the pull
- * is waited for). 0 or -1. */
+ * is waited for). From PS_IDS_EF_MIN ids on, unless the client sends raw
+ * ids (PS_FLAG_RAW_IDS, or a server without IDFORMAT met), the ids are
+ * sorted (with their positions, copies owned by 'p') and sent as IDFORMAT EF
+ * when that is smaller: the rows then come in ascending id order. 0 or -1. */
 int psi_pull_ids(psPull *p, psUser *u, psKey *k, ps_format fmt, const uint64_t *ids,
                  size_t nids, const size_t *pos, float *dst, size_t dim);
 void psi_pull_free(psPull *p);
@@ -176,6 +187,8 @@ typedef struct psPush {
     int acked;                  /* answered with a version */
     int rewait;                 /* resent after its WAIT was lost: WAIT again once acked */
     int unreplicated;           /* counted in stats.unreplicated_pushes */
+    int idfmt;                  /* by ids: PS_PROTO_IDFMT_* (EF: ids and blob rows sorted
+                                   by id at psi_push_send) */
 } psPush;
 
 /* One push of a user: a request per key, released when every request and
@@ -200,7 +213,9 @@ unsigned char *psi_push_blob(psPush *p, size_t len);
 /* Room for 'n' ids: makes 'p' a push by ids (the user sets nids). NULL:
  * out of memory. */
 uint64_t *psi_push_ids(psPush *p, size_t n);
-/* Encode and submit the pushes of 'g', queue the WAITs after them
+/* Encode and submit the pushes of 'g' (a push by ids of PS_IDS_EF_MIN ids or
+ * more as psi_pull_ids: its ids and blob rows sorted by id, stably, and
+ * sent as IDFORMAT EF when smaller), queue the WAITs after them
  * (wait_replicas > 0), write. PS_OK, or PS_ERR (recorded; nothing sent
  * when encoding failed). */
 int psi_push_send(psClient *c, psPushGroup *g);

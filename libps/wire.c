@@ -2,6 +2,7 @@
 
 #include "wire.h"
 
+#include "idlist.h"
 #include "protocol.h"
 
 #include <stdio.h>
@@ -116,12 +117,33 @@ size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t 
     return o.len;
 }
 
-/* The ids as one bulk string of little-endian uint64s (the host is
- * little-endian: codec.h refuses to build otherwise). */
-static void put_ids(out *o, const uint64_t *ids, size_t n) {
-    put_header(o, '$', (unsigned long long)(8 * n));
-    put(o, ids, 8 * n);
+size_t ps_wire_ids_size(const uint64_t *ids, size_t nids, int idfmt) {
+    uint64_t base;
+    unsigned b;
+    if (idfmt != PS_PROTO_IDFMT_EF) return 8 * nids;
+    return ps_idlist_plan(ids, nids, &base, &b);
+}
+
+/* The ids as one bulk string: little-endian uint64s (RAW; the host is
+ * little-endian: codec.h refuses to build otherwise), or an Elias-Fano list
+ * (EF), followed by "IDFORMAT EF". */
+static void put_ids(out *o, const uint64_t *ids, size_t n, int idfmt) {
+    if (idfmt != PS_PROTO_IDFMT_EF) {
+        put_header(o, '$', (unsigned long long)(8 * n));
+        put(o, ids, 8 * n);
+        put(o, "\r\n", 2);
+        return;
+    }
+    uint64_t base;
+    unsigned b;
+    size_t size = ps_idlist_plan(ids, n, &base, &b);
+    put_header(o, '$', (unsigned long long)size);
+    if (o->len <= o->cap && size <= o->cap - o->len)
+        ps_idlist_encode_with(ids, n, base, b, (unsigned char *)o->buf + o->len, size);
+    o->len += size;
     put(o, "\r\n", 2);
+    put_opt(o, PS_PROTO_PUSH_IDFORMAT);
+    put_str(o, ps_proto_idformat_name(PS_PROTO_IDFMT_EF));
 }
 
 int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
@@ -129,7 +151,8 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
     int version = a->has_version && !(a->flags & PS_WIRE_NO_VERSION);
     int id = !(a->flags & PS_WIRE_NO_ID);
     int fmtarg = a->fmt != PS_FMT_F32;
-    int argc = 5 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0);
+    int ef = a->idfmt == PS_PROTO_IDFMT_EF;
+    int argc = 5 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0) + (ef ? 2 : 0);
     out h = {head, headcap, 0}, t = {tail, tailcap, 0};
 
     put_header(&h, '*', (unsigned long long)argc);
@@ -142,7 +165,7 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
         put_str(&t, ps_format_name(a->fmt));
     }
     put_opt(&t, PS_PROTO_PUSH_IDS);
-    put_ids(&t, a->ids, a->nids);
+    put_ids(&t, a->ids, a->nids, a->idfmt);
     put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     *headlen = h.len;
     *taillen = t.len;
@@ -150,13 +173,13 @@ int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, siz
 }
 
 size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
-                        ps_format fmt, char *buf, size_t cap) {
+                        int idfmt, ps_format fmt, char *buf, size_t cap) {
     out o = {buf, cap, 0};
-    put_header(&o, '*', fmt == PS_FMT_F32 ? 4 : 6);
+    put_header(&o, '*', (fmt == PS_FMT_F32 ? 4 : 6) + (idfmt == PS_PROTO_IDFMT_EF ? 2 : 0));
     put_str(&o, "PS.PULL");
     put_arg(&o, key, keylen);
     put_str(&o, "IDS");
-    put_ids(&o, ids, nids);
+    put_ids(&o, ids, nids, idfmt);
     if (fmt != PS_FMT_F32) {
         put_str(&o, "FORMAT");
         put_str(&o, ps_format_name(fmt));

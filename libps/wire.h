@@ -60,8 +60,10 @@ size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t 
 /* ---- embedding tables (embed.c) -------------------------------------- */
 
 /* The arguments of one PS.PUSHGRAD by ids besides its gradient blob:
- *   PS.PUSHGRAD key grad [FORMAT f] IDS idblob [VERSION v] [ID client seq]
- * 'ids' are the 'nids' row ids, sent as little-endian uint64 in the tail. */
+ *   PS.PUSHGRAD key grad [FORMAT f] IDS idblob [IDFORMAT EF] [VERSION v] [ID client seq]
+ * 'ids' are the 'nids' row ids, sent in the tail as little-endian uint64
+ * (idfmt PS_PROTO_IDFMT_RAW) or as an Elias-Fano list (PS_PROTO_IDFMT_EF:
+ * the ids must be non-decreasing; common/idlist.h). */
 typedef struct psWirePushIds {
     const char *key;
     size_t keylen;
@@ -74,11 +76,12 @@ typedef struct psWirePushIds {
     const char *client_id;      /* NUL-terminated */
     uint64_t seq;
     int flags;                  /* PS_WIRE_NO_* */
+    int idfmt;                  /* PS_PROTO_IDFMT_RAW or _EF (common/protocol.h) */
 } psWirePushIds;
 
 /* Tail room PS.PUSHGRAD by ids needs for 'nids' ids and a client id of at
  * most 'idlen' bytes. */
-#define PS_WIRE_PUSH_IDS_TAIL_MAX(nids, idlen) (192 + 8 * (size_t)(nids) + (idlen))
+#define PS_WIRE_PUSH_IDS_TAIL_MAX(nids, idlen) (224 + 8 * (size_t)(nids) + (idlen))
 
 /* Encode PS.PUSHGRAD by ids like ps_wire_pushgrad() (head, blob, tail).
  * The head room is ps_wire_pushgrad_head_size(keylen). Returns 0, or -1
@@ -86,11 +89,16 @@ typedef struct psWirePushIds {
 int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
                          char *tail, size_t tailcap, size_t *taillen);
 
-/* Encode "PS.PULL key IDS idblob [FORMAT f]" ('nids' ids as little-endian
- * uint64; FORMAT left out for F32) into 'buf' (room 'cap'). Returns the
- * length, or the length needed when it exceeds 'cap'. */
+/* Encode "PS.PULL key IDS idblob [IDFORMAT EF] [FORMAT f]" ('nids' ids in
+ * id format 'idfmt', as psWirePushIds; FORMAT left out for F32) into 'buf'
+ * (room 'cap'). Returns the length, or the length needed when it exceeds
+ * 'cap'. */
 size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
-                        ps_format fmt, char *buf, size_t cap);
+                        int idfmt, ps_format fmt, char *buf, size_t cap);
+
+/* Bytes of the IDS blob of 'nids' ids in id format 'idfmt' (EF: the ids
+ * non-decreasing, nids >= 1). */
+size_t ps_wire_ids_size(const uint64_t *ids, size_t nids, int idfmt);
 
 /* ---- a relay's ACCUM tensors (accum.c) -------------------------------- */
 /* Each encodes its command into 'buf' (room 'cap') and returns the length,

@@ -79,15 +79,19 @@ int ps_reply_kind(RedisModuleCtx *ctx, PSKeyKind kind);
 
 /* PS.PUSHGRAD key (grad [FORMAT f] | VALUES g1 ... gn) ...
  *   tensor: [ROWS idx] [VERSION v] [ID client seq] [SCALE s]
- *   table:  IDS idblob [VERSION v] [ID client seq] */
+ *   table:  IDS idblob [IDFORMAT RAW|EF] [VERSION v] [ID client seq] */
 typedef struct PSPushArgs {
     RedisModuleString *grad; /* NULL with VALUES */
     int values_start;        /* VALUES: argv[values_start .. + nvalues) */
     int nvalues;
     ps_format fmt;
     RedisModuleString *rows; /* tensor: ROWS or NULL */
-    const unsigned char *ids; /* table: the IDS blob, nids ids */
+    const unsigned char *ids; /* table: nids little-endian uint64 ids: the IDS blob,
+                                 or an IDFORMAT EF list decoded (ps_scratch_ids) */
     size_t nids;
+    int idfmt;                /* table: PS_PROTO_IDFMT_* of the IDS blob */
+    int argc, ids_at, idformat_at; /* argv positions of the IDS value and of IDFORMAT
+                                      (0: absent), for ps_args_replicate_push */
     int has_version;
     uint64_t version;
     const char *id; /* ID client (NULL: none), idlen bytes, seq >= 1 */
@@ -109,9 +113,15 @@ void ps_values_fill(RedisModuleString **argv, const PSPushArgs *a, float *dst);
 int ps_args_push(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPushArgs *a);
 
+/* Replicates an applied table push 'a' (argv as parsed): verbatim, or when it
+ * had IDFORMAT, with its ids as a raw list and without IDFORMAT, so that a
+ * replica, the AOF and a module before IDFORMAT replaying them read the
+ * list every version reads (the same ids in the same order: same effect). */
+void ps_args_replicate_push(RedisModuleCtx *ctx, RedisModuleString **argv, const PSPushArgs *a);
+
 /* PS.PULL key ...
  *   tensor: [FORMAT f|VALUES] [ROWS idx] [AT snapshot] [MINVERSION v [TIMEOUT ms]]
- *   table:  IDS idblob [FORMAT F32|F16|BF16|VALUES] */
+ *   table:  IDS idblob [IDFORMAT RAW|EF] [FORMAT F32|F16|BF16|VALUES] */
 typedef struct PSPullArgs {
     ps_format fmt;
     int values; /* FORMAT VALUES */
@@ -122,12 +132,34 @@ typedef struct PSPullArgs {
     int has_min;
     uint64_t minversion;
     long long timeout_ms;
-    const unsigned char *ids; /* table: the IDS blob, nids ids */
+    const unsigned char *ids; /* table: nids ids, as PSPushArgs */
     size_t nids;
+    int idfmt;
 } PSPullArgs;
 
-/* Parses a PS.PULL of a key of 'kind', as ps_args_push. */
+/* Parses a PS.PULL of a key of 'kind', as ps_args_push. An IDFORMAT EF
+ * list is decoded here (into ps_scratch_ids, bounded before anything is
+ * allocated: at most min(2^24, ps.max-pull-bytes / 4) ids for a pull, 2^24
+ * for a push, and never more than 8 per byte of the blob). */
 int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyKind kind,
                  PSPullArgs *a);
+
+/* PS.SCORE key MODEL LR|FM COUNTS countblob IDS idblob [VALS valblob]
+ *          [BIAS b] [FORMAT F64|VALUES] (cmd_score.c) */
+typedef struct PSScoreArgs {
+    int model;                   /* PS_SCORE_LR / PS_SCORE_FM (ctr_score.h) */
+    int values_reply;            /* FORMAT VALUES */
+    float bias;
+    const unsigned char *counts; /* n little-endian uint32 feature counts */
+    size_t n;
+    uint64_t nnz;                /* their sum: the ids, at most 2^24 */
+    const unsigned char *ids;    /* nnz little-endian uint64 ids */
+    const unsigned char *vals;   /* nnz little-endian float32 values, or NULL */
+} PSScoreArgs;
+
+/* Parses PS.SCORE's options and checks the batch's shape (the blobs'
+ * lengths against the counts) without opening the key: the table's
+ * checks (dim, size) are the handler's. */
+int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSScoreArgs *a);
 
 #endif /* PS_ARGS_H */

@@ -9,9 +9,10 @@
  *                        drawn on the master when absent (a replica's or the
  *                        AOF's defaults may differ).
  *   PS.PUSHGRAD IDS      verbatim when applied: the push is a deterministic
- *                        function of the table (embed.h). A duplicate (ID
- *                        seen) or a rejected push changes nothing and is not
- *                        replicated.
+ *                        function of the table (embed.h); with IDFORMAT, its
+ *                        ids as a raw list (ps_args_replicate_push). A
+ *                        duplicate (ID seen) or a rejected push changes
+ *                        nothing and is not replicated.
  *   PS.CONFIG            verbatim (a CAPACITY below the rows evicts, by the
  *                        same deterministic rule everywhere).
  *   PS.EVICT             verbatim.
@@ -420,7 +421,7 @@ int ps_table_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSEmbedValue *v
         /* fall through */
     default: return ps_embed_reply_status(ctx, st);
     }
-    RedisModule_ReplicateVerbatim(ctx);
+    ps_args_replicate_push(ctx, argv, a); /* verbatim, or its EF ids raw (args.h) */
     ps_notify(ctx, "ps.pushgrad", argv[1]);
     v->pushes++;
     PSEmbedCounters.pushes++;

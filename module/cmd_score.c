@@ -26,60 +26,14 @@
 
 int PSScore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2) return RedisModule_WrongArity(ctx);
-    RedisModuleString *counts = NULL, *ids = NULL, *vals = NULL;
-    int model = -1, values_reply = 0;
-    float bias = 0.0f;
-    enum { O_MODEL, O_COUNTS, O_IDS, O_VALS, O_BIAS, O_FORMAT };
-    static const PSOption opts[] = {{"MODEL", 1}, {"COUNTS", 1}, {"IDS", 1}, {"VALS", 1},
-                                    {"BIAS", 1},  {"FORMAT", 1}, {NULL, 0}};
-    unsigned seen = 0;
-    for (int i = 2; i < argc; i += 2) {
-        int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
-        if (k < 0) return REDISMODULE_OK;
-        RedisModuleString *v = argv[i + 1];
-        size_t len;
-        const char *s = RedisModule_StringPtrLen(v, &len);
-        if (k == O_MODEL) {
-            if ((model = ps_ctr_score_model_parse(s, len)) < 0)
-                return ps_reply_errorf(ctx, PSERR_SCORE_MODEL_F, s);
-        } else if (k == O_COUNTS) {
-            counts = v;
-        } else if (k == O_IDS) {
-            ids = v;
-        } else if (k == O_VALS) {
-            vals = v;
-        } else if (k == O_BIAS) {
-            double d;
-            if (ps_arg_double(ctx, v, "BIAS", &d) != REDISMODULE_OK) return REDISMODULE_OK;
-            if (fabs(d) > FLT_MAX) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_BIAS);
-            bias = (float)d; /* the trainer's bias is a float32 tensor */
-        } else if (ps_arg_is(v, "VALUES")) {
-            values_reply = 1;
-        } else if (!ps_arg_is(v, "F64")) {
-            return ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
-        }
-    }
-    if (model < 0 || !counts || !ids) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_NEEDS);
-
-    /* The batch's shape: n samples, their feature counts summing to the ids. */
-    size_t clen, idlen, vlen = 0;
-    const unsigned char *cp = (const unsigned char *)RedisModule_StringPtrLen(counts, &clen);
-    const unsigned char *idp = (const unsigned char *)RedisModule_StringPtrLen(ids, &idlen);
-    const unsigned char *vp = vals ? (const unsigned char *)RedisModule_StringPtrLen(vals, &vlen) : NULL;
-    if (clen == 0 || clen % 4) return RedisModule_ReplyWithError(ctx, PSERR_SCORE_COUNTS);
-    const size_t n = clen / 4;
-    uint64_t nnz = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t c;
-        memcpy(&c, cp + 4 * i, 4);
-        nnz += c;
-    }
-    if (nnz > PSE_MAX_PUSH_IDS || idlen != 8 * nnz)
-        return ps_reply_errorf(ctx, PSERR_SCORE_IDS_F, idlen, (unsigned long long)nnz,
-                               (unsigned long long)(8 * nnz));
-    if (vals && vlen != 4 * nnz)
-        return ps_reply_errorf(ctx, PSERR_SCORE_VALS_F, vlen, (unsigned long long)nnz,
-                               (unsigned long long)(4 * nnz));
+    PSScoreArgs a;
+    if (ps_args_score(ctx, argv, argc, &a) != REDISMODULE_OK) return REDISMODULE_OK;
+    const size_t n = a.n;
+    const uint64_t nnz = a.nnz;
+    const int model = a.model, values_reply = a.values_reply;
+    const float bias = a.bias;
+    const unsigned char *cp = a.counts, *idp = a.ids, *vp = a.vals;
+    const int vals = vp != NULL;
 
     RedisModuleKey *key;
     int empty;

@@ -56,6 +56,9 @@
 #define PSERR_FORMAT_NEEDS_DATA "ERR FORMAT needs DATA"
 #define PSERR_INTERNAL "ERR internal error"
 /* Embedding tables (cmd_embed.c). */
+#define PSERR_IDFORMAT_F "ERR unknown IDFORMAT '%s' (" PS_PROTO_ID_FORMAT_NAMES ")"
+#define PSERR_IDS_EF_F "ERR IDS (IDFORMAT EF) is malformed: %s"
+#define PSERR_IDS_EF_COUNT_F "ERR IDS (IDFORMAT EF) declares %llu ids: must be 1..%llu and at most 8 per byte of its %zu bytes"
 #define PSERR_EMBED_IDS "ERR IDS must be a non-empty blob of little-endian uint64 ids (a multiple of 8 bytes, at most 16777216 ids)"
 #define PSERR_EMBED_NEEDS_IDS "ERR a table is pulled and pushed by IDS"
 #define PSERR_EMBED_VALUES_F "ERR VALUES has %zu numbers; %zu ids x dim %u need %llu"

@@ -89,7 +89,7 @@ typedef struct Scratch {
     void *p;
     size_t cap; /* bytes */
 } Scratch;
-static Scratch FloatScratch, ByteScratch;
+static Scratch FloatScratch, ByteScratch, IdScratch;
 static int TrimScheduled = 0;
 
 static void scratchTrimOneShot(void *unused) {
@@ -120,11 +120,16 @@ float *ps_scratch(uint64_t n) {
 
 unsigned char *ps_scratch_bytes(size_t bytes) { return scratch_get(&ByteScratch, bytes); }
 
-size_t ps_scratch_held(void) { return FloatScratch.cap + ByteScratch.cap; }
+uint64_t *ps_scratch_ids(uint64_t n) {
+    if (n > SIZE_MAX / sizeof(uint64_t)) return NULL;
+    return scratch_get(&IdScratch, (size_t)n * sizeof(uint64_t));
+}
+
+size_t ps_scratch_held(void) { return FloatScratch.cap + ByteScratch.cap + IdScratch.cap; }
 
 size_t ps_scratch_trim(void) {
-    Scratch *all[2] = {&FloatScratch, &ByteScratch};
-    for (int i = 0; i < 2; i++) {
+    Scratch *all[3] = {&FloatScratch, &ByteScratch, &IdScratch};
+    for (int i = 0; i < 3; i++) {
         if (all[i]->cap > (size_t)PSConf.scratch_keep_bytes) {
             PSTensor_Dealloc(all[i]->p);
             all[i]->p = NULL;

@@ -90,6 +90,10 @@ int PSCommands_Register(RedisModuleCtx *ctx);
  * holds their source), same rules. */
 unsigned char *ps_scratch_bytes(size_t bytes);
 
+/* A third scratch buffer, of 'n' uint64 ids: the ids of an IDFORMAT EF list
+ * decoded (args.c), alive while a handler fills the other two. */
+uint64_t *ps_scratch_ids(uint64_t n);
+
 /* Frees the scratch buffers above ps.scratch-keep-bytes: called at the end
  * of a request that may have grown them (and scheduled automatically when a
  * request grows them past the limit), so a large request does not pin its

@@ -20,6 +20,7 @@
 #include "ps_internal.h"
 #include "codec.h"
 #include "fake_node.h"
+#include "idlist.h"
 #include "client_helpers.h"
 
 #define DIM 3
@@ -41,6 +42,10 @@ static struct {
     int nseqs;
     char fmt[8];                        /* FORMAT of the last push ("" none) */
     int nokey;                          /* answer "no such key" (a lost table) */
+    int old_server;                     /* answer IDFORMAT as a module before it did */
+    int ef_seen, raw_seen, refused;     /* requests by ids: IDFORMAT EF decoded, raw,
+                                           refused (old_server) */
+    uint64_t first_ids[2];              /* the first two ids of the last request by ids */
 } T;
 
 static float row_value(uint64_t id, int j) { return (float)(id % 1000) + 0.25f * (float)j; }
@@ -58,8 +63,33 @@ static int embed_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int 
     size_t idlen = 0;
     const char *ids = argc > 2 ? after(argc, argv, "IDS", &idlen, argl) : NULL;
     const char *fmt = argc > 2 ? after(argc, argv, "FORMAT", NULL, argl) : NULL;
+    const char *idf = argc > 2 ? after(argc, argv, "IDFORMAT", NULL, argl) : NULL;
     size_t n = idlen / 8;
+    uint64_t *dec = NULL;
     if (ids == NULL || (strcmp(argv[0], "PS.PULL") && strcmp(argv[0], "PS.PUSHGRAD"))) return 0;
+    if (idf && T.old_server) {
+        pthread_mutex_lock(&T.mu);
+        T.refused++;
+        pthread_mutex_unlock(&T.mu);
+        out(f, fd, "-ERR unknown option 'IDFORMAT'\r\n");
+        return 1;
+    }
+    if (idf) {
+        /* IDFORMAT EF: decoded as the module does (common/idlist.h). */
+        ps_idlist_hdr h;
+        assert_string_equal(idf, "EF");
+        assert_int_equal(ps_idlist_header((const unsigned char *)ids, idlen, 1u << 20, &h), PS_IDL_OK);
+        dec = malloc(sizeof(uint64_t) * h.n);
+        assert_int_equal(ps_idlist_decode((const unsigned char *)ids, idlen, &h, dec), PS_IDL_OK);
+        assert_true(ps_idlist_sorted(dec, h.n));
+        ids = (const char *)dec;
+        n = h.n;
+    }
+    pthread_mutex_lock(&T.mu);
+    if (idf) T.ef_seen++;
+    else T.raw_seen++;
+    memcpy(T.first_ids, ids, sizeof(uint64_t) * (n < 2 ? n : 2));
+    pthread_mutex_unlock(&T.mu);
     if (T.moved_port && f->port != T.moved_port) {
         out(f, fd, "-MOVED %u 127.0.0.1:%d\r\n", ps_key_hash_slot(argv[1], argl[1]),
             T.moved_port);
@@ -113,6 +143,7 @@ static int embed_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int 
         }
     }
     pthread_mutex_unlock(&T.mu);
+    free(dec);
     return 1;
 }
 
@@ -288,6 +319,130 @@ static void test_embed_push_splits_rows_per_shard_and_sums_repeats_on_request(vo
         assert_memory_equal(T.row[applied(100, NULL)], g + 3 * DIM, sizeof(float) * DIM);
     }
     assert_int_equal(c->stats.rows_pushed, 9);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+}
+
+/* n ids like a sparse step's: hashed 64-bit ids, a few small ones, and
+ * every 7th a repeat of an earlier one. */
+#define NEF 300
+static void step_ids(uint64_t *ids, size_t n) {
+    uint64_t z = 12345;
+    for (size_t i = 0; i < n; i++) {
+        z += 0x9e3779b97f4a7c15ULL;
+        uint64_t x = z;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+        ids[i] = i % 7 == 6 ? ids[i / 2] : i % 11 == 3 ? i : x ^ (x >> 31);
+    }
+}
+
+/* The row pushed for occurrence 'occ' of id 'id' was g + at * DIM: the
+ * applied rows of an id keep the caller's order (a stable sort). */
+static void check_pushed(const uint64_t *ids, size_t n, const float *g, psEmbed *e, int nshards) {
+    for (size_t i = 0; i < n; i++) {
+        const char *key = psEmbedShardKey(e, psEmbedShardOf(ids[i], nshards));
+        int occ = 0, seen = 0;
+        for (size_t j = 0; j < i; j++) occ += ids[j] == ids[i];
+        for (size_t k = 0; k < T.napplied; k++) {
+            if (T.id[k] != ids[i] || strcmp(T.key[k], key)) continue;
+            if (seen++ == occ) {
+                assert_memory_equal(T.row[k], g + i * DIM, sizeof(float) * DIM);
+                break;
+            }
+        }
+        assert_true(seen > occ);
+    }
+}
+
+static void test_embed_ef_ids_to_a_new_server_rows_in_the_callers_order(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 2);
+    static uint64_t ids[NEF];
+    static float dst[NEF * DIM], g[NEF * DIM];
+    (void)state;
+    step_ids(ids, NEF);
+    for (size_t i = 0; i < NEF * DIM; i++) g[i] = (float)i * 0.25f;
+    assert_int_equal(psEmbedPull(c, e, ids, NEF, dst), PS_OK);
+    for (size_t i = 0; i < NEF; i++)
+        for (int j = 0; j < DIM; j++) assert_true(dst[i * DIM + j] == row_value(ids[i], j));
+    /* both shards' pulls went as EF, their ids sorted */
+    assert_int_equal(T.ef_seen, 2);
+    assert_int_equal(T.raw_seen, 0);
+    assert_true(T.first_ids[0] <= T.first_ids[1]);
+    assert_int_equal(c->stats.rows_pulled, NEF);
+    assert_int_equal(psEmbedPush(c, e, ids, NEF, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.ef_seen, 4);
+    assert_int_equal(T.napplied, NEF);
+    check_pushed(ids, NEF, g, e, 2);
+    /* a few ids go raw: EF starts at PS_IDS_EF_MIN */
+    assert_int_equal(psEmbedPull(c, e, ids, 8, dst), PS_OK);
+    assert_int_equal(T.ef_seen, 4);
+    assert_true(T.raw_seen > 0);
+    psEmbedFree(e);
+    close_all(a, c, NULL);
+    /* PS_FLAG_RAW_IDS: raw lists only, rows as before */
+    memset(&T, 0, sizeof(T));
+    {
+        psOptions o = {0};
+        o.flags = PS_FLAG_RAW_IDS;
+        a = embed_fake("A");
+        c = connect_to(a, &o);
+        e = psEmbedNew("emb", DIM, 2);
+        assert_int_equal(psEmbedPull(c, e, ids, NEF, dst), PS_OK);
+        for (size_t i = 0; i < NEF; i++) assert_true(dst[i * DIM] == row_value(ids[i], 0));
+        assert_int_equal(psEmbedPush(c, e, ids, NEF, g, 0), PS_OK);
+        assert_int_equal(psDrain(c), PS_OK);
+        assert_int_equal(T.ef_seen, 0);
+        assert_int_equal(T.raw_seen, 4);
+        check_pushed(ids, NEF, g, e, 2);
+        psEmbedFree(e);
+        close_all(a, c, NULL);
+    }
+}
+
+static void test_embed_ef_ids_fall_back_to_raw_on_an_old_server(void **state) {
+    fake *a = embed_fake("A");
+    psClient *c = connect_to(a, NULL);
+    psEmbed *e = psEmbedNew("emb", DIM, 2);
+    static uint64_t ids[NEF];
+    static float dst[NEF * DIM], g[NEF * DIM];
+    (void)state;
+    T.old_server = 1;
+    step_ids(ids, NEF);
+    for (size_t i = 0; i < NEF * DIM; i++) g[i] = 1.0f + (float)i;
+    /* the pull: refused per shard, resent raw, rows in the caller's order */
+    assert_int_equal(psEmbedPull(c, e, ids, NEF, dst), PS_OK);
+    for (size_t i = 0; i < NEF; i++)
+        for (int j = 0; j < DIM; j++) assert_true(dst[i * DIM + j] == row_value(ids[i], j));
+    assert_true(T.refused >= 1 && T.refused <= 2);
+    assert_int_equal(T.raw_seen, 2);
+    assert_int_equal(T.ef_seen, 0);
+    assert_int_equal(c->err, 0);
+    /* from then on raw at once */
+    int refused = T.refused;
+    assert_int_equal(psEmbedPush(c, e, ids, NEF, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_int_equal(T.refused, refused);
+    assert_int_equal(T.napplied, NEF);
+    check_pushed(ids, NEF, g, e, 2);
+    psEmbedFree(e);
+    psClientFree(c);
+    /* a new client whose first request is a push: refused, resent raw with
+     * its seq, applied once */
+    T.napplied = 0;
+    c = connect_to(a, NULL);
+    e = psEmbedNew("emb", DIM, 2);
+    assert_int_equal(psEmbedPush(c, e, ids, NEF, g, 0), PS_OK);
+    assert_int_equal(psDrain(c), PS_OK);
+    assert_true(T.refused > refused);
+    assert_int_equal(T.napplied, NEF);
+    assert_int_equal(T.dups, 0);
+    assert_int_equal(c->stats.push_errors, 0);
+    assert_int_equal(c->stats.rows_pushed, NEF);
+    check_pushed(ids, NEF, g, e, 2);
     psEmbedFree(e);
     close_all(a, c, NULL);
 }
@@ -531,6 +686,8 @@ int main(void) {
         cmocka_unit_test_setup(test_embed_shard_gone_after_an_ack_is_lost_state, setup),
         cmocka_unit_test_setup(test_embed_push_waits_for_replicas_once_per_node, setup),
         cmocka_unit_test_setup(test_embed_short_wait_follows_the_durability_policy, setup),
+        cmocka_unit_test_setup(test_embed_ef_ids_to_a_new_server_rows_in_the_callers_order, setup),
+        cmocka_unit_test_setup(test_embed_ef_ids_fall_back_to_raw_on_an_old_server, setup),
         cmocka_unit_test_setup(test_embed_lost_wait_resends_the_pushes_and_waits_again, setup),
         cmocka_unit_test_setup(test_embed_error_feedback_keeps_bf16_rounding_within_its_bound,
                                setup),

@@ -122,6 +122,24 @@ static void test_format_table(void **state) {
     assert_int_equal(ps_proto_push_option_nvals(PS_PROTO_PUSH_ID), 2);
 }
 
+/* The id formats of IDS lists: RAW first (the default), names both ways. */
+static void test_id_format_table(void **state) {
+    (void)state;
+    assert_int_equal(PS_PROTO_IDFMT_RAW, 0);
+    assert_string_equal(ps_proto_idformat_name(PS_PROTO_IDFMT_EF), "EF");
+    assert_string_equal(ps_proto_idformat_name(PS_PROTO_IDFMT_COUNT), "");
+    assert_string_equal(PS_PROTO_ID_FORMAT_NAMES, "RAW, EF");
+    for (int f = 0; f < PS_PROTO_IDFMT_COUNT; f++) {
+        const char *n = ps_proto_idformat_name(f);
+        assert_int_equal(ps_proto_idformat_parse(n, strlen(n)), f);
+    }
+    assert_int_equal(ps_proto_idformat_parse("ef", 2), PS_PROTO_IDFMT_EF);
+    assert_int_equal(ps_proto_idformat_parse("EFX", 3), -1);
+    assert_int_equal(ps_proto_idformat_parse("E", 1), -1);
+    assert_string_equal(ps_proto_push_option_name(PS_PROTO_PUSH_IDFORMAT), "IDFORMAT");
+    assert_int_equal(ps_proto_push_option_nvals(PS_PROTO_PUSH_IDFORMAT), 1);
+}
+
 /* A reply from RESP bytes, as hiredis reads it. */
 static redisReply *resp(const char *bytes) {
     redisReader *rd = redisReaderCreate();
@@ -185,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_messages_derived_from_the_tables_are_unchanged),
         cmocka_unit_test(test_optimizer_names_and_codes),
         cmocka_unit_test(test_format_table),
+        cmocka_unit_test(test_id_format_table),
         cmocka_unit_test(test_info_parse_tensor_and_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

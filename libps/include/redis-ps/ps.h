@@ -162,6 +162,9 @@ typedef void psEventFn(void *udata, int event, const char *node, const char *mes
 /* psOptions.flags */
 #define PS_FLAG_NO_PUSH_ID (1 << 0)      /* do not send "ID client seq" (servers without it) */
 #define PS_FLAG_NO_PUSH_VERSION (1 << 1) /* do not send "VERSION v" */
+#define PS_FLAG_RAW_IDS (1 << 2)         /* send table ids as raw uint64 lists, never as
+                                            IDFORMAT EF (also: environment PS_RAW_IDS=1);
+                                            docs/commands.md "Compressed id lists" */
 /* Earlier names of the flags above, kept for source compatibility ("OPT"
  * names optimizers and optional arguments elsewhere). */
 #define PS_OPT_NO_PUSH_ID PS_FLAG_NO_PUSH_ID
