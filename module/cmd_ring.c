@@ -40,6 +40,8 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RING_EORIGINS: e = PSERR_RING_ORIGINS; break;
     case PS_RING_EDUPFROM: e = PSERR_RING_DUPFROM; break;
     case PS_RING_EACCUM: e = PSERR_RING_ACCUM; break;
+    case PS_RING_EBIG: e = PSERR_RING_BIG; break;
+    case PS_RING_ESEQ: e = PSERR_RING_SEQ; break;
     case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
     default: e = PSERR_INTERNAL; break;
     }

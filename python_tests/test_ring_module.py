@@ -185,6 +185,8 @@ def test_join_takes_a_neighbours_copy_and_marks(make_server):
     (["PS.APPLYDELTA", "w", "ID", "g1", 0, u32([1]), f32([1])], "ERR seq"),
     (["PS.APPLYDELTA", "w", "XX", "g1", 1, u32([1]), f32([1])], "ERR PS.APPLYDELTA needs ID"),
     (["PS.APPLYDELTA", "w", "ID", "g1", 1, u32([1]), f32([1]), "HOPS", 65], "ERR HOPS"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 2 ** 63, u32([1]), f32([1])], "ERR seq"),
+    (["PS.RING", "w", "JOIN", "g0", f32(np.zeros(N)), "FROM", "g0", 2 ** 63], "ERR a ring seq"),
     (["PS.DELTATAKE", "w", "THRESHOLD", -1], "ERR THRESHOLD"),
     (["PS.DELTATAKE", "w", "MAXELEMS", 0], "ERR MAXELEMS"),
 ])

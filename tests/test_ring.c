@@ -99,6 +99,13 @@ static void test_take_is_pending_until_acked_then_the_next_seq(void **st) {
     push(t, g);
     assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
     assert_int_equal(t->ring->pend->seq, 51);
+    /* No seq left that a receiver takes: refused, nothing changes. */
+    assert_int_equal(PSRing_Ack(t, 51), 1);
+    push(t, g);
+    t->ring->take_seq = PS_RING_MAX_SEQ;
+    assert_int_equal(PSRing_Take(t, &All), -PS_RING_ESEQ);
+    assert_null(t->ring->pend);
+    assert_int_equal(PSRing_Accumulated(t), 2);
     PSTensor_Free(t);
 }
 

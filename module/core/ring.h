@@ -48,6 +48,8 @@
 #define PS_RING_MAX_HOPS 64u          /* HOPS of an apply (a ring of at most 65 groups) */
 #define PS_RING_DEFAULT_MAXQUEUE (64ull << 20) /* 64 MiB */
 #define PS_RING_MAX_MAXQUEUE (1ull << 50)
+#define PS_RING_MAX_ELEMS (1ull << 32)  /* indices are u32 */
+#define PS_RING_MAX_SEQ 0x7fffffffffffffffull /* seqs and marks (take_seq + 1 never wraps) */
 /* Bytes a delta of 'count' elements counts in the forward FIFO's bound: an
  * u32 index and an F32 value per element, plus a fixed 64 per entry. */
 #define PS_RING_ENTRY_BYTES(count) (8ull * (uint64_t)(count) + 64ull)
@@ -65,6 +67,8 @@ enum {
     PS_RING_EORIGINS,   /* a new origin beyond PS_RING_MAX_ORIGINS */
     PS_RING_EDUPFROM,   /* JOIN names an origin twice */
     PS_RING_EACCUM,     /* an ACCUM tensor (a relay's mirror of its upstream) */
+    PS_RING_EBIG,       /* a tensor of more than PS_RING_MAX_ELEMS elements */
+    PS_RING_ESEQ,       /* a seq above PS_RING_MAX_SEQ */
     PS_RING_BACKLOG     /* the forward FIFO is at its bound (retry later) */
 };
 
