@@ -423,3 +423,77 @@ def test_crafted_ring_payload_is_refused(crafted, name):
     assert crafted.is_alive(), crafted.log_tail()
     assert isinstance(rep, psserver.RespError) and str(rep).startswith("ERR"), (name, rep)
     assert c.exists("w") == 0
+
+
+def agent_round(rs, threshold=0.0, maxelems=None, acked=None):
+    """One round of the ring agent's protocol (ring_spec.md) over groups rs[g] = g<g>: take,
+    hand to the successor with HOPS G-2, pass every forward entry on, ack a take once every
+    other group's mark of it is there. Returns how many deltas moved."""
+    G, moved = len(rs), 0
+    for g, c in enumerate(rs):
+        args = ["PS.DELTATAKE", "w", "THRESHOLD", threshold]
+        if maxelems:
+            args += ["MAXELEMS", maxelems]
+        t = c.execute_command(*args)
+        if t == 0:
+            continue
+        seq, _, idx, vals, _ = t
+        moved += rs[(g + 1) % G].execute_command("PS.APPLYDELTA", "w", "ID", "g%d" % g, seq, idx,
+                                                 vals, "HOPS", G - 2)
+    for _ in range(G):                                   # G-1 hops reach everyone
+        for g, c in enumerate(rs):
+            while True:
+                e = c.execute_command("PS.DELTAFWD", "w")
+                if e is None:
+                    break
+                origin, seq, hops, idx, vals = e
+                moved += rs[(g + 1) % G].execute_command("PS.APPLYDELTA", "w", "ID", origin, seq,
+                                                         idx, vals, "HOPS", hops)
+                assert c.execute_command("PS.DELTAFWDACK", "w", origin, seq) == 1
+    for g, c in enumerate(rs):
+        pend = info(c, "w")["ring_pending_seq"]
+        if pend and all(dict((o, h) for o, h, _ in info(o_, "w")["ring_origins"]).get(
+                b"g%d" % g, 0) >= pend for o_ in rs if o_ is not c):
+            assert c.execute_command("PS.DELTAACK", "w", pend) == 1
+    return moved
+
+
+def test_barrier_leaves_groups_equal_within_the_float_bound(make_server):
+    """Float data (SGD LR 0.1, random gradients), a significance filter and MAXELEMS while
+    training, then a barrier: every group holds start - 0.1 * (all gradients) within the
+    bound of docs/design.md "Ring state" ((2D + T + S) ulp(M) per element, S the local
+    steps), and the groups agree within twice that."""
+    rng = np.random.default_rng(5)
+    start = rng.uniform(-1, 1, N).astype(np.float32)
+    rs = []
+    for g in range(3):
+        c = make_server().client()
+        tensor(c, start=start)
+        c.execute_command("PS.CONFIG", "w", "LR", 0.1)
+        c.execute_command("PS.RING", "w", "TRACK", "g%d" % g)
+        rs.append(c)
+    total = np.zeros(N, np.float64)
+    steps, peak = 0, np.abs(start).astype(np.float64)
+    for rnd in range(12):
+        for c in rs:
+            gr = rng.normal(0, 1, N).astype(np.float32)
+            grad(c, gr)
+            total += gr.astype(np.float64)
+        steps += 1
+        agent_round(rs, threshold=0.02, maxelems=3)
+        for c in rs:
+            peak = np.maximum(peak, np.abs(pull_np(c, "w")[1]).astype(np.float64))
+    while agent_round(rs) or any(info(c, "w")["ring_pending_seq"] for c in rs):
+        pass                                             # the barrier: THRESHOLD 0 until quiet
+    exact = start.astype(np.float64) - 0.1 * total
+    vals = [pull_np(c, "w")[1].astype(np.float64) for c in rs]
+    ulp = np.spacing(2 * peak.astype(np.float32)).astype(np.float64)
+    bound = []
+    for c, v in zip(rs, vals):
+        i = info(c, "w")
+        assert i["ring_accumulated"] == 0 and i["ring_fwd_entries"] == 0
+        D, T = i["ring_applied"], i["ring_take_seq"]
+        bound.append((2 * D + T + steps) * ulp + 1e-7 * np.abs(exact))  # + float32(0.1) != 0.1
+        assert np.all(np.abs(v - exact) <= bound[-1]), np.max(np.abs(v - exact) / ulp)
+    for v, b in zip(vals[1:], bound[1:]):
+        assert np.all(np.abs(v - vals[0]) <= b + bound[0])
