@@ -241,7 +241,8 @@ static const PSCommandDef PSCommands[] = {
     {"ps.set", PSSet_RedisCommand, "write deny-oom", -3, WriteKey, SetArgs,
      "Overwrites the values of a tensor; returns the new version", PS_O_N},
     {"ps.info", route_info, "readonly fast", 2, ReadKey, KeyArgs,
-     "Returns shape, version, optimizer settings and counters of a tensor", "O(1)"},
+     "Returns shape, version, optimizer settings and counters of a tensor",
+     "O(1) (O(N) for a ring-tracked tensor)"},
     {"ps.config", route_config, "write", -4, WriteKey, ConfigArgs,
      "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
     /* cmd_restore.c */
