@@ -292,7 +292,7 @@ static const PSCommandDef PSCommands[] = {
      "O(1)"},
     /* cmd_ring.c (tensors; tables answer that they are not tracked yet) */
     {"ps.ring", PSRing_RedisCommand, "write deny-oom", -3, WriteKey, RingArgs,
-     "Ring tracking of a tensor: TRACK origin, STATE (what a joining group copies), JOIN",
+     "Ring tracking of a tensor: TRACK origin, STATE (what a joining group copies), JOIN, UNTRACK",
      PS_O_N},
     {"ps.deltatake", PSDeltaTake_RedisCommand, "write", -2, WriteKey, DeltaTakeArgs,
      "Takes the significant part of the group's own change of a ring-tracked tensor (pending until acked)",

@@ -78,7 +78,7 @@
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
 /* Ring tracking (cmd_ring.c, ring.h): one text per PS_RING_E* status. */
 #define PSERR_RING_TABLE "ERR ring tracking covers tensors only: embedding tables are not ring-tracked yet (issue #22)"
-#define PSERR_RING_SUB_F "ERR unknown PS.RING subcommand '%s' (TRACK, STATE, JOIN)"
+#define PSERR_RING_SUB_F "ERR unknown PS.RING subcommand '%s' (TRACK, STATE, JOIN, UNTRACK)"
 #define PSERR_RING_ID "ERR PS.APPLYDELTA needs ID origin seq after the key"
 #define PSERR_RING_UNTRACKED "ERR the tensor is not ring-tracked (PS.RING key TRACK origin)"
 #define PSERR_RING_ORIGIN "ERR an origin is 1-64 bytes of A-Z a-z 0-9 _ . : -"

@@ -289,6 +289,13 @@ def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
     r.delete("w3")
     tensor(r)
     assert "ring_origin" not in info(r, "w")
+    # UNTRACK drops the state and keeps the values (replicated, persisted as untracked).
+    vals = pull_np(r, "w2")[1]
+    assert r.execute_command("PS.RING", "w2", "UNTRACK") == 1
+    assert r.execute_command("PS.RING", "w2", "UNTRACK") == 0
+    assert "ring_origin" not in info(r, "w2") and np.array_equal(pull_np(r, "w2")[1], vals)
+    r.execute_command("DEBUG", "RELOAD")
+    assert "ring_origin" not in info(r, "w2")
 
 
 def test_create_and_config_keep_the_ring_state(r):

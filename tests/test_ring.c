@@ -320,6 +320,11 @@ static void test_join_copies_values_and_marks_and_never_lowers_take_seq(void **s
     assert_int_equal(u->ring->take_seq, 33);
     assert_int_equal(u->ring->norigins, 0);
     assert_int_equal(u->ring->maxqueue, PS_RING_DEFAULT_MAXQUEUE);
+    /* UNTRACK drops the state, keeps the values. */
+    assert_int_equal(PSRing_Untrack(u), 1);
+    assert_null(u->ring);
+    assert_bits_equal(u->data->v, copy, 4, "values after untrack");
+    assert_int_equal(PSRing_Untrack(u), 0);
     PSTensor_Free(u);
     PSTensor_Free(t);
 }

@@ -201,6 +201,13 @@ int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
     return 1;
 }
 
+int PSRing_Untrack(PSTensor *t) {
+    if (!t->ring) return 0;
+    PSRing_Free(t->ring);
+    t->ring = NULL;
+    return 1;
+}
+
 /* ------------------------------------------------------------------------
  * TAKE / ACK
  * ---------------------------------------------------------------------- */

@@ -117,6 +117,10 @@ int PSRing_OriginValid(const char *p, size_t len);
 int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
                  uint64_t maxqueue);
 
+/* Turns tracking off: the ring state (base, pending take, marks, forward
+ * queue) is dropped, the values stay. 1 when it was on, else 0. */
+int PSRing_Untrack(PSTensor *t);
+
 /* Take options. */
 typedef struct PSRingTakeOpts {
     uint64_t seqfloor;
