@@ -43,6 +43,7 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RING_EACCUM: e = PSERR_RING_ACCUM; break;
     case PS_RING_EBIG: e = PSERR_RING_BIG; break;
     case PS_RING_ESEQ: e = PSERR_RING_SEQ; break;
+    case PS_RING_EROUND: e = PSERR_ROUND_OPEN; break;
     case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
     default: e = PSERR_INTERNAL; break;
     }

@@ -504,3 +504,16 @@ def test_barrier_leaves_groups_equal_within_the_float_bound(make_server):
         assert np.all(np.abs(v - exact) <= bound[-1]), np.max(np.abs(v - exact) / ulp)
     for v, b in zip(vals[1:], bound[1:]):
         assert np.all(np.abs(v - vals[0]) <= b + bound[0])
+
+
+def test_a_sync_round_closes_before_a_delta_or_join_lands(r):
+    r.execute_command("PS.CREATE", "w", "SHAPE", N, "SYNC", 2, "LR", 1)
+    r.execute_command("PS.RING", "w", "TRACK", "g0")
+    assert r.execute_command("PS.PUSHGRAD", "w", f32(np.ones(N)), "VERSION", 0) == 1  # round open
+    before = digest(r)
+    assert err(r, "PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1])).startswith("BUSY ")
+    assert err(r, "PS.RING", "w", "JOIN", "g0", f32(np.zeros(N))).startswith("BUSY ")
+    assert digest(r) == before
+    r.execute_command("PS.PUSHGRAD", "w", f32(np.ones(N)), "VERSION", 0)          # closes it
+    assert r.execute_command("PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1])) == 1
+    assert pull_np(r, "w")[0] == 2

@@ -332,6 +332,9 @@ int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
     PSRingOrigin *e = find_origin(r, origin, len);
     if (e && seq <= e->hwm) return 0; /* a resend or a duplicate */
     if (!e && r->norigins >= PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
+    /* An open sync round's pushes carry the current version: the round
+     * closes first (as for PS.SET). */
+    if (t->round_count) return -PS_RING_EROUND;
     /* The sums must stay finite, in values and in base. */
     const float *v = t->data->v, *b = r->base->v;
     uint32_t bad = 0;

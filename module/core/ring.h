@@ -69,6 +69,7 @@ enum {
     PS_RING_EACCUM,     /* an ACCUM tensor (a relay's mirror of its upstream) */
     PS_RING_EBIG,       /* a tensor of more than PS_RING_MAX_ELEMS elements */
     PS_RING_ESEQ,       /* a seq above PS_RING_MAX_SEQ */
+    PS_RING_EROUND,     /* a sync round is open (its pushes carry the version): retry */
     PS_RING_BACKLOG     /* the forward FIFO is at its bound (retry later) */
 };
 
@@ -149,8 +150,8 @@ int PSRing_CheckDelta(const PSTensor *t, const unsigned char *idx, const unsigne
 
 /* A received delta (checked by PSRing_CheckDelta): 1 applied, 0 ignored (own
  * origin or seq <= the origin's mark: nothing changed), or -PS_RING_E*
- * (untracked, bad origin, too many origins, a sum not finite, BACKLOG with
- * hops > 0, OOM; nothing changed). The tensor's version moves by 1 when
+ * (untracked, bad origin, too many origins, a sum not finite, a sync round
+ * open, BACKLOG with hops > 0, OOM; nothing changed). The tensor's version moves by 1 when
  * applied. */
 int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
                  const unsigned char *idx, const unsigned char *val, uint64_t count,
