@@ -272,7 +272,7 @@ static int sw_model_open(struct streamWork *w, psClient *c, swModel *sm, int cre
         tr_err(o, "PS.CREATE %s: %s", psModelPartitionKey(sm->cm, 0, 0), c->errstr);
         return -1;
     }
-    if (tr_parse_push(w->cfg.push_format[0] ? w->cfg.push_format : "f32", &pf) != 0 ||
+    if (tr_parse_push(w->cfg.push_format[0] ? w->cfg.push_format : NULL, &pf) != 0 ||
         tr_parse_wire(o->pull_format, 0, &pullf) != 0 || psEmbedSetPushFormat(sm->e, pf.fmt) != PS_OK ||
         tr_push_apply(sm->dm, &pf) != PS_OK || psEmbedSetPullFormat(sm->e, pullf) != PS_OK ||
         psModelSetPullFormat(sm->dm, pullf) != PS_OK) {
