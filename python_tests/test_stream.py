@@ -126,6 +126,12 @@ def test_stream_two_workers_exactly_once(server, data):
     assert aucs and max(aucs) > floor, (floor, aucs)
     g = [float(x) for x in re.findall(r"global_auc (\d\.\d+)", allout)]
     assert g and g[-1] > floor - 0.05, (floor, g)
+    st = run(["status", "--addr", addr, "--job", "s"]).out
+    m = re.search(r"stream: events trained (\d+), malformed entries (\d+) .* global progressive "
+                  r"AUC (\d\.\d+) \(\+-(\d\.\d+)\) over the last 60 s \((\d+) events\)", st)
+    assert m, st
+    assert (int(m.group(1)), int(m.group(2)), int(m.group(5))) == (len(lines), bad, len(lines))
+    assert float(m.group(3)) > floor - 0.05 and float(m.group(4)) < 0.01, st
 
 
 @pytest.mark.parametrize("rounds", [3])

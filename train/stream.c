@@ -685,6 +685,24 @@ done:
     return auc;
 }
 
+void tr_stream_status(const trainOpts *o, psClient *c) {
+    char key[160];
+    snprintf(key, sizeof(key), "%s:stream_events:0", o->job);
+    redisReply *r = psCommand(c, key, "PS.PULL %s FORMAT F32", key);
+    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len == 8) {
+        float v[2];
+        memcpy(v, r->element[1]->str, sizeof(v));
+        double bound;
+        long long n;
+        double auc = sw_global_auc(c, o->job, 60, &bound, &n);
+        printf("stream: events trained %.0f, malformed entries %.0f (exactly once: tensor %s); "
+               "global progressive AUC %.4f (+-%.4f) over the last 60 s (%lld events)\n",
+               (double)v[0], (double)v[1], key, auc, bound, n);
+    }
+    if (r) freeReplyObject(r);
+}
+
 static void print_progress_line(struct streamWork *w, int final) {
     double now = tr_now();
     if (!final && now - w->last_print < w->o->interval_ms / 1000.0) return;

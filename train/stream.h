@@ -19,6 +19,11 @@ double sw_hist_auc(const long long *pos, const long long *neg, double *bound);
 /* The global progressive AUC of job 'job' over its workers' last 'seconds'
  * (whole 10 s slots), its bound, and the events it covers. */
 double sw_global_auc(psClient *c, const char *job, int seconds, double *bound, long long *events);
+/* status of a sparse job: when it trained from a stream, prints the
+ * events trained and malformed (its stream_events tensor) and the global
+ * progressive AUC of the last minute. */
+struct trainOpts;
+void tr_stream_status(const struct trainOpts *o, psClient *c);
 /* A key prefix in the cluster slot of key 'stream' (0), or -1. */
 int sw_slot_prefix(const char *stream, char *out, size_t len);
 
