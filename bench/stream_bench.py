@@ -11,6 +11,8 @@ fresh job of the same settings (FM, batch --batch, one worker):
            is not printed by work, so: samples / wall time of the work process);
   online:  ps-train stream --max-events N on a fresh consumer group: events / the wall
            time of the stream process.
+Also events per CPU second of the worker process (user + sys, getrusage of the child),
+which the machine's other load disturbs less.
 Both wall times include connecting and loading the job. The machine may be loaded: the
 figure to quote is the ratio of the medians measured in the same run, with `uptime`.
 
@@ -18,6 +20,7 @@ figure to quote is the ratio of the medians measured in the same run, with `upti
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,11 +34,17 @@ import psserver  # noqa: E402
 B = os.path.join(REPO, "build")
 
 
+CPU = [0.0]   # CPU seconds (user + sys) of the last run's process
+
+
 def run(args, **kw):
     t0 = time.monotonic()
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([os.path.join(B, args[0])] + [str(a) for a in args[1:]],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
     dt = time.monotonic() - t0
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU[0] = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
     if p.returncode != 0:
         sys.exit("%s failed:\n%s" % (" ".join(map(str, args)), p.stdout))
     return dt, p.stdout
@@ -66,24 +75,29 @@ def main():
         n = r.xlen("ev")
         job = ["--model", "fm", "--train", train, "--batch", a.batch, "--table-lr", 0.1,
                "--task-bytes", 1 << 40, "--seed", 3]
-        off, on = [], []
+        off, on, offc, onc = [], [], [], []
         for k in range(a.reps):
             run(["ps-train", "init", "--addr", addr, "--job", "off%d" % k] + job)
             dt, _ = run(["ps-train", "work", "--addr", addr, "--job", "off%d" % k,
                          "--progress", "none"])
             off.append(n / dt)
+            offc.append(n / CPU[0])
             run(["ps-train", "init", "--addr", addr, "--job", "on%d" % k] + job)
             dt, out = run(["ps-train", "stream", "--addr", addr, "--job", "on%d" % k,
                            "--stream", "ev", "--group", "g%d" % k, "--max-events", n,
                            "--progress", "none"])
             assert "events=%d " % n in out, out
             on.append(n / dt)
-            print("rep %d: offline %.0f events/s, online %.0f events/s" % (k, off[-1], on[-1]),
-                  flush=True)
+            onc.append(n / CPU[0])
+            print("rep %d: offline %.0f events/s (%.0f per worker CPU s), online %.0f events/s "
+                  "(%.0f per worker CPU s)" % (k, off[-1], offc[-1], on[-1], onc[-1]), flush=True)
         mo, mn = statistics.median(off), statistics.median(on)
         print("events %d, batch %d: offline (ps-train work, file) median %.0f events/s; "
               "online (ps-train stream) median %.0f events/s; ratio %.2f" %
               (n, a.batch, mo, mn, mn / mo))
+        co, cn = statistics.median(offc), statistics.median(onc)
+        print("per worker CPU second: offline median %.0f events, online median %.0f events; "
+              "ratio %.2f" % (co, cn, cn / co))
         print("uptime:", subprocess.run(["uptime"], stdout=subprocess.PIPE,
                                         text=True).stdout.strip())
     finally:

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from pshelpers import PS_TRAIN, pull_np, run_gen_ctr, run_ps_train as run
+from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
 
 GEN = ["--samples", 12000, "--test-samples", 2000, "--fields", 8, "--vocab", 30, "--seed", 5]
 MALFORMED = [{"l": "garbage line"}, {"other": "1 1:2"}, {"l": "2 5:1"}, {"l": ""},
@@ -170,3 +171,33 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     d = dict(zip(info[::2], info[1::2]))
     print("replays:", allout.count("replaying the journaled batch"), "dedup_hits:",
           d[b"dedup_hits"])
+
+
+def test_stream_cluster_two_workers_one_killed_exactly_once(cluster, data):
+    """The same accounting on a 3-master cluster: the table shards, the dense tensors and
+    the counter on several masters, the stream and its journals in one slot; one worker is
+    SIGKILLed mid-stream and the other claims and replays its batch."""
+    train, lines, _ = data
+    lines = lines[:6000]
+    seeds = ",".join(n.addr for n in cluster.nodes)
+    run(["init", "--addr", seeds, "--job", "s", "--model", "fm", "--train", train,
+         "--table-lr", 0.1, "--seed", 3])
+    r = cluster.node_for_key("ev").client()
+    feeder = threading.Thread(target=fill, args=(r, lines, 3, 0.04))
+    feeder.start()
+    common = ["--batch", 32, "--claim-idle-ms", 300, "--batch-ms", 20]
+    keeper = worker(seeds, "--consumer", "keeper", "--idle-exit", 2500, *common)
+    victim = worker(seeds, "--consumer", "victim", *common)
+    time.sleep(0.6)
+    victim.send_signal(signal.SIGKILL)
+    out = finish(victim)[1]
+    feeder.join()
+    rc, out2 = finish(keeper)
+    assert rc == 0, out + out2
+    key = "s:stream_events:0"
+    _, v = pull_np(cluster.node_for_key(key).client(), key)
+    assert (int(v[0]), int(v[1])) == (len(lines), len(MALFORMED)), out + out2
+    assert r.xpending("ev", "ps-train")["pending"] == 0
+    masters = {cluster.node_for_key(k).port for k in ("ev", key, "s:emb:0{3}", "s:emb:1{2}")}
+    assert len(masters) >= 2, masters
+    assert "replaying the journaled batch" in out2, out2
