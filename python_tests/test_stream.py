@@ -96,15 +96,16 @@ def histogram_events(r, job="s"):
     return n
 
 
-def test_stream_two_workers_exactly_once(server, data):
+def test_stream_two_workers_exactly_once(server, data, tmp_path):
     train, lines, truth = data
     r = server.client()
     addr = "127.0.0.1:%d" % server.port
     init_job(addr, train)
     bad_ids = fill(r, lines, 1)
     bad = len(bad_ids)
-    ws = [worker(addr, "--consumer", "w%d" % i, "--idle-exit", 1500, "--batch", 128)
-          for i in range(2)]
+    log = str(tmp_path / "run.jsonl")
+    ws = [worker(addr, "--consumer", "w%d" % i, "--idle-exit", 1500, "--batch", 128,
+                 "--log-json", log) for i in range(2)]
     outs = [finish(p) for p in ws]
     for rc, out in outs:
         assert rc == 0, out
@@ -115,6 +116,12 @@ def test_stream_two_workers_exactly_once(server, data):
     # Every malformed entry is logged with its id.
     ids = re.findall(r"malformed entry (\S+) of ev", allout)
     assert sorted(ids) == bad_ids, allout
+    import json
+    events = [json.loads(ln) for ln in open(log)]
+    assert sorted(e["id"] for e in events if e["event"] == "malformed") == bad_ids
+    done = [e for e in events if e["event"] == "stream_done"]
+    assert len(done) == 2 and sum(e["samples"] for e in done) == len(lines), done
+    assert all(0.5 < e["auc"] < 1 and e["loss"] > 0 for e in done), done
     stats = [dict(kv.split("=", 1) for kv in m.split())
              for m in re.findall(r"^STREAM (.*)$", allout, re.M)]
     assert sum(int(s["events"]) for s in stats) == len(lines)
@@ -173,6 +180,7 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
           d[b"dedup_hits"])
 
 
+@pytest.mark.slow
 def test_stream_cluster_two_workers_one_killed_exactly_once(cluster, data):
     """The same accounting on a 3-master cluster: the table shards, the dense tensors and
     the counter on several masters, the stream and its journals in one slot; one worker is

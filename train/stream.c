@@ -58,9 +58,11 @@
 
 #define SJ_CHUNK "512"
 
-/* The journal: XACK the batch journaled before, fence the new one, write it.
- * KEYS: stream, journal. ARGV: group, consumer, cid, seq, own, ids ("a b c").
- * Returns {1 | -1 (fenced), entries acked}. */
+/* The journal: XACK the batch journaled before, fence the new one, write it,
+ * and read up to 'prefetch' new entries for the next batch (saves the next
+ * XREADGROUP's round trip on a busy stream; they are pending, unjournaled).
+ * KEYS: stream, journal. ARGV: group, consumer, cid, seq, own, ids ("a b c"),
+ * prefetch. Returns {1 | -1 (fenced), entries acked[, XREADGROUP reply]}. */
 static const char JournalLua[] =
     "local S, J, G, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]\n"
     "local function split(s) local t = {} for w in string.gmatch(s or '', '%S+') do t[#t+1] = w "
@@ -86,6 +88,10 @@ static const char JournalLua[] =
     "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return {-1, acked} end\n"
     "end\n"
     "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', ARGV[6])\n"
+    "if tonumber(ARGV[7]) > 0 then\n"
+    "  return {1, acked, redis.call('XREADGROUP', 'GROUP', G, me, 'COUNT', ARGV[7], 'STREAMS', S, "
+    "'>')}\n"
+    "end\n"
     "return {1, acked}\n";
 
 /* The claim: XACK the own journaled batch, then take over a batch.
@@ -197,6 +203,8 @@ typedef struct streamWork {
     int hdirty;
     runLog *log;
     int tty, quiet;
+    int want;                   /* events the next batch may take (prefetch) */
+    redisReply *pre;            /* entries the journal step read for the next batch */
 } streamWork;
 
 static int sw_flush_hist(struct streamWork *w);
@@ -300,6 +308,7 @@ static void sw_free(struct streamWork *w) {
     free(w->hpos);
     free(w->hneg);
     runlog_close(w->log);
+    if (w->pre) freeReplyObject(w->pre);
 }
 
 static void batch_reset(struct streamWork *w) {
@@ -355,9 +364,34 @@ static int take_entry(struct streamWork *w, const redisReply *e) {
 /* Reads up to --batch new entries: blocks until the first (at most
  * 'block_ms'), then until the batch is full or --batch-ms passed since.
  * Returns the entries taken (>= 0) or -1 (printed). */
+/* Takes the entries of an XREADGROUP reply [[stream, [entry, ...]]].
+ * Returns how many, or -1 out of memory. */
+static int take_entries(struct streamWork *w, const redisReply *r) {
+    int got = 0;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
+        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2) {
+        const redisReply *es = r->element[0]->element[1];
+        for (size_t i = 0; es->type == REDIS_REPLY_ARRAY && i < es->elements; i++) {
+            if (take_entry(w, es->element[i]) != 0) return -1;
+            got++;
+        }
+    }
+    return got;
+}
+
 static int read_batch(struct streamWork *w, int want, int block_ms) {
     const trainOpts *o = w->o;
     double start = 0;
+    if (w->pre) {
+        int got = take_entries(w, w->pre);
+        freeReplyObject(w->pre);
+        w->pre = NULL;
+        if (got < 0) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
+        if (got > 0) start = tr_now();
+    }
     while (w->nent < want && !tw_stop) {
         int ms = block_ms;
         if (w->nent > 0) {
@@ -375,20 +409,12 @@ static int read_batch(struct streamWork *w, int want, int block_ms) {
             if (r) freeReplyObject(r);
             return -1;
         }
-        int got = 0;
-        if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-            r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2) {
-            const redisReply *es = r->element[0]->element[1];
-            for (size_t i = 0; es->type == REDIS_REPLY_ARRAY && i < es->elements; i++) {
-                if (take_entry(w, es->element[i]) != 0) {
-                    freeReplyObject(r);
-                    tr_err(o, "out of memory");
-                    return -1;
-                }
-                got++;
-            }
-        }
+        int got = take_entries(w, r);
         freeReplyObject(r);
+        if (got < 0) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
         if (got && start == 0) start = tr_now();
         if (!got && w->nent == 0) break; /* blocked block_ms for nothing */
         if (!got) break;                 /* --batch-ms passed */
@@ -399,19 +425,25 @@ static int read_batch(struct streamWork *w, int want, int block_ms) {
 /* Runs the journal script for the batch built (ids "" : none, just the XACK
  * of the one before). Returns 1 journaled, 0 fenced, -1 error (printed). */
 static int journal(struct streamWork *w, const char *cid, uint64_t seq) {
-    char s_seq[24], s_own[24];
+    char s_seq[24], s_own[24], s_pre[24];
     snprintf(s_seq, sizeof(s_seq), "%llu", (unsigned long long)seq);
     snprintf(s_own, sizeof(s_own), "%llu", (unsigned long long)w->own_seq);
+    snprintf(s_pre, sizeof(s_pre), "%d", w->pre || !w->idlen ? 0 : w->want);
     const char *argv[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, w->o->group, w->me, cid,
-                          s_seq, s_own, w->idlen ? w->ids : ""};
-    redisReply *r = psCommandArgv(w->own.c, w->skey, 11, argv, NULL);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                          s_seq, s_own, w->idlen ? w->ids : "", s_pre};
+    redisReply *r = psCommandArgv(w->own.c, w->skey, 12, argv, NULL);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
         tr_err(w->o, "[%s] journal %s: %s", w->me, w->jkey,
                r == NULL ? w->own.c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
         if (r) freeReplyObject(r);
         return -1;
     }
     int ok = r->element[0]->integer == 1;
+    if (ok && r->elements == 3 && r->element[2]->type == REDIS_REPLY_ARRAY) {
+        w->pre = r->element[2];     /* kept for the next batch */
+        r->element[2] = NULL;
+        r->elements = 2;
+    }
     freeReplyObject(r);
     return ok;
 }
@@ -862,6 +894,13 @@ int tr_cmd_stream(const trainOpts *o) {
         uint64_t seq = (uint64_t)(tr_wall() * 1e6);
         if (seq <= w.own_seq) seq = w.own_seq + 1;
         w.own_seq = seq;
+        /* The journal step may read the next batch (none when --max-events is reached
+         * by this one). */
+        w.want = batch;
+        if (o->max_events) {
+            long long left = o->max_events - w.trained - w.malformed - w.nent;
+            w.want = left < 0 ? 0 : left < batch ? (int)left : batch;
+        }
         if (train_batch(&w, &w.own, 1, w.cid, seq) < 0) goto out;
         print_progress_line(&w, 0);
     }
