@@ -12,7 +12,8 @@ fresh job of the same settings (FM, batch --batch, one worker):
   online:  ps-train stream --max-events N on a fresh consumer group: events / the wall
            time of the stream process.
 Also events per CPU second of the worker process (user + sys, getrusage of the child),
-which the machine's other load disturbs less.
+which the machine's other load disturbs less, and the server's main-thread CPU seconds
+meanwhile (INFO cpu).
 Both wall times include connecting and loading the job. The machine may be loaded: the
 figure to quote is the ratio of the medians measured in the same run, with `uptime`.
 
@@ -75,22 +76,31 @@ def main():
         n = r.xlen("ev")
         job = ["--model", "fm", "--train", train, "--batch", a.batch, "--table-lr", 0.1,
                "--task-bytes", 1 << 40, "--seed", 3]
-        off, on, offc, onc = [], [], [], []
+        off, on, offc, onc, offs, ons = [], [], [], [], [], []
+
+        def server_cpu():
+            i = r.info("cpu")
+            return float(i["used_cpu_user_main_thread"]) + float(i["used_cpu_sys_main_thread"])
         for k in range(a.reps):
             run(["ps-train", "init", "--addr", addr, "--job", "off%d" % k] + job)
+            s0 = server_cpu()
             dt, _ = run(["ps-train", "work", "--addr", addr, "--job", "off%d" % k,
                          "--progress", "none"])
+            offs.append(server_cpu() - s0)
             off.append(n / dt)
             offc.append(n / CPU[0])
             run(["ps-train", "init", "--addr", addr, "--job", "on%d" % k] + job)
+            s0 = server_cpu()
             dt, out = run(["ps-train", "stream", "--addr", addr, "--job", "on%d" % k,
                            "--stream", "ev", "--group", "g%d" % k, "--max-events", n,
                            "--progress", "none"])
+            ons.append(server_cpu() - s0)
             assert "events=%d " % n in out, out
             on.append(n / dt)
             onc.append(n / CPU[0])
-            print("rep %d: offline %.0f events/s (%.0f per worker CPU s), online %.0f events/s "
-                  "(%.0f per worker CPU s)" % (k, off[-1], offc[-1], on[-1], onc[-1]), flush=True)
+            print("rep %d: offline %.0f events/s (%.0f per worker CPU s, server CPU %.2f s), "
+                  "online %.0f events/s (%.0f per worker CPU s, server CPU %.2f s)" %
+                  (k, off[-1], offc[-1], offs[-1], on[-1], onc[-1], ons[-1]), flush=True)
         mo, mn = statistics.median(off), statistics.median(on)
         print("events %d, batch %d: offline (ps-train work, file) median %.0f events/s; "
               "online (ps-train stream) median %.0f events/s; ratio %.2f" %
@@ -98,6 +108,9 @@ def main():
         co, cn = statistics.median(offc), statistics.median(onc)
         print("per worker CPU second: offline median %.0f events, online median %.0f events; "
               "ratio %.2f" % (co, cn, cn / co))
+        so, sn = statistics.median(offs), statistics.median(ons)
+        print("server main-thread CPU seconds per run: offline median %.2f, online median %.2f"
+              % (so, sn))
         print("uptime:", subprocess.run(["uptime"], stdout=subprocess.PIPE,
                                         text=True).stdout.strip())
     finally:

@@ -58,41 +58,31 @@
 
 #define SJ_CHUNK "512"
 
-/* The journal: XACK the batch journaled before, fence the new one, write it,
- * and read up to 'prefetch' new entries for the next batch (saves the next
- * XREADGROUP's round trip on a busy stream; they are pending, unjournaled).
- * KEYS: stream, journal. ARGV: group, consumer, cid, seq, own, ids ("a b c"),
- * prefetch. Returns {1 | -1 (fenced), entries acked[, XREADGROUP reply]}. */
+/* The journal: check that the consumer still owns every entry of the new
+ * batch (a claim may have taken some: then the batch is "fenced") and
+ * journal it. KEYS: stream, journal. ARGV: group, consumer, cid, seq, own,
+ * then the batch's entry ids (none: the journal is emptied). Returns 1 or
+ * -1 (fenced). The XACK of the batch journaled before and the XREADGROUP of
+ * the next batch go in the same pipeline (journal()). */
 static const char JournalLua[] =
     "local S, J, G, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]\n"
-    "local function split(s) local t = {} for w in string.gmatch(s or '', '%S+') do t[#t+1] = w "
-    "end return t end\n"
-    "local acked = 0\n"
-    "local old = split(redis.call('HGET', J, 'ids'))\n"
-    "for i = 1, #old, " SJ_CHUNK " do\n"
-    "  local a = {} for k = i, math.min(i + " SJ_CHUNK " - 1, #old) do a[#a+1] = old[k] end\n"
-    "  acked = acked + redis.call('XACK', S, G, unpack(a))\n"
-    "end\n"
-    "local new = split(ARGV[6])\n"
-    "if #new > 0 then\n"
-    "  local p = redis.call('XPENDING', S, G, new[1], new[#new], #new + 256, me)\n"
+    "local n = #ARGV - 5\n"
+    "if n > 0 then\n"
+    "  local p = redis.call('XPENDING', S, G, ARGV[6], ARGV[#ARGV], n + 256, me)\n"
     "  local mine = {} for _, e in ipairs(p) do mine[e[1]] = true end\n"
     "  local ok = true\n"
-    "  for _, id in ipairs(new) do if not mine[id] then ok = false break end end\n"
-    "  if not ok and #p >= #new + 256 then\n"
+    "  for i = 6, #ARGV do if not mine[ARGV[i]] then ok = false break end end\n"
+    "  if not ok and #p >= n + 256 then\n"
     "    ok = true\n"
-    "    for _, id in ipairs(new) do\n"
-    "      if #redis.call('XPENDING', S, G, id, id, 1, me) == 0 then ok = false break end\n"
+    "    for i = 6, #ARGV do\n"
+    "      if #redis.call('XPENDING', S, G, ARGV[i], ARGV[i], 1, me) == 0 then ok = false break end\n"
     "    end\n"
     "  end\n"
-    "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return {-1, acked} end\n"
+    "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return -1 end\n"
     "end\n"
-    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', ARGV[6])\n"
-    "if tonumber(ARGV[7]) > 0 then\n"
-    "  return {1, acked, redis.call('XREADGROUP', 'GROUP', G, me, 'COUNT', ARGV[7], 'STREAMS', S, "
-    "'>')}\n"
-    "end\n"
-    "return {1, acked}\n";
+    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', "
+    "table.concat(ARGV, ' ', 6))\n"
+    "return 1\n";
 
 /* The claim: XACK the own journaled batch, then take over a batch.
  * KEYS: stream, own journal. ARGV: group, consumer, idle ms, count,
@@ -204,6 +194,8 @@ typedef struct streamWork {
     runLog *log;
     int tty, quiet;
     int want;                   /* events the next batch may take (prefetch) */
+    char *old;                  /* the entry ids journaled last (space separated) */
+    size_t oldlen, oldcap;
     redisReply *pre;            /* entries the journal step read for the next batch */
 } streamWork;
 
@@ -309,6 +301,36 @@ static void sw_free(struct streamWork *w) {
     free(w->hneg);
     runlog_close(w->log);
     if (w->pre) freeReplyObject(w->pre);
+    free(w->old);
+}
+
+/* Remembers 'ids' (len bytes) as the batch journaled last. 0 or -1. */
+static int set_old(struct streamWork *w, const char *ids, size_t len) {
+    if (len + 1 > w->oldcap) {
+        char *n = realloc(w->old, len + 1);
+        if (n == NULL) return -1;
+        w->old = n;
+        w->oldcap = len + 1;
+    }
+    if (len) memcpy(w->old, ids, len);
+    w->oldlen = len;
+    w->old[len] = '\0';
+    return 0;
+}
+
+/* Appends the space-separated ids of s[0..len) to argv/argl from *argc on. */
+static void split_ids(const char *s, size_t len, const char **argv, size_t *argl, int *argc) {
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && s[i] == ' ') i++;
+        size_t j = i;
+        while (j < len && s[j] != ' ') j++;
+        if (j > i) {
+            argv[*argc] = s + i;
+            argl[(*argc)++] = j - i;
+        }
+        i = j;
+    }
 }
 
 static void batch_reset(struct streamWork *w) {
@@ -424,28 +446,110 @@ static int read_batch(struct streamWork *w, int want, int block_ms) {
 
 /* Runs the journal script for the batch built (ids "" : none, just the XACK
  * of the one before). Returns 1 journaled, 0 fenced, -1 error (printed). */
-static int journal(struct streamWork *w, const char *cid, uint64_t seq) {
-    char s_seq[24], s_own[24], s_pre[24];
+/* The commands of one journal step in flight (journal_send). */
+typedef struct journalStep {
+    psAsync *ack, *eval, *read;
+} journalStep;
+
+/* Sends, pipelined to the stream's node: the XACK of the batch journaled
+ * before (its pushes were acknowledged), the fence-and-journal script of
+ * the batch built, and (w->want > 0) a non-blocking XREADGROUP of the next
+ * batch's entries. 0, or -1 (printed; what was sent is waited for). */
+static int journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js) {
+    const trainOpts *o = w->o;
+    char s_seq[24], s_own[24], s_want[24];
+    int nold = 4, nnew = 12, k = 0, rc = -1;
+    memset(js, 0, sizeof(*js));
     snprintf(s_seq, sizeof(s_seq), "%llu", (unsigned long long)seq);
     snprintf(s_own, sizeof(s_own), "%llu", (unsigned long long)w->own_seq);
-    snprintf(s_pre, sizeof(s_pre), "%d", w->pre || !w->idlen ? 0 : w->want);
-    const char *argv[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, w->o->group, w->me, cid,
-                          s_seq, s_own, w->idlen ? w->ids : "", s_pre};
-    redisReply *r = psCommandArgv(w->own.c, w->skey, 12, argv, NULL);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2) {
-        tr_err(w->o, "[%s] journal %s: %s", w->me, w->jkey,
-               r == NULL ? w->own.c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-        if (r) freeReplyObject(r);
+    snprintf(s_want, sizeof(s_want), "%d", w->want);
+    for (size_t i = 0; i < w->oldlen; i++) nold += w->old[i] == ' ';
+    for (size_t i = 0; i < w->idlen; i++) nnew += w->ids[i] == ' ';
+    int cap = nold > nnew ? nold : nnew;
+    const char **av = malloc((size_t)cap * sizeof(char *));
+    size_t *al = malloc((size_t)cap * sizeof(size_t));
+    if (av == NULL || al == NULL) {
+        tr_err(o, "out of memory");
+        goto out;
+    }
+    if (w->oldlen) {
+        const char *x[] = {"XACK", w->skey, o->group};
+        for (k = 0; k < 3; k++) {
+            av[k] = x[k];
+            al[k] = strlen(x[k]);
+        }
+        split_ids(w->old, w->oldlen, av, al, &k);
+        if ((js->ack = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
+    }
+    {
+        const char *x[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, o->group, w->me, cid,
+                           s_seq, s_own};
+        for (k = 0; k < 10; k++) {
+            av[k] = x[k];
+            al[k] = strlen(x[k]);
+        }
+        split_ids(w->ids ? w->ids : "", w->idlen, av, al, &k);
+        if ((js->eval = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
+    }
+    if (w->want > 0 && w->idlen && !w->pre) {
+        const char *x[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", s_want, "STREAMS",
+                           w->skey, ">"};
+        if ((js->read = psCommandArgvAsync(w->own.c, w->skey, 9, x, NULL)) == NULL) goto fail;
+    }
+    rc = 0;
+    goto out;
+fail:
+    tr_err(o, "[%s] journal %s: %s", w->me, w->jkey, w->own.c->errstr);
+out:
+    free(av);
+    free(al);
+    return rc;
+}
+
+/* Waits for the commands of journal_send. Returns 1 journaled, 0 fenced,
+ * -1 error (printed). The entries read go to w->pre (the next batch). */
+static int journal_wait(struct streamWork *w, journalStep *js) {
+    psAsync *as[3] = {js->ack, js->eval, js->read};
+    redisReply *rs[3] = {NULL, NULL, NULL};
+    int rc = 1;
+    for (int i = 0; i < 3; i++) {
+        if (as[i] == NULL) continue;
+        rs[i] = psCommandWait(w->own.c, as[i]);
+        if ((rs[i] == NULL || rs[i]->type == REDIS_REPLY_ERROR) && rc == 1) {
+            tr_err(w->o, "[%s] journal %s: %s", w->me, w->jkey,
+                   rs[i] ? rs[i]->str : w->own.c->errstr);
+            rc = -1;
+        }
+    }
+    memset(js, 0, sizeof(*js));
+    if (rc == 1 && (rs[1] == NULL || rs[1]->type != REDIS_REPLY_INTEGER)) {
+        tr_err(w->o, "[%s] journal %s: bad reply", w->me, w->jkey);
+        rc = -1;
+    }
+    if (rc == 1) {
+        rc = rs[1]->integer == 1;
+        if (set_old(w, rc ? w->ids : "", rc ? w->idlen : 0) != 0) {
+            tr_err(w->o, "out of memory");
+            rc = -1;
+        }
+    }
+    if (rs[2] && rs[2]->type == REDIS_REPLY_ARRAY && !w->pre) {
+        w->pre = rs[2];             /* kept for the next batch */
+        rs[2] = NULL;
+    }
+    for (int i = 0; i < 3; i++)
+        if (rs[i]) freeReplyObject(rs[i]);
+    return rc;
+}
+
+/* One journal step, waited for. */
+static int journal(struct streamWork *w, const char *cid, uint64_t seq) {
+    journalStep js;
+    if (journal_send(w, cid, seq, &js) != 0) {
+        journal_wait(w, &js);
         return -1;
     }
-    int ok = r->element[0]->integer == 1;
-    if (ok && r->elements == 3 && r->element[2]->type == REDIS_REPLY_ARRAY) {
-        w->pre = r->element[2];     /* kept for the next batch */
-        r->element[2] = NULL;
-        r->elements = 2;
-    }
-    freeReplyObject(r);
-    return ok;
+    return journal_wait(w, &js);
 }
 
 /* ---------------------------------------------------------------------- */
@@ -504,14 +608,17 @@ static int train_batch(struct streamWork *w, swModel *sm, int own, const char *c
         }
         pulled = 1;
     }
-    /* The batch before is acknowledged; then the journal XACKs it and
-     * records this one (its round trip overlaps the pulls). */
+    /* The batch before is acknowledged; then the journal step XACKs it,
+     * records this one and reads the next one: its round trip overlaps the
+     * pulls and the gradient. */
     int jr = 1;
+    journalStep js;
+    memset(&js, 0, sizeof(js));
     if (psDrain(w->own.c) != PS_OK) {
         tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
         jr = -1;
-    } else if (own) {
-        jr = journal(w, cid, seq);
+    } else if (own && journal_send(w, cid, seq, &js) != 0) {
+        jr = -1;
     }
     if (pulled) {
         int e1 = psEmbedPullWait(sm->c, sm->e), e2 = psModelPullWait(sm->c, sm->dm, NULL);
@@ -519,6 +626,16 @@ static int train_batch(struct streamWork *w, swModel *sm, int own, const char *c
             tr_err(o, "[%s] pull: %s", w->me, sm->c->errstr);
             jr = -1;
         }
+    }
+    double loss = 0;
+    if (jr == 1 && n > 0 &&
+        ps_ctr_grad(&w->m, &w->b, &w->u, w->rows, w->grows, &loss, err, sizeof(err)) != 0) {
+        tr_err(o, "[%s] %s", w->me, err);
+        jr = -1;
+    }
+    if (own) {
+        int r = journal_wait(w, &js);
+        if (jr == 1) jr = r;
     }
     if (jr != 1) {
         if (jr == 0) {
@@ -528,14 +645,7 @@ static int train_batch(struct streamWork *w, swModel *sm, int own, const char *c
         }
         return jr;
     }
-    double loss = 0;
-    if (n > 0) {
-        if (ps_ctr_grad(&w->m, &w->b, &w->u, w->rows, w->grows, &loss, err, sizeof(err)) != 0) {
-            tr_err(o, "[%s] %s", w->me, err);
-            return -1;
-        }
-        record_scores(w);
-    }
+    if (n > 0) record_scores(w);
     float cnt[2] = {-(float)n, -(float)w->nbad};
     const float *cg[1] = {cnt};
     psSetPushSeq(sm->c, seq);
@@ -605,6 +715,7 @@ static int claim_once(struct streamWork *w, int self) {
         return -1;
     }
     long long kind = r->element[0]->integer;
+    w->oldlen = 0;  /* the script XACKed the journaled batch */
     if (kind == 0 || r->elements != 4) {
         freeReplyObject(r);
         return 0;
@@ -625,6 +736,11 @@ static int claim_once(struct streamWork *w, int self) {
         printf("[%s] replaying the journaled batch %s.. (%d entries) of %s, seq %llu\n", w->me,
                w->first, w->nent, cid, (unsigned long long)seq);
         fflush(stdout);
+        if (set_old(w, w->ids ? w->ids : "", w->idlen) != 0) {
+            freeReplyObject(r);
+            tr_err(o, "out of memory");
+            return -1;
+        }
         rc = replay_batch(w, cid, seq);
         if (rc == 1) {
             w->replays++;
