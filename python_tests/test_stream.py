@@ -150,8 +150,8 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     r = server.client()
     addr = "127.0.0.1:%d" % server.port
     init_job(addr, train)
-    feeder = threading.Thread(target=fill, args=(server.client(), lines, 2, 0.04))
-    feeder.start()   # 12000 events in about 2.5 s, 5 of them malformed
+    feeder = threading.Thread(target=fill, args=(server.client(), lines, 2, 0.07))
+    feeder.start()   # 12000 events in about 4 s, 5 of them malformed
     bad = len(MALFORMED)
     rng = random.Random(7)
     common = ["--batch", 32, "--claim-idle-ms", 300, "--batch-ms", 20]
@@ -162,13 +162,25 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
         time.sleep(rng.uniform(0.3, 0.8))
         victim.send_signal(signal.SIGKILL)
         outs.append(finish(victim)[1])
+    # A worker paused (SIGSTOP) longer than --claim-idle-ms while the others claim its
+    # entries, then resumed: what it read but had not journaled is fenced (dropped by
+    # it), what it had journaled is replayed by the claimer under its push ID.
+    paused = worker(addr, "--consumer", "paused", "--idle-exit", 2000, *common)
+    time.sleep(0.5)
+    paused.send_signal(signal.SIGSTOP)
+    time.sleep(1.0)
+    paused.send_signal(signal.SIGCONT)
     feeder.join()
     # A restart under a dead worker's name replays its own journal first.
     again = worker(addr, "--consumer", "v0", "--idle-exit", 2000, *common)
-    for p in (survivor, again):
+    for p in (survivor, again, paused):
         rc, out = finish(p)
         assert rc == 0, out
         outs.append(out)
+    # The pause was seen: the paused worker dropped a fenced batch, or its journaled batch
+    # was replayed by another under its push ID.
+    assert (not re.search(r"STREAM worker=paused .*fenced=0 ", outs[-1]) or
+            "of s:s:ps-train:paused," in "".join(outs)), outs[-1]
     allout = "\n".join(outs)
     trained, malformed = counter(r)
     assert (trained, malformed) == (len(lines), bad), allout
@@ -176,8 +188,9 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     assert "replaying the journaled batch" in allout, allout
     info = r.execute_command("PS.INFO", "s:stream_events:0")
     d = dict(zip(info[::2], info[1::2]))
+    assert d[b"dedup_hits"] >= 1, d     # a replayed batch had been applied: duplicate
     print("replays:", allout.count("replaying the journaled batch"), "dedup_hits:",
-          d[b"dedup_hits"])
+          d[b"dedup_hits"], "fenced:", re.findall(r"fenced=(\d+)", allout))
 
 
 @pytest.mark.slow

@@ -61,27 +61,38 @@
 /* The journal: check that the consumer still owns every entry of the new
  * batch (a claim may have taken some: then the batch is "fenced") and
  * journal it. KEYS: stream, journal. ARGV: group, consumer, cid, seq, own,
- * then the batch's entry ids (none: the journal is emptied). Returns 1 or
- * -1 (fenced). The XACK of the batch journaled before and the XREADGROUP of
- * the next batch go in the same pipeline (journal()). */
+ * exact, the entry ids joined by spaces, their count (0: the journal is
+ * emptied). Returns 1 or -1 (fenced). With exact 0 the caller
+ * knows its pending list holds nothing but this batch (see journal_send), so
+ * an unchanged count of its pending entries (XPENDING summary) proves that
+ * nothing was taken; otherwise, or when the count differs, every id is
+ * looked up. The XACK of the batch journaled before and the XREADGROUP of
+ * the next batch go in the same pipeline (journal_send). */
 static const char JournalLua[] =
     "local S, J, G, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]\n"
-    "local n = #ARGV - 5\n"
+    "local n = tonumber(ARGV[8])\n"
     "if n > 0 then\n"
-    "  local p = redis.call('XPENDING', S, G, ARGV[6], ARGV[#ARGV], n + 256, me)\n"
-    "  local mine = {} for _, e in ipairs(p) do mine[e[1]] = true end\n"
-    "  local ok = true\n"
-    "  for i = 6, #ARGV do if not mine[ARGV[i]] then ok = false break end end\n"
-    "  if not ok and #p >= n + 256 then\n"
+    "  local ok = false\n"
+    "  if ARGV[6] == '0' then\n"
+    "    local s = redis.call('XPENDING', S, G)\n"
+    "    for _, c in ipairs(s[4] or {}) do if c[1] == me then ok = tonumber(c[2]) == n end end\n"
+    "  end\n"
+    "  if not ok then\n"
+    "    local ids = {} for w in string.gmatch(ARGV[7], '%S+') do ids[#ids+1] = w end\n"
+    "    local p = redis.call('XPENDING', S, G, ids[1], ids[#ids], n + 256, me)\n"
+    "    local mine = {} for _, e in ipairs(p) do mine[e[1]] = true end\n"
     "    ok = true\n"
-    "    for i = 6, #ARGV do\n"
-    "      if #redis.call('XPENDING', S, G, ARGV[i], ARGV[i], 1, me) == 0 then ok = false break end\n"
+    "    for _, id in ipairs(ids) do if not mine[id] then ok = false break end end\n"
+    "    if not ok and #p >= n + 256 then\n"
+    "      ok = true\n"
+    "      for _, id in ipairs(ids) do\n"
+    "        if #redis.call('XPENDING', S, G, id, id, 1, me) == 0 then ok = false break end\n"
+    "      end\n"
     "    end\n"
     "  end\n"
     "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return -1 end\n"
     "end\n"
-    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', "
-    "table.concat(ARGV, ' ', 6))\n"
+    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', ARGV[7])\n"
     "return 1\n";
 
 /* The claim: XACK the own journaled batch, then take over a batch.
@@ -195,6 +206,8 @@ typedef struct streamWork {
     int tty, quiet;
     int want;                   /* events the next batch may take (prefetch) */
     char *old;                  /* the entry ids journaled last (space separated) */
+    int exact;                  /* the journal checks every id (journal_send) */
+    uint64_t resent;            /* retries + reconnects of the client when 'exact' was set */
     size_t oldlen, oldcap;
     redisReply *pre;            /* entries the journal step read for the next batch */
 } streamWork;
@@ -458,7 +471,7 @@ typedef struct journalStep {
 static int journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js) {
     const trainOpts *o = w->o;
     char s_seq[24], s_own[24], s_want[24];
-    int nold = 4, nnew = 12, k = 0, rc = -1;
+    int nold = 4, nnew = 14, k = 0, rc = -1;
     memset(js, 0, sizeof(*js));
     snprintf(s_seq, sizeof(s_seq), "%llu", (unsigned long long)seq);
     snprintf(s_own, sizeof(s_own), "%llu", (unsigned long long)w->own_seq);
@@ -482,13 +495,20 @@ static int journal_send(struct streamWork *w, const char *cid, uint64_t seq, jou
         if ((js->ack = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
     }
     {
+        /* Exact unless this consumer's pending list is known to hold only this
+         * batch: after a fence (its rest stays pending here), a resent command (a
+         * lost XREADGROUP reply delivers entries this process never saw) or
+         * before the restart's own pending entries were all taken back. */
+        uint64_t resent = w->own.c->stats.retries + w->own.c->stats.reconnects;
+        int exact = w->exact || resent != w->resent;
+        char s_n[24];
+        snprintf(s_n, sizeof(s_n), "%d", w->idlen ? nnew - 13 : 0);
         const char *x[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, o->group, w->me, cid,
-                           s_seq, s_own};
-        for (k = 0; k < 10; k++) {
+                           s_seq, s_own, exact ? "1" : "0", w->ids ? w->ids : "", s_n};
+        for (k = 0; k < 13; k++) {
             av[k] = x[k];
-            al[k] = strlen(x[k]);
+            al[k] = k == 11 ? w->idlen : strlen(x[k]);
         }
-        split_ids(w->ids ? w->ids : "", w->idlen, av, al, &k);
         if ((js->eval = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
     }
     if (w->want > 0 && w->idlen && !w->pre) {
@@ -640,6 +660,7 @@ static int train_batch(struct streamWork *w, swModel *sm, int own, const char *c
     if (jr != 1) {
         if (jr == 0) {
             w->fenced++;
+            w->exact = 1;
             fprintf(stderr, "[%s] batch %s.. (%d entries) was claimed by another consumer before "
                             "it was journaled: dropped here\n", w->me, w->first, w->nent);
         }
@@ -972,12 +993,16 @@ int tr_cmd_stream(const trainOpts *o) {
     w.t0 = w.last_print = w.last_event = tr_now();
     RUNLOG(w.log, "start", RL_STR("worker", w.me), RL_STR("stream", w.skey),
            RL_STR("group", o->group), RL_STR("model", w.cfg.sp.model), RL_INT("batch", batch));
-    /* A restart under the same name: its journaled batch, then its pending entries. */
+    /* A restart under the same name: its journaled batch, then its pending entries
+     * (the journal checks every id meanwhile: the pending list is not known yet). */
+    w.exact = 1;
     for (;;) {
         int k = claim_once(&w, 1);
         if (k < 0) goto out;
         if (k == 0) break;
     }
+    w.exact = w.fenced > 0;
+    w.resent = w.own.c->stats.retries + w.own.c->stats.reconnects;
     double claim_every = o->claim_idle_ms / 4000.0;
     if (claim_every < 0.05) claim_every = 0.05;
     while (!tw_stop) {
