@@ -172,7 +172,7 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     paused.send_signal(signal.SIGCONT)
     feeder.join()
     # A restart under a dead worker's name replays its own journal first.
-    again = worker(addr, "--consumer", "v0", "--idle-exit", 2000, *common)
+    again = worker(addr, "--consumer", "v0", "--idle-exit", 2000, *common, "--batch", 16)
     for p in (survivor, again, paused):
         rc, out = finish(p)
         assert rc == 0, out

@@ -600,11 +600,31 @@ static void record_scores(struct streamWork *w) {
 /* Trains the batch built on model 'sm', pushing under seq 'seq' (the push
  * identity of sm->c). own: a batch of this consumer (journaled here); else a
  * replay (journaled by the claim). Returns 1 trained, 0 fenced, -1 error. */
+/* Makes the model take batches of 'n' rows (a claimed or replayed batch may
+ * be larger than --batch: another worker's). 0 or -1 (printed). */
+static int model_rows(struct streamWork *w, int n) {
+    ps_ctr_config mc;
+    char err[256];
+    if (n <= w->m.c.max_batch) return 0;
+    if (ts_ctr_config(&w->cfg, n, &mc, err, sizeof(err)) != 0) goto fail;
+    ps_ctr_free(&w->m);
+    w->have_model = 0;
+    if (ps_ctr_init(&w->m, &mc, w->cfg.seed, err, sizeof(err)) != 0) goto fail;
+    w->have_model = 1;
+    ts_dense_arrays(&w->m, 0, w->dense);
+    ts_dense_arrays(&w->m, 1, w->dgrad);
+    return 0;
+fail:
+    tr_err(w->o, "[%s] a batch of %d events: %s", w->me, n, err);
+    return -1;
+}
+
 static int train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq) {
     const trainOpts *o = w->o;
     size_t dim = (size_t)ps_ctr_row_dim(&w->m);
     char err[256];
     int n = w->b.n;
+    if (model_rows(w, n) != 0) return -1;
     if (ps_ctr_unique_build(&w->u, &w->b) != 0) goto oom;
     size_t need = (w->u.n ? w->u.n : 1) * dim;
     if (need > w->cap) {
