@@ -97,7 +97,9 @@ static const char JournalLua[] =
 
 /* The claim: XACK the own journaled batch, then take over a batch.
  * KEYS: stream, own journal. ARGV: group, consumer, idle ms, count,
- * journal prefix, self (1: own pending entries, any idle).
+ * journal prefix, self (1: own pending entries, any idle), strays (1: this
+ * consumer's own idle entries may be ones it never saw, see journal_send:
+ * take them too).
  * Returns {0} (nothing), {1, cid, seq, entries} (a journaled batch to train
  * again under its push identity) or {2, '', '', entries} (entries never
  * journaled: a new batch). */
@@ -128,6 +130,7 @@ static const char ClaimLua[] =
     "else\n"
     "  p = redis.call('XPENDING', S, G, 'IDLE', idle, '-', '+', cnt)\n"
     "  for _, e in ipairs(p) do if e[2] ~= me then owner = e[2] break end end\n"
+    "  if not owner and ARGV[7] ~= '1' then return {0} end\n"
     "  if not owner then\n"
     "    local ids = {} for _, e in ipairs(p) do ids[#ids+1] = e[1] end\n"
     "    if #ids == 0 then return {0} end\n"
@@ -745,9 +748,10 @@ static int claim_once(struct streamWork *w, int self) {
     }
     snprintf(idle, sizeof(idle), "%d", o->claim_idle_ms);
     snprintf(count, sizeof(count), "%d", o->batch > 0 ? o->batch : w->cfg.batch);
+    int strays = w->exact || w->own.c->stats.retries + w->own.c->stats.reconnects != w->resent;
     const char *argv[] = {"EVAL", ClaimLua, "2", w->skey, w->jkey, o->group, w->me, idle, count,
-                          w->jpre, self ? "1" : "0"};
-    redisReply *r = psCommandArgv(w->own.c, w->skey, 11, argv, NULL);
+                          w->jpre, self ? "1" : "0", strays ? "1" : "0"};
+    redisReply *r = psCommandArgv(w->own.c, w->skey, 12, argv, NULL);
     w->last_claim = tr_now();
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
         tr_err(o, "[%s] claim: %s", w->me,
