@@ -140,6 +140,13 @@ def test_stream_two_workers_exactly_once(server, data, tmp_path):
     assert m, st
     assert (int(m.group(1)), int(m.group(2)), int(m.group(5))) == (len(lines), bad, len(lines))
     assert float(m.group(3)) > floor - 0.05 and float(m.group(4)) < 0.01, st
+    # An idle stream blocks in XREADGROUP: 1.5 s of waiting costs little CPU.
+    import resource
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rc, out = finish(worker(addr, "--stream", "quiet", "--idle-exit", 1500))
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+    assert rc == 0 and "events=0 " in out and cpu < 0.5, (cpu, out)
 
 
 @pytest.mark.parametrize("rounds", [3])
