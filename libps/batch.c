@@ -15,6 +15,7 @@ struct psBatches {
     int push_window;
     int flags;                  /* PS_FLAG_* */
     uint64_t seq_base;          /* first seq of every key */
+    uint64_t fixed_seq;         /* psSetPushSeq: the seq of every push added, 0 none */
     psPushWindow shared;        /* pushes of users without a window of their own (models) */
     psUser **users;             /* users with requests on this client */
     int nusers, usercap;
@@ -191,6 +192,12 @@ int psi_batches_init(psClient *c, const psOptions *o) {
         return -1;
     }
     return 0;
+}
+
+int psSetPushSeq(psClient *c, uint64_t seq) {
+    if (c == NULL || c->priv->batch == NULL) return PS_ERR;
+    c->priv->batch->fixed_seq = seq;
+    return PS_OK;
 }
 
 void psi_batches_free(psClient *c) {
@@ -804,7 +811,12 @@ psPush *psi_push_add(psClient *c, psPushGroup *g, psKey *k) {
     p->version = 0;
     p->scale = 1.0f;
     if (k->seq == 0) k->seq = c->priv->batch->seq_base;
-    p->seq = ++k->seq;
+    if (c->priv->batch->fixed_seq) {
+        p->seq = c->priv->batch->fixed_seq;
+        if (k->seq < p->seq) k->seq = p->seq;
+    } else {
+        p->seq = ++k->seq;
+    }
     p->acked = p->rewait = p->unreplicated = 0;
     return p;
 }

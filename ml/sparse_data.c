@@ -558,3 +558,58 @@ fail:
     r->failed = 1;
     return -1;
 }
+
+/* =========================== lines from memory =========================== */
+
+ps_sparse_reader *ps_sparse_lines(const ps_sparse_opts *o, const char *name)
+{
+    ps_sparse_reader *r = calloc(1, sizeof(*r));
+    if (r == NULL) return NULL;
+    if (o) r->o = *o;
+    r->path = strdup(name ? name : "line");
+    if (r->path == NULL) {
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+int ps_sparse_add_line(ps_sparse_reader *r, ps_sparse_batch *b, const char *line, size_t len,
+                       char *err, size_t errlen)
+{
+    int want_dense = r->o.format == PS_SPARSE_CRITEO && r->o.criteo_dense;
+    float dense[PS_CRITEO_INTS];
+    if (b->n == 0 && b->ndense != (want_dense ? PS_CRITEO_INTS : 0)) {
+        ps_sparse_batch_free(b);
+        b->ndense = want_dense ? PS_CRITEO_INTS : 0;
+    }
+    if (len > PS_SPARSE_MAX_LINE || memchr(line, '\n', len) || memchr(line, '\0', len)) {
+        seterr(err, errlen, "%s: one line of at most %d bytes without NUL expected", r->path,
+               PS_SPARSE_MAX_LINE);
+        return -1;
+    }
+    char *s = malloc(len + 1);
+    if (s == NULL) {
+        seterr(err, errlen, "%s: out of memory", r->path);
+        return -1;
+    }
+    memcpy(s, line, len);
+    s[len] = '\0';
+    if (len > 0 && s[len - 1] == '\r') s[--len] = '\0';
+    r->line++;
+    float label = 0;
+    int k = r->o.format == PS_SPARSE_LIBSVM
+                ? parse_libsvm(r, s, &label, err, errlen)
+                : parse_criteo(r, s, &label, want_dense ? dense : NULL, err, errlen);
+    free(s);
+    if (k == -2) {
+        seterr(err, errlen, "%s: blank line (no label)", r->path);
+        return -1;
+    }
+    if (k < 0) return -1;
+    if (ps_sparse_batch_add(b, label, r->rf, r->rid, r->rv, (size_t)k, dense) != 0) {
+        seterr(err, errlen, "%s: out of memory", r->path);
+        return -1;
+    }
+    return 0;
+}

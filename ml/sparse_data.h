@@ -125,4 +125,16 @@ uint64_t ps_sparse_tell(const ps_sparse_reader *r);
 
 void ps_sparse_close(ps_sparse_reader *r);
 
+/* A reader of lines held in memory (a stream's entries): no file, 'name'
+ * in its messages ("name:N: ..."). Close with ps_sparse_close(). NULL when
+ * out of memory. */
+ps_sparse_reader *ps_sparse_lines(const ps_sparse_opts *o, const char *name);
+
+/* Parses one line (libsvm or Criteo, 'len' bytes, no newline; a trailing
+ * '\r' is dropped) with r's options and appends it to 'b' (not cleared).
+ * Returns 0, or -1 with a message in 'err' (a bad token, a blank line, an
+ * embedded newline or NUL): 'b' is then unchanged and 'r' stays usable. */
+int ps_sparse_add_line(ps_sparse_reader *r, ps_sparse_batch *b, const char *line, size_t len,
+                       char *err, size_t errlen);
+
 #endif

@@ -80,7 +80,7 @@ def ps_train_flags():
     """Every flag some ps-train subcommand (or ps-gen-ctr) accepts, from their --help."""
     flags = {"--help", "--version"}
     for cmd in ([PS_TRAIN, sub, "--help"] for sub in ("init", "work", "eval", "run", "status",
-                                                       "snapshot")):
+                                                       "snapshot", "stream")):
         out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True).stdout
         flags |= set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out))

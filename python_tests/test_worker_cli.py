@@ -292,7 +292,7 @@ def flag_table():
     rows = {}
     for line in out[1:]:
         name, cmds, kinds, default = line.split(None, 3)
-        cmds = ["init", "work", "eval", "run", "status", "snapshot"] if cmds == "all" \
+        cmds = ["init", "work", "eval", "run", "status", "snapshot", "stream"] if cmds == "all" \
             else cmds.split(",")
         rows[name] = (cmds, kinds.split(","), default)
     return rows
@@ -310,7 +310,7 @@ def test_help_flags_lists_every_flag_with_subcommands_kinds_and_default(ps_train
     assert rows["--shards"][2] == "deprecated spelling of --table-shards"
     # Each subcommand's --help lists exactly the flags the table gives it, in the group of
     # their kind, with their default.
-    for cmd in ["init", "work", "eval", "run", "status", "snapshot"]:
+    for cmd in ["init", "work", "eval", "run", "status", "snapshot", "stream"]:
         text = run([cmd, "--help"]).out
         groups = re.split(r"^(flags|dense jobs.*|sparse jobs.*):$", text, flags=re.M)
         listed = {}

@@ -373,6 +373,52 @@ static void test_ids_are_stable_and_tagged_with_their_field(void **state)
     assert_true(b == 217862532663046305ULL);
 }
 
+/* Lines from memory (a stream's entries) parse as the file reader parses
+ * them; a bad line is an error that leaves the batch as it was. */
+static void test_lines_from_memory_match_the_file_reader(void **state)
+{
+    (void)state;
+    char err[512];
+    const char *p = tpath("m.libsvm");
+    write_file(p, LIBSVM, 0);
+    ps_sparse_opts o = {.field_bits = 8};
+    ps_sparse_batch f = {0}, m = {0};
+    assert_int_equal(read_all(p, &o, 100, &f, err, sizeof(err)), 0);
+    ps_sparse_reader *r = ps_sparse_lines(&o, "events");
+    assert_non_null(r);
+    const char *s = LIBSVM;
+    while (*s) {
+        const char *e = strchr(s, '\n');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        int blank = strspn(s, " \t\r") >= len;
+        int rc = ps_sparse_add_line(r, &m, s, len, err, sizeof(err));
+        assert_int_equal(rc, blank ? -1 : 0);
+        s += len + (e != NULL);
+    }
+    assert_int_equal(m.n, f.n);
+    assert_int_equal(m.nnz, f.nnz);
+    for (int i = 0; i < f.n; i++) assert_true(m.label[i] == f.label[i]);
+    for (size_t j = 0; j < f.nnz; j++) {
+        assert_true(m.id[j] == f.id[j]);
+        assert_true(m.val[j] == f.val[j]);
+        assert_int_equal(m.field[j], f.field[j]);
+    }
+    static const char *bad[] = {"2 5:1", "1 12x:1", "garbage", "", "1 3:1\n1 4:1"};
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+        err[0] = '\0';
+        assert_int_equal(ps_sparse_add_line(r, &m, bad[k], strlen(bad[k]), err, sizeof(err)), -1);
+        assert_true(strstr(err, "events") != NULL);
+        assert_int_equal(m.n, f.n);
+        assert_int_equal(m.nnz, f.nnz);
+    }
+    assert_int_equal(ps_sparse_add_line(r, &m, "1 7:2", 5, err, sizeof(err)), 0);
+    assert_int_equal(m.n, f.n + 1);
+    assert_true(m.id[m.nnz - 1] == 7 && m.val[m.nnz - 1] == 2.0f);
+    ps_sparse_close(r);
+    ps_sparse_batch_free(&f);
+    ps_sparse_batch_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -385,6 +431,7 @@ int main(void)
         cmocka_unit_test(test_criteo_buckets_hashes_and_handles_missing_values),
         cmocka_unit_test(test_criteo_bad_lines_name_file_line_and_token),
         cmocka_unit_test(test_ids_are_stable_and_tagged_with_their_field),
+        cmocka_unit_test(test_lines_from_memory_match_the_file_reader),
     };
     tmpdir_prefix = "test_sparse";
     return cmocka_run_group_tests(tests, tmpdir_setup, tmpdir_teardown);

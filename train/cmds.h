@@ -11,5 +11,6 @@ int tr_cmd_eval(const trainOpts *o);     /* eval.c */
 int tr_cmd_run(const trainOpts *o);      /* run.c */
 int tr_cmd_status(const trainOpts *o);   /* status.c */
 int tr_cmd_snapshot(const trainOpts *o); /* status.c */
+int tr_cmd_stream(const trainOpts *o);   /* stream.c */
 
 #endif

@@ -105,7 +105,13 @@ void tr_announce_server(const trainOpts *o, psClient *c) {
 
 
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas) {
+    return tr_connect_as(o, push_window, wait_replicas, NULL);
+}
+
+psClient *tr_connect_as(const trainOpts *o, int push_window, int wait_replicas,
+                        const char *client_id) {
     psOptions opt = {0};
+    opt.client_id = client_id;
     opt.user = o->user;
     opt.password = o->password;
     opt.push_window = push_window;

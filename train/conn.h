@@ -13,6 +13,9 @@ void tr_announce_server(const trainOpts *o, psClient *c);
 /* Connects with the options' address and credentials (and announces the
  * server, tr_announce_server); prints the error and returns NULL on failure. */
 psClient *tr_connect(const trainOpts *o, int push_window, int wait_replicas);
+/* tr_connect() whose pushes carry "ID <client_id> seq" (NULL: libps's own id). */
+psClient *tr_connect_as(const trainOpts *o, int push_window, int wait_replicas,
+                        const char *client_id);
 /* Parses --on-degraded / --on-lost-state names into PS_DURABILITY_* /
  * PS_LOST_STATE_*. Returns 0 or -1. */
 int tr_parse_policies(const trainOpts *o, int *durability, int *lost_state);

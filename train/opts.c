@@ -66,7 +66,7 @@ static const flagDef Flags[] = {
      "init and shuffling seed", NULL},
     {"--epochs", F_INT, O(epochs), 1, 10000, C_INIT | C_RUN, K_ALL, "1", NULL, 0, NULL, "E",
      "passes over the data", NULL},
-    {"--batch", F_INT, O(batch), 1, 65536, C_INIT | C_WORK | C_RUN, K_ALL, "64", "256",
+    {"--batch", F_INT, O(batch), 1, 65536, C_INIT | C_WORK | C_RUN | C_STREAM, K_ALL, "64", "256",
      C_INIT | C_RUN, "64, sparse 256; work: the job's", "B",
      "mini-batch size (work: override the job's)", NULL},
     {"--reset", F_FLAG, O(reset), 0, 0, C_INIT | C_RUN, K_ALL, NULL, NULL, 0, NULL, NULL,
@@ -97,7 +97,7 @@ static const flagDef Flags[] = {
      "consumer name", NULL},
     {"--lease-ms", F_INT, O(lease_ms), 10, 1 << 30, C_WORK | C_RUN, K_ALL, "30000", NULL, 0,
      NULL, "MS", "a task idle this long is claimed by another worker", NULL},
-    {"--window", F_INT, O(window), 1, 1024, C_WORK | C_RUN, K_ALL, "2", NULL, 0, NULL, "N",
+    {"--window", F_INT, O(window), 1, 1024, C_WORK | C_RUN | C_STREAM, K_ALL, "2", NULL, 0, NULL, "N",
      "outstanding pushes", NULL},
     {"--pull-every", F_INT, O(pull_every), 1, 1000, C_WORK | C_RUN, K_ALL, "1", NULL, 0, NULL,
      "K", "pull the model every K mini-batches, push every one", NULL},
@@ -106,27 +106,47 @@ static const flagDef Flags[] = {
     {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK, K_ALL, NULL, NULL, 0, "off",
      "MS", "behind ps-relay --sync: after each push wait up to MS for the round's new model "
      "(implies --overlap 0)", NULL},
-    {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN, K_ALL, NULL, NULL, 0,
+    {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN | C_STREAM, K_ALL, NULL, NULL, 0,
      "the job's: i8 for a topk push format, else f32", "FMT",
      "model on the wire: f32, bf16, f16 or i8 (sparse jobs: not i8)", NULL},
     {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, K_ALL, NULL, NULL, 0,
      "init: f32; workers: the job's", "FMT",
      "gradients on the wire: f32 bf16 f16 i8 topk[:K] (K 0.01, 1% or a count; topk: 1%); init "
      "records it, workers push the job's (sparse jobs: f32, bf16 or f16)", NULL},
-    {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN, K_ALL, "0", NULL, 0, NULL, "N",
+    {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN | C_STREAM, K_ALL, "0", NULL, 0, NULL, "N",
      "WAIT for N replicas after each push", NULL},
-    {"--on-degraded", F_STR, O(on_degraded), 0, 0, C_WORK | C_RUN, K_ALL, "degrade", NULL, 0,
+    {"--on-degraded", F_STR, O(on_degraded), 0, 0, C_WORK | C_RUN | C_STREAM, K_ALL, "degrade", NULL, 0,
      NULL, "POLICY", "a shard short of --wait replicas: degrade (train on, count unreplicated "
      "pushes), block (until a replica is back) or fail", NULL},
     {"--on-lost-state", F_STR, O(on_lost_state), 0, 0, C_ALL, K_ALL, "stop", NULL, 0, NULL,
      "POLICY", "a tensor vanished or went back below an acknowledged version: stop or continue",
      NULL},
-    {"--interval-ms", F_INT, O(interval_ms), 10, 1 << 30, C_WORK | C_RUN, K_ALL, "2000", NULL, 0,
+    {"--interval-ms", F_INT, O(interval_ms), 10, 1 << 30, C_WORK | C_RUN | C_STREAM, K_ALL, "2000", NULL, 0,
      NULL, "MS", "progress interval", NULL},
-    {"--progress", F_STR, O(progress), 0, 0, C_WORK | C_RUN, K_ALL, "auto", NULL, 0, NULL,
+    {"--progress", F_STR, O(progress), 0, 0, C_WORK | C_RUN | C_STREAM, K_ALL, "auto", NULL, 0, NULL,
      "MODE", "auto | tty | line | none (auto: tty on a terminal)", NULL},
     {"--max-tasks", F_INT, O(max_tasks), 1, INT_MAX, C_WORK, K_ALL, NULL, NULL, 0, "no limit",
      "N", "exit after N tasks (for tests)", NULL},
+    /* stream: online training from a Redis Stream of events (stream.c) */
+    {"--stream", F_STR, O(stream), 0, 0, C_STREAM, K_SPARSE, NULL, NULL, 0, "required", "KEY",
+     "the Redis Stream of events (one libsvm or Criteo line per entry)", NULL},
+    {"--group", F_STR, O(group), 0, 0, C_STREAM, K_SPARSE, "ps-train", NULL, 0, NULL, "NAME",
+     "consumer group (made at the stream's start when missing)", NULL},
+    {"--consumer", F_STR, O(consumer), 0, 0, C_STREAM, K_SPARSE, NULL, NULL, 0, "hostname-pid",
+     "NAME", "consumer name: a restart under the same name replays its journal first", NULL},
+    {"--field", F_STR, O(field), 0, 0, C_STREAM, K_SPARSE, "l", NULL, 0, NULL, "NAME",
+     "the entry field holding the event's line", NULL},
+    {"--batch-ms", F_INT, O(batch_ms), 1, 1 << 24, C_STREAM, K_SPARSE, "100", NULL, 0, NULL,
+     "MS", "a mini-batch closes after MS with what it has (or at --batch events)", NULL},
+    {"--max-events", F_LL, O(max_events), 1, 1LL << 62, C_STREAM, K_SPARSE, NULL, NULL, 0,
+     "no limit", "N", "exit after about N events (whole batches)", NULL},
+    {"--idle-exit", F_INT, O(idle_exit), 1, 1 << 30, C_STREAM, K_SPARSE, NULL, NULL, 0, "never",
+     "MS", "exit after MS without an event to train or claim", NULL},
+    {"--claim-idle-ms", F_INT, O(claim_idle_ms), 10, 1 << 30, C_STREAM, K_SPARSE, "10000", NULL,
+     0, NULL, "MS", "entries pending this long on another consumer are claimed (a dead worker's)",
+     NULL},
+    {"--auc-window", F_INT, O(auc_window), 10, 1 << 24, C_STREAM, K_SPARSE, "10000", NULL, 0,
+     NULL, "N", "events of the online (progressive) AUC and logloss window", NULL},
     /* eval, snapshot, run */
     {"--at", F_STR, O(at), 0, 0, C_EVAL | C_SNAP, K_DENSE, NULL, NULL, 0, NULL, "SNAPSHOT",
      "eval: evaluate this snapshot; snapshot: its name", NULL},
@@ -134,7 +154,7 @@ static const flagDef Flags[] = {
      "local worker processes", NULL},
     {"--threads", F_INT, O(threads), 1, 1024, C_ALL, K_ALL, NULL, NULL, 0, "workers: 1", "N",
      "OpenBLAS threads", NULL},
-    {"--log-json", F_STR, O(log_json), 0, 0, C_WORK | C_EVAL | C_RUN, K_ALL, NULL, NULL, 0, NULL,
+    {"--log-json", F_STR, O(log_json), 0, 0, C_WORK | C_EVAL | C_RUN | C_STREAM, K_ALL, NULL, NULL, 0, NULL,
      "FILE", "append the run as JSON lines to FILE (progress, eval, result; python3 -m "
      "redis_ps.plot)", NULL},
     /* sparse CTR jobs */
@@ -443,13 +463,13 @@ void tr_opts_help(FILE *out, const char *cmd, int bit, const char *summary) {
 }
 
 void tr_opts_table(FILE *out) {
-    static const char *cmds[] = {"init", "work", "eval", "run", "status", "snapshot"};
+    static const char *cmds[] = {"init", "work", "eval", "run", "status", "snapshot", "stream"};
     fprintf(out, "%-18s %-30s %-13s %s\n", "FLAG", "SUBCOMMANDS", "KINDS", "DEFAULT");
     for (size_t i = 0; i < NFLAGS; i++) {
         const flagDef *f = &Flags[i];
         const flagDef *c = canonical(f);
         char sub[64] = "", def[160];
-        for (int b = 0; b < 6; b++)
+        for (int b = 0; b < 7; b++)
             if (c->cmds & (1 << b))
                 snprintf(sub + strlen(sub), sizeof(sub) - strlen(sub), "%s%s", sub[0] ? "," : "",
                          cmds[b]);

@@ -22,7 +22,8 @@
 #define C_RUN (1 << 3)
 #define C_STATUS (1 << 4)
 #define C_SNAP (1 << 5)
-#define C_ALL (C_INIT | C_WORK | C_EVAL | C_RUN | C_STATUS | C_SNAP)
+#define C_STREAM (1 << 6)
+#define C_ALL (C_INIT | C_WORK | C_EVAL | C_RUN | C_STATUS | C_SNAP | C_STREAM)
 
 /* Model kinds a flag is for. */
 #define K_DENSE (1 << 0)  /* the MLP (no --model) */
@@ -96,6 +97,16 @@ typedef struct trainOpts {
     int interval_ms;
     const char *progress;       /* auto | tty | line | none */
     int max_tasks;              /* 0: no limit (tests) */
+    /* stream (stream.c) */
+    const char *stream;         /* the Redis Stream of events */
+    const char *group;          /* its consumer group */
+    const char *consumer;       /* consumer name, NULL: hostname-pid */
+    const char *field;          /* the entry field holding the event line */
+    int batch_ms;               /* a batch closes after this long with what it has */
+    long long max_events;       /* 0: no limit */
+    int idle_exit;              /* 0: never; else exit after this long without events */
+    int claim_idle_ms;          /* entries pending this long are claimed */
+    int auc_window;             /* events of the online AUC/logloss window */
     /* eval */
     const char *at;
     /* run */

@@ -1,6 +1,6 @@
 /* ps-train.c -- the redis-ps training tool: command line and dispatch.
  *
- *   ps-train init|work|eval|run|status|snapshot --addr A --job J [flags]
+ *   ps-train init|work|eval|run|status|snapshot|stream --addr A --job J [flags]
  *
  * Every subcommand has --help. Flags are parsed strictly from one table
  * (opts.c: name, type, bounds, subcommands, model kinds, default); an error names the flag
@@ -40,6 +40,8 @@ static const cmdDef Cmds[] = {
     {"run", C_RUN, "init + N local workers + eval; prints accuracy, time, samples/s"},
     {"status", C_STATUS, "tasks total/acked/pending, versions, per-worker progress"},
     {"snapshot", C_SNAP, "PS.SNAPSHOT every partition of the model as --at NAME"},
+    {"stream", C_STREAM, "online training of a sparse job from a Redis Stream of events "
+                         "(exactly once, progressive AUC)"},
     {"gen-ctr", 0, "deprecated: runs ps-gen-ctr (synthetic CTR data; own flags)"},
 };
 #define NCMDS (sizeof(Cmds) / sizeof(Cmds[0]))
@@ -114,6 +116,10 @@ static int validate(trainOpts *o, int bit) {
     }
     if ((bit & (C_INIT | C_RUN)) && tr_opts_check_kind(o) != 0) return -1;
     if (tr_sparse_validate(o, (bit & (C_INIT | C_RUN)) != 0) != 0) return -1;
+    if (bit == C_STREAM && !o->stream) {
+        fprintf(stderr, "ps-train stream: --stream KEY is required\n");
+        return -1;
+    }
     if (bit == C_SNAP && !o->at) {
         fprintf(stderr, "ps-train snapshot: --at NAME is required\n");
         return -1;
@@ -229,6 +235,7 @@ int main(int argc, char **argv) {
     case C_RUN: return tr_cmd_run(&o);
     case C_STATUS: return tr_cmd_status(&o);
     case C_SNAP: return tr_cmd_snapshot(&o);
+    case C_STREAM: return tr_cmd_stream(&o);
     }
     return TR_EXIT_USAGE;
 }

@@ -24,6 +24,7 @@
 #include "metrics.h"
 #include "protocol.h"
 #include "sparse.h"
+#include "stream.h"
 #include "tasks.h"
 #include "util.h"
 #include "wirefmt.h"
@@ -422,6 +423,7 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
                (long long)(ki.evicted_ttl + ki.evicted_capacity + ki.evicted_explicit));
     }
     if (e) dm = ts_dense_model(c, o->job, &m);
+    tr_stream_status(o, c);
     psEmbedFree(e);
     ps_ctr_free(&m);
     return dm;

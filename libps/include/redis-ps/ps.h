@@ -286,6 +286,27 @@ psClient *psConnect(const char *addrs, const psOptions *opt);
  * them finally failed (err/errstr describe the first failure). */
 int psDrain(psClient *c);
 
+/* psCommandArgv() in two halves, to overlap a command with computing: Async
+ * routes and sends the command and returns a handle (NULL with err set when
+ * out of memory); the reply is read by this or any later call on the client
+ * (retries and redirects as usual); Wait returns it like psCommandArgv()
+ * and frees the handle. Every handle must be waited for, before
+ * psClientFree(). Commands on one node keep their order. */
+typedef struct psAsync psAsync;
+psAsync *psCommandArgvAsync(psClient *c, const char *key, int argc, const char **argv,
+                            const size_t *argvlen);
+redisReply *psCommandWait(psClient *c, psAsync *a);
+
+/* Exactly-once pushes under a caller's own ids (ps-train stream's journaled
+ * batches): while 'seq' != 0, every push added (model partitions, table
+ * shards) carries "ID <client_id> <seq>" with this one seq instead of its
+ * key's next one, and later counted seqs of a key continue above it. The
+ * caller keeps the seqs it sets increasing per (client_id, key), as the
+ * server's exactly-once table requires (docs/commands.md), or re-sends a
+ * past seq on purpose to have the server answer a duplicate. 0 returns to
+ * per-key counting. PS_OK, or PS_ERR for a NULL client. */
+int psSetPushSeq(psClient *c, uint64_t seq);
+
 /* Close every connection (outstanding pushes are NOT waited for: call
  * psDrain() first) and free the client. NULL is allowed. */
 void psClientFree(psClient *c);

@@ -1,0 +1,231 @@
+"""ps-train stream: online training of a sparse job from a Redis Stream of events.
+
+Two workers train one stream of ps-gen-ctr lines (with malformed entries mixed in) in one
+consumer group. Exact accounting: every batch pushes [-events trained, -entries malformed]
+into the job's tensor stream_events (SGD, LR 1) under the batch's exactly-once push ID, so
+its value is exactly what was applied, each event once: it must equal the stream's length
+minus the malformed entries, the malformed count, and no entry may stay pending. Then the
+same with workers SIGKILLed at random points and others claiming their entries (a dead
+worker's journaled batch is replayed under its own push ID: the server answers a
+duplicate where its push had been applied). Progressive validation: the online AUC of the
+last window is above a floor derived from the planted model's AUC on this data, and the
+shared histogram the workers fill counts every event trained exactly once."""
+
+import os
+import random
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from pshelpers import PS_TRAIN, pull_np, run_gen_ctr, run_ps_train as run
+from test_train_cluster import cluster  # noqa: F401 (3 masters, no replicas)
+
+GEN = ["--samples", 12000, "--test-samples", 2000, "--fields", 8, "--vocab", 30, "--seed", 5]
+MALFORMED = [{"l": "garbage line"}, {"other": "1 1:2"}, {"l": "2 5:1"}, {"l": ""},
+             {"l": "1 12x:1"}]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    if not os.path.exists(PS_TRAIN):
+        pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
+    d = tmp_path_factory.mktemp("stream")
+    prefix = str(d / "ctr")
+    run_gen_ctr(["--out", prefix] + GEN)
+    with open(prefix + ".truth") as f:
+        truth = dict(kv.split("=", 1) for kv in f.read().split()[1:])
+    with open(prefix + ".train.libsvm") as f:
+        lines = [ln.rstrip("\n") for ln in f]
+    return prefix + ".train.libsvm", lines, truth
+
+
+def fill(r, lines, seed, pace=0.0):
+    """XADDs the lines as entries {l: line} with the MALFORMED entries at random places.
+    Returns the ids of the malformed entries."""
+    rng = random.Random(seed)
+    at = sorted(rng.sample(range(len(lines)), len(MALFORMED)))
+    bad = []
+    k = 0
+    p = r.pipeline(transaction=False)
+    for i, ln in enumerate(lines):
+        while k < len(at) and at[k] == i:
+            bad.append(r.xadd("ev", MALFORMED[k]) if not p.command_stack else None)
+            if bad[-1] is None:
+                p.execute()
+                bad[-1] = r.xadd("ev", MALFORMED[k])
+            k += 1
+        p.xadd("ev", {"l": ln})
+        if i % (200 if pace else 2000) == 0:
+            p.execute()
+            time.sleep(pace)
+    p.execute()
+    return sorted(b.decode() for b in bad)
+
+
+def init_job(addr, train, job="s"):
+    run(["init", "--addr", addr, "--job", job, "--model", "fm", "--train", train,
+         "--table-lr", 0.1, "--seed", 3])
+
+
+def worker(addr, *extra, job="s"):
+    args = [PS_TRAIN, "stream", "--addr", addr, "--job", job, "--stream", "ev",
+            "--progress", "line", "--interval-ms", "200"] + [str(a) for a in extra]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+
+
+def finish(p, timeout=60):
+    out, _ = p.communicate(timeout=timeout)
+    return p.returncode, out.decode(errors="replace")
+
+
+def counter(r, job="s"):
+    """[events trained, entries malformed] from the job's stream_events tensor."""
+    _, v = pull_np(r, "%s:stream_events:0" % job)
+    return int(v[0]), int(v[1])
+
+
+def histogram_events(r, job="s"):
+    n = 0
+    for key in r.scan_iter("psjob:{%s}:sauc:*" % job):
+        n += sum(int(v) for v in r.hgetall(key).values())
+    return n
+
+
+def test_stream_two_workers_exactly_once(server, data, tmp_path):
+    train, lines, truth = data
+    r = server.client()
+    addr = "127.0.0.1:%d" % server.port
+    init_job(addr, train)
+    bad_ids = fill(r, lines, 1)
+    bad = len(bad_ids)
+    log = str(tmp_path / "run.jsonl")
+    ws = [worker(addr, "--consumer", "w%d" % i, "--idle-exit", 1500, "--batch", 128,
+                 "--log-json", log) for i in range(2)]
+    outs = [finish(p) for p in ws]
+    for rc, out in outs:
+        assert rc == 0, out
+    allout = "".join(o for _, o in outs)
+    trained, malformed = counter(r)
+    assert (trained, malformed) == (len(lines), bad), allout
+    assert r.xpending("ev", "ps-train")["pending"] == 0
+    # Every malformed entry is logged with its id.
+    ids = re.findall(r"malformed entry (\S+) of ev", allout)
+    assert sorted(ids) == bad_ids, allout
+    import json
+    events = [json.loads(ln) for ln in open(log)]
+    assert sorted(e["id"] for e in events if e["event"] == "malformed") == bad_ids
+    done = [e for e in events if e["event"] == "stream_done"]
+    assert len(done) == 2 and sum(e["samples"] for e in done) == len(lines), done
+    assert all(0.5 < e["auc"] < 1 and e["loss"] > 0 for e in done), done
+    stats = [dict(kv.split("=", 1) for kv in m.split())
+             for m in re.findall(r"^STREAM (.*)$", allout, re.M)]
+    assert sum(int(s["events"]) for s in stats) == len(lines)
+    assert all(int(s["events"]) > 0 for s in stats), stats   # both workers trained
+    # Progressive validation: every event scored once into the shared histogram; the
+    # last window's online AUC is above a floor from the planted model's AUC.
+    assert histogram_events(r) == len(lines)
+    floor = 0.5 + 0.5 * (float(truth["truth_test_auc"]) - 0.5)
+    aucs = [float(x) for x in re.findall(r"auc (\d\.\d+) logloss", allout)]
+    assert aucs and max(aucs) > floor, (floor, aucs)
+    g = [float(x) for x in re.findall(r"global_auc (\d\.\d+)", allout)]
+    assert g and g[-1] > floor - 0.05, (floor, g)
+    st = run(["status", "--addr", addr, "--job", "s"]).out
+    m = re.search(r"stream: events trained (\d+), malformed entries (\d+) .* global progressive "
+                  r"AUC (\d\.\d+) \(\+-(\d\.\d+)\) over the last 60 s \((\d+) events\)", st)
+    assert m, st
+    assert (int(m.group(1)), int(m.group(2)), int(m.group(5))) == (len(lines), bad, len(lines))
+    assert float(m.group(3)) > floor - 0.05 and float(m.group(4)) < 0.01, st
+    # An idle stream blocks in XREADGROUP: 1.5 s of waiting costs little CPU.
+    import resource
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rc, out = finish(worker(addr, "--stream", "quiet", "--idle-exit", 1500))
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
+    assert rc == 0 and "events=0 " in out and cpu < 0.5, (cpu, out)
+
+
+@pytest.mark.parametrize("rounds", [3])
+def test_stream_sigkill_exactly_once(server, data, rounds):
+    """Workers SIGKILLed at random points; the survivors (and restarts, one under the dead
+    worker's name) claim and replay: every event still trained exactly once."""
+    train, lines, _ = data
+    r = server.client()
+    addr = "127.0.0.1:%d" % server.port
+    init_job(addr, train)
+    feeder = threading.Thread(target=fill, args=(server.client(), lines, 2, 0.07))
+    feeder.start()   # 12000 events in about 4 s, 5 of them malformed
+    bad = len(MALFORMED)
+    rng = random.Random(7)
+    common = ["--batch", 32, "--claim-idle-ms", 300, "--batch-ms", 20]
+    survivor = worker(addr, "--consumer", "keeper", "--idle-exit", 4000, *common)
+    outs = []
+    for k in range(rounds):
+        victim = worker(addr, "--consumer", "v%d" % k, *common)
+        time.sleep(rng.uniform(0.3, 0.8))
+        victim.send_signal(signal.SIGKILL)
+        outs.append(finish(victim)[1])
+    # A worker paused (SIGSTOP) longer than --claim-idle-ms while the others claim its
+    # entries, then resumed: what it read but had not journaled is fenced (dropped by
+    # it), what it had journaled is replayed by the claimer under its push ID.
+    paused = worker(addr, "--consumer", "paused", "--idle-exit", 2000, *common)
+    time.sleep(0.5)
+    paused.send_signal(signal.SIGSTOP)
+    time.sleep(1.0)
+    paused.send_signal(signal.SIGCONT)
+    feeder.join()
+    # A restart under a dead worker's name replays its own journal first.
+    again = worker(addr, "--consumer", "v0", "--idle-exit", 2000, *common, "--batch", 16)
+    for p in (survivor, again, paused):
+        rc, out = finish(p)
+        assert rc == 0, out
+        outs.append(out)
+    # The pause was seen: the paused worker dropped a fenced batch, or its journaled batch
+    # was replayed by another under its push ID.
+    assert (not re.search(r"STREAM worker=paused .*fenced=0 ", outs[-1]) or
+            "of s:s:ps-train:paused," in "".join(outs)), outs[-1]
+    allout = "\n".join(outs)
+    trained, malformed = counter(r)
+    assert (trained, malformed) == (len(lines), bad), allout
+    assert r.xpending("ev", "ps-train")["pending"] == 0
+    assert "replaying the journaled batch" in allout, allout
+    info = r.execute_command("PS.INFO", "s:stream_events:0")
+    d = dict(zip(info[::2], info[1::2]))
+    assert d[b"dedup_hits"] >= 1, d     # a replayed batch had been applied: duplicate
+    print("replays:", allout.count("replaying the journaled batch"), "dedup_hits:",
+          d[b"dedup_hits"], "fenced:", re.findall(r"fenced=(\d+)", allout))
+
+
+@pytest.mark.slow
+def test_stream_cluster_two_workers_one_killed_exactly_once(cluster, data):
+    """The same accounting on a 3-master cluster: the table shards, the dense tensors and
+    the counter on several masters, the stream and its journals in one slot; one worker is
+    SIGKILLed mid-stream and the other claims and replays its batch."""
+    train, lines, _ = data
+    lines = lines[:6000]
+    seeds = ",".join(n.addr for n in cluster.nodes)
+    run(["init", "--addr", seeds, "--job", "s", "--model", "fm", "--train", train,
+         "--table-lr", 0.1, "--seed", 3])
+    r = cluster.node_for_key("ev").client()
+    feeder = threading.Thread(target=fill, args=(r, lines, 3, 0.04))
+    feeder.start()
+    common = ["--batch", 32, "--claim-idle-ms", 300, "--batch-ms", 20]
+    keeper = worker(seeds, "--consumer", "keeper", "--idle-exit", 2500, *common)
+    victim = worker(seeds, "--consumer", "victim", *common)
+    time.sleep(0.6)
+    victim.send_signal(signal.SIGKILL)
+    out = finish(victim)[1]
+    feeder.join()
+    rc, out2 = finish(keeper)
+    assert rc == 0, out + out2
+    key = "s:stream_events:0"
+    _, v = pull_np(cluster.node_for_key(key).client(), key)
+    assert (int(v[0]), int(v[1])) == (len(lines), len(MALFORMED)), out + out2
+    assert r.xpending("ev", "ps-train")["pending"] == 0
+    masters = {cluster.node_for_key(k).port for k in ("ev", key, "s:emb:0{3}", "s:emb:1{2}")}
+    assert len(masters) >= 2, masters
+    assert "replaying the journaled batch" in out2, out2
