@@ -315,7 +315,8 @@ def test_restore_ring_parts_are_validated(server):
     before = digest(r)
     bad = [
         ["RINGORIGIN", "x", 1, 1],                                  # not tracked yet
-        ["RING", "bad name", 0, 0, 0],
+        ["RING", "bad name", 0, 0, 0, 0, 0, 0, 0],
+        ["RING", "me", 3, 100, 0],                                  # the lag fields missing
         ["RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])],        # not tracked yet
         ["CHUNK", "RINGBASE", 0, 0, f32([1])],
     ]
@@ -324,8 +325,12 @@ def test_restore_ring_parts_are_validated(server):
             rep = raw.call("PS._RESTORE", "w", *args)
             assert isinstance(rep, psserver.RespError), args
         assert digest(r) == before
-        assert raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0) == "OK"
-        for args in (["RING", "me", 3, 100, 0],                              # twice
+        for lag in ([(1 << 31) + 1, 0, 0, 0], [0, 2, 3, 0], [0, 2, 1, 3]):  # MAXLAG, marks > own
+            rep = raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0, *lag)
+            assert isinstance(rep, psserver.RespError), lag
+        assert "ring_origin" not in info(r, "w")                    # nothing left behind
+        assert raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0, 4, 9, 2, 5) == "OK"
+        for args in (["RING", "me", 3, 100, 0, 0, 0, 0, 0],                  # twice
                      ["RINGORIGIN", "me", 1, 1],                             # own origin
                      ["RINGDELTA", "PENDING", "me", 4, 0, u32([1]), f32([1])],  # seq > take_seq
                      ["RINGDELTA", "FWD", "x", 1, 0, u32([9]), f32([1])],    # index >= len
@@ -337,7 +342,8 @@ def test_restore_ring_parts_are_validated(server):
         assert raw.call("PS._RESTORE", "w", "RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])) == "OK"
         rep = raw.call("PS._RESTORE", "w", "RINGDELTA", "FWDMORE", "x", 1, 0, u32([1]), f32([1]))
         assert isinstance(rep, psserver.RespError)                   # indices must go on ascending
-    assert info(r, "w")["ring_fwd_entries"] == 1
+    i = info(r, "w")
+    assert (i["ring_fwd_entries"], i["ring_maxlag"], i["ring_lag"], i["ring_own_pushes"]) == (1, 4, 7, 9)
 
 
 # ---------------------------------------------------------------------------
@@ -345,16 +351,18 @@ def test_restore_ring_parts_are_validated(server):
 # the snapshots): the DUMP builder of test_restore_crafted.py, the ring part appended.
 # ---------------------------------------------------------------------------
 
-def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, base=None,
-               origins=((b"x", 3, 1),), norigins=None, pending=(5, [1, 4], [0.5, -1]),
-               fwd=((b"x", 3, 1, [2], [0.25]),), nfwd=None):
+def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, lag=(3, 7, 2),
+               base=None, origins=((b"x", 3, 1),), norigins=None,
+               pending=(5, [1, 4], [0.5, -1]), pend_own=4, fwd=((b"x", 3, 1, [2], [0.25]),),
+               nfwd=None):
     """A 2x3 SGD tensor in the PS_ENCVER_RING layout with ring state; every field can be
-    overridden. pending: (seq, idx, vals) or None; fwd: (origin, seq, hops, idx, vals)."""
+    overridden. lag: (maxlag, own_pushes, acked_own); pending: (seq, idx, vals) or None,
+    recording pend_own own pushes; fwd: (origin, seq, hops, idx, vals)."""
     from test_restore_crafted import S, U, accum_items
     items = accum_items((0,) * 11, optim="SGD") + [U(flag)]    # the encver 5 layout
     if flag != 1:
         return items
-    items += [S(origin), U(take_seq), U(maxqueue), U(applied)]
+    items += [S(origin), U(take_seq), U(maxqueue), U(applied)] + [U(x) for x in lag]
     items.append(S(f32(np.zeros(6)) if base is None else base))
     items.append(U(len(origins) if norigins is None else norigins))
     for name, hwm, app in origins:
@@ -363,7 +371,7 @@ def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, base=
         items.append(U(0))
     else:
         seq, idx, vals = pending
-        items += [U(len(idx)), U(seq), S(u32(idx)), S(f32(vals))]
+        items += [U(len(idx)), U(seq), U(pend_own), S(u32(idx)), S(f32(vals))]
     items.append(U(len(fwd) if nfwd is None else nfwd))
     for name, seq, hops, idx, vals in fwd:
         items += [S(name), U(seq), U(hops), U(len(idx)), S(u32(idx)), S(f32(vals))]
@@ -377,6 +385,9 @@ RING_BAD = {
     "origin-65": dict(origin=b"x" * 65),
     "maxqueue-over-2^50": dict(maxqueue=(1 << 50) + 1),
     "base-short": dict(base=f32(np.zeros(5))),
+    "maxlag-over-2^31": dict(lag=((1 << 31) + 1, 7, 2)),
+    "acked-over-own": dict(lag=(3, 7, 8)),
+    "pend-own-over-own": dict(pend_own=8),
     "origins-65": dict(origins=tuple((b"o%d" % k, 1, 1) for k in range(65))),
     "origins-count-more-than-present": dict(norigins=2),
     "origin-twice": dict(origins=((b"x", 1, 1), (b"x", 2, 1))),
@@ -414,6 +425,9 @@ def test_crafted_ring_payloads_control_and_round_trip(crafted):
     i = info(c, "w")
     assert (i["ring_origin"], i["ring_take_seq"], i["ring_pending_seq"]) == (b"me", 5, 5)
     assert (i["ring_fwd_entries"], i["ring_fwd_bytes"], i["ring_applied"]) == (1, 72, 1)
+    assert (i["ring_maxlag"], i["ring_lag"], i["ring_own_pushes"]) == (3, 5, 7)
+    assert c.execute_command("PS.DELTAACK", "w", 5) == 1      # the pending take recorded 4
+    assert info(c, "w")["ring_lag"] == 3
     assert c.execute_command("PS.DELTAFWD", "w")[:3] == [b"x", 3, 1]
     # An untracked tensor at encoding version 6: the v5 value and a trailing 0.
     with crafted.raw() as raw:
