@@ -227,15 +227,18 @@ def test_at_most_64_origins(r):
 
 def build_ring_state(r):
     """A tracked tensor with every part of the ring state: a pending take, marks of two
-    origins, two forward entries (one not yet passed on), a snapshot and accumulated change."""
+    origins, two forward entries (one not yet passed on), a snapshot, accumulated change, and
+    MAXLAG 3 with the take recording 1 own push and a push refused at the bound."""
     tensor(r)
-    r.execute_command("PS.RING", "w", "TRACK", "g1", "MAXQUEUE", 1 << 20)
+    r.execute_command("PS.RING", "w", "TRACK", "g1", "MAXQUEUE", 1 << 20, "MAXLAG", 3)
     grad(r, [1, 0, 2, 0, 0, 0, 0, 3])
     r.execute_command("PS.DELTATAKE", "w", "SEQFLOOR", 7, "MAXELEMS", 2)
     r.execute_command("PS.APPLYDELTA", "w", "ID", "g0", 4, u32([0, 5]), f32([1.5, -2]), "HOPS", 1)
     r.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 9, u32([6]), f32([0.25]), "HOPS", 2)
     r.execute_command("PS.SNAPSHOT", "w", "s1")
     grad(r, [0, 0.5, 0, 0, 0, 0, 0, 0])
+    grad(r, [0, 0, 0, 0.25, 0, 0, 0, 0])
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N))).startswith("BACKLOG")  # lag 3: refused
 
 
 def ring_view(r, state=True):
@@ -244,7 +247,7 @@ def ring_view(r, state=True):
     i = info(r, "w")
     return (r.execute_command("PS.RING", "w", "STATE") if state else None,
             r.execute_command("PS.DELTAFWD", "w"),
-            {k: v for k, v in i.items() if k.startswith("ring_")})
+            {k: v for k, v in i.items() if k.startswith("ring_") and k != "ring_lag_refusals"})
 
 
 def test_replica_and_aof_replay_hold_the_same_ring_state(make_server, make_replica):
@@ -264,6 +267,9 @@ def test_replica_and_aof_replay_hold_the_same_ring_state(make_server, make_repli
     r = s.client()
     assert digest(r) == before and ring_view(r) == view
     assert r.execute_command("PS.DELTATAKE", "w")[0] == 7   # the pending take came back
+    assert (view[2]["ring_maxlag"], view[2]["ring_lag"]) == (3, 3)
+    assert r.execute_command("PS.DELTAACK", "w", 7) == 1     # it recorded 1 own push
+    assert info(r, "w")["ring_lag"] == 2
 
 
 def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
@@ -282,6 +288,7 @@ def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
     s.restart(timeout=30)
     r = s.client()
     assert digest(r) == before and ring_view(r) == view and digest(r, "plain") == plain
+    assert (view[2]["ring_maxlag"], view[2]["ring_lag"], view[2]["ring_own_pushes"]) == (3, 3, 3)
     # COPY and RENAME carry the ring state with the value; DEL drops it.
     r.execute_command("COPY", "w", "w2")
     assert digest(r, "w2") == before
@@ -558,3 +565,119 @@ def test_a_joiner_copies_the_base_so_the_neighbours_own_change_arrives_once(make
     assert j.execute_command("PS.APPLYDELTA", "w", "ID", "g0", seq2, idx2, vals2) == 1
     assert np.array_equal(pull_np(j, "w")[1], pull_np(n, "w")[1])
     assert info(j, "w")["ring_accumulated"] == 0
+
+
+# ---------------------------------------------------------------------------
+# MAXLAG: a group runs at most n of its own pushes ahead of what the ring acknowledged
+# ---------------------------------------------------------------------------
+
+def push_id(r, seq, g=None):
+    g = np.ones(N, np.float32) if g is None else np.asarray(g, np.float32)
+    return r.execute_command("PS.PUSHGRAD", "w", f32(g), "ID", "c", seq)
+
+
+def test_maxlag_refuses_pushes_with_backlog_until_a_take_is_acked(r):
+    tensor(r)
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 2) == 1
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"], i["ring_lag_refusals"]) == (2, 0, 0)
+    assert push_id(r, 1) == 1 and push_id(r, 2) == 2
+    before = digest(r)
+    e = err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 3)
+    assert e.startswith("BACKLOG this group is 2 pushes ahead of what the ring has "
+                        "acknowledged (MAXLAG 2"), e
+    assert digest(r) == before                                 # nothing changed
+    assert push_id(r, 2) == 2                                  # a resend: still a duplicate
+    seq = r.execute_command("PS.DELTATAKE", "w")[0]
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 3).startswith("BACKLOG")
+    assert r.execute_command("PS.DELTAACK", "w", seq) == 1     # acknowledged: the mark moves
+    assert push_id(r, 3) == 3                                  # the refused seq applies once
+    assert push_id(r, 3) == 3
+    i = info(r, "w")
+    assert (i["ring_lag"], i["ring_own_pushes"], i["ring_lag_refusals"]) == (1, 3, 2)
+    # a received delta is not an own push; a take with nothing to send catches the lag up
+    r.execute_command("PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1]))
+    assert info(r, "w")["ring_lag"] == 1
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    assert push_id(r, 4, np.zeros(N)) == 5                     # changes no value
+    assert info(r, "w")["ring_lag"] == 1
+    assert r.execute_command("PS.DELTATAKE", "w") == 0
+    assert info(r, "w")["ring_lag"] == 0
+    # TRACK with the same origin updates MAXLAG; 0 = no bound
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 0) == 0
+    for k in range(5, 15):
+        push_id(r, k)
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"]) == (0, 10)
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 10) == 0
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N))).startswith("BACKLOG this group is 10 ")
+    for bad in (-1, (1 << 31) + 1, "x"):
+        assert err(r, "PS.RING", "w", "TRACK", "g0", "MAXLAG", bad).startswith("ERR"), bad
+    assert err(r, "PS.RING", "w", "TRACK", "g0", "MAXLAG", 1, "MAXLAG", 2).startswith("ERR")
+    assert info(r, "w")["ring_maxlag"] == 10
+    # JOIN drops the own change: the lag is 0, MAXLAG kept
+    assert r.execute_command("PS.RING", "w", "JOIN", "g0", f32(np.zeros(N))) == 1
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"]) == (10, 0)
+
+
+def test_maxlag_state_replicates_and_a_refusal_does_not(make_server, make_replica):
+    s = make_server()
+    rep = make_replica(s)
+    r = s.client()
+    tensor(r)
+    r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 1)
+    push_id(r, 1)
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 2).startswith("BACKLOG")
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    push_id(r, 2)
+    psserver.wait_for_replication(s, [rep])
+    rc = rep.client()
+    assert digest(rc) == digest(r)
+    mi, ri = info(r, "w"), info(rc, "w")
+    for k in ("ring_maxlag", "ring_lag", "ring_own_pushes"):
+        assert mi[k] == ri[k], k
+    assert (ri["ring_lag"], ri["ring_lag_refusals"], mi["ring_lag_refusals"]) == (1, 0, 1)
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    push_id(r, 3, np.zeros(N))                                # an own push that moves nothing
+    assert info(r, "w")["ring_lag"] == 1
+    assert r.execute_command("PS.DELTATAKE", "w") == 0        # catches the lag up: replicated
+    psserver.wait_for_replication(s, [rep])
+    assert info(rc, "w")["ring_lag"] == 0 and digest(rc) == digest(r)
+
+
+def test_a_libps_worker_waits_through_the_lag_and_every_push_applies_once(server):
+    """ps_lagpush pushes 40 times through libps into a tensor with MAXLAG 4 while a thread
+    plays the ring agent (take + ack every 200 ms): pushes are refused BACKLOG, libps waits
+    and resends them, and every one is applied exactly once."""
+    import threading
+    from pshelpers import run_tool
+    r = server.client()
+    stop = threading.Event()
+    acked = []
+
+    def agent():
+        while not stop.wait(0.2):
+            for k in r.keys("lag*"):
+                try:
+                    t = r.execute_command("PS.DELTATAKE", k)
+                    if t != 0 and r.execute_command("PS.DELTAACK", k, t[0]) == 1:
+                        acked.append(t[0])
+                except Exception:                               # not created/tracked yet
+                    pass
+
+    th = threading.Thread(target=agent, daemon=True)
+    th.start()
+    try:
+        rc, doc, errs = run_tool("ps_lagpush", server.addr, "--pushes", 40, "--maxlag", 4,
+                                 timeout=60)
+    finally:
+        stop.set()
+        th.join()
+    assert rc == 0 and doc["ok"], (rc, doc, errs[-2000:])
+    assert doc["value0"] == -40 and doc["stats"]["backlog_waits"] > 0, doc
+    (key,) = doc["keys"]
+    i = info(r, key)
+    assert i["ring_own_pushes"] == 40 and i["ring_lag_refusals"] > 0, i
+    assert i["ring_lag_refusals"] >= doc["stats"]["backlog_waits"]
+    assert len(acked) >= 40 // 4 - 1, acked
