@@ -369,13 +369,15 @@ static void write_seeds(const char *dir) {
         free(io.out);
         PSTensor_Free(t);
     }
-    /* A ring-tracked tensor (PS_ENCVER_RING): a pending take, marks, a forward entry. */
+    /* A ring-tracked tensor (PS_ENCVER_RING): a pending take, marks, a forward entry,
+     * MAXLAG 3 with 2 own pushes (the take recorded 1). */
     uint64_t dims[1] = {12};
     PSTensorOpts o;
     PSTensor_DefaultOpts(&o, 0.5);
     PSTensor *t = PSTensor_New(1, dims, 12, &o);
     FZ_CHECK(t != NULL);
     FZ_CHECK(PSRing_Track(t, "g1", 2, 1, 4096) == 1);
+    t->ring->maxlag = 3;
     float g[12];
     for (int i = 0; i < 12; i++) g[i] = (float)(i - 5) / 4;
     PSPush p = {.g = (const unsigned char *)g, .scale = 1.0};

@@ -16,8 +16,9 @@
  *   PS.PUSHGRAD      verbatim when it changed state (applied, or added to a
  *                    sync round): re-executing it on the replica's identical
  *                    state gives identical bits (see optim.h). A duplicate
- *                    (ID seen) or rejected push changes nothing and is not
- *                    replicated.
+ *                    (ID seen) or rejected push (BACKLOG at the ring's
+ *                    MAXLAG included: a function of replicated state) changes
+ *                    nothing and is not replicated.
  *   sync timer       master-only decision: replicated as the effect
  *                    PS._CLOSEROUND key version.
  *   PS._CLOSEROUND   verbatim.
@@ -30,6 +31,8 @@
 #include "ps_limits.h"
 #include "ps_module.h"
 #include "waiters.h"
+
+#include "ring.h"
 
 /* ========================================================================
  * PS.PUSHGRAD
@@ -128,6 +131,10 @@ int ps_tensor_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, c
         PSStats.stale_rejects++;
         ps_reply_errorf(ctx, PSERR_ROUND_F, (unsigned long long)p.version,
                         (unsigned long long)t->version);
+        break;
+    case PST_ERR_RINGLAG:
+        ps_reply_errorf(ctx, PSERR_RING_LAG_F, (unsigned long long)PSRing_Lag(t->ring),
+                        (unsigned long long)t->ring->maxlag);
         break;
     case PST_ERR_FUTURE:
         ps_reply_errorf(ctx, PSERR_FUTURE_F, (unsigned long long)p.version,

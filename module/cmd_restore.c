@@ -6,7 +6,8 @@
  *               SNAPDATA SNAPS0 SNAPS1 ACCSUM PENDING)
  *   PS._RESTORE key DEDUP id seq version [window]
  *   PS._RESTORE key SNAPSHOT name version unix_ms blob
- *   PS._RESTORE key RING origin take_seq maxqueue applied   (then CHUNK RINGBASE)
+ *   PS._RESTORE key RING origin take_seq maxqueue applied maxlag own_pushes
+ *               acked_own pend_own   (then CHUNK RINGBASE)
  *   PS._RESTORE key RINGORIGIN name hwm applied
  *   PS._RESTORE key RINGDELTA PENDING|FWD|PENDINGMORE|FWDMORE origin seq hops
  *               indices values
@@ -120,13 +121,16 @@ static int restore_ring(RedisModuleCtx *ctx, RedisModuleString **argv, int argc,
     RedisModuleString *sub = argv[2];
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
-    long long a[3];
+    long long a[7];
     int st = PS_RING_EINDEX;
-    if (ps_arg_is(sub, "RING") && argc == 7) {
-        for (int k = 0; k < 3; k++)
+    if (ps_arg_is(sub, "RING") && argc == 11) {
+        for (int k = 0; k < 7; k++)
             if (ps_arg_ll(ctx, argv[4 + k], "ring field", 0, LLONG_MAX, &a[k]) != REDISMODULE_OK)
                 return -1;
         st = PSRing_LoadBegin(t, origin, ol, (uint64_t)a[0], (uint64_t)a[1], (uint64_t)a[2]);
+        if (st == PS_RING_OK && (st = PSRing_LoadLag(t, (uint64_t)a[3], (uint64_t)a[4],
+                                                     (uint64_t)a[5], (uint64_t)a[6])) != PS_RING_OK)
+            PSRing_Untrack(t); /* LoadBegin made it: nothing changed */
     } else if (ps_arg_is(sub, "RINGORIGIN") && argc == 6) {
         for (int k = 0; k < 2; k++)
             if (ps_arg_ll(ctx, argv[4 + k], "ring field", 0, LLONG_MAX, &a[k]) != REDISMODULE_OK)

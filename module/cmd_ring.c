@@ -2,7 +2,7 @@
  * needs from its server's tensors (the state and its rules: ring.h; the
  * commands: docs/commands.md "Ring").
  *
- *   PS.RING key TRACK origin [MAXQUEUE bytes]        tracking on (base := values)
+ *   PS.RING key TRACK origin [MAXQUEUE bytes] [MAXLAG n]  tracking on (base := values)
  *   PS.RING key STATE                                 [base, version, origin, marks]
  *   PS.RING key JOIN origin values [FROM origin seq]...  take a neighbour's copy
  *   PS.RING key UNTRACK                               tracking off (state dropped)
@@ -21,6 +21,7 @@
  * Tables are not ring-tracked yet: every ring command on a table key
  * answers PSERR_RING_TABLE. */
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -69,16 +70,30 @@ static PSTensor *open_ring(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
  * PS.RING key TRACK | STATE | JOIN
  * ====================================================================== */
 
-/* TRACK origin [MAXQUEUE bytes] -> 1 turned on, 0 already (same origin). */
+/* TRACK origin [MAXQUEUE bytes] [MAXLAG n] -> 1 turned on, 0 already (same
+ * origin; the bounds given are updated). Replicated when it changed
+ * something. */
 static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 4 && argc != 6) return RedisModule_WrongArity(ctx);
-    long long mq = 0;
-    if (argc == 6) {
-        if (!ps_arg_is(argv[4], "MAXQUEUE"))
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[4], NULL));
-        if (ps_arg_ll(ctx, argv[5], "MAXQUEUE", 0, (long long)PS_RING_MAX_MAXQUEUE, &mq) !=
-            REDISMODULE_OK)
-            return REDISMODULE_OK;
+    if (argc < 4 || argc % 2) return RedisModule_WrongArity(ctx);
+    static const PSOption opts[] = {{"MAXQUEUE", 1}, {"MAXLAG", 1}, {NULL, 0}};
+    long long mq = 0, ml = 0;
+    unsigned seen = 0;
+    int has_mq = 0, has_ml = 0;
+    for (int i = 4; i < argc; i += 2) {
+        const int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        if (k == 0) {
+            if (ps_arg_ll(ctx, argv[i + 1], "MAXQUEUE", 0, (long long)PS_RING_MAX_MAXQUEUE, &mq) !=
+                REDISMODULE_OK)
+                return REDISMODULE_OK;
+            has_mq = 1;
+        } else {
+            if (ps_arg_ll(ctx, argv[i + 1], "MAXLAG", LLONG_MIN, LLONG_MAX, &ml) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            if (ml < 0 || (unsigned long long)ml > PS_RING_MAX_MAXLAG)
+                return RedisModule_ReplyWithError(ctx, PSERR_RING_MAXLAG);
+            has_ml = 1;
+        }
     }
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
@@ -86,11 +101,13 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     PSTensor *t = open_ring(ctx, argv[1], RW, &key);
     if (!t) return REDISMODULE_OK;
     const uint64_t before = t->ring ? t->ring->maxqueue : 0;
-    const int r = PSRing_Track(t, origin, ol, argc == 6, (uint64_t)mq);
+    const uint64_t lag_before = t->ring ? t->ring->maxlag : 0;
+    const int r = PSRing_Track(t, origin, ol, has_mq, (uint64_t)mq);
     if (r < 0) {
         reply_ring_error(ctx, -r);
     } else {
-        if (r == 1 || t->ring->maxqueue != before) {
+        if (has_ml) t->ring->maxlag = (uint64_t)ml;
+        if (r == 1 || t->ring->maxqueue != before || t->ring->maxlag != lag_before) {
             RedisModule_ReplicateVerbatim(ctx);
             ps_notify(ctx, "ps.ringtrack", argv[1]);
         }
@@ -246,7 +263,11 @@ int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     const int r = PSRing_Take(t, &o);
     if (r < 0) {
         reply_ring_error(ctx, -r);
-    } else if (r == PS_RING_TAKE_NONE) {
+    } else if (r == PS_RING_TAKE_NONE || r == PS_RING_TAKE_NONE_CAUGHTUP) {
+        if (r == PS_RING_TAKE_NONE_CAUGHTUP) { /* the lag mark moved */
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.deltatake", argv[1]);
+        }
         RedisModule_ReplyWithLongLong(ctx, 0);
     } else {
         if (r == PS_RING_TAKE_NEW) {
@@ -393,6 +414,10 @@ void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
     ps_reply_pair_ll(ctx, "ring_fwd_bytes", (long long)r->fwd_bytes, n);
     ps_reply_pair_ll(ctx, "ring_maxqueue", (long long)r->maxqueue, n);
     ps_reply_pair_ll(ctx, "ring_applied", (long long)r->applied, n);
+    ps_reply_pair_ll(ctx, "ring_maxlag", (long long)r->maxlag, n);
+    ps_reply_pair_ll(ctx, "ring_lag", (long long)PSRing_Lag(r), n);
+    ps_reply_pair_ll(ctx, "ring_own_pushes", (long long)r->own_pushes, n);
+    ps_reply_pair_ll(ctx, "ring_lag_refusals", (long long)t->stats.ring_lag_refusals, n);
     RedisModule_ReplyWithCString(ctx, "ring_origins");
     RedisModule_ReplyWithArray(ctx, r->norigins);
     for (uint32_t i = 0; i < r->norigins; i++) {

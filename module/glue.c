@@ -76,6 +76,7 @@ int ps_reply_status(RedisModuleCtx *ctx, int status) {
     case PST_ERR_NONFINITE: return RedisModule_ReplyWithError(ctx, PSERR_NONFINITE);
     case PST_ERR_RANGE: return RedisModule_ReplyWithError(ctx, PSERR_RANGE);
     case PST_ERR_BACKLOG: return RedisModule_ReplyWithError(ctx, PSERR_BACKLOG);
+    case PST_ERR_RINGLAG: return RedisModule_ReplyWithError(ctx, PSERR_RING_LAG);
     default: return RedisModule_ReplyWithError(ctx, PSERR_INTERNAL);
     }
 }

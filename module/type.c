@@ -17,9 +17,9 @@
  *                   [from PS_ENCVER_SNAP_SHARING: the earlier snapshot's index
  *                    of each array shared with one], arrays it does not share),
  *   [from PS_ENCVER_RING: tracked (0 or 1), and when 1 the ring state (ring.h):
- *    origin, take_seq, maxqueue, applied, array(base), norigins x (name, hwm,
- *    applied), pending count [, seq, delta pieces], nfwd x (origin, seq, hops,
- *    count, delta pieces)]
+ *    origin, take_seq, maxqueue, applied, maxlag, own_pushes, acked_own,
+ *    array(base), norigins x (name, hwm, applied), pending count [, seq,
+ *    pend_own, delta pieces], nfwd x (origin, seq, hops, count, delta pieces)]
  * A delta's pieces are ceil(count / PS_CHUNK_FLOATS) pairs of string buffers
  * (little-endian u32 indices, F32 values) of at most PS_CHUNK_FLOATS each.
  * An array is written as ceil(n / PS_CHUNK_FLOATS) string buffers of at most
@@ -77,6 +77,9 @@ static void save_ring(RedisModuleIO *io, const PSRing *r) {
     RedisModule_SaveUnsigned(io, r->take_seq);
     RedisModule_SaveUnsigned(io, r->maxqueue);
     RedisModule_SaveUnsigned(io, r->applied);
+    RedisModule_SaveUnsigned(io, r->maxlag);
+    RedisModule_SaveUnsigned(io, r->own_pushes);
+    RedisModule_SaveUnsigned(io, r->acked_own);
     save_array(io, r->base);
     RedisModule_SaveUnsigned(io, r->norigins);
     for (uint32_t i = 0; i < r->norigins; i++) {
@@ -87,6 +90,7 @@ static void save_ring(RedisModuleIO *io, const PSRing *r) {
     RedisModule_SaveUnsigned(io, r->pend ? r->pend->count : 0);
     if (r->pend) {
         RedisModule_SaveUnsigned(io, r->pend->seq);
+        RedisModule_SaveUnsigned(io, r->pend_own);
         save_delta_pieces(io, r->pend);
     }
     RedisModule_SaveUnsigned(io, r->fwd_len);
@@ -281,6 +285,9 @@ static const char *load_ring(RedisModuleIO *io, PSTensor *t) {
     const uint64_t take_seq = RedisModule_LoadUnsigned(io);
     const uint64_t maxqueue = RedisModule_LoadUnsigned(io);
     const uint64_t applied = RedisModule_LoadUnsigned(io);
+    const uint64_t maxlag = RedisModule_LoadUnsigned(io);
+    const uint64_t own_pushes = RedisModule_LoadUnsigned(io);
+    const uint64_t acked_own = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io)) return "truncated ring state";
     PSBuf *base = load_array(io, t->n);
     if (!base) return "truncated or corrupt ring base";
@@ -291,6 +298,7 @@ static const char *load_ring(RedisModuleIO *io, PSTensor *t) {
     }
     PSBuf_Release(t->ring->base);
     t->ring->base = base;
+    if (PSRing_LoadLag(t, maxlag, own_pushes, acked_own, 0) != PS_RING_OK) return "bad ring lag";
     const uint64_t norigins = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io) || norigins > PS_RING_MAX_ORIGINS) return "bad ring origin count";
     for (uint64_t i = 0; i < norigins; i++) {
@@ -305,7 +313,10 @@ static const char *load_ring(RedisModuleIO *io, PSTensor *t) {
     if (RedisModule_IsIOError(io)) return "truncated ring state";
     if (pcount) {
         const uint64_t seq = RedisModule_LoadUnsigned(io);
+        const uint64_t pend_own = RedisModule_LoadUnsigned(io);
         if (RedisModule_IsIOError(io)) return "truncated ring state";
+        if (PSRing_LoadLag(t, maxlag, own_pushes, acked_own, pend_own) != PS_RING_OK)
+            return "bad ring lag";
         if ((why = load_delta_pieces(io, t, 1, t->ring->origin, t->ring->originlen, seq, 0, pcount)))
             return why;
     }
@@ -430,12 +441,15 @@ static void emit_delta(RedisModuleIO *aof, RedisModuleString *key, int pending,
     }
 }
 
-/* The ring state: RING origin take_seq maxqueue applied, the base as RINGBASE
+/* The ring state: RING origin take_seq maxqueue applied maxlag own_pushes
+ * acked_own pend_own, the base as RINGBASE
  * CHUNKs, RINGORIGIN name hwm applied per origin, the pending take and the
  * forward entries as RINGDELTAs (cmd_restore.c). */
 static void emit_ring(RedisModuleIO *aof, RedisModuleString *key, const PSRing *r) {
-    RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "RING", r->origin, (size_t)r->originlen,
-                        (long long)r->take_seq, (long long)r->maxqueue, (long long)r->applied);
+    RedisModule_EmitAOF(aof, "ps._restore", "scblllllll", key, "RING", r->origin,
+                        (size_t)r->originlen, (long long)r->take_seq, (long long)r->maxqueue,
+                        (long long)r->applied, (long long)r->maxlag, (long long)r->own_pushes,
+                        (long long)r->acked_own, (long long)(r->pend ? r->pend_own : 0));
     emit_array(aof, key, "RINGBASE", 0, r->base);
     for (uint32_t i = 0; i < r->norigins; i++)
         RedisModule_EmitAOF(aof, "ps._restore", "scbll", key, "RINGORIGIN", r->origins[i].name,
@@ -526,6 +540,10 @@ static void digest_ring(RedisModuleDigest *md, const PSRing *r) {
     RedisModule_DigestAddLongLong(md, (long long)r->take_seq);
     RedisModule_DigestAddLongLong(md, (long long)r->maxqueue);
     RedisModule_DigestAddLongLong(md, (long long)r->applied);
+    RedisModule_DigestAddLongLong(md, (long long)r->maxlag);
+    RedisModule_DigestAddLongLong(md, (long long)r->own_pushes);
+    RedisModule_DigestAddLongLong(md, (long long)r->acked_own);
+    RedisModule_DigestAddLongLong(md, (long long)(r->pend ? r->pend_own : 0));
     digest_buf(md, r->base);
     for (uint32_t i = 0; i < r->norigins; i++) {
         RedisModule_DigestAddStringBuffer(md, r->origins[i].name, r->origins[i].len);

@@ -227,15 +227,18 @@ def test_at_most_64_origins(r):
 
 def build_ring_state(r):
     """A tracked tensor with every part of the ring state: a pending take, marks of two
-    origins, two forward entries (one not yet passed on), a snapshot and accumulated change."""
+    origins, two forward entries (one not yet passed on), a snapshot, accumulated change, and
+    MAXLAG 3 with the take recording 1 own push and a push refused at the bound."""
     tensor(r)
-    r.execute_command("PS.RING", "w", "TRACK", "g1", "MAXQUEUE", 1 << 20)
+    r.execute_command("PS.RING", "w", "TRACK", "g1", "MAXQUEUE", 1 << 20, "MAXLAG", 3)
     grad(r, [1, 0, 2, 0, 0, 0, 0, 3])
     r.execute_command("PS.DELTATAKE", "w", "SEQFLOOR", 7, "MAXELEMS", 2)
     r.execute_command("PS.APPLYDELTA", "w", "ID", "g0", 4, u32([0, 5]), f32([1.5, -2]), "HOPS", 1)
     r.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 9, u32([6]), f32([0.25]), "HOPS", 2)
     r.execute_command("PS.SNAPSHOT", "w", "s1")
     grad(r, [0, 0.5, 0, 0, 0, 0, 0, 0])
+    grad(r, [0, 0, 0, 0.25, 0, 0, 0, 0])
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N))).startswith("BACKLOG")  # lag 3: refused
 
 
 def ring_view(r, state=True):
@@ -244,7 +247,7 @@ def ring_view(r, state=True):
     i = info(r, "w")
     return (r.execute_command("PS.RING", "w", "STATE") if state else None,
             r.execute_command("PS.DELTAFWD", "w"),
-            {k: v for k, v in i.items() if k.startswith("ring_")})
+            {k: v for k, v in i.items() if k.startswith("ring_") and k != "ring_lag_refusals"})
 
 
 def test_replica_and_aof_replay_hold_the_same_ring_state(make_server, make_replica):
@@ -264,6 +267,9 @@ def test_replica_and_aof_replay_hold_the_same_ring_state(make_server, make_repli
     r = s.client()
     assert digest(r) == before and ring_view(r) == view
     assert r.execute_command("PS.DELTATAKE", "w")[0] == 7   # the pending take came back
+    assert (view[2]["ring_maxlag"], view[2]["ring_lag"]) == (3, 3)
+    assert r.execute_command("PS.DELTAACK", "w", 7) == 1     # it recorded 1 own push
+    assert info(r, "w")["ring_lag"] == 2
 
 
 def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
@@ -282,6 +288,7 @@ def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
     s.restart(timeout=30)
     r = s.client()
     assert digest(r) == before and ring_view(r) == view and digest(r, "plain") == plain
+    assert (view[2]["ring_maxlag"], view[2]["ring_lag"], view[2]["ring_own_pushes"]) == (3, 3, 3)
     # COPY and RENAME carry the ring state with the value; DEL drops it.
     r.execute_command("COPY", "w", "w2")
     assert digest(r, "w2") == before
@@ -315,7 +322,8 @@ def test_restore_ring_parts_are_validated(server):
     before = digest(r)
     bad = [
         ["RINGORIGIN", "x", 1, 1],                                  # not tracked yet
-        ["RING", "bad name", 0, 0, 0],
+        ["RING", "bad name", 0, 0, 0, 0, 0, 0, 0],
+        ["RING", "me", 3, 100, 0],                                  # the lag fields missing
         ["RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])],        # not tracked yet
         ["CHUNK", "RINGBASE", 0, 0, f32([1])],
     ]
@@ -324,8 +332,12 @@ def test_restore_ring_parts_are_validated(server):
             rep = raw.call("PS._RESTORE", "w", *args)
             assert isinstance(rep, psserver.RespError), args
         assert digest(r) == before
-        assert raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0) == "OK"
-        for args in (["RING", "me", 3, 100, 0],                              # twice
+        for lag in ([(1 << 31) + 1, 0, 0, 0], [0, 2, 3, 0], [0, 2, 1, 3]):  # MAXLAG, marks > own
+            rep = raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0, *lag)
+            assert isinstance(rep, psserver.RespError), lag
+        assert "ring_origin" not in info(r, "w")                    # nothing left behind
+        assert raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0, 4, 9, 2, 5) == "OK"
+        for args in (["RING", "me", 3, 100, 0, 0, 0, 0, 0],                  # twice
                      ["RINGORIGIN", "me", 1, 1],                             # own origin
                      ["RINGDELTA", "PENDING", "me", 4, 0, u32([1]), f32([1])],  # seq > take_seq
                      ["RINGDELTA", "FWD", "x", 1, 0, u32([9]), f32([1])],    # index >= len
@@ -337,7 +349,8 @@ def test_restore_ring_parts_are_validated(server):
         assert raw.call("PS._RESTORE", "w", "RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])) == "OK"
         rep = raw.call("PS._RESTORE", "w", "RINGDELTA", "FWDMORE", "x", 1, 0, u32([1]), f32([1]))
         assert isinstance(rep, psserver.RespError)                   # indices must go on ascending
-    assert info(r, "w")["ring_fwd_entries"] == 1
+    i = info(r, "w")
+    assert (i["ring_fwd_entries"], i["ring_maxlag"], i["ring_lag"], i["ring_own_pushes"]) == (1, 4, 7, 9)
 
 
 # ---------------------------------------------------------------------------
@@ -345,16 +358,18 @@ def test_restore_ring_parts_are_validated(server):
 # the snapshots): the DUMP builder of test_restore_crafted.py, the ring part appended.
 # ---------------------------------------------------------------------------
 
-def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, base=None,
-               origins=((b"x", 3, 1),), norigins=None, pending=(5, [1, 4], [0.5, -1]),
-               fwd=((b"x", 3, 1, [2], [0.25]),), nfwd=None):
+def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, lag=(3, 7, 2),
+               base=None, origins=((b"x", 3, 1),), norigins=None,
+               pending=(5, [1, 4], [0.5, -1]), pend_own=4, fwd=((b"x", 3, 1, [2], [0.25]),),
+               nfwd=None):
     """A 2x3 SGD tensor in the PS_ENCVER_RING layout with ring state; every field can be
-    overridden. pending: (seq, idx, vals) or None; fwd: (origin, seq, hops, idx, vals)."""
+    overridden. lag: (maxlag, own_pushes, acked_own); pending: (seq, idx, vals) or None,
+    recording pend_own own pushes; fwd: (origin, seq, hops, idx, vals)."""
     from test_restore_crafted import S, U, accum_items
     items = accum_items((0,) * 11, optim="SGD") + [U(flag)]    # the encver 5 layout
     if flag != 1:
         return items
-    items += [S(origin), U(take_seq), U(maxqueue), U(applied)]
+    items += [S(origin), U(take_seq), U(maxqueue), U(applied)] + [U(x) for x in lag]
     items.append(S(f32(np.zeros(6)) if base is None else base))
     items.append(U(len(origins) if norigins is None else norigins))
     for name, hwm, app in origins:
@@ -363,7 +378,7 @@ def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, base=
         items.append(U(0))
     else:
         seq, idx, vals = pending
-        items += [U(len(idx)), U(seq), S(u32(idx)), S(f32(vals))]
+        items += [U(len(idx)), U(seq), U(pend_own), S(u32(idx)), S(f32(vals))]
     items.append(U(len(fwd) if nfwd is None else nfwd))
     for name, seq, hops, idx, vals in fwd:
         items += [S(name), U(seq), U(hops), U(len(idx)), S(u32(idx)), S(f32(vals))]
@@ -377,6 +392,9 @@ RING_BAD = {
     "origin-65": dict(origin=b"x" * 65),
     "maxqueue-over-2^50": dict(maxqueue=(1 << 50) + 1),
     "base-short": dict(base=f32(np.zeros(5))),
+    "maxlag-over-2^31": dict(lag=((1 << 31) + 1, 7, 2)),
+    "acked-over-own": dict(lag=(3, 7, 8)),
+    "pend-own-over-own": dict(pend_own=8),
     "origins-65": dict(origins=tuple((b"o%d" % k, 1, 1) for k in range(65))),
     "origins-count-more-than-present": dict(norigins=2),
     "origin-twice": dict(origins=((b"x", 1, 1), (b"x", 2, 1))),
@@ -414,6 +432,9 @@ def test_crafted_ring_payloads_control_and_round_trip(crafted):
     i = info(c, "w")
     assert (i["ring_origin"], i["ring_take_seq"], i["ring_pending_seq"]) == (b"me", 5, 5)
     assert (i["ring_fwd_entries"], i["ring_fwd_bytes"], i["ring_applied"]) == (1, 72, 1)
+    assert (i["ring_maxlag"], i["ring_lag"], i["ring_own_pushes"]) == (3, 5, 7)
+    assert c.execute_command("PS.DELTAACK", "w", 5) == 1      # the pending take recorded 4
+    assert info(c, "w")["ring_lag"] == 3
     assert c.execute_command("PS.DELTAFWD", "w")[:3] == [b"x", 3, 1]
     # An untracked tensor at encoding version 6: the v5 value and a trailing 0.
     with crafted.raw() as raw:
@@ -544,3 +565,119 @@ def test_a_joiner_copies_the_base_so_the_neighbours_own_change_arrives_once(make
     assert j.execute_command("PS.APPLYDELTA", "w", "ID", "g0", seq2, idx2, vals2) == 1
     assert np.array_equal(pull_np(j, "w")[1], pull_np(n, "w")[1])
     assert info(j, "w")["ring_accumulated"] == 0
+
+
+# ---------------------------------------------------------------------------
+# MAXLAG: a group runs at most n of its own pushes ahead of what the ring acknowledged
+# ---------------------------------------------------------------------------
+
+def push_id(r, seq, g=None):
+    g = np.ones(N, np.float32) if g is None else np.asarray(g, np.float32)
+    return r.execute_command("PS.PUSHGRAD", "w", f32(g), "ID", "c", seq)
+
+
+def test_maxlag_refuses_pushes_with_backlog_until_a_take_is_acked(r):
+    tensor(r)
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 2) == 1
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"], i["ring_lag_refusals"]) == (2, 0, 0)
+    assert push_id(r, 1) == 1 and push_id(r, 2) == 2
+    before = digest(r)
+    e = err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 3)
+    assert e.startswith("BACKLOG this group is 2 pushes ahead of what the ring has "
+                        "acknowledged (MAXLAG 2"), e
+    assert digest(r) == before                                 # nothing changed
+    assert push_id(r, 2) == 2                                  # a resend: still a duplicate
+    seq = r.execute_command("PS.DELTATAKE", "w")[0]
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 3).startswith("BACKLOG")
+    assert r.execute_command("PS.DELTAACK", "w", seq) == 1     # acknowledged: the mark moves
+    assert push_id(r, 3) == 3                                  # the refused seq applies once
+    assert push_id(r, 3) == 3
+    i = info(r, "w")
+    assert (i["ring_lag"], i["ring_own_pushes"], i["ring_lag_refusals"]) == (1, 3, 2)
+    # a received delta is not an own push; a take with nothing to send catches the lag up
+    r.execute_command("PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1]))
+    assert info(r, "w")["ring_lag"] == 1
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    assert push_id(r, 4, np.zeros(N)) == 5                     # changes no value
+    assert info(r, "w")["ring_lag"] == 1
+    assert r.execute_command("PS.DELTATAKE", "w") == 0
+    assert info(r, "w")["ring_lag"] == 0
+    # TRACK with the same origin updates MAXLAG; 0 = no bound
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 0) == 0
+    for k in range(5, 15):
+        push_id(r, k)
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"]) == (0, 10)
+    assert r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 10) == 0
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N))).startswith("BACKLOG this group is 10 ")
+    for bad in (-1, (1 << 31) + 1, "x"):
+        assert err(r, "PS.RING", "w", "TRACK", "g0", "MAXLAG", bad).startswith("ERR"), bad
+    assert err(r, "PS.RING", "w", "TRACK", "g0", "MAXLAG", 1, "MAXLAG", 2).startswith("ERR")
+    assert info(r, "w")["ring_maxlag"] == 10
+    # JOIN drops the own change: the lag is 0, MAXLAG kept
+    assert r.execute_command("PS.RING", "w", "JOIN", "g0", f32(np.zeros(N))) == 1
+    i = info(r, "w")
+    assert (i["ring_maxlag"], i["ring_lag"]) == (10, 0)
+
+
+def test_maxlag_state_replicates_and_a_refusal_does_not(make_server, make_replica):
+    s = make_server()
+    rep = make_replica(s)
+    r = s.client()
+    tensor(r)
+    r.execute_command("PS.RING", "w", "TRACK", "g0", "MAXLAG", 1)
+    push_id(r, 1)
+    assert err(r, "PS.PUSHGRAD", "w", f32(np.ones(N)), "ID", "c", 2).startswith("BACKLOG")
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    push_id(r, 2)
+    psserver.wait_for_replication(s, [rep])
+    rc = rep.client()
+    assert digest(rc) == digest(r)
+    mi, ri = info(r, "w"), info(rc, "w")
+    for k in ("ring_maxlag", "ring_lag", "ring_own_pushes"):
+        assert mi[k] == ri[k], k
+    assert (ri["ring_lag"], ri["ring_lag_refusals"], mi["ring_lag_refusals"]) == (1, 0, 1)
+    r.execute_command("PS.DELTAACK", "w", r.execute_command("PS.DELTATAKE", "w")[0])
+    push_id(r, 3, np.zeros(N))                                # an own push that moves nothing
+    assert info(r, "w")["ring_lag"] == 1
+    assert r.execute_command("PS.DELTATAKE", "w") == 0        # catches the lag up: replicated
+    psserver.wait_for_replication(s, [rep])
+    assert info(rc, "w")["ring_lag"] == 0 and digest(rc) == digest(r)
+
+
+def test_a_libps_worker_waits_through_the_lag_and_every_push_applies_once(server):
+    """ps_lagpush pushes 40 times through libps into a tensor with MAXLAG 4 while a thread
+    plays the ring agent (take + ack every 200 ms): pushes are refused BACKLOG, libps waits
+    and resends them, and every one is applied exactly once."""
+    import threading
+    from pshelpers import run_tool
+    r = server.client()
+    stop = threading.Event()
+    acked = []
+
+    def agent():
+        while not stop.wait(0.2):
+            for k in r.keys("lag*"):
+                try:
+                    t = r.execute_command("PS.DELTATAKE", k)
+                    if t != 0 and r.execute_command("PS.DELTAACK", k, t[0]) == 1:
+                        acked.append(t[0])
+                except Exception:                               # not created/tracked yet
+                    pass
+
+    th = threading.Thread(target=agent, daemon=True)
+    th.start()
+    try:
+        rc, doc, errs = run_tool("ps_lagpush", server.addr, "--pushes", 40, "--maxlag", 4,
+                                 timeout=60)
+    finally:
+        stop.set()
+        th.join()
+    assert rc == 0 and doc["ok"], (rc, doc, errs[-2000:])
+    assert doc["value0"] == -40 and doc["stats"]["backlog_waits"] > 0, doc
+    (key,) = doc["keys"]
+    i = info(r, key)
+    assert i["ring_own_pushes"] == 40 and i["ring_lag_refusals"] > 0, i
+    assert i["ring_lag_refusals"] >= doc["stats"]["backlog_waits"]
+    assert len(acked) >= 40 // 4 - 1, acked

@@ -3,7 +3,9 @@
  * nothing dropped (every take plus what stays accumulated is exactly the
  * change, with integer data), received deltas applied once per (origin,
  * seq) and never taken again as the group's own, the forward FIFO and its
- * BACKLOG bound, JOIN, and the copy and load paths. */
+ * BACKLOG bound, JOIN, the copy and load paths, and the MAXLAG lag bound
+ * (own pushes counted, recorded by a take, acknowledged; refusals change
+ * nothing). */
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -388,6 +390,155 @@ static void test_load_validates_each_piece(void **st) {
     PSTensor_Free(t);
 }
 
+/* ---- MAXLAG: own pushes not yet covered by an acknowledged take ---- */
+
+static PSPushResult Res;
+/* A push with ID (cli, seq); returns the status. */
+static int push_id(PSTensor *t, const float *g, uint64_t seq) {
+    PSPush p = dense(g);
+    p.id = "cli";
+    p.idlen = 3;
+    p.seq = seq;
+    return PSTensor_Push(t, &p, &Res);
+}
+
+static void test_lag_counts_own_pushes_and_the_ack_moves_the_mark(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    const float g[4] = {1, 0, 0, 0};
+    push(t, g); /* before TRACK: not counted */
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    assert_int_equal(PSRing_Lag(t->ring), 0);
+    assert_int_equal(t->ring->maxlag, 0);
+    for (int k = 0; k < 3; k++) push(t, g);
+    assert_int_equal(PSRing_Lag(t->ring), 3);
+    /* a received delta is not an own push */
+    const uint32_t i[1] = {2};
+    const float v[1] = {5};
+    assert_int_equal(PSRing_Apply(t, O("g1"), 1, (const unsigned char *)i, (const unsigned char *)v, 1, 0), 1);
+    assert_int_equal(PSRing_Lag(t->ring), 3);
+    /* the take records 3; pushes after it are not covered by it */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    assert_int_equal(t->ring->pend_own, 3);
+    push(t, g);
+    push(t, g);
+    assert_int_equal(PSRing_Lag(t->ring), 5);
+    /* a re-take (an agent killed before its ack) answers the same record */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_AGAIN);
+    assert_int_equal(t->ring->pend_own, 3);
+    /* an ack of another seq moves nothing; the right one moves the mark to 3 */
+    assert_int_equal(PSRing_Ack(t, t->ring->take_seq + 1), 0);
+    assert_int_equal(PSRing_Lag(t->ring), 5);
+    assert_int_equal(PSRing_Ack(t, t->ring->take_seq), 1);
+    assert_int_equal(t->ring->acked_own, 3);
+    assert_int_equal(PSRing_Lag(t->ring), 2);
+    assert_int_equal(t->ring->own_pushes, 5);
+    /* a copy (snapshot/COPY path) carries the marks */
+    PSTensor *c = PSTensor_Copy(t);
+    assert_non_null(c);
+    assert_int_equal(PSRing_Lag(c->ring), 2);
+    PSTensor_Free(c);
+    PSTensor_Free(t);
+}
+
+static void test_push_at_maxlag_is_refused_and_changes_nothing(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    t->ring->maxlag = 2;
+    const float g[4] = {1, 1, 0, 0};
+    assert_int_equal(push_id(t, g, 1), PST_OK);
+    assert_int_equal(push_id(t, g, 2), PST_OK);
+    Shot before;
+    shot(t, &before);
+    const uint64_t own = t->ring->own_pushes, pushes = t->stats.pushes;
+    assert_int_equal(push_id(t, g, 3), PST_ERR_RINGLAG);
+    assert_int_equal(push_id(t, g, 3), PST_ERR_RINGLAG);
+    assert_same(t, &before);
+    assert_int_equal(t->ring->own_pushes, own);
+    assert_int_equal(t->stats.pushes, pushes);
+    assert_int_equal(t->stats.ring_lag_refusals, 2);
+    /* a resend of an applied push is still answered as a duplicate */
+    assert_int_equal(push_id(t, g, 2), PST_DUPLICATE);
+    /* the refused seq 3 was not recorded as seen: after take + ack it applies once */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    assert_int_equal(push_id(t, g, 3), PST_ERR_RINGLAG); /* taken is not acknowledged */
+    assert_int_equal(PSRing_Ack(t, t->ring->take_seq), 1);
+    assert_int_equal(push_id(t, g, 3), PST_OK);
+    assert_int_equal(push_id(t, g, 3), PST_DUPLICATE);
+    assert_int_equal(PSRing_Lag(t->ring), 1);
+    /* MAXLAG 0: no bound */
+    t->ring->maxlag = 0;
+    for (uint64_t s = 4; s < 40; s++) assert_int_equal(push_id(t, g, s), PST_OK);
+    assert_int_equal(PSRing_Lag(t->ring), 37);
+    PSTensor_Free(t);
+}
+
+static void test_take_with_nothing_to_send_catches_the_lag_up(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    t->ring->maxlag = 1;
+    const float z[4] = {0, 0, 0, 0};
+    push(t, z); /* a push that moves nothing still counts */
+    assert_int_equal(push_id(t, z, 1), PST_ERR_RINGLAG);
+    /* nothing to take: the lag drops to 0 (else a group whose pushes change
+     * nothing would wait forever) */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NONE_CAUGHTUP);
+    assert_int_equal(PSRing_Lag(t->ring), 0);
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NONE);
+    assert_int_equal(push_id(t, z, 1), PST_OK);
+    PSTensor_Free(t);
+}
+
+static void test_sync_pushes_count_and_join_untrack_reset_the_lag(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    t->sync_n = 2;
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    t->ring->maxlag = 3;
+    const float g[4] = {1, 2, 3, 4};
+    assert_int_equal(push_id(t, g, 1), PST_PENDING);
+    assert_int_equal(push_id(t, g, 2), PST_OK);
+    assert_int_equal(push_id(t, g, 3), PST_PENDING);
+    assert_int_equal(push_id(t, g, 4), PST_ERR_RINGLAG); /* same rule in a round */
+    assert_int_equal(t->round_count, 1);
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    assert_int_equal(PSRing_Ack(t, t->ring->take_seq), 1);
+    assert_int_equal(push_id(t, g, 4), PST_OK); /* the round closes */
+    assert_int_equal(PSRing_Lag(t->ring), 1);
+    /* JOIN drops the own change, so nothing is left to wait for: lag 0,
+     * MAXLAG kept */
+    assert_int_equal(push_id(t, g, 5), PST_PENDING);
+    assert_int_equal(push_id(t, g, 6), PST_OK);
+    assert_int_equal(PSRing_Lag(t->ring), 3);
+    const float vals[4] = {7, 7, 7, 7};
+    assert_int_equal(PSRing_Join(t, O("g0"), (const unsigned char *)vals, NULL, 0), PS_RING_OK);
+    assert_int_equal(PSRing_Lag(t->ring), 0);
+    assert_int_equal(t->ring->maxlag, 3);
+    assert_int_equal(t->ring->own_pushes, 6);
+    /* UNTRACK drops it all; a new TRACK starts at lag 0, MAXLAG 0 */
+    assert_int_equal(PSRing_Untrack(t), 1);
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    assert_int_equal(t->ring->maxlag, 0);
+    assert_int_equal(t->ring->own_pushes, 0);
+    PSTensor_Free(t);
+}
+
+static void test_load_lag_validates(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    assert_int_equal(PSRing_LoadLag(t, 1, 2, 1, 2), PS_RING_EUNTRACKED);
+    assert_int_equal(PSRing_LoadBegin(t, O("a"), 3, 1000, 0), PS_RING_OK);
+    assert_int_equal(PSRing_LoadLag(t, PS_RING_MAX_MAXLAG + 1, 2, 1, 2), PS_RING_ECOUNT);
+    assert_int_equal(PSRing_LoadLag(t, 4, 2, 3, 2), PS_RING_ECOUNT); /* acked > own */
+    assert_int_equal(PSRing_LoadLag(t, 4, 2, 1, 3), PS_RING_ECOUNT); /* pend > own */
+    assert_int_equal(PSRing_LoadLag(t, PS_RING_MAX_MAXLAG, 9, 4, 6), PS_RING_OK);
+    assert_int_equal(PSRing_Lag(t->ring), 5);
+    assert_int_equal(t->ring->maxlag, PS_RING_MAX_MAXLAG);
+    PSTensor_Free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_is_pending_until_acked_then_the_next_seq),
@@ -399,6 +550,11 @@ int main(void) {
         cmocka_unit_test(test_join_copies_values_and_marks_and_never_lowers_take_seq),
         cmocka_unit_test(test_apply_does_not_write_a_snapshot_or_a_copy),
         cmocka_unit_test(test_load_validates_each_piece),
+        cmocka_unit_test(test_lag_counts_own_pushes_and_the_ack_moves_the_mark),
+        cmocka_unit_test(test_push_at_maxlag_is_refused_and_changes_nothing),
+        cmocka_unit_test(test_take_with_nothing_to_send_catches_the_lag_up),
+        cmocka_unit_test(test_sync_pushes_count_and_join_untrack_reset_the_lag),
+        cmocka_unit_test(test_load_lag_validates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

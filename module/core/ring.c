@@ -242,7 +242,12 @@ int PSRing_Take(PSTensor *t, const PSRingTakeOpts *o) {
     const uint64_t n = t->n;
     uint64_t c = 0;
     for (uint64_t i = 0; i < n; i++) c += significant(v[i], b[i], o->threshold);
-    if (c == 0) return PS_RING_TAKE_NONE;
+    if (c == 0) {
+        /* Nothing to send: every own push is as good as acknowledged. */
+        if (r->acked_own == r->own_pushes) return PS_RING_TAKE_NONE;
+        r->acked_own = r->own_pushes;
+        return PS_RING_TAKE_NONE_CAUGHTUP;
+    }
     if (r->take_seq >= PS_RING_MAX_SEQ) return -PS_RING_ESEQ; /* no seq left a receiver takes */
     const uint64_t seq = r->take_seq + 1 > o->seqfloor ? r->take_seq + 1 : o->seqfloor;
     if (o->maxelems && c > o->maxelems) {
@@ -290,6 +295,7 @@ int PSRing_Take(PSTensor *t, const PSRingTakeOpts *o) {
         r->pend = d;
     }
     r->take_seq = seq;
+    r->pend_own = r->own_pushes;
     return PS_RING_TAKE_NEW;
 }
 
@@ -298,6 +304,8 @@ int PSRing_Ack(PSTensor *t, uint64_t seq) {
     if (!r || !r->pend || r->pend->seq != seq) return 0;
     delta_free(r->pend);
     r->pend = NULL;
+    if (r->pend_own > r->acked_own) r->acked_own = r->pend_own;
+    r->pend_own = 0;
     return 1;
 }
 
@@ -427,6 +435,8 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
     memcpy(r->base->v, vals, (size_t)t->n * sizeof(float));
     delta_free(r->pend);
     r->pend = NULL;
+    r->pend_own = 0;
+    r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
     fwd_clear(r);
     r->norigins = 0;
     memset(r->origins, 0, sizeof(r->origins));
@@ -463,6 +473,19 @@ int PSRing_LoadBegin(PSTensor *t, const char *origin, size_t len, uint64_t take_
     r->maxqueue = maxqueue;
     r->applied = applied;
     t->ring = r;
+    return PS_RING_OK;
+}
+
+int PSRing_LoadLag(PSTensor *t, uint64_t maxlag, uint64_t own_pushes, uint64_t acked_own,
+                   uint64_t pend_own) {
+    PSRing *r = t->ring;
+    if (!r) return PS_RING_EUNTRACKED;
+    if (maxlag > PS_RING_MAX_MAXLAG || acked_own > own_pushes || pend_own > own_pushes)
+        return PS_RING_ECOUNT;
+    r->maxlag = maxlag;
+    r->own_pushes = own_pushes;
+    r->acked_own = acked_own;
+    r->pend_own = pend_own;
     return PS_RING_OK;
 }
 

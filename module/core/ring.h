@@ -27,6 +27,15 @@
  *   join      a new or returning group takes a neighbour's copy (its base,
  *             PS.RING STATE) and mark table: values and base := the copy,
  *             pending and FIFO cleared.
+ *   lag       (MAXLAG, Gaia-style bounded divergence) 'own_pushes' counts
+ *             this group's own optimizer pushes applied while tracked; a take
+ *             records it ('pend_own'), its ack moves 'acked_own' there. The
+ *             lag own_pushes - acked_own is what the other groups may not
+ *             have yet; with maxlag n > 0 a push at lag >= n is refused
+ *             (PSRing_LagFull, PST_ERR_RINGLAG) before anything changes. A
+ *             take that finds nothing to send catches the lag up (nothing of
+ *             this group is missing elsewhere beyond the threshold); a JOIN
+ *             drops the own change, so it zeroes the lag too.
  *
  * Every operation is a function of the value and its arguments only (the
  * commands replicate verbatim; replicas and AOF replays hold the same bits),
@@ -50,6 +59,7 @@
 #define PS_RING_MAX_MAXQUEUE (1ull << 50)
 #define PS_RING_MAX_ELEMS (1ull << 32)  /* indices are u32 */
 #define PS_RING_MAX_SEQ 0x7fffffffffffffffull /* seqs and marks (take_seq + 1 never wraps) */
+#define PS_RING_MAX_MAXLAG (1ull << 31) /* MAXLAG n: 0 (no bound) .. 2^31 own pushes */
 /* Bytes a delta of 'count' elements counts in the forward FIFO's bound: an
  * u32 index and an F32 value per element, plus a fixed 64 per entry. */
 #define PS_RING_ENTRY_BYTES(count) (8ull * (uint64_t)(count) + 64ull)
@@ -106,17 +116,33 @@ typedef struct PSRing {
     uint64_t fwd_len, fwd_bytes;
     uint64_t maxqueue;
     uint64_t applied; /* deltas applied in total */
+    /* MAXLAG (persisted, replicated, digested; see 'lag' above). */
+    uint64_t maxlag;     /* 0: no bound */
+    uint64_t own_pushes; /* own optimizer pushes applied while tracked */
+    uint64_t acked_own;  /* own_pushes recorded by the last acknowledged take (<= own_pushes) */
+    uint64_t pend_own;   /* own_pushes recorded by the pending take (0 when none) */
 } PSRing;
 
 /* Whether 'p' (len bytes) is a valid origin name. */
 int PSRing_OriginValid(const char *p, size_t len);
 
-/* Turns tracking on under 'origin' (base := values) with 'maxqueue' bytes
- * of forward FIFO. On a tracked tensor of the same origin only the bound
- * changes (when set_maxqueue). Returns 1 when tracking was turned on, 0 when
- * it already was, or -PS_RING_E* (nothing changed). */
+/* Turns tracking on under 'origin' (base := values; lag 0, MAXLAG 0) with
+ * 'maxqueue' bytes of forward FIFO. On a tracked tensor of the same origin
+ * only the bound changes (when set_maxqueue). Returns 1 when tracking was
+ * turned on, 0 when it already was, or -PS_RING_E* (nothing changed). The
+ * caller then sets maxlag (TRACK ... MAXLAG n, at most PS_RING_MAX_MAXLAG). */
 int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
                  uint64_t maxqueue);
+
+/* This group's own pushes not yet covered by an acknowledged take. */
+static inline uint64_t PSRing_Lag(const PSRing *r) {
+    return r ? r->own_pushes - r->acked_own : 0;
+}
+
+/* Whether a push must be refused now: maxlag n > 0 and lag >= n. */
+static inline int PSRing_LagFull(const PSRing *r) {
+    return r && r->maxlag && PSRing_Lag(r) >= r->maxlag;
+}
 
 /* Turns tracking off: the ring state (base, pending take, marks, forward
  * queue) is dropped, the values stay. 1 when it was on, else 0. */
@@ -130,15 +156,19 @@ typedef struct PSRingTakeOpts {
 } PSRingTakeOpts;
 
 /* Take outcomes (or -PS_RING_E*). */
-enum { PS_RING_TAKE_NONE = 0, PS_RING_TAKE_NEW, PS_RING_TAKE_AGAIN };
+enum { PS_RING_TAKE_NONE = 0, PS_RING_TAKE_NEW, PS_RING_TAKE_AGAIN, PS_RING_TAKE_NONE_CAUGHTUP };
 
-/* The take above. On NEW and AGAIN the take is t->ring->pend. */
+/* The take above. On NEW and AGAIN the take is t->ring->pend (a NEW take
+ * records own_pushes in pend_own). NONE_CAUGHTUP: nothing to send, but the
+ * lag was > 0 and is now 0 (acked_own := own_pushes; a state change the
+ * command replicates); NONE: nothing to send, nothing changed. */
 int PSRing_Take(PSTensor *t, const PSRingTakeOpts *o);
 
 /* Elements of values - base that are nonzero (what is still accumulated). */
 uint64_t PSRing_Accumulated(const PSTensor *t);
 
-/* Drops the pending take of seq 'seq'. 1 when dropped, 0 otherwise. */
+/* Drops the pending take of seq 'seq' (the lag mark acked_own moves to what
+ * it recorded). 1 when dropped, 0 otherwise. */
 int PSRing_Ack(PSTensor *t, uint64_t seq);
 
 /* Checks a delta for tensor 't' before anything changes: 'count' >= 1 and
@@ -172,8 +202,9 @@ typedef struct PSRingFrom {
 
 /* Join: values and base := 'vals' (t->n little-endian F32, checked finite
  * here), pending and FIFO cleared, mark table := the 'nfrom' pairs (applied
- * counts 0), origin := 'origin', tracking on (MAXQUEUE kept, or the default
- * for an untracked tensor), version + 1. take_seq never goes back: it is
+ * counts 0), origin := 'origin', tracking on (MAXQUEUE and MAXLAG kept, or
+ * the defaults for an untracked tensor), the lag zeroed (the own change is
+ * dropped: acked_own := own_pushes), version + 1. take_seq never goes back: it is
  * kept, and raised to the seq of a FROM pair that names the own origin (that
  * pair is not kept in the table: a group never applies its own deltas).
  * Returns PS_RING_OK or the status (nothing changed). */
@@ -196,6 +227,11 @@ size_t PSRing_MemUsage(const PSRing *r);
  * empty tables; the tensor must not be tracked yet. */
 int PSRing_LoadBegin(PSTensor *t, const char *origin, size_t len, uint64_t take_seq,
                      uint64_t maxqueue, uint64_t applied);
+/* The MAXLAG fields (after LoadBegin): maxlag <= PS_RING_MAX_MAXLAG,
+ * acked_own and pend_own <= own_pushes (pend_own is dropped unless a pending
+ * take is loaded; load it before or after). */
+int PSRing_LoadLag(PSTensor *t, uint64_t maxlag, uint64_t own_pushes, uint64_t acked_own,
+                   uint64_t pend_own);
 /* Appends a table entry (a new valid name, at most PS_RING_MAX_ORIGINS). */
 int PSRing_LoadOrigin(PSTensor *t, const char *name, size_t len, uint64_t hwm, uint64_t applied);
 /* Appends 'count' elements to the pending take (pending != 0; created on the

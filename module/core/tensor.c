@@ -478,7 +478,14 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
             goto fail;
         }
     }
-    /* 6. Everything that can fail before anything changes. */
+    /* 6. Everything that can fail before anything changes. The ring lag
+     * bound (ring.h, MAXLAG) first: a refused push is not recorded as seen,
+     * so its resend applies once the ring has caught up. */
+    if (PSRing_LagFull(t->ring)) {
+        t->stats.ring_lag_refusals++;
+        st = PST_ERR_RINGLAG;
+        goto fail;
+    }
     if (p->id && t->dedup_max) {
         de = found;
         if (!de && !(idcopy = PSTensor_DedupPrepare(t, p->id, p->idlen))) {
@@ -519,6 +526,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
             }
         }
         t->round_count++;
+        if (t->ring) t->ring->own_pushes++;
         r->version = t->version + 1;
         st = PST_PENDING;
         if (t->round_count >= t->sync_n) {
@@ -534,6 +542,7 @@ int PSTensor_Push(PSTensor *t, const PSPush *p, PSPushResult *r) {
 
     apply_step(t, g, rows, nrows, lr_eff, gscale);
     PSTensor_Dealloc(mem);
+    if (t->ring) t->ring->own_pushes++;
     t->version++;
     r->version = t->version;
     dedup_done(t, de, idcopy, p, t->version);

@@ -28,7 +28,8 @@ enum {
     PST_ERR_RANGE,     /* effective step size not representable in float32 */
     PST_DUPLICATE,     /* ID seq already applied: nothing done */
     PST_PENDING,       /* sync mode: gradient added to the open round */
-    PST_ERR_BACKLOG    /* ACCUM tensor: MAXBACKLOG un-forwarded gradients held (retry later) */
+    PST_ERR_BACKLOG,   /* ACCUM tensor: MAXBACKLOG un-forwarded gradients held (retry later) */
+    PST_ERR_RINGLAG    /* ring-tracked tensor: MAXLAG own pushes not yet acknowledged (retry later) */
 };
 
 enum { PS_POLICY_REJECT = 0, PS_POLICY_SCALE = 1 };
@@ -69,6 +70,7 @@ typedef struct PSCounters {
     uint64_t scaled_pushes, rounds_closed, rounds_timed_out;
     uint64_t takes, take_acks; /* ACCUM tensors: pending slots created / dropped */
     uint64_t backlog_refusals; /* ACCUM tensors: pushes refused at MAXBACKLOG */
+    uint64_t ring_lag_refusals; /* ring-tracked tensors: pushes refused at MAXLAG */
     uint64_t stale_hist[PS_STALE_BUCKETS];
 } PSCounters;
 

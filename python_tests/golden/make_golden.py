@@ -10,8 +10,8 @@ window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, ten
 v4: PS_ENCVER_ACCUM, an ACCUM tensor with a sum and a pending take, tensor g:accum;
 v5: PS_ENCVER_ACCUM_ROUNDS, an ACCUM tensor with MAXBACKLOG, a take split into parts with
 one acknowledged, and round counters, tensor g:accum-rounds;
-v6: PS_ENCVER_RING, a ring-tracked tensor with a pending take, two origins' marks and two
-forward entries, tensor g:ring.)
+v6: PS_ENCVER_RING, a ring-tracked tensor with a pending take, two origins' marks, two
+forward entries and a MAXLAG with own pushes counted, tensor g:ring.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -119,13 +119,14 @@ def build_accum_rounds(c):
 
 
 def build_ring(c):
-    """A ring-tracked SGD tensor (PS_ENCVER_RING): origin g1, MAXQUEUE 1 MiB, a pending take
-    of seq 7 (2 elements), deltas of g0 (seq 4, one hop left) and g2 (seq 9, two hops left)
-    applied and queued, and own change still accumulated."""
+    """A ring-tracked SGD tensor (PS_ENCVER_RING): origin g1, MAXQUEUE 1 MiB, MAXLAG 5, a
+    pending take of seq 7 (2 elements, recording 1 own push), deltas of g0 (seq 4, one hop
+    left) and g2 (seq 9, two hops left) applied and queued, and own change still accumulated
+    (2 own pushes: ring_lag 2)."""
     x = c.execute_command
     u32 = lambda a: np.asarray(a, dtype="<u4").tobytes()
     x("PS.CREATE", "g:ring", "SHAPE", 12, "INIT", "UNIFORM", -1, 1, "SEED", 6, "LR", 0.5)
-    x("PS.RING", "g:ring", "TRACK", "g1", "MAXQUEUE", 1 << 20)
+    x("PS.RING", "g:ring", "TRACK", "g1", "MAXQUEUE", 1 << 20, "MAXLAG", 5)
     x("PS.PUSHGRAD", "g:ring", f32(G), "ID", "w", 1)
     x("PS.DELTATAKE", "g:ring", "SEQFLOOR", 7, "MAXELEMS", 2)
     x("PS.APPLYDELTA", "g:ring", "ID", "g0", 4, u32([0, 5]), f32([1.5, -2]), "HOPS", 2)
@@ -135,7 +136,7 @@ def build_ring(c):
 
 RING_FIELDS = ("ring_origin", "ring_take_seq", "ring_pending_seq", "ring_pending_elems",
                "ring_accumulated", "ring_fwd_entries", "ring_fwd_bytes", "ring_maxqueue",
-               "ring_applied")
+               "ring_applied", "ring_maxlag", "ring_lag", "ring_own_pushes")
 
 ROUND_FIELDS = ("max_backlog", "backlog", "pending_parts", "relay_takes", "relay_rounds",
                 "relay_forwarded", "relay_round_min", "relay_round_max", "relay_seq")
