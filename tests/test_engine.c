@@ -364,6 +364,75 @@ static void test_wire_pull_matches_hiredis_formatting(void **state) {
     redisFreeCommand(want);
 }
 
+/* The ring's encoders (issue #22) give hiredis's bytes, binary blobs included. */
+static void expect_argvl(size_t got, const char *buf, int argc, const char **argv,
+                         const size_t *lens) {
+    size_t argl[24];
+    char *want;
+    for (int i = 0; i < argc; i++) argl[i] = lens && lens[i] ? lens[i] : strlen(argv[i]);
+    int wl = redisFormatCommandArgv(&want, argc, argv, argl);
+    assert_int_equal(got, (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+}
+
+static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
+    char buf[512];
+    (void)state;
+    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, NULL, 0, NULL, NULL, 0};
+    const char *track[] = {"PS.RING", "m:w:0", "TRACK", "dc-1", "MAXQUEUE", "1048576"};
+    expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 4, track, NULL);
+    a.maxqueue = 1048576;
+    expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 6, track, NULL);
+    a.op = PS_WIRE_RING_STATE;
+    const char *st[] = {"PS.RING", "m:w:0", "STATE"};
+    expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 3, st, NULL);
+    /* JOIN with a values blob holding a 0 byte and a CR, and two FROM pairs */
+    const float vals[3] = {0.0f, 1.5f, -2.25f};
+    const char *names[2] = {"a", "b.2"};
+    const uint64_t seqs[2] = {7, 18446744073709551615ULL};
+    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, vals, 3, names, seqs, 2};
+    const char *join[] = {"PS.RING", "m:w:0", "JOIN", "c", (const char *)vals, "FROM", "a", "7",
+                          "FROM", "b.2", "18446744073709551615"};
+    const size_t jl[] = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0};
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 11, join, jl);
+    j.nfrom = 0;
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 5, join, jl);
+
+    const char *take[] = {"PS.DELTATAKE", "m:w:0", "SEQFLOOR", "12", "THRESHOLD", "0.01",
+                          "MAXELEMS", "100"};
+    expect_argvl(ps_wire_delta_take("m:w:0", 5, 12, 0.01, 100, buf, sizeof(buf)), buf, 8, take,
+                 NULL);
+    expect_argvl(ps_wire_delta_take("m:w:0", 5, 0, 0, 0, buf, sizeof(buf)), buf, 2, take, NULL);
+    const char *take2[] = {"PS.DELTATAKE", "m:w:0", "THRESHOLD", "0.10000000000000001"};
+    expect_argvl(ps_wire_delta_take("m:w:0", 5, 0, 0.1, 0, buf, sizeof(buf)), buf, 4, take2,
+                 NULL);
+    const char *ack[] = {"PS.DELTAACK", "m:w:0", "3"};
+    expect_argvl(ps_wire_delta_ack("m:w:0", 5, 3, buf, sizeof(buf)), buf, 3, ack, NULL);
+
+    const uint32_t idx[2] = {0, 13};
+    const float dv[2] = {1.0f, -3.0f};
+    const char *apply[] = {"PS.APPLYDELTA", "m:w:0", "ID", "dc-1", "44", (const char *)idx,
+                           (const char *)dv, "HOPS", "1"};
+    const size_t al[] = {0, 0, 0, 0, 0, 8, 8, 0, 0};
+    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, buf, sizeof(buf)),
+                 buf, 9, apply, al);
+    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, -1, buf, sizeof(buf)),
+                 buf, 7, apply, al);
+    const char *fwd[] = {"PS.DELTAFWD", "m:w:0"};
+    expect_argvl(ps_wire_delta_fwd("m:w:0", 5, buf, sizeof(buf)), buf, 2, fwd, NULL);
+    const char *fack[] = {"PS.DELTAFWDACK", "m:w:0", "dc-1", "44"};
+    expect_argvl(ps_wire_delta_fwdack("m:w:0", 5, "dc-1", 44, buf, sizeof(buf)), buf, 4, fack,
+                 NULL);
+    /* Too small a buffer: the length needed, nothing written past it. */
+    char small[8];
+    memset(small, 'x', sizeof(small));
+    size_t need = ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, small, 4);
+    assert_int_equal(need, ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, buf,
+                                               sizeof(buf)));
+    assert_int_equal(small[4], 'x');
+}
+
 /* The relay's encoders give the bytes hiredis would give for the same argv. */
 static void expect_argv(size_t got, const char *buf, int argc, const char **argv) {
     size_t argl[16];
@@ -685,6 +754,7 @@ int main(void) {
         cmocka_unit_test(test_wire_pushgrad_matches_hiredis_formatting),
         cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
         cmocka_unit_test(test_wire_accum_commands_match_hiredis_formatting),
+        cmocka_unit_test(test_wire_ring_commands_match_hiredis_formatting),
         cmocka_unit_test(test_pull_decodes_every_partition_into_place),
         cmocka_unit_test(test_pull_reads_replies_that_arrive_a_byte_at_a_time),
         cmocka_unit_test(test_pull_min_version_waits_above_the_last_pull_and_repulls_after_a_timeout),
