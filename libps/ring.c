@@ -53,7 +53,7 @@ static int is_int(const redisReply *r) { return r && r->type == REDIS_REPLY_INTE
 static int is_str(const redisReply *r) { return r && r->type == REDIS_REPLY_STRING; }
 
 static int bad_reply(psClient *c, redisReply *r, const char *cmd) {
-    psi_set_error(c, PS_ERR_PROTOCOL, "unexpected %s reply", cmd);
+    psi_set_error(c, PS_ERR_PROTOCOL, "unexpected PS.%s reply", cmd);
     if (r) freeReplyObject(r);
     return PS_ERR;
 }
@@ -104,7 +104,7 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
-    return zero_one(c, ring_send(c, key, cmd, len), "PS.RING TRACK");
+    return zero_one(c, ring_send(c, key, cmd, len), "RING TRACK");
 }
 
 int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
@@ -125,7 +125,7 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
         !is_int(r->element[1]) || r->element[1]->integer < 0 ||
         (r->element[2]->type != REDIS_REPLY_NIL && copy_name(out->origin, r->element[2])) ||
         psi_ring_origins(r->element[3], out->origins, &out->norigins) != 0)
-        return bad_reply(c, r, "PS.RING STATE");
+        return bad_reply(c, r, "RING STATE");
     out->n = r->element[0]->len / sizeof(float);
     out->version = (uint64_t)r->element[1]->integer;
     out->values = malloc(out->n ? out->n * sizeof(float) : 1);
@@ -167,7 +167,7 @@ int psRingJoin(psClient *c, const char *key, const char *origin, const float *va
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
     redisReply *r = ring_send(c, key, cmd, len);
     if (!r) return PS_ERR;
-    if (!is_int(r)) return bad_reply(c, r, "PS.RING JOIN");
+    if (!is_int(r)) return bad_reply(c, r, "RING JOIN");
     freeReplyObject(r);
     return PS_OK;
 }
@@ -212,7 +212,7 @@ int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, doubl
         !is_int(r->element[1]) || !is_int(r->element[4]) || r->element[0]->integer < 1 ||
         r->element[4]->integer < 0 ||
         !delta_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, n))
-        return bad_reply(c, r, "PS.DELTATAKE");
+        return bad_reply(c, r, "DELTATAKE");
     out->seq = (uint64_t)r->element[0]->integer;
     out->count = (uint64_t)r->element[1]->integer;
     out->idx = (const uint32_t *)(const void *)r->element[2]->str;
@@ -231,7 +231,7 @@ int psDeltaAck(psClient *c, const char *key, uint64_t seq) {
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_delta_ack(key, strlen(key), seq, buf, cap));
-    return zero_one(c, ring_send(c, key, cmd, len), "PS.DELTAACK");
+    return zero_one(c, ring_send(c, key, cmd, len), "DELTAACK");
 }
 
 int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
@@ -245,7 +245,7 @@ int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_apply_delta(key, strlen(key), origin, seq, idx, vals, count,
                                               hops, buf, cap));
-    return zero_one(c, ring_send(c, key, cmd, len), "PS.APPLYDELTA");
+    return zero_one(c, ring_send(c, key, cmd, len), "APPLYDELTA");
 }
 
 int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out) {
@@ -269,7 +269,7 @@ int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out) {
         !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
         r->element[2]->integer < 0 || !is_str(r->element[3]) ||
         !delta_ok(r->element[3], r->element[4], r->element[3]->len / sizeof(uint32_t), n))
-        return bad_reply(c, r, "PS.DELTAFWD");
+        return bad_reply(c, r, "DELTAFWD");
     out->seq = (uint64_t)r->element[1]->integer;
     out->hops = (uint64_t)r->element[2]->integer;
     out->count = r->element[3]->len / sizeof(uint32_t);
@@ -288,7 +288,7 @@ int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_delta_fwdack(key, strlen(key), origin, seq, buf, cap));
-    return zero_one(c, ring_send(c, key, cmd, len), "PS.DELTAFWDACK");
+    return zero_one(c, ring_send(c, key, cmd, len), "DELTAFWDACK");
 }
 
 void psDeltaRelease(psDelta *d) {
