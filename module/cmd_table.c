@@ -199,6 +199,19 @@ static RedisModuleCommandArg TakeWaitArgs[] = {
 static RedisModuleCommandArg TakeAckArgs[] = {PS_ARG_KEY, PS_ARG("seq", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg MirrorArgs[] = {
     PS_ARG_KEY, PS_ARG("version", NULL, INTEGER, 0), PS_ARG("data", NULL, STRING, 0), {0}};
+static RedisModuleCommandArg RingArgs[] = {
+    PS_ARG_KEY, PS_ARG("subcommand", NULL, STRING, 0),
+    PS_ARG("arg", NULL, STRING, REDISMODULE_CMD_ARG_OPTIONAL | REDISMODULE_CMD_ARG_MULTIPLE), {0}};
+static RedisModuleCommandArg DeltaTakeArgs[] = {
+    PS_ARG_KEY, PS_ARG("seqfloor", "SEQFLOOR", INTEGER, PS_ARG_OPTIONAL),
+    PS_ARG("threshold", "THRESHOLD", DOUBLE, PS_ARG_OPTIONAL),
+    PS_ARG("maxelems", "MAXELEMS", INTEGER, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg ApplyDeltaArgs[] = {
+    PS_ARG_KEY, PS_ARG("origin", "ID", STRING, 0), PS_ARG("seq", NULL, INTEGER, 0),
+    PS_ARG("indices", NULL, STRING, 0), PS_ARG("values", NULL, STRING, 0),
+    PS_ARG("hops", "HOPS", INTEGER, PS_ARG_OPTIONAL), {0}};
+static RedisModuleCommandArg FwdAckArgs[] = {
+    PS_ARG_KEY, PS_ARG("origin", NULL, STRING, 0), PS_ARG("seq", NULL, INTEGER, 0), {0}};
 static RedisModuleCommandArg SnapArgs[] = {
     PS_ARG_KEY, PS_ARG("name", NULL, STRING, 0), PS_ARG("unix-ms", "TIME", INTEGER, PS_ARG_OPTIONAL), {0}};
 
@@ -276,6 +289,22 @@ static const PSCommandDef PSCommands[] = {
     {"ps.takewait", PSTakeWait_RedisCommand, "readonly", -4, ReadKey, TakeWaitArgs,
      "Waits until an ACCUM tensor has MINCOUNT pushes summed or a pending take (or TIMEOUT)",
      "O(1)"},
+    /* cmd_ring.c (tensors; tables answer that they are not tracked yet) */
+    {"ps.ring", PSRing_RedisCommand, "write deny-oom", -3, WriteKey, RingArgs,
+     "Ring tracking of a tensor: TRACK origin, STATE (what a joining group copies), JOIN",
+     PS_O_N},
+    {"ps.deltatake", PSDeltaTake_RedisCommand, "write", -2, WriteKey, DeltaTakeArgs,
+     "Takes the significant part of the group's own change of a ring-tracked tensor (pending until acked)",
+     "O(N) where N is the number of elements (O(N log N) with MAXELEMS)"},
+    {"ps.deltaack", PSDeltaAck_RedisCommand, "write fast", 3, WriteKey, TakeAckArgs,
+     "Drops the pending ring take of that seq", "O(1)"},
+    {"ps.applydelta", PSApplyDelta_RedisCommand, "write deny-oom", -7, WriteKey, ApplyDeltaArgs,
+     "Adds another group's delta to a ring-tracked tensor once per (origin, seq), without the optimizer",
+     "O(K) where K is the number of elements of the delta"},
+    {"ps.deltafwd", PSDeltaFwd_RedisCommand, "readonly", 2, ReadKey, KeyArgs,
+     "Answers the oldest received delta still to be forwarded around the ring", "O(K)"},
+    {"ps.deltafwdack", PSDeltaFwdAck_RedisCommand, "write fast", 4, WriteKey, FwdAckArgs,
+     "Pops the oldest forward entry once it was passed on to the successor", "O(1)"},
 };
 
 

@@ -447,6 +447,7 @@ int ps_tensor_info(RedisModuleCtx *ctx, PSTensor *t) {
         ps_reply_pair_ll(ctx, "relay_round_max", (long long)t->acc.round_max, &n);
         ps_reply_pair_ll(ctx, "relay_round_min", (long long)t->acc.round_min, &n);
     }
+    ps_ring_info(ctx, t, &n); /* ring tracking (cmd_ring.c), when tracked */
     const PSCounters *c = &t->stats;
     ps_reply_pair_ll(ctx, "pushes", (long long)c->pushes, &n);
     ps_reply_pair_ll(ctx, "pulls", (long long)c->pulls, &n);

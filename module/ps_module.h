@@ -156,6 +156,16 @@ int PSTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 int PSTakeAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSMirror_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSTakeWait_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+/* cmd_ring.c: the ring protocol (issue #22). */
+int PSRing_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+int PSDeltaFwdAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+/* The ring_* fields of PS.INFO of a tracked tensor (none when untracked);
+ * adds to *n as ps_reply_pair_ll. */
+void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n);
 
 /* Type registration (type.c). */
 int PSType_Register(RedisModuleCtx *ctx);

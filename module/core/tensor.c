@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "accum.h"
+#include "ring.h"
 #include "rng.h"
 
 /* The allocator, PSBuf and PSTensor_DupBytes are in mem.c. */
@@ -105,6 +106,7 @@ void PSTensor_Free(PSTensor *t) {
     PSOptState_Release(&t->opt);
     PSBuf_Release(t->round_acc);
     PSAccum_Release(&t->acc);
+    PSRing_Free(t->ring);
     PSTensor_DedupFree(t);
     for (uint32_t i = 0; i < t->nsnap; i++) {
         PSTensor_Dealloc(t->snaps[i].name);
@@ -127,9 +129,11 @@ PSTensor *PSTensor_Copy(const PSTensor *t) {
     c->nsnap = 0;
     c->round_acc = NULL;
     memset(&c->acc, 0, sizeof(c->acc));
+    c->ring = NULL;
     PSBuf_Retain(c->data);
     PSOptState_Share(&c->opt, &t->opt);
     if (PSAccum_Copy(&c->acc, &t->acc, t->n) != PST_OK) goto oom;
+    if (t->ring && !(c->ring = PSRing_Clone(t->ring))) goto oom;
     if (t->round_acc) {
         c->round_acc = buf_clone(t->round_acc);
         if (!c->round_acc) goto oom;
@@ -166,6 +170,7 @@ size_t PSTensor_MemUsage(const PSTensor *t) {
     if (t->acc.sum) bytes += fb;
     if (t->acc.pend) bytes += fb;
     bytes += PSTensor_DedupMemUsage(t);
+    bytes += PSRing_MemUsage(t->ring);
     /* A snapshot's arrays count only where not shared with the live tensor
      * or an earlier snapshot (snapshots taken with no write between them
      * hold one array). */

@@ -123,6 +123,8 @@ typedef struct PSTensor {
 
     PSAccum acc; /* used by ACCUM tensors only (all zero otherwise) */
 
+    struct PSRing *ring; /* ring tracking state (ring.h), NULL while untracked */
+
     uint32_t max_snapshots;
     uint32_t nsnap;
     PSSnapshot *snaps;

@@ -1,0 +1,372 @@
+/* cmd_ring.c -- the ring protocol (issue #22): what a group's ring agent
+ * needs from its server's tensors (the state and its rules: ring.h; the
+ * commands: docs/commands.md "Ring").
+ *
+ *   PS.RING key TRACK origin [MAXQUEUE bytes]        tracking on (base := values)
+ *   PS.RING key STATE                                 [values, version, origin, marks]
+ *   PS.RING key JOIN origin values [FROM origin seq]...  take a neighbour's copy
+ *   PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m]
+ *   PS.DELTAACK key seq
+ *   PS.APPLYDELTA key ID origin seq indices values [HOPS h]
+ *   PS.DELTAFWD key
+ *   PS.DELTAFWDACK key origin seq
+ *
+ * Replication, decided here per handler (each is a function of the value
+ * and its arguments, so verbatim replication gives identical replicas and
+ * AOF replays): every write command is replicated verbatim when it changed
+ * something, and not at all when it did not (a take answered again, an ack
+ * of another seq, a duplicate delta, STATE, DELTAFWD).
+ *
+ * Tables are not ring-tracked yet: every ring command on a table key
+ * answers PSERR_RING_TABLE. */
+
+#include <math.h>
+#include <string.h>
+
+#include "ps_module.h"
+#include "ring.h"
+
+/* The reply of a failed ring operation (status PS_RING_E*). */
+static int reply_ring_error(RedisModuleCtx *ctx, int st) {
+    const char *e;
+    switch (st) {
+    case PS_RING_EOOM: e = PSERR_OOM; break;
+    case PS_RING_EUNTRACKED: e = PSERR_RING_UNTRACKED; break;
+    case PS_RING_EORIGIN: e = PSERR_RING_ORIGIN; break;
+    case PS_RING_EOTHER: e = PSERR_RING_OTHER; break;
+    case PS_RING_ECOUNT: e = PSERR_RING_COUNT; break;
+    case PS_RING_EINDEX: e = PSERR_RING_INDEX; break;
+    case PS_RING_ENONFINITE: e = PSERR_RING_NONFINITE; break;
+    case PS_RING_EORIGINS: e = PSERR_RING_ORIGINS; break;
+    case PS_RING_EDUPFROM: e = PSERR_RING_DUPFROM; break;
+    case PS_RING_EACCUM: e = PSERR_RING_ACCUM; break;
+    case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
+    default: e = PSERR_INTERNAL; break;
+    }
+    return RedisModule_ReplyWithError(ctx, e);
+}
+
+/* Opens the tensor at 'kn', or replies the error (no such key, WRONGTYPE, a
+ * table: not tracked yet) and returns NULL with the key closed. */
+static PSTensor *open_ring(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
+                           RedisModuleKey **key) {
+    *key = RedisModule_OpenKey(ctx, kn, mode);
+    const PSKeyKind kind = ps_key_kind(*key);
+    if (kind == PS_KIND_TENSOR) return RedisModule_ModuleTypeGetValue(*key);
+    if (kind == PS_KIND_TABLE) RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE);
+    else ps_reply_kind(ctx, kind);
+    RedisModule_CloseKey(*key);
+    return NULL;
+}
+
+#define RW (REDISMODULE_READ | REDISMODULE_WRITE)
+
+/* ========================================================================
+ * PS.RING key TRACK | STATE | JOIN
+ * ====================================================================== */
+
+/* TRACK origin [MAXQUEUE bytes] -> 1 turned on, 0 already (same origin). */
+static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 4 && argc != 6) return RedisModule_WrongArity(ctx);
+    long long mq = 0;
+    if (argc == 6) {
+        if (!ps_arg_is(argv[4], "MAXQUEUE"))
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[4], NULL));
+        if (ps_arg_ll(ctx, argv[5], "MAXQUEUE", 0, (long long)PS_RING_MAX_MAXQUEUE, &mq) !=
+            REDISMODULE_OK)
+            return REDISMODULE_OK;
+    }
+    size_t ol;
+    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    const uint64_t before = t->ring ? t->ring->maxqueue : 0;
+    const int r = PSRing_Track(t, origin, ol, argc == 6, (uint64_t)mq);
+    if (r < 0) {
+        reply_ring_error(ctx, -r);
+    } else {
+        if (r == 1 || t->ring->maxqueue != before) {
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.ringtrack", argv[1]);
+        }
+        RedisModule_ReplyWithLongLong(ctx, r);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* STATE -> [values F32, version, origin or nil, [[origin, hwm, applied], ...]] */
+static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
+    const PSRing *r = t->ring;
+    RedisModule_ReplyWithArray(ctx, 4);
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)t->data->v, (size_t)t->n * sizeof(float));
+    RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
+    if (r) RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+    else RedisModule_ReplyWithNull(ctx);
+    const uint32_t k = r ? r->norigins : 0;
+    RedisModule_ReplyWithArray(ctx, k);
+    for (uint32_t i = 0; i < k; i++) {
+        RedisModule_ReplyWithArray(ctx, 3);
+        RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].hwm);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].applied);
+    }
+    PSStats.bytes_out += t->n * sizeof(float);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* JOIN origin values [FROM origin seq]... -> 1 */
+static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 5 || (argc - 5) % 3) return RedisModule_WrongArity(ctx);
+    const size_t nfrom = (size_t)(argc - 5) / 3;
+    /* Every origin at most once, the own one included. */
+    if (nfrom > PS_RING_MAX_ORIGINS + 1) return RedisModule_ReplyWithError(ctx, PSERR_RING_ORIGINS);
+    PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
+    for (size_t k = 0; k < nfrom; k++) {
+        RedisModuleString **a = &argv[5 + 3 * k];
+        if (!ps_arg_is(a[0], "FROM"))
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(a[0], NULL));
+        from[k].origin = RedisModule_StringPtrLen(a[1], &from[k].len);
+        if (ps_arg_u64(ctx, a[2], "seq", &from[k].seq) != REDISMODULE_OK) return REDISMODULE_OK;
+    }
+    size_t ol;
+    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    if (t->round_count) {
+        RedisModule_ReplyWithError(ctx, PSERR_ROUND_OPEN);
+        goto done;
+    }
+    const unsigned char *vals = ps_decode_dense(ctx, "values", argv[4], PS_FMT_F32, t->n);
+    if (!vals) goto done;
+    const int st = PSRing_Join(t, origin, ol, vals, from, nfrom);
+    if (st != PS_RING_OK) {
+        reply_ring_error(ctx, st < 0 ? -st : st);
+        goto done;
+    }
+    ps_values_overwritten(ctx, argv[1], "ps.ringjoin", t->n);
+    RedisModule_ReplyWithLongLong(ctx, 1);
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+int PSRing_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 3) return RedisModule_WrongArity(ctx);
+    if (ps_arg_is(argv[2], "TRACK")) return ring_track(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "STATE")) return ring_state(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOIN")) return ring_join(ctx, argv, argc);
+    return ps_reply_errorf(ctx, PSERR_RING_SUB_F, RedisModule_StringPtrLen(argv[2], NULL));
+}
+
+/* ========================================================================
+ * PS.DELTATAKE / PS.DELTAACK
+ * ====================================================================== */
+
+/* [seq, count, indices u32 blob, values F32 blob, still accumulated] */
+static void reply_take(RedisModuleCtx *ctx, const PSTensor *t) {
+    const PSRingDelta *d = t->ring->pend;
+    RedisModule_ReplyWithArray(ctx, 5);
+    RedisModule_ReplyWithLongLong(ctx, (long long)d->seq);
+    RedisModule_ReplyWithLongLong(ctx, (long long)d->count);
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->idx, (size_t)d->count * 4);
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->val, (size_t)d->count * 4);
+    RedisModule_ReplyWithLongLong(ctx, (long long)PSRing_Accumulated(t));
+    PSStats.bytes_out += d->count * 8;
+}
+
+/* PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m] */
+int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 2 || argc % 2) return RedisModule_WrongArity(ctx);
+    static const PSOption opts[] = {{"SEQFLOOR", 1}, {"THRESHOLD", 1}, {"MAXELEMS", 1}, {NULL, 0}};
+    PSRingTakeOpts o = {0, 0.0, 0};
+    unsigned seen = 0;
+    for (int i = 2; i < argc; i += 2) {
+        const int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        long long x;
+        if (k == 0) {
+            if (ps_arg_ll(ctx, argv[i + 1], "SEQFLOOR", 0, 1LL << 62, &x) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            o.seqfloor = (uint64_t)x;
+        } else if (k == 1) {
+            if (ps_arg_double(ctx, argv[i + 1], "THRESHOLD", &o.threshold) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            if (!(o.threshold >= 0) || !isfinite(o.threshold))
+                return ps_reply_errorf(ctx, PSERR_NOT_FLOAT_F, "THRESHOLD (>= 0)");
+        } else {
+            if (ps_arg_ll(ctx, argv[i + 1], "MAXELEMS", 1, 1LL << 62, &x) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+            o.maxelems = (uint64_t)x;
+        }
+    }
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    const int r = PSRing_Take(t, &o);
+    if (r < 0) {
+        reply_ring_error(ctx, -r);
+    } else if (r == PS_RING_TAKE_NONE) {
+        RedisModule_ReplyWithLongLong(ctx, 0);
+    } else {
+        if (r == PS_RING_TAKE_NEW) {
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.deltatake", argv[1]);
+        }
+        reply_take(ctx, t);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.DELTAACK key seq -> 1 when the pending take had this seq (dropped). */
+int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    uint64_t seq;
+    if (ps_arg_u64(ctx, argv[2], "seq", &seq) != REDISMODULE_OK) return REDISMODULE_OK;
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    if (!t->ring) {
+        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    } else {
+        const int dropped = PSRing_Ack(t, seq);
+        if (dropped) {
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.deltaack", argv[1]);
+        }
+        RedisModule_ReplyWithLongLong(ctx, dropped);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.APPLYDELTA / PS.DELTAFWD / PS.DELTAFWDACK
+ * ====================================================================== */
+
+/* PS.APPLYDELTA key ID origin seq indices values [HOPS h] -> 1 applied, 0
+ * ignored (own origin, or seq not above the origin's mark). */
+int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 7 && argc != 9) return RedisModule_WrongArity(ctx);
+    if (!ps_arg_is(argv[2], "ID")) return RedisModule_ReplyWithError(ctx, PSERR_RING_ID);
+    long long seq, hops = 0;
+    if (ps_arg_ll(ctx, argv[4], "seq", 1, (long long)(~0ULL >> 1), &seq) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    if (argc == 9) {
+        if (!ps_arg_is(argv[7], "HOPS"))
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[7], NULL));
+        if (ps_arg_ll(ctx, argv[8], "HOPS", 0, PS_RING_MAX_HOPS, &hops) != REDISMODULE_OK)
+            return REDISMODULE_OK;
+    }
+    size_t ol, il, vl;
+    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
+    const unsigned char *idx = (const unsigned char *)RedisModule_StringPtrLen(argv[5], &il);
+    const unsigned char *val = (const unsigned char *)RedisModule_StringPtrLen(argv[6], &vl);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    if (il % 4 || il != vl) {
+        reply_ring_error(ctx, PS_RING_ECOUNT);
+        goto done;
+    }
+    const int r = PSRing_Apply(t, origin, ol, (uint64_t)seq, idx, val, il / 4, (uint64_t)hops);
+    if (r < 0) {
+        reply_ring_error(ctx, -r);
+        goto done;
+    }
+    if (r == 1) {
+        RedisModule_ReplicateVerbatim(ctx);
+        ps_notify(ctx, "ps.applydelta", argv[1]);
+        ps_signal_ready(ctx, argv[1]); /* the version moved: MINVERSION pulls */
+        PSStats.bytes_in += il + vl;
+    }
+    RedisModule_ReplyWithLongLong(ctx, r);
+done:
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.DELTAFWD key -> [origin, seq, hops left, indices, values] or nil. */
+int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 2) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], REDISMODULE_READ, &key);
+    if (!t) return REDISMODULE_OK;
+    const PSRingDelta *d = PSRing_FwdPeek(t);
+    if (!t->ring) {
+        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    } else if (!d) {
+        RedisModule_ReplyWithNull(ctx);
+    } else {
+        RedisModule_ReplyWithArray(ctx, 5);
+        RedisModule_ReplyWithStringBuffer(ctx, d->origin, d->originlen);
+        RedisModule_ReplyWithLongLong(ctx, (long long)d->seq);
+        RedisModule_ReplyWithLongLong(ctx, (long long)d->hops);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->idx, (size_t)d->count * 4);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->val, (size_t)d->count * 4);
+        PSStats.bytes_out += d->count * 8;
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* PS.DELTAFWDACK key origin seq -> 1 when the oldest entry was (origin, seq). */
+int PSDeltaFwdAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 4) return RedisModule_WrongArity(ctx);
+    uint64_t seq;
+    if (ps_arg_u64(ctx, argv[3], "seq", &seq) != REDISMODULE_OK) return REDISMODULE_OK;
+    size_t ol;
+    const char *origin = RedisModule_StringPtrLen(argv[2], &ol);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    if (!t->ring) {
+        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    } else {
+        const int popped = PSRing_FwdAck(t, origin, ol, seq);
+        if (popped) {
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.deltafwdack", argv[1]);
+        }
+        RedisModule_ReplyWithLongLong(ctx, popped);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* ========================================================================
+ * PS.INFO fields of a tracked tensor
+ * ====================================================================== */
+
+void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
+    const PSRing *r = t->ring;
+    if (!r) return;
+    RedisModule_ReplyWithCString(ctx, "ring_origin");
+    RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+    *n += 2;
+    ps_reply_pair_ll(ctx, "ring_take_seq", (long long)r->take_seq, n);
+    ps_reply_pair_ll(ctx, "ring_pending_seq", (long long)(r->pend ? r->pend->seq : 0), n);
+    ps_reply_pair_ll(ctx, "ring_pending_elems", (long long)(r->pend ? r->pend->count : 0), n);
+    ps_reply_pair_ll(ctx, "ring_accumulated", (long long)PSRing_Accumulated(t), n);
+    ps_reply_pair_ll(ctx, "ring_fwd_entries", (long long)r->fwd_len, n);
+    ps_reply_pair_ll(ctx, "ring_fwd_bytes", (long long)r->fwd_bytes, n);
+    ps_reply_pair_ll(ctx, "ring_maxqueue", (long long)r->maxqueue, n);
+    ps_reply_pair_ll(ctx, "ring_applied", (long long)r->applied, n);
+    RedisModule_ReplyWithCString(ctx, "ring_origins");
+    RedisModule_ReplyWithArray(ctx, r->norigins);
+    for (uint32_t i = 0; i < r->norigins; i++) {
+        RedisModule_ReplyWithArray(ctx, 3);
+        RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].hwm);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].applied);
+    }
+    *n += 2;
+}
