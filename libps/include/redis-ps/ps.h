@@ -712,6 +712,10 @@ typedef struct psRingSnapshot {
     char origin[PS_RING_ORIGIN_MAX + 1]; /* "" when the tensor is not tracked */
     size_t norigins;
     psRingOrigin origins[PS_RING_MAX_ORIGINS];
+    float *base;              /* malloc'd n floats: values minus the group's own change not
+                                 yet taken (what a joiner copies); NULL from a module that
+                                 does not send it */
+    uint64_t take_seq;        /* the seq of the group's last take (with base) */
 } psRingSnapshot;
 
 /* A delta: this group's own take (psDeltaTake) or the oldest entry of the
