@@ -30,6 +30,7 @@
 
 #include "fuzz_util.h"
 #include "ps_module.h"
+#include "ring.h"
 
 RedisModuleType *PSTensorType = NULL;
 
@@ -233,6 +234,19 @@ static void exercise(PSTensor *t) {
             PSSnapshot *s = PSTensor_SnapshotFind(c, "fz", 2);
             if (s) PSTensor_Rollback(c, s);
         }
+        /* Ring tracking: a loaded state takes, forwards and applies. */
+        PSTensor *rc = c;
+        if (rc->ring) {
+            const PSRingTakeOpts all = {0, 0.0, 0};
+            const int tk = PSRing_Take(rc, &all);
+            if (tk == PS_RING_TAKE_NEW || tk == PS_RING_TAKE_AGAIN) PSRing_Ack(rc, rc->ring->pend->seq);
+            const PSRingDelta *f = PSRing_FwdPeek(rc);
+            if (f) FZ_CHECK(PSRing_FwdAck(rc, f->origin, f->originlen, f->seq) == 1);
+            const uint32_t ix[1] = {0};
+            const float one[1] = {1.0f};
+            PSRing_Apply(rc, "fz", 2, 1u << 30, (const unsigned char *)ix, (const unsigned char *)one, 1, 1);
+            FZ_CHECK(digest_of(t) == d);
+        }
     }
     TM.free(c);
 }
@@ -355,6 +369,29 @@ static void write_seeds(const char *dir) {
         free(io.out);
         PSTensor_Free(t);
     }
+    /* A ring-tracked tensor (PS_ENCVER_RING): a pending take, marks, a forward entry. */
+    uint64_t dims[1] = {12};
+    PSTensorOpts o;
+    PSTensor_DefaultOpts(&o, 0.5);
+    PSTensor *t = PSTensor_New(1, dims, 12, &o);
+    FZ_CHECK(t != NULL);
+    FZ_CHECK(PSRing_Track(t, "g1", 2, 1, 4096) == 1);
+    float g[12];
+    for (int i = 0; i < 12; i++) g[i] = (float)(i - 5) / 4;
+    PSPush p = {.g = (const unsigned char *)g, .scale = 1.0};
+    PSPushResult r;
+    PSTensor_Push(t, &p, &r);
+    const PSRingTakeOpts two = {7, 0.0, 2};
+    FZ_CHECK(PSRing_Take(t, &two) == PS_RING_TAKE_NEW);
+    const uint32_t ix[2] = {0, 5};
+    const float vx[2] = {1.5f, -2.0f};
+    FZ_CHECK(PSRing_Apply(t, "g0", 2, 4, (const unsigned char *)ix, (const unsigned char *)vx, 2, 2) == 1);
+    PSTensor_Push(t, &p, &r);
+    RedisModuleIO io;
+    save_to(&io, t);
+    write_seed(dir, "ring", latest, io.out, io.olen);
+    free(io.out);
+    PSTensor_Free(t);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {

@@ -6,6 +6,10 @@
  *               SNAPDATA SNAPS0 SNAPS1 ACCSUM PENDING)
  *   PS._RESTORE key DEDUP id seq version [window]
  *   PS._RESTORE key SNAPSHOT name version unix_ms blob
+ *   PS._RESTORE key RING origin take_seq maxqueue applied   (then CHUNK RINGBASE)
+ *   PS._RESTORE key RINGORIGIN name hwm applied
+ *   PS._RESTORE key RINGDELTA PENDING|FWD|PENDINGMORE|FWDMORE origin seq hops
+ *               indices values
  *
  * HEADER creates the tensor from the scalar header (header.h) in the layout of
  * encoding version v (encver.h); an AOF written before the token existed has
@@ -21,6 +25,7 @@
 
 #include "embed_glue.h"
 #include "ps_module.h"
+#include "ring.h"
 
 /* HEADER: a new tensor at 'key', replacing what is there. */
 static int restore_header(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -50,8 +55,8 @@ static int restore_header(RedisModuleCtx *ctx, RedisModuleString **argv, int arg
 }
 
 /* CHUNK target names, in PSRestoreTarget order. */
-static const char *const ChunkTargets[] = {"DATA",     "S0",     "S1",     "ROUND",  "SNAPDATA",
-                                           "SNAPS0",   "SNAPS1", "ACCSUM", "PENDING"};
+static const char *const ChunkTargets[] = {"DATA",   "S0",     "S1",      "ROUND",   "SNAPDATA",
+                                           "SNAPS0", "SNAPS1", "ACCSUM",  "PENDING", "RINGBASE"};
 _Static_assert(sizeof(ChunkTargets) / sizeof(ChunkTargets[0]) == PS_RESTORE_TARGETS,
                "a CHUNK target without a name");
 
@@ -108,6 +113,50 @@ static int restore_snapshot(RedisModuleCtx *ctx, RedisModuleString **argv, PSTen
     return 0;
 }
 
+/* RING / RINGORIGIN / RINGDELTA: the ring state of a tracked tensor
+ * (ring.h), each part validated by the ring core's load steps. Returns 0 or
+ * replies. */
+static int restore_ring(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSTensor *t) {
+    RedisModuleString *sub = argv[2];
+    size_t ol;
+    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
+    long long a[3];
+    int st = PS_RING_EINDEX;
+    if (ps_arg_is(sub, "RING") && argc == 7) {
+        for (int k = 0; k < 3; k++)
+            if (ps_arg_ll(ctx, argv[4 + k], "ring field", 0, LLONG_MAX, &a[k]) != REDISMODULE_OK)
+                return -1;
+        st = PSRing_LoadBegin(t, origin, ol, (uint64_t)a[0], (uint64_t)a[1], (uint64_t)a[2]);
+    } else if (ps_arg_is(sub, "RINGORIGIN") && argc == 6) {
+        for (int k = 0; k < 2; k++)
+            if (ps_arg_ll(ctx, argv[4 + k], "ring field", 0, LLONG_MAX, &a[k]) != REDISMODULE_OK)
+                return -1;
+        st = PSRing_LoadOrigin(t, origin, ol, (uint64_t)a[0], (uint64_t)a[1]);
+    } else if (ps_arg_is(sub, "RINGDELTA") && argc == 9) {
+        static const char *const kinds[4] = {"PENDING", "FWD", "PENDINGMORE", "FWDMORE"};
+        int kind = -1;
+        for (int k = 0; k < 4; k++)
+            if (ps_arg_is(argv[3], kinds[k])) kind = k;
+        origin = RedisModule_StringPtrLen(argv[4], &ol);
+        for (int k = 0; k < 2; k++)
+            if (ps_arg_ll(ctx, argv[5 + k], "ring field", 0, LLONG_MAX, &a[k]) != REDISMODULE_OK)
+                return -1;
+        size_t il, vl;
+        const char *ip = RedisModule_StringPtrLen(argv[7], &il);
+        const char *vp = RedisModule_StringPtrLen(argv[8], &vl);
+        if (kind >= 0 && il % 4 == 0 && il == vl)
+            st = PSRing_LoadDelta(t, kind % 2 == 0, kind >= 2, origin, ol, (uint64_t)a[0],
+                                  (uint64_t)a[1], (const unsigned char *)ip,
+                                  (const unsigned char *)vp, il / 4);
+    } else {
+        RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
+        return -1;
+    }
+    if (st == PS_RING_OK) return 0;
+    RedisModule_ReplyWithError(ctx, st == PS_RING_EOOM ? PSERR_OOM : PSERR_RESTORE_RING);
+    return -1;
+}
+
 int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     RedisModuleString *sub = argv[2];
@@ -137,6 +186,8 @@ int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
         }
     } else if (ps_arg_is(sub, "SNAPSHOT") && argc == 7) {
         if (restore_snapshot(ctx, argv, t)) goto done;
+    } else if (ps_arg_is(sub, "RING") || ps_arg_is(sub, "RINGORIGIN") || ps_arg_is(sub, "RINGDELTA")) {
+        if (restore_ring(ctx, argv, argc, t)) goto done;
     } else {
         RedisModule_ReplyWithError(ctx, PSERR_RESTORE_SYNTAX);
         goto done;

@@ -111,5 +111,6 @@
 #define PSERR_RESTORE_DEDUP "ERR bad dedup entry"
 #define PSERR_RESTORE_SNAPSHOT "ERR bad snapshot"
 #define PSERR_RESTORE_SYNTAX "ERR syntax error"
+#define PSERR_RESTORE_RING "ERR bad ring state"
 
 #endif /* PS_ERRORS_H */

@@ -15,7 +15,13 @@
  *   dedup_len, dedup_len x (id, seq, window [from PS_ENCVER_DEDUP_WINDOW], version),
  *   nsnap, nsnap x (name, version, unix_ms, step, b1pow, b2pow, sharing flags,
  *                   [from PS_ENCVER_SNAP_SHARING: the earlier snapshot's index
- *                    of each array shared with one], arrays it does not share)
+ *                    of each array shared with one], arrays it does not share),
+ *   [from PS_ENCVER_RING: tracked (0 or 1), and when 1 the ring state (ring.h):
+ *    origin, take_seq, maxqueue, applied, array(base), norigins x (name, hwm,
+ *    applied), pending count [, seq, delta pieces], nfwd x (origin, seq, hops,
+ *    count, delta pieces)]
+ * A delta's pieces are ceil(count / PS_CHUNK_FLOATS) pairs of string buffers
+ * (little-endian u32 indices, F32 values) of at most PS_CHUNK_FLOATS each.
  * An array is written as ceil(n / PS_CHUNK_FLOATS) string buffers of at most
  * PS_CHUNK_FLOATS little-endian floats each. Everything loaded is validated
  * (the header by PSHeader_Check, snapshots by PSTensor_SnapshotCheck, the
@@ -23,12 +29,14 @@
  * are hostile input.
  *
  * The AOF rewrite emits PS._RESTORE commands (cmd_restore.c): HEADER with an
- * ENCVER token (the layout of its blob), CHUNKs, DEDUP entries, SNAPSHOTs. */
+ * ENCVER token (the layout of its blob), CHUNKs, DEDUP entries, SNAPSHOTs,
+ * and for a tracked tensor RING, a RINGBASE CHUNK, RINGORIGINs, RINGDELTAs. */
 
 #include <math.h>
 #include <string.h>
 
 #include "ps_module.h"
+#include "ring.h"
 
 /* Floats per RDB string / AOF argument: 32 MB, under the 64 MB argument cap. */
 #define PS_CHUNK_FLOATS (8u << 20)
@@ -51,6 +59,45 @@ static void save_array(RedisModuleIO *io, const PSBuf *b) {
 static void save_u(RedisModuleIO *io, uint64_t v) { RedisModule_SaveUnsigned(io, v); }
 static void save_s(RedisModuleIO *io, int64_t v) { RedisModule_SaveSigned(io, v); }
 static void save_d(RedisModuleIO *io, double v) { RedisModule_SaveDouble(io, v); }
+
+/* A delta's elements in pieces of at most PS_CHUNK_FLOATS. */
+static void save_delta_pieces(RedisModuleIO *io, const PSRingDelta *d) {
+    for (uint64_t off = 0; off < d->count; off += PS_CHUNK_FLOATS) {
+        const uint64_t cnt = d->count - off < PS_CHUNK_FLOATS ? d->count - off : PS_CHUNK_FLOATS;
+        RedisModule_SaveStringBuffer(io, (const char *)(d->idx + off), (size_t)cnt * 4);
+        RedisModule_SaveStringBuffer(io, (const char *)(d->val + off), (size_t)cnt * 4);
+    }
+}
+
+/* The ring state (from PS_ENCVER_RING): 0 when untracked. */
+static void save_ring(RedisModuleIO *io, const PSRing *r) {
+    RedisModule_SaveUnsigned(io, r ? 1 : 0);
+    if (!r) return;
+    RedisModule_SaveStringBuffer(io, r->origin, r->originlen);
+    RedisModule_SaveUnsigned(io, r->take_seq);
+    RedisModule_SaveUnsigned(io, r->maxqueue);
+    RedisModule_SaveUnsigned(io, r->applied);
+    save_array(io, r->base);
+    RedisModule_SaveUnsigned(io, r->norigins);
+    for (uint32_t i = 0; i < r->norigins; i++) {
+        RedisModule_SaveStringBuffer(io, r->origins[i].name, r->origins[i].len);
+        RedisModule_SaveUnsigned(io, r->origins[i].hwm);
+        RedisModule_SaveUnsigned(io, r->origins[i].applied);
+    }
+    RedisModule_SaveUnsigned(io, r->pend ? r->pend->count : 0);
+    if (r->pend) {
+        RedisModule_SaveUnsigned(io, r->pend->seq);
+        save_delta_pieces(io, r->pend);
+    }
+    RedisModule_SaveUnsigned(io, r->fwd_len);
+    for (const PSRingDelta *d = r->fwd_head; d; d = d->next) {
+        RedisModule_SaveStringBuffer(io, d->origin, d->originlen);
+        RedisModule_SaveUnsigned(io, d->seq);
+        RedisModule_SaveUnsigned(io, d->hops);
+        RedisModule_SaveUnsigned(io, d->count);
+        save_delta_pieces(io, d);
+    }
+}
 
 static void PSType_RdbSave(RedisModuleIO *io, void *value) {
     PSTensor *t = value;
@@ -90,6 +137,7 @@ static void PSType_RdbSave(RedisModuleIO *io, void *value) {
         for (int j = 0; j < 3; j++)
             if (PSTensor_SnapshotSavesArray(t, &ss, j)) save_array(io, j ? s->opt.s[j - 1] : s->data);
     }
+    save_ring(io, t->ring);
 }
 
 /* ========================================================================
@@ -181,6 +229,99 @@ static const char *load_snapshots(RedisModuleIO *io, int encver, PSTensor *t) {
     return NULL;
 }
 
+/* Loads a string of 1..PS_RING_ORIGIN_MAX bytes into 'buf' (NUL-terminated).
+ * Returns its length, or 0 on error (the name itself is validated by the
+ * ring core). */
+static size_t load_origin(RedisModuleIO *io, char *buf) {
+    size_t len = 0;
+    char *p = RedisModule_LoadStringBuffer(io, &len);
+    if (RedisModule_IsIOError(io) || !p || len < 1 || len > PS_RING_ORIGIN_MAX) {
+        if (p) RedisModule_Free(p);
+        return 0;
+    }
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    RedisModule_Free(p);
+    return len;
+}
+
+/* Loads the pieces of a delta of 'count' elements saved by
+ * save_delta_pieces, each validated and appended by the ring core. */
+static const char *load_delta_pieces(RedisModuleIO *io, PSTensor *t, int pending,
+                                     const char *origin, size_t olen, uint64_t seq, uint64_t hops,
+                                     uint64_t count) {
+    if (count < 1 || count > t->n) return "bad ring delta size";
+    for (uint64_t off = 0; off < count; off += PS_CHUNK_FLOATS) {
+        const uint64_t cnt = count - off < PS_CHUNK_FLOATS ? count - off : PS_CHUNK_FLOATS;
+        size_t il = 0, vl = 0;
+        char *ip = RedisModule_LoadStringBuffer(io, &il);
+        char *vp = RedisModule_IsIOError(io) ? NULL : RedisModule_LoadStringBuffer(io, &vl);
+        const char *why = NULL;
+        if (RedisModule_IsIOError(io) || !ip || !vp || il != cnt * 4 || vl != cnt * 4)
+            why = "truncated or corrupt ring delta";
+        else if (PSRing_LoadDelta(t, pending, off > 0, origin, olen, seq, hops,
+                                  (const unsigned char *)ip, (const unsigned char *)vp, cnt) !=
+                 PS_RING_OK)
+            why = "bad ring delta";
+        if (ip) RedisModule_Free(ip);
+        if (vp) RedisModule_Free(vp);
+        if (why) return why;
+    }
+    return NULL;
+}
+
+/* Loads the ring state saved by save_ring. Returns NULL or why not. */
+static const char *load_ring(RedisModuleIO *io, PSTensor *t) {
+    const uint64_t tracked = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io) || tracked > 1) return "bad ring flag";
+    if (!tracked) return NULL;
+    char name[PS_RING_ORIGIN_MAX + 1];
+    size_t len = load_origin(io, name);
+    if (!len) return "bad ring origin";
+    const uint64_t take_seq = RedisModule_LoadUnsigned(io);
+    const uint64_t maxqueue = RedisModule_LoadUnsigned(io);
+    const uint64_t applied = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io)) return "truncated ring state";
+    PSBuf *base = load_array(io, t->n);
+    if (!base) return "truncated or corrupt ring base";
+    const int st = PSRing_LoadBegin(t, name, len, take_seq, maxqueue, applied);
+    if (st != PS_RING_OK) {
+        PSBuf_Release(base);
+        return st == PS_RING_EOOM ? "out of memory" : "bad ring state";
+    }
+    PSBuf_Release(t->ring->base);
+    t->ring->base = base;
+    const uint64_t norigins = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io) || norigins > PS_RING_MAX_ORIGINS) return "bad ring origin count";
+    for (uint64_t i = 0; i < norigins; i++) {
+        if (!(len = load_origin(io, name))) return "bad ring origin";
+        const uint64_t hwm = RedisModule_LoadUnsigned(io);
+        const uint64_t app = RedisModule_LoadUnsigned(io);
+        if (RedisModule_IsIOError(io) || PSRing_LoadOrigin(t, name, len, hwm, app) != PS_RING_OK)
+            return "bad ring origin";
+    }
+    const char *why;
+    const uint64_t pcount = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io)) return "truncated ring state";
+    if (pcount) {
+        const uint64_t seq = RedisModule_LoadUnsigned(io);
+        if (RedisModule_IsIOError(io)) return "truncated ring state";
+        if ((why = load_delta_pieces(io, t, 1, t->ring->origin, t->ring->originlen, seq, 0, pcount)))
+            return why;
+    }
+    const uint64_t nfwd = RedisModule_LoadUnsigned(io);
+    if (RedisModule_IsIOError(io)) return "truncated ring state";
+    for (uint64_t i = 0; i < nfwd; i++) {
+        if (!(len = load_origin(io, name))) return "bad ring forward entry";
+        const uint64_t seq = RedisModule_LoadUnsigned(io);
+        const uint64_t hops = RedisModule_LoadUnsigned(io);
+        const uint64_t count = RedisModule_LoadUnsigned(io);
+        if (RedisModule_IsIOError(io)) return "truncated ring state";
+        if ((why = load_delta_pieces(io, t, 0, name, len, seq, hops, count))) return why;
+    }
+    return NULL;
+}
+
 static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
     if (encver < PS_ENCVER_FIRST || encver > PS_ENCVER_LATEST) {
         RedisModule_LogIOError(io, "warning",
@@ -248,6 +389,7 @@ static void *PSType_RdbLoad(RedisModuleIO *io, int encver) {
     }
 
     if ((why = load_snapshots(io, encver, t)) != NULL) goto bad;
+    if (encver >= PS_ENCVER_RING && (why = load_ring(io, t)) != NULL) goto bad;
     return t;
 
 oom:
@@ -271,6 +413,36 @@ static void emit_array(RedisModuleIO *aof, RedisModuleString *key, const char *t
                             (long long)off, (const char *)(b->v + off),
                             (size_t)cnt * sizeof(float));
     }
+}
+
+/* A delta as PS._RESTORE RINGDELTA kind origin seq hops indices values, in
+ * pieces of at most PS_CHUNK_FLOATS elements (kind PENDING / FWD, then
+ * PENDINGMORE / FWDMORE for the further pieces). */
+static void emit_delta(RedisModuleIO *aof, RedisModuleString *key, int pending,
+                       const PSRingDelta *d) {
+    for (uint64_t off = 0; off < d->count; off += PS_CHUNK_FLOATS) {
+        const uint64_t cnt = d->count - off < PS_CHUNK_FLOATS ? d->count - off : PS_CHUNK_FLOATS;
+        const char *kind = pending ? (off ? "PENDINGMORE" : "PENDING") : (off ? "FWDMORE" : "FWD");
+        RedisModule_EmitAOF(aof, "ps._restore", "sccbllbb", key, "RINGDELTA", kind, d->origin,
+                            (size_t)d->originlen, (long long)d->seq, (long long)d->hops,
+                            (const char *)(d->idx + off), (size_t)cnt * 4,
+                            (const char *)(d->val + off), (size_t)cnt * 4);
+    }
+}
+
+/* The ring state: RING origin take_seq maxqueue applied, the base as RINGBASE
+ * CHUNKs, RINGORIGIN name hwm applied per origin, the pending take and the
+ * forward entries as RINGDELTAs (cmd_restore.c). */
+static void emit_ring(RedisModuleIO *aof, RedisModuleString *key, const PSRing *r) {
+    RedisModule_EmitAOF(aof, "ps._restore", "scblll", key, "RING", r->origin, (size_t)r->originlen,
+                        (long long)r->take_seq, (long long)r->maxqueue, (long long)r->applied);
+    emit_array(aof, key, "RINGBASE", 0, r->base);
+    for (uint32_t i = 0; i < r->norigins; i++)
+        RedisModule_EmitAOF(aof, "ps._restore", "scbll", key, "RINGORIGIN", r->origins[i].name,
+                            (size_t)r->origins[i].len, (long long)r->origins[i].hwm,
+                            (long long)r->origins[i].applied);
+    if (r->pend) emit_delta(aof, key, 1, r->pend);
+    for (const PSRingDelta *d = r->fwd_head; d; d = d->next) emit_delta(aof, key, 0, d);
 }
 
 static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *value) {
@@ -319,6 +491,7 @@ static void PSType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, void *
             if (PSTensor_SnapshotSavesArray(t, &ss, j))
                 emit_array(aof, key, snap_target[j], i, j ? s->opt.s[j - 1] : s->data);
     }
+    if (t->ring) emit_ring(aof, key, t->ring);
 }
 
 /* ========================================================================
@@ -336,6 +509,33 @@ static void digest_optstate(RedisModuleDigest *md, const PSOptState *o) {
     RedisModule_DigestAddStringBuffer(md, (const char *)&o->b2pow, sizeof(double));
     digest_buf(md, o->s[0]);
     digest_buf(md, o->s[1]);
+}
+
+static void digest_delta(RedisModuleDigest *md, const PSRingDelta *d) {
+    RedisModule_DigestAddStringBuffer(md, d->origin, d->originlen);
+    RedisModule_DigestAddLongLong(md, (long long)d->seq);
+    RedisModule_DigestAddLongLong(md, (long long)d->hops);
+    RedisModule_DigestAddStringBuffer(md, (const char *)d->idx, (size_t)d->count * 4);
+    RedisModule_DigestAddStringBuffer(md, (const char *)d->val, (size_t)d->count * 4);
+}
+
+/* Every field of the ring state (ring.h). */
+static void digest_ring(RedisModuleDigest *md, const PSRing *r) {
+    RedisModule_DigestAddStringBuffer(md, "ring", 4);
+    RedisModule_DigestAddStringBuffer(md, r->origin, r->originlen);
+    RedisModule_DigestAddLongLong(md, (long long)r->take_seq);
+    RedisModule_DigestAddLongLong(md, (long long)r->maxqueue);
+    RedisModule_DigestAddLongLong(md, (long long)r->applied);
+    digest_buf(md, r->base);
+    for (uint32_t i = 0; i < r->norigins; i++) {
+        RedisModule_DigestAddStringBuffer(md, r->origins[i].name, r->origins[i].len);
+        RedisModule_DigestAddLongLong(md, (long long)r->origins[i].hwm);
+        RedisModule_DigestAddLongLong(md, (long long)r->origins[i].applied);
+    }
+    if (r->pend) digest_delta(md, r->pend);
+    else RedisModule_DigestAddLongLong(md, -1);
+    RedisModule_DigestAddLongLong(md, (long long)r->fwd_len);
+    for (const PSRingDelta *d = r->fwd_head; d; d = d->next) digest_delta(md, d);
 }
 
 /* Covers every byte of state (not the counters: see PSCounters). */
@@ -389,6 +589,7 @@ static void PSType_Digest(RedisModuleDigest *md, void *value) {
         digest_buf(md, s->data);
         digest_optstate(md, &s->opt);
     }
+    if (t->ring) digest_ring(md, t->ring); /* only when tracked: other digests stay */
     RedisModule_DigestEndSequence(md);
 }
 

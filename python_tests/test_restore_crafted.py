@@ -232,7 +232,7 @@ def test_builder_parses_and_rebuilds_a_real_dump_byte_for_byte(env):
     for key in ("a", "c"):
         real = c.dump(key)
         encver, items = parse(real)
-        assert encver == 5   # PS_ENCVER_ACCUM_ROUNDS (module/core/encver.h)
+        assert encver == 6   # PS_ENCVER_RING (module/core/encver.h)
         assert build(items, encver) == real, key
 
 
@@ -321,7 +321,7 @@ def _bad_cases():
     cases["truncated-mid-values"] = build(good[:22] + [("raw", bytes([OP_STRING]) + enc_len(24) + b"\0" * 8)], eof=False)
     cases["no-eof"] = build(good, eof=False)
     cases["trailing-item"] = build(good + [U(1)])
-    cases["encver-6-from-the-future"] = build(good, encver=6)
+    cases["encver-7-from-the-future"] = build(good, encver=7)
     # ACCUM tensors (encver 4): their fields on another optimizer, with SYNC, a pending
     # slot without a seq, a sum or slot announced but missing or short.
     z6, z5 = np.zeros(6, np.float32), np.zeros(5, np.float32)

@@ -220,3 +220,204 @@ def test_at_most_64_origins(r):
     assert err(r, "PS.APPLYDELTA", "w", "ID", "o64", 1, u32([0]), f32([1])).startswith("ERR too many ring origins")
     assert digest(r) == before
     assert r.execute_command("PS.APPLYDELTA", "w", "ID", "o3", 2, u32([0]), f32([1])) == 1
+
+
+def build_ring_state(r):
+    """A tracked tensor with every part of the ring state: a pending take, marks of two
+    origins, two forward entries (one not yet passed on), a snapshot and accumulated change."""
+    tensor(r)
+    r.execute_command("PS.RING", "w", "TRACK", "g1", "MAXQUEUE", 1 << 20)
+    grad(r, [1, 0, 2, 0, 0, 0, 0, 3])
+    r.execute_command("PS.DELTATAKE", "w", "SEQFLOOR", 7, "MAXELEMS", 2)
+    r.execute_command("PS.APPLYDELTA", "w", "ID", "g0", 4, u32([0, 5]), f32([1.5, -2]), "HOPS", 1)
+    r.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 9, u32([6]), f32([0.25]), "HOPS", 2)
+    r.execute_command("PS.SNAPSHOT", "w", "s1")
+    grad(r, [0, 0.5, 0, 0, 0, 0, 0, 0])
+
+
+def ring_view(r, state=True):
+    """What the agent sees of the ring state (STATE is a write-flagged subcommand: not on a
+    replica, whose view is PS.INFO and PS.DELTAFWD)."""
+    i = info(r, "w")
+    return (r.execute_command("PS.RING", "w", "STATE") if state else None,
+            r.execute_command("PS.DELTAFWD", "w"),
+            {k: v for k, v in i.items() if k.startswith("ring_")})
+
+
+def test_replica_and_aof_replay_hold_the_same_ring_state(make_server, make_replica):
+    s = make_server(args=["--appendonly", "yes", "--appendfsync", "always"])
+    rep = make_replica(s)
+    r = s.client()
+    build_ring_state(r)
+    r.execute_command("PS.DELTATAKE", "w")                  # answered again: not replicated
+    r.execute_command("PS.DELTAACK", "w", 99)               # no such take: not replicated
+    r.execute_command("PS.DELTAFWDACK", "w", "g0", 4)
+    psserver.wait_for_replication(s, [rep])
+    rc = rep.client()
+    assert digest(rc) == digest(r)
+    assert ring_view(rc, state=False) == ring_view(r, state=False)
+    view, before = ring_view(r), digest(r)
+    s.restart(timeout=30)                                   # replays the AOF
+    r = s.client()
+    assert digest(r) == before and ring_view(r) == view
+    assert r.execute_command("PS.DELTATAKE", "w")[0] == 7   # the pending take came back
+
+
+def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
+    s = make_server(args=["--appendonly", "yes", "--aof-use-rdb-preamble", "no",
+                          "--auto-aof-rewrite-percentage", "0"])
+    r = s.client()
+    build_ring_state(r)
+    r.execute_command("PS.CREATE", "plain", "SHAPE", 3)
+    view, before, plain = ring_view(r), digest(r), digest(r, "plain")
+    r.execute_command("DEBUG", "RELOAD")
+    assert digest(r) == before and ring_view(r) == view and digest(r, "plain") == plain
+    r.bgrewriteaof()
+    psserver.wait_until(lambda: not r.info("persistence")["aof_rewrite_in_progress"] and
+                        not r.info("persistence")["aof_rewrite_scheduled"], timeout=30,
+                        what="AOF rewrite")
+    s.restart(timeout=30)
+    r = s.client()
+    assert digest(r) == before and ring_view(r) == view and digest(r, "plain") == plain
+    # COPY and RENAME carry the ring state with the value; DEL drops it.
+    r.execute_command("COPY", "w", "w2")
+    assert digest(r, "w2") == before
+    r.rename("w", "w3")
+    assert digest(r, "w3") == before
+    r.delete("w3")
+    tensor(r)
+    assert "ring_origin" not in info(r, "w")
+
+
+def test_create_and_config_keep_the_ring_state(r):
+    build_ring_state(r)
+    before = digest(r)
+    assert err(r, "PS.CREATE", "w", "SHAPE", N).startswith("BUSYKEY")
+    assert r.execute_command("PS.CREATE", "w", "SHAPE", N, "NX") is None
+    assert digest(r) == before
+    r.execute_command("PS.CONFIG", "w", "LR", 0.5)
+    assert info(r, "w")["ring_origin"] == b"g1" and info(r, "w")["ring_take_seq"] == 7
+
+
+def test_restore_ring_parts_are_validated(server):
+    r = server.client()
+    tensor(r)
+    before = digest(r)
+    bad = [
+        ["RINGORIGIN", "x", 1, 1],                                  # not tracked yet
+        ["RING", "bad name", 0, 0, 0],
+        ["RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])],        # not tracked yet
+        ["CHUNK", "RINGBASE", 0, 0, f32([1])],
+    ]
+    with server.raw() as raw:
+        for args in bad:
+            rep = raw.call("PS._RESTORE", "w", *args)
+            assert isinstance(rep, psserver.RespError), args
+        assert digest(r) == before
+        assert raw.call("PS._RESTORE", "w", "RING", "me", 3, 100, 0) == "OK"
+        for args in (["RING", "me", 3, 100, 0],                              # twice
+                     ["RINGORIGIN", "me", 1, 1],                             # own origin
+                     ["RINGDELTA", "PENDING", "me", 4, 0, u32([1]), f32([1])],  # seq > take_seq
+                     ["RINGDELTA", "FWD", "x", 1, 0, u32([9]), f32([1])],    # index >= len
+                     ["RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([np.inf])],
+                     ["RINGDELTA", "FWDMORE", "x", 1, 0, u32([1]), f32([1])],  # nothing to extend
+                     ["RINGDELTA", "NOPE", "x", 1, 0, u32([1]), f32([1])]):
+            rep = raw.call("PS._RESTORE", "w", *args)
+            assert isinstance(rep, psserver.RespError), args
+        assert raw.call("PS._RESTORE", "w", "RINGDELTA", "FWD", "x", 1, 0, u32([1]), f32([1])) == "OK"
+        rep = raw.call("PS._RESTORE", "w", "RINGDELTA", "FWDMORE", "x", 1, 0, u32([1]), f32([1]))
+        assert isinstance(rep, psserver.RespError)                   # indices must go on ascending
+    assert info(r, "w")["ring_fwd_entries"] == 1
+
+
+# ---------------------------------------------------------------------------
+# Crafted RDB payloads of a tracked tensor (PS_ENCVER_RING, module/type.c's layout after
+# the snapshots): the DUMP builder of test_restore_crafted.py, the ring part appended.
+# ---------------------------------------------------------------------------
+
+def ring_items(flag=1, origin=b"me", take_seq=5, maxqueue=1000, applied=1, base=None,
+               origins=((b"x", 3, 1),), norigins=None, pending=(5, [1, 4], [0.5, -1]),
+               fwd=((b"x", 3, 1, [2], [0.25]),), nfwd=None):
+    """A 2x3 SGD tensor in the PS_ENCVER_RING layout with ring state; every field can be
+    overridden. pending: (seq, idx, vals) or None; fwd: (origin, seq, hops, idx, vals)."""
+    from test_restore_crafted import S, U, accum_items
+    items = accum_items((0,) * 11, optim="SGD") + [U(flag)]    # the encver 5 layout
+    if flag != 1:
+        return items
+    items += [S(origin), U(take_seq), U(maxqueue), U(applied)]
+    items.append(S(f32(np.zeros(6)) if base is None else base))
+    items.append(U(len(origins) if norigins is None else norigins))
+    for name, hwm, app in origins:
+        items += [S(name), U(hwm), U(app)]
+    if pending is None:
+        items.append(U(0))
+    else:
+        seq, idx, vals = pending
+        items += [U(len(idx)), U(seq), S(u32(idx)), S(f32(vals))]
+    items.append(U(len(fwd) if nfwd is None else nfwd))
+    for name, seq, hops, idx, vals in fwd:
+        items += [S(name), U(seq), U(hops), U(len(idx)), S(u32(idx)), S(f32(vals))]
+    return items
+
+
+RING_BAD = {
+    "flag-2": dict(flag=2),
+    "origin-empty": dict(origin=b""),
+    "origin-space": dict(origin=b"a b"),
+    "origin-65": dict(origin=b"x" * 65),
+    "maxqueue-over-2^50": dict(maxqueue=(1 << 50) + 1),
+    "base-short": dict(base=f32(np.zeros(5))),
+    "origins-65": dict(origins=tuple((b"o%d" % k, 1, 1) for k in range(65))),
+    "origins-count-more-than-present": dict(norigins=2),
+    "origin-twice": dict(origins=((b"x", 1, 1), (b"x", 2, 1))),
+    "origin-own": dict(origins=((b"me", 1, 1),)),
+    "pending-seq-over-take-seq": dict(pending=(6, [1], [1])),
+    "pending-seq-0": dict(pending=(0, [1], [1])),
+    "pending-index-7": dict(pending=(5, [7], [1])),
+    "pending-indices-down": dict(pending=(5, [4, 1], [1, 1])),
+    "pending-nan": dict(pending=(5, [1], [np.nan])),
+    "pending-over-length": dict(pending=(5, list(range(7)), [1] * 7)),
+    "fwd-own-origin": dict(fwd=((b"me", 3, 0, [2], [1]),)),
+    "fwd-hops-64": dict(fwd=((b"x", 3, 64, [2], [1]),)),
+    "fwd-seq-0": dict(fwd=((b"x", 0, 0, [2], [1]),)),
+    "fwd-empty": dict(fwd=((b"x", 3, 0, [], []),)),
+    "fwd-inf": dict(fwd=((b"x", 3, 0, [2], [np.inf]),)),
+    "fwd-count-more-than-present": dict(nfwd=2),
+}
+
+
+@pytest.fixture(scope="module")
+def crafted(module_path):
+    s = psserver.RedisServer(module=module_path, args=["--rdbcompression", "no"], name="ringc")
+    yield s
+    s.cleanup()
+
+
+def test_crafted_ring_payloads_control_and_round_trip(crafted):
+    from test_restore_crafted import build, parse
+    c = crafted.client()
+    c.flushall()
+    with crafted.raw() as raw:
+        assert raw.call("RESTORE", "w", "0", build(ring_items(), encver=6), "REPLACE") == "OK"
+        # DUMP of the restored value parses back into the same items (the layout is right).
+        assert parse(raw.call("DUMP", "w")) == (6, ring_items())
+    i = info(c, "w")
+    assert (i["ring_origin"], i["ring_take_seq"], i["ring_pending_seq"]) == (b"me", 5, 5)
+    assert (i["ring_fwd_entries"], i["ring_fwd_bytes"], i["ring_applied"]) == (1, 72, 1)
+    assert c.execute_command("PS.DELTAFWD", "w")[:3] == [b"x", 3, 1]
+    # An untracked tensor at encoding version 6: the v5 value and a trailing 0.
+    with crafted.raw() as raw:
+        assert raw.call("RESTORE", "p", "0", build(ring_items(flag=0), encver=6)) == "OK"
+    assert "ring_origin" not in info(c, "p")
+
+
+@pytest.mark.parametrize("name", sorted(RING_BAD))
+def test_crafted_ring_payload_is_refused(crafted, name):
+    from test_restore_crafted import build
+    c = crafted.client()
+    c.flushall()
+    with crafted.raw() as raw:
+        rep = raw.call("RESTORE", "w", "0", build(ring_items(**RING_BAD[name]), encver=6))
+    assert crafted.is_alive(), crafted.log_tail()
+    assert isinstance(rep, psserver.RespError) and str(rep).startswith("ERR"), (name, rep)
+    assert c.exists("w") == 0

@@ -20,7 +20,10 @@
                                     pending take (header fields and two arrays) */
 #define PS_ENCVER_ACCUM_ROUNDS 5 /* ACCUM tensors: MAXBACKLOG, a pending take split into
                                     parts, and the round counters (header fields) */
-#define PS_ENCVER_LATEST PS_ENCVER_ACCUM_ROUNDS
+#define PS_ENCVER_RING 6         /* ring tracking (ring.h): after the snapshots, 0 for an
+                                    untracked tensor, else 1 and the ring state; the
+                                    header is unchanged */
+#define PS_ENCVER_LATEST PS_ENCVER_RING
 
 /* What PS._RESTORE HEADER without an ENCVER token means: the AOFs written
  * before the token existed (golden file python_tests/golden/aof-v0). */

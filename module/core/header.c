@@ -6,6 +6,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ring.h"
+
 /* The layout an untagged PS._RESTORE HEADER has (python_tests/golden/aof-v0):
  * ndim, dims, then 19 scalars. A field added without a new 'since' would
  * change it and make those AOFs unloadable. */
@@ -183,6 +185,7 @@ int PSTensor_RestoreChunk(PSTensor *t, int target, uint64_t snap, uint64_t off, 
     case PS_RESTORE_ROUND: b = t->round_acc; break;
     case PS_RESTORE_ACCSUM: b = t->acc.sum; break;
     case PS_RESTORE_PENDING: b = t->acc.pend; break;
+    case PS_RESTORE_RINGBASE: b = t->ring ? t->ring->base : NULL; break;
     default:
         if (target < PS_RESTORE_SNAPDATA || target > PS_RESTORE_SNAPS1 || snap >= t->nsnap)
             return PST_ERR_RANGE;

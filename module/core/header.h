@@ -108,6 +108,7 @@ enum {
     PS_RESTORE_SNAPS1,
     PS_RESTORE_ACCSUM,  /* ACCUM tensors: the sum (header acc_count > 0) */
     PS_RESTORE_PENDING, /* and the pending take (header pend_count > 0) */
+    PS_RESTORE_RINGBASE, /* a ring-tracked tensor's base (ring.h; after PS._RESTORE RING) */
     PS_RESTORE_TARGETS
 };
 

@@ -9,7 +9,9 @@ python_tests/:
 window; v3: PS_ENCVER_SNAP_SHARING, snapshots taken back to back saved once, tensor g:twins;
 v4: PS_ENCVER_ACCUM, an ACCUM tensor with a sum and a pending take, tensor g:accum;
 v5: PS_ENCVER_ACCUM_ROUNDS, an ACCUM tensor with MAXBACKLOG, a take split into parts with
-one acknowledged, and round counters, tensor g:accum-rounds.)
+one acknowledged, and round counters, tensor g:accum-rounds;
+v6: PS_ENCVER_RING, a ring-tracked tensor with a pending take, two origins' marks and two
+forward entries, tensor g:ring.)
 
 Never regenerate an existing version's files: the point is that a newer module still loads
 what an older one wrote. The tensors cover every optimizer, snapshots sharing and not
@@ -116,6 +118,25 @@ def build_accum_rounds(c):
     x("PS.PUSHGRAD", "g:accum-rounds", f32(-G), "ID", "s", 1)
 
 
+def build_ring(c):
+    """A ring-tracked SGD tensor (PS_ENCVER_RING): origin g1, MAXQUEUE 1 MiB, a pending take
+    of seq 7 (2 elements), deltas of g0 (seq 4, one hop left) and g2 (seq 9, two hops left)
+    applied and queued, and own change still accumulated."""
+    x = c.execute_command
+    u32 = lambda a: np.asarray(a, dtype="<u4").tobytes()
+    x("PS.CREATE", "g:ring", "SHAPE", 12, "INIT", "UNIFORM", -1, 1, "SEED", 6, "LR", 0.5)
+    x("PS.RING", "g:ring", "TRACK", "g1", "MAXQUEUE", 1 << 20)
+    x("PS.PUSHGRAD", "g:ring", f32(G), "ID", "w", 1)
+    x("PS.DELTATAKE", "g:ring", "SEQFLOOR", 7, "MAXELEMS", 2)
+    x("PS.APPLYDELTA", "g:ring", "ID", "g0", 4, u32([0, 5]), f32([1.5, -2]), "HOPS", 2)
+    x("PS.APPLYDELTA", "g:ring", "ID", "g2", 9, u32([6]), f32([0.25]), "HOPS", 3)
+    x("PS.PUSHGRAD", "g:ring", f32(G * 3), "ID", "w", 2)
+
+
+RING_FIELDS = ("ring_origin", "ring_take_seq", "ring_pending_seq", "ring_pending_elems",
+               "ring_accumulated", "ring_fwd_entries", "ring_fwd_bytes", "ring_maxqueue",
+               "ring_applied")
+
 ROUND_FIELDS = ("max_backlog", "backlog", "pending_parts", "relay_takes", "relay_rounds",
                 "relay_forwarded", "relay_round_min", "relay_round_max", "relay_seq")
 
@@ -132,8 +153,8 @@ def describe(c, key):
         _, sd = x("PS.PULL", key, "AT", name)
         snaps.append({"name": name.decode(), "version": sv, "unix_ms": ms, "data": sd.hex()})
     return {"version": v, "data": data.hex(), "digest": psserver.digest(c, key).decode(),
-            "info": {k: fields[k] for k in ("optimizer", "lr", "elements") + ROUND_FIELDS
-                     if k in fields},
+            "info": {k: fields[k] for k in ("optimizer", "lr", "elements") + ROUND_FIELDS +
+                     RING_FIELDS if k in fields},
             "snapshots": snaps}
 
 
@@ -158,6 +179,8 @@ def main():
             build_accum(c)
         if int(ver.lstrip("v")) >= 5:
             build_accum_rounds(c)
+        if int(ver.lstrip("v")) >= 6:
+            build_ring(c)
         keys = sorted(k.decode() for k in c.keys("g:*"))
         expected = {"encver": int(ver.lstrip("v")), "gradient": G.tolist(), "keys": {}}
         for k in keys:
@@ -175,6 +198,8 @@ def main():
             expected["replays"].append(["g:accum", "r", 2, 3])
         if "g:accum-rounds" in keys:
             expected["replays"].append(["g:accum-rounds", "r", 5, 5])
+        if "g:ring" in keys:
+            expected["replays"].append(["g:ring", "w", 2, 4])
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
     print("wrote %s/dump.rdb (%d bytes, sha256 %s) and expected.json" % (

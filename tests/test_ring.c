@@ -1,0 +1,392 @@
+/* test_ring.c -- cmocka tests of module/core/ring.[ch]: a take pending until
+ * acknowledged and answered again, the threshold and MAXELEMS selection,
+ * nothing dropped (every take plus what stays accumulated is exactly the
+ * change, with integer data), received deltas applied once per (origin,
+ * seq) and never taken again as the group's own, the forward FIFO and its
+ * BACKLOG bound, JOIN, and the copy and load paths. */
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ring.h"
+#include "tensor.h"
+#include "tensor_helpers.h"
+
+#define O(s) (s), strlen(s)
+
+/* A tensor of n elements with values 0, 1, 2, ... (SGD lr 1). */
+static PSTensor *mk_int(uint64_t n) {
+    PSTensor *t = mk1(n, PS_OPT_SGD, 1.0);
+    for (uint64_t i = 0; i < n; i++) t->data->v[i] = (float)i;
+    return t;
+}
+
+/* values -= g (SGD lr 1) through the real push path. */
+static void push(PSTensor *t, const float *g) {
+    PSPush p = dense(g);
+    PSPushResult r;
+    assert_int_equal(PSTensor_Push(t, &p, &r), PST_OK);
+}
+
+static const PSRingTakeOpts All = {0, 0.0, 0};
+
+/* Everything a failed operation must leave as it was. */
+typedef struct {
+    uint64_t version, take_seq, fwd_len, fwd_bytes, applied, pend_seq;
+    uint32_t norigins;
+    float vals[64], base[64];
+} Shot;
+
+static void shot(const PSTensor *t, Shot *s) {
+    memset(s, 0, sizeof(*s));
+    s->version = t->version;
+    memcpy(s->vals, t->data->v, t->n * 4);
+    if (!t->ring) return;
+    const PSRing *r = t->ring;
+    memcpy(s->base, r->base->v, t->n * 4);
+    s->take_seq = r->take_seq;
+    s->fwd_len = r->fwd_len;
+    s->fwd_bytes = r->fwd_bytes;
+    s->applied = r->applied;
+    s->norigins = r->norigins;
+    s->pend_seq = r->pend ? r->pend->seq : 0;
+}
+
+static void assert_same(const PSTensor *t, const Shot *a) {
+    Shot b;
+    shot(t, &b);
+    assert_memory_equal(a, &b, sizeof(b));
+}
+
+static void test_take_is_pending_until_acked_then_the_next_seq(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(6);
+    assert_int_equal(PSRing_Take(t, &All), -PS_RING_EUNTRACKED);
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    assert_int_equal(PSRing_Track(t, O("g0"), 1, 99), 0);
+    assert_int_equal(t->ring->maxqueue, 99);
+    assert_int_equal(PSRing_Track(t, O("g1"), 0, 0), -PS_RING_EOTHER);
+    assert_int_equal(PSRing_Track(t, O("bad name"), 0, 0), -PS_RING_EORIGIN);
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NONE);
+    const float g[6] = {0, 2, 0, -1, 0, 0};
+    push(t, g);
+    assert_int_equal(PSRing_Accumulated(t), 2);
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    const PSRingDelta *d = t->ring->pend;
+    assert_int_equal(d->seq, 1);
+    assert_int_equal(d->count, 2);
+    assert_int_equal(d->idx[0], 1);
+    assert_int_equal(d->idx[1], 3);
+    assert_true(d->val[0] == -2.0f && d->val[1] == 1.0f);
+    assert_int_equal(PSRing_Accumulated(t), 0);
+    push(t, g); /* more change while pending: the same take is answered */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_AGAIN);
+    assert_ptr_equal(t->ring->pend, d);
+    assert_int_equal(PSRing_Ack(t, 2), 0);
+    assert_int_equal(PSRing_Ack(t, 1), 1);
+    assert_int_equal(PSRing_Ack(t, 1), 0);
+    const PSRingTakeOpts floor = {50, 0.0, 0};
+    assert_int_equal(PSRing_Take(t, &floor), PS_RING_TAKE_NEW);
+    assert_int_equal(t->ring->pend->seq, 50);
+    assert_int_equal(PSRing_Ack(t, 50), 1);
+    push(t, g);
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    assert_int_equal(t->ring->pend->seq, 51);
+    PSTensor_Free(t);
+}
+
+static void test_threshold_and_maxelems_choose_the_largest_ties_by_lower_index(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(8);
+    for (int i = 0; i < 8; i++) t->data->v[i] = 100.0f;
+    assert_int_equal(PSRing_Track(t, O("g0"), 0, 0), 1);
+    /* changes: 0.5, -3, 0, 3, 0, 0, 0.75, -3 */
+    const float g[8] = {-0.5f, 3, 0, -3, 0, 0, -0.75f, 3};
+    push(t, g);
+    /* 1% of |w| is about 1: 0.5 and 0.75 stay */
+    const PSRingTakeOpts thr = {0, 0.01, 2};
+    assert_int_equal(PSRing_Take(t, &thr), PS_RING_TAKE_NEW);
+    const PSRingDelta *d = t->ring->pend;
+    assert_int_equal(d->count, 2); /* three of |3|: the two lowest indices */
+    assert_int_equal(d->idx[0], 1);
+    assert_int_equal(d->idx[1], 3);
+    assert_int_equal(PSRing_Accumulated(t), 3);
+    assert_int_equal(PSRing_Ack(t, 1), 1);
+    const PSRingTakeOpts top1 = {0, 0.0, 1};
+    assert_int_equal(PSRing_Take(t, &top1), PS_RING_TAKE_NEW);
+    assert_int_equal(t->ring->pend->count, 1);
+    assert_int_equal(t->ring->pend->idx[0], 7);
+    assert_int_equal(PSRing_Ack(t, 2), 1);
+    assert_int_equal(PSRing_Take(t, &thr), PS_RING_TAKE_NONE); /* only small ones left */
+    assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
+    d = t->ring->pend;
+    assert_int_equal(d->count, 2);
+    assert_int_equal(d->idx[0], 0);
+    assert_int_equal(d->idx[1], 6);
+    assert_true(d->val[0] == 0.5f && d->val[1] == 0.75f);
+    PSTensor_Free(t);
+}
+
+/* Random integer gradients, random takes: the taken deltas plus what is
+ * still accumulated equal values - start exactly; a second group applying
+ * every take ends with the same values. */
+static void test_nothing_is_dropped_with_integer_data(void **st) {
+    (void)st;
+    enum { N = 40 };
+    PSTensor *t = mk_int(N), *peer = mk_int(N);
+    float start[N], taken[N] = {0};
+    memcpy(start, t->data->v, sizeof(start));
+    assert_int_equal(PSRing_Track(t, O("a"), 0, 0), 1);
+    assert_int_equal(PSRing_Track(peer, O("b"), 0, 0), 1);
+    for (int round = 0; round < 200; round++) {
+        float g[N];
+        for (int i = 0; i < N; i++) g[i] = urand() < 0.3 ? (float)((int)(urand() * 9) - 4) : 0.0f;
+        push(t, g);
+        const PSRingTakeOpts o = {0, urand() < 0.5 ? 0.0 : 0.05, urand() < 0.5 ? 0 : 1 + (uint64_t)(urand() * 5)};
+        const int r = PSRing_Take(t, &o);
+        if (r == PS_RING_TAKE_NONE) continue;
+        assert_int_equal(r, PS_RING_TAKE_NEW);
+        const PSRingDelta *d = t->ring->pend;
+        for (uint64_t k = 0; k < d->count; k++) taken[d->idx[k]] += d->val[k];
+        assert_int_equal(PSRing_Apply(peer, O("a"), d->seq, (const unsigned char *)d->idx,
+                                      (const unsigned char *)d->val, d->count, 0),
+                         1);
+        assert_int_equal(PSRing_Ack(t, d->seq), 1);
+    }
+    for (int i = 0; i < N; i++) {
+        const float acc = t->data->v[i] - t->ring->base->v[i];
+        assert_true(taken[i] + acc == t->data->v[i] - start[i]);
+        assert_true(peer->data->v[i] == start[i] + taken[i]);
+    }
+    /* The peer's own change is none: received deltas are never taken again. */
+    assert_int_equal(PSRing_Take(peer, &All), PS_RING_TAKE_NONE);
+    /* Drain: THRESHOLD 0 until nothing is left; the groups then agree. */
+    while (PSRing_Take(t, &All) == PS_RING_TAKE_NEW) {
+        const PSRingDelta *d = t->ring->pend;
+        PSRing_Apply(peer, O("a"), d->seq, (const unsigned char *)d->idx, (const unsigned char *)d->val,
+                     d->count, 0);
+        PSRing_Ack(t, d->seq);
+    }
+    assert_bits_equal(peer->data->v, t->data->v, N, "groups after the barrier");
+    assert_int_equal(peer->ring->origins[0].applied, peer->ring->applied);
+    PSTensor_Free(t);
+    PSTensor_Free(peer);
+}
+
+static void test_duplicates_and_the_own_origin_are_ignored(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    const uint32_t idx[2] = {0, 2};
+    const float v[2] = {1, -1};
+    const unsigned char *I = (const unsigned char *)idx, *V = (const unsigned char *)v;
+    assert_int_equal(PSRing_Apply(t, O("b"), 1, I, V, 2, 0), -PS_RING_EUNTRACKED);
+    PSRing_Track(t, O("a"), 0, 0);
+    assert_int_equal(PSRing_Apply(t, O("b"), 3, I, V, 2, 0), 1);
+    assert_int_equal(t->version, 1);
+    Shot s;
+    shot(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("b"), 3, I, V, 2, 0), 0); /* resend */
+    assert_int_equal(PSRing_Apply(t, O("b"), 2, I, V, 2, 0), 0); /* older */
+    assert_int_equal(PSRing_Apply(t, O("a"), 9, I, V, 2, 0), 0); /* full circle */
+    assert_same(t, &s);
+    assert_true(t->data->v[0] == 1.0f && t->data->v[2] == 1.0f);
+    assert_int_equal(PSRing_Accumulated(t), 0);
+    /* Bad deltas: refused, nothing changes. */
+    const uint32_t down[2] = {2, 0}, out[1] = {4};
+    const float inf[2] = {INFINITY, 0}, huge[2] = {3e38f, 0};
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, (const unsigned char *)down, V, 2, 0), -PS_RING_EINDEX);
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, (const unsigned char *)out, V, 1, 0), -PS_RING_EINDEX);
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, I, (const unsigned char *)inf, 2, 0), -PS_RING_ENONFINITE);
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, I, V, 0, 0), -PS_RING_ECOUNT);
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, I, V, 5, 0), -PS_RING_ECOUNT);
+    assert_int_equal(PSRing_Apply(t, O("c d"), 1, I, V, 2, 0), -PS_RING_EORIGIN);
+    t->data->v[0] = 3e38f;
+    t->ring->base->v[0] = 3e38f;
+    shot(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("c"), 1, I, (const unsigned char *)huge, 2, 0), -PS_RING_ENONFINITE);
+    assert_same(t, &s);
+    PSTensor_Free(t);
+}
+
+static void test_at_most_64_origins(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(2);
+    PSRing_Track(t, O("me"), 0, 0);
+    const uint32_t idx[1] = {1};
+    const float v[1] = {1};
+    char name[16];
+    for (int k = 0; k < 64; k++) {
+        snprintf(name, sizeof(name), "o%d", k);
+        assert_int_equal(PSRing_Apply(t, O(name), 1, (const unsigned char *)idx, (const unsigned char *)v, 1, 0), 1);
+    }
+    Shot s;
+    shot(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("o64"), 1, (const unsigned char *)idx, (const unsigned char *)v, 1, 0),
+                     -PS_RING_EORIGINS);
+    assert_same(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("o5"), 2, (const unsigned char *)idx, (const unsigned char *)v, 1, 0), 1);
+    PSTensor_Free(t);
+}
+
+static void test_hops_queue_in_order_and_backlog_changes_nothing(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(16);
+    PSRing_Track(t, O("me"), 1, PS_RING_ENTRY_BYTES(4) + PS_RING_ENTRY_BYTES(2));
+    uint32_t idx[8];
+    float v[8];
+    for (int k = 0; k < 8; k++) {
+        idx[k] = (uint32_t)(2 * k);
+        v[k] = 1;
+    }
+    const unsigned char *I = (const unsigned char *)idx, *V = (const unsigned char *)v;
+    assert_int_equal(PSRing_Apply(t, O("x"), 1, I, V, 4, 3), 1);
+    assert_int_equal(PSRing_Apply(t, O("y"), 1, I, V, 2, 1), 1);
+    assert_int_equal(t->ring->fwd_bytes, PS_RING_ENTRY_BYTES(4) + PS_RING_ENTRY_BYTES(2));
+    Shot s;
+    shot(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("x"), 2, I, V, 1, 1), -PS_RING_BACKLOG);
+    assert_same(t, &s);
+    assert_int_equal(PSRing_Apply(t, O("x"), 1, I, V, 1, 1), 0); /* a duplicate, even at the bound */
+    assert_int_equal(PSRing_Apply(t, O("x"), 2, I, V, 1, 0), 1); /* no hops: no queue */
+    const PSRingDelta *d = PSRing_FwdPeek(t);
+    assert_string_equal(d->origin, "x");
+    assert_int_equal(d->hops, 2);
+    assert_int_equal(d->count, 4);
+    assert_int_equal(PSRing_FwdAck(t, O("y"), 1), 0); /* not the oldest */
+    assert_int_equal(PSRing_FwdAck(t, O("x"), 2), 0);
+    assert_int_equal(PSRing_FwdAck(t, O("x"), 1), 1);
+    assert_string_equal(PSRing_FwdPeek(t)->origin, "y");
+    assert_int_equal(PSRing_FwdAck(t, O("y"), 1), 1);
+    assert_null(PSRing_FwdPeek(t));
+    assert_int_equal(t->ring->fwd_bytes, 0);
+    /* An empty queue takes one delta of any size. */
+    PSRing_Track(t, O("me"), 1, 0);
+    assert_int_equal(PSRing_Apply(t, O("y"), 2, I, V, 8, 1), 1);
+    assert_int_equal(PSRing_Apply(t, O("y"), 3, I, V, 1, 1), -PS_RING_BACKLOG);
+    PSTensor_Free(t);
+}
+
+static void test_join_copies_values_and_marks_and_never_lowers_take_seq(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    PSRing_Track(t, O("g1"), 0, 0);
+    const float g[4] = {1, 0, 0, 0};
+    push(t, g);
+    const PSRingTakeOpts fl = {20, 0, 0};
+    PSRing_Take(t, &fl);
+    const uint32_t idx[1] = {1};
+    const float one[1] = {1};
+    PSRing_Apply(t, O("q"), 4, (const unsigned char *)idx, (const unsigned char *)one, 1, 2);
+    const float copy[4] = {7, 8, 9, 10};
+    const PSRingFrom from[3] = {{O("g0"), 5}, {O("g1"), 12}, {O("g2"), 6}};
+    const PSRingFrom dup[2] = {{O("g0"), 5}, {O("g0"), 6}};
+    Shot s;
+    shot(t, &s);
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, dup, 2), -PS_RING_EDUPFROM);
+    const float nan4[4] = {0, NAN, 0, 0};
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)nan4, from, 3), -PS_RING_ENONFINITE);
+    assert_same(t, &s);
+    const uint64_t v0 = t->version;
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, from, 3), PS_RING_OK);
+    assert_int_equal(t->version, v0 + 1);
+    assert_bits_equal(t->data->v, copy, 4, "values");
+    assert_bits_equal(t->ring->base->v, copy, 4, "base");
+    assert_null(t->ring->pend);
+    assert_null(PSRing_FwdPeek(t));
+    assert_int_equal(t->ring->take_seq, 20); /* 12 < 20: kept */
+    assert_int_equal(t->ring->norigins, 2);
+    assert_non_null(PSRing_FindOrigin(t->ring, O("g2")));
+    assert_null(PSRing_FindOrigin(t->ring, O("q")));
+    assert_null(PSRing_FindOrigin(t->ring, O("g1")));
+    assert_int_equal(PSRing_FindOrigin(t->ring, O("g0"))->hwm, 5);
+    /* An untracked tensor joins; its own FROM raises take_seq. */
+    PSTensor *u = mk_int(4);
+    const PSRingFrom own[1] = {{O("g3"), 33}};
+    assert_int_equal(PSRing_Join(u, O("g3"), (const unsigned char *)copy, own, 1), PS_RING_OK);
+    assert_int_equal(u->ring->take_seq, 33);
+    assert_int_equal(u->ring->norigins, 0);
+    assert_int_equal(u->ring->maxqueue, PS_RING_DEFAULT_MAXQUEUE);
+    PSTensor_Free(u);
+    PSTensor_Free(t);
+}
+
+static void test_apply_does_not_write_a_snapshot_or_a_copy(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);
+    PSRing_Track(t, O("a"), 0, 0);
+    assert_int_equal(PSTensor_SnapshotTake(t, "s", 1, 0), PST_OK);
+    PSTensor *c = PSTensor_Copy(t);
+    assert_non_null(c->ring);
+    assert_ptr_not_equal(c->ring, t->ring);
+    const uint32_t idx[1] = {2};
+    const float v[1] = {5};
+    assert_int_equal(PSRing_Apply(t, O("b"), 1, (const unsigned char *)idx, (const unsigned char *)v, 1, 1), 1);
+    assert_true(t->data->v[2] == 7.0f);
+    assert_true(t->snaps[0].data->v[2] == 2.0f);
+    assert_true(c->data->v[2] == 2.0f);
+    assert_int_equal(c->ring->norigins, 0);
+    assert_int_equal(t->ring->fwd_len, 1);
+    PSTensor *c2 = PSTensor_Copy(t);
+    assert_int_equal(c2->ring->fwd_len, 1);
+    assert_int_equal(c2->ring->fwd_bytes, t->ring->fwd_bytes);
+    assert_int_equal(PSTensor_MemUsage(c2), PSTensor_MemUsage(t));
+    PSTensor_Free(c2);
+    PSTensor_Free(c);
+    PSTensor_Free(t);
+}
+
+static void test_load_validates_each_piece(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(8);
+    assert_int_equal(PSRing_LoadOrigin(t, O("x"), 1, 1), PS_RING_EUNTRACKED);
+    assert_int_equal(PSRing_LoadBegin(t, O("a b"), 3, 10, 0), PS_RING_EORIGIN);
+    assert_int_equal(PSRing_LoadBegin(t, O("a"), 3, 1000, 2), PS_RING_OK);
+    assert_int_equal(PSRing_LoadBegin(t, O("a"), 3, 1000, 2), PS_RING_EOTHER);
+    assert_int_equal(PSRing_LoadOrigin(t, O("x"), 5, 1), PS_RING_OK);
+    assert_int_equal(PSRing_LoadOrigin(t, O("x"), 6, 1), PS_RING_EORIGIN); /* twice */
+    assert_int_equal(PSRing_LoadOrigin(t, O("a"), 6, 1), PS_RING_EORIGIN); /* own */
+    const uint32_t i1[2] = {1, 4}, i2[2] = {5, 7}, bad[2] = {3, 6};
+    const float v[2] = {1, 2};
+    const unsigned char *V = (const unsigned char *)v;
+    /* pending: seq within 1..take_seq, own origin, then a continuing piece */
+    assert_int_equal(PSRing_LoadDelta(t, 1, 0, O("a"), 4, 0, (const unsigned char *)i1, V, 2), PS_RING_EINDEX);
+    assert_int_equal(PSRing_LoadDelta(t, 1, 0, O("x"), 3, 0, (const unsigned char *)i1, V, 2), PS_RING_EINDEX);
+    assert_int_equal(PSRing_LoadDelta(t, 1, 0, O("a"), 3, 0, (const unsigned char *)i1, V, 2), PS_RING_OK);
+    assert_int_equal(PSRing_LoadDelta(t, 1, 1, O("a"), 3, 0, (const unsigned char *)bad, V, 2), PS_RING_EINDEX);
+    assert_int_equal(PSRing_LoadDelta(t, 1, 1, O("a"), 3, 0, (const unsigned char *)i2, V, 2), PS_RING_OK);
+    assert_int_equal(t->ring->pend->count, 4);
+    assert_int_equal(t->ring->pend->idx[3], 7);
+    /* forward entries: not the own origin; pieces append to the last one */
+    assert_int_equal(PSRing_LoadDelta(t, 0, 0, O("a"), 1, 0, (const unsigned char *)i1, V, 2), PS_RING_EORIGIN);
+    assert_int_equal(PSRing_LoadDelta(t, 0, 1, O("x"), 1, 0, (const unsigned char *)i1, V, 2), PS_RING_EINDEX);
+    assert_int_equal(PSRing_LoadDelta(t, 0, 0, O("x"), 1, 0, (const unsigned char *)i1, V, 2), PS_RING_OK);
+    assert_int_equal(PSRing_LoadDelta(t, 0, 0, O("y"), 2, 1, (const unsigned char *)i1, V, 2), PS_RING_OK);
+    assert_int_equal(PSRing_LoadDelta(t, 0, 1, O("y"), 2, 1, (const unsigned char *)i2, V, 2), PS_RING_OK);
+    assert_int_equal(t->ring->fwd_len, 2);
+    assert_int_equal(t->ring->fwd_bytes, PS_RING_ENTRY_BYTES(2) + PS_RING_ENTRY_BYTES(4));
+    assert_int_equal(t->ring->fwd_tail->count, 4);
+    assert_string_equal(t->ring->fwd_head->origin, "x");
+    PSTensor_Free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_take_is_pending_until_acked_then_the_next_seq),
+        cmocka_unit_test(test_threshold_and_maxelems_choose_the_largest_ties_by_lower_index),
+        cmocka_unit_test(test_nothing_is_dropped_with_integer_data),
+        cmocka_unit_test(test_duplicates_and_the_own_origin_are_ignored),
+        cmocka_unit_test(test_at_most_64_origins),
+        cmocka_unit_test(test_hops_queue_in_order_and_backlog_changes_nothing),
+        cmocka_unit_test(test_join_copies_values_and_marks_and_never_lowers_take_seq),
+        cmocka_unit_test(test_apply_does_not_write_a_snapshot_or_a_copy),
+        cmocka_unit_test(test_load_validates_each_piece),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
