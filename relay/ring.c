@@ -63,7 +63,7 @@ typedef struct ring {
     double round_send_s;          /* seconds this round spent sending deltas */
     ringStats st;
     FILE *log;
-    long long start_ms, last_progress_ms;
+    long long start_ms, last_progress_ms, last_probe_ms;
     const char *fault;            /* PS_RING_FAULT "phase:n": SIGKILL itself (tests) */
 } ring;
 
@@ -258,10 +258,15 @@ static int probe(ring *r, ringGroup *g, long long now) {
     return tracked;
 }
 
-/* Probes every group and moves them in and out of the ring. */
+/* Probes every group and moves them in and out of the ring: every round
+ * with --barrier (its end test reads every group), else every probe period
+ * (the ack check reads the hwm of the keys it needs itself, act_key). */
 static void probe_all(ring *r) {
     long long now = mono_ms();
     char buf[1024];
+    long period = r->o->dead_ms / 4 < 500 ? r->o->dead_ms / 4 : 500;
+    if (!r->o->barrier && r->round > 1 && now - r->last_probe_ms < period) return;
+    r->last_probe_ms = now;
     for (int i = 0; i < r->ng; i++) {
         ringGroup *g = &r->g[i];
         int st = probe(r, g, now);
@@ -598,11 +603,16 @@ static void act_key(ring *r, int gi, int k) {
                 fault_point(r, "send");
             }
         }
-        /* Acked only when every live group has it (their hwm, probed at the
-         * start of this round). */
+        /* Acked only when every live group has it: their hwm, read now (a
+         * group that does not answer counts as lacking it until it is out). */
         int lacking = 0;
         for (int i = 0; i < r->ng; i++) {
             if (i == gi || !r->g[i].live) continue;
+            if (!r->o->barrier && r->g[i].c &&
+                psInfo(r->g[i].c, key->name, &r->g[i].info[k]) != PS_OK) {
+                conn_failed(&r->g[i]);
+                r->g[i].info[k].ring_norigins = 0;
+            }
             const psRingOrigin *row = origin_row(&r->g[i].info[k], me->name);
             if (!row || row->hwm < d.seq) lacking++;
         }
@@ -903,7 +913,7 @@ int ring_run(const ringOpts *o) {
         long long t0 = mono_ms();
         r->round++;
         r->round_send_s = 0;
-        if (r->round > 1) probe_all(r);
+        probe_all(r);
         if (o->barrier && drained(r)) {
             /* Twice in a row: the first drained probe may predate a send of
              * this agent's own last round. */
