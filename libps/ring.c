@@ -100,7 +100,7 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
                       PS_RING_ORIGIN_MAX);
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, NULL, 0, NULL, NULL, 0};
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, NULL, 0, NULL, NULL, 0, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -114,7 +114,7 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
         psi_set_error(c, PS_ERR_ARG, "psRingState needs a key");
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, NULL, 0, NULL, NULL, 0};
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, NULL, 0, NULL, NULL, 0, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -159,7 +159,7 @@ void psRingStateFree(psRingSnapshot *s) {
 }
 
 int psRingJoin(psClient *c, const char *key, const char *origin, const float *values, size_t n,
-               const psRingOrigin *from, size_t nfrom) {
+               const psRingOrigin *from, size_t nfrom, int keepown) {
     psi_clear_error(c);
     if (!key || !name_ok(origin) || !values || n == 0 || nfrom > PS_RING_MAX_ORIGINS ||
         (nfrom && !from)) {
@@ -173,7 +173,8 @@ int psRingJoin(psClient *c, const char *key, const char *origin, const float *va
         names[i] = from[i].name;
         seqs[i] = from[i].hwm;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_JOIN, origin, -1, values, n, names, seqs, nfrom};
+    psWireRing a = {key,   strlen(key), PS_WIRE_RING_JOIN, origin, -1, values, n, names, seqs,
+                    nfrom, keepown != 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));

@@ -272,7 +272,7 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
     out o = {buf, cap, 0};
     size_t argc = 3;
     if (a->op == PS_WIRE_RING_TRACK) argc += 1 + (a->maxqueue >= 0 ? 2 : 0);
-    else if (a->op == PS_WIRE_RING_JOIN) argc += 2 + 3 * a->nfrom;
+    else if (a->op == PS_WIRE_RING_JOIN) argc += 2 + 3 * a->nfrom + (a->keepown ? 1 : 0);
     put_header(&o, '*', argc);
     put_str(&o, "PS.RING");
     put_arg(&o, a->key, a->keylen);
@@ -295,6 +295,7 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
             put_str(&o, a->from_origin[i]);
             put_u64(&o, a->from_seq[i]);
         }
+        if (a->keepown) put_str(&o, "KEEPOWN");
         break;
     }
     return o.len;

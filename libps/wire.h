@@ -139,7 +139,7 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
 /* The arguments of one PS.RING:
  *   PS.RING key TRACK origin [MAXQUEUE bytes]
  *   PS.RING key STATE
- *   PS.RING key JOIN origin values [FROM origin seq]... */
+ *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN] */
 typedef struct psWireRing {
     const char *key;
     size_t keylen;
@@ -151,6 +151,7 @@ typedef struct psWireRing {
     const char *const *from_origin; /* JOIN: the FROM pairs */
     const uint64_t *from_seq;
     size_t nfrom;
+    int keepown;                 /* JOIN: send KEEPOWN (keep the group's own change) */
 } psWireRing;
 
 size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap);

@@ -296,7 +296,7 @@ def test_ring_group_removed_then_fresh_group_joins(groups, tmp_path, make_server
                                        "OPTIM", "SGD", "LR", 1)
         dj = Agent(tmp_path, spec4, "d", ["--join"])
         ags.append(dj.start())
-        psserver.wait_until(lambda: "joined: copied" in dj.output(), timeout=10,
+        psserver.wait_until(lambda: "joined (--join): copied" in dj.output(), timeout=10,
                             what="d joined")
         more = [Pusher(s.port, g + 10, 30) for g, s in ((0, srv[0]), (1, srv[1]), (3, d))]
         for p in more:

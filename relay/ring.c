@@ -28,6 +28,7 @@ typedef struct ringGroup {
     long long next_connect_ms;
     int live;                 /* in the ring now */
     int ok;                   /* the last probe answered (tracked as this group) */
+    int stale;                /* answers but lacks deltas this group acknowledged */
     long long last_ok_ms;     /* monotonic ms of the last good probe */
     double rtt_ms;            /* EWMA of a PS.INFO round trip (-1: none yet) */
     uint64_t bytes_to;        /* delta bytes sent to this group (as successor or direct) */
@@ -258,16 +259,43 @@ static int probe(ring *r, ringGroup *g, long long now) {
     return tracked;
 }
 
-/* Probes every group and moves them in and out of the ring: every round
- * with --barrier (its end test reads every group), else every probe period
- * (the ack check reads the hwm of the keys it needs itself, act_key). */
+/* The last seq of origin x's deltas that x acknowledged (so every group
+ * that was in x's ring then has it), from x's PS.INFO. */
+static uint64_t acked_seq(const psKeyInfo *x) {
+    return x->ring_pending_seq ? x->ring_pending_seq - 1 : x->ring_take_seq;
+}
+
+/* Group y lacks a delta of group x that x acknowledged: y was out of x's
+ * ring meanwhile (unreachable, or its agent late) and must rejoin. Needs x's
+ * PS.INFO read before y's (a later read of x may count an ack of a delta y
+ * got after its read). */
+static int stale_for(const ring *r, int y, int x) {
+    for (int k = 0; k < r->nkeys; k++) {
+        const psKeyInfo *xi = &r->g[x].info[k];
+        const psRingOrigin *row = origin_row(&r->g[y].info[k], r->g[x].name);
+        uint64_t a = acked_seq(xi);
+        if (a > 0 && (!row || row->hwm < a)) return 1;
+    }
+    return 0;
+}
+
+static int rejoin(ring *r, const char *why);
+
+/* Probes every group (this one last, see stale_for) and moves them in and
+ * out of the ring: every round with --barrier (its end test reads every
+ * group), else every probe period (the ack check reads the hwm of the keys
+ * it needs itself, act_key). A group out of the ring that answers again
+ * enters it unless it lacks deltas this group acknowledged meanwhile (its
+ * agent then rejoins it); this group rejoins itself when it lacks deltas
+ * another group acknowledged. */
 static void probe_all(ring *r) {
     long long now = mono_ms();
     char buf[1024];
     long period = r->o->dead_ms / 4 < 500 ? r->o->dead_ms / 4 : 500;
     if (!r->o->barrier && r->round > 1 && now - r->last_probe_ms < period) return;
     r->last_probe_ms = now;
-    for (int i = 0; i < r->ng; i++) {
+    for (int n = 0; n < r->ng; n++) {
+        int i = (r->self + 1 + n) % r->ng; /* self last */
         ringGroup *g = &r->g[i];
         int st = probe(r, g, now);
         g->ok = st == 1;
@@ -280,14 +308,42 @@ static void probe_all(ring *r) {
                 st < 0 ? "unreachable" : "not tracked as that group", r->o->dead_ms, buf);
             printf("[ring %s] group %s left the ring: %s\n", r->o->self, g->name, buf);
             event(r, "group_dead", ", \"dead\": \"%s\", \"ring\": \"%s\"", g->name, buf);
-        } else if (!g->live && g->ok) {
-            g->live = 1;
-            r->epoch++;
-            order_str(r, buf, sizeof(buf));
-            printf("[ring %s] group %s is in the ring: %s\n", r->o->self, g->name, buf);
-            event(r, "group_live", ", \"live\": \"%s\", \"ring\": \"%s\"", g->name, buf);
         }
     }
+    /* Who enters (after every probe: x's reads precede y's for x = self). */
+    for (int i = 0; i < r->ng; i++) {
+        ringGroup *g = &r->g[i];
+        if (g->live || !g->ok) {
+            if (!g->ok) g->stale = 0;
+            continue;
+        }
+        if (i != r->self && !r->o->barrier && stale_for(r, i, r->self)) {
+            if (!g->stale) {
+                printf("[ring %s] group %s answers again but lacks deltas of %s acknowledged while "
+                       "it was out: kept out until its agent rejoins it\n", r->o->self, g->name,
+                       r->o->self);
+                event(r, "group_stale", ", \"stale\": \"%s\"", g->name);
+            }
+            g->stale = 1;
+            continue;
+        }
+        g->live = 1;
+        g->stale = 0;
+        r->epoch++;
+        order_str(r, buf, sizeof(buf));
+        printf("[ring %s] group %s is in the ring: %s\n", r->o->self, g->name, buf);
+        event(r, "group_live", ", \"live\": \"%s\", \"ring\": \"%s\"", g->name, buf);
+    }
+    /* This group lacks what another acknowledged: copy the model again. */
+    if (!r->o->barrier && r->g[r->self].ok)
+        for (int x = 0; x < r->ng; x++)
+            if (x != r->self && r->g[x].live && r->g[x].ok && stale_for(r, r->self, x)) {
+                char why[160];
+                snprintf(why, sizeof(why), "this group lacks deltas %s acknowledged while it was "
+                         "out of the ring", r->g[x].name);
+                rejoin(r, why);
+                break;
+            }
     fflush(stdout);
 }
 
@@ -380,6 +436,71 @@ static int check_fit(ring *r, int k) {
     return 0;
 }
 
+/* Copies the model of a live neighbour into this group (PS.RING JOIN
+ * ... KEEPOWN): its base (values minus its own change not yet taken, which
+ * it sends to everyone later, this group included) with its hwm table and
+ * its own deltas up to its take_seq: exactly what the table then says this
+ * group has; this group's own change stays its own. 0, or -1. */
+static int rejoin(ring *r, const char *why) {
+    ringGroup *me = &r->g[r->self];
+    int from = -1;
+    for (int pass = 0; pass < 2 && from < 0; pass++)
+        for (int k = 1; k < r->ng && from < 0; k++) {
+            int j = (r->self + k) % r->ng;
+            ringGroup *g = &r->g[j];
+            if (!g->c || (pass == 0 && !g->live)) continue;
+            int all = 1;
+            for (int q = 0; q < r->nkeys; q++)
+                if (strcmp(g->info[q].ring_origin, g->name)) all = 0;
+            if (all) from = j;
+        }
+    if (from < 0 || !me->c) {
+        say(r, "%s: no live tracked group to copy the model from (retrying)", why);
+        return -1;
+    }
+    ringGroup *g = &r->g[from];
+    for (int k = 0; k < r->nkeys; k++) {
+        psRingSnapshot s;
+        if (psRingState(g->c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) {
+            say(r, "%s: PS.RING STATE %s on %s: %s", why, r->keys[k].name, g->name, g->c->errstr);
+            conn_failed(g);
+            return -1;
+        }
+        const float *copy = s.values;
+        if (s.base && s.norigins < PS_RING_MAX_ORIGINS) {
+            copy = s.base;
+            psRingOrigin *row = &s.origins[s.norigins++];
+            snprintf(row->name, sizeof(row->name), "%s", g->name);
+            row->hwm = s.take_seq;
+            row->applied = 0;
+        } else {
+            say(r, "%s: the module sends no base with PS.RING STATE: copying %s's values, which "
+                   "hold its change not yet taken (applied again here when it comes)",
+                why, g->name);
+        }
+        int rc = psRingJoin(me->c, r->keys[k].name, me->name, copy, s.n, s.origins, s.norigins,
+                            1);
+        if (rc != PS_OK && me->c->err == PS_ERR_SERVER) {
+            say(r, "%s: JOIN ... KEEPOWN: %s: joining without it (this group's change not yet "
+                   "taken is dropped)", why, me->c->errstr);
+            rc = psRingJoin(me->c, r->keys[k].name, me->name, copy, s.n, s.origins, s.norigins, 0);
+        }
+        psRingStateFree(&s);
+        if (rc != PS_OK) {
+            say(r, "%s: PS.RING %s JOIN: %s", why, r->keys[k].name, me->c->errstr);
+            conn_failed(me);
+            return -1;
+        }
+        /* A new start for this key's own takes. */
+        r->keys[k].sent_seq[r->self] = 0;
+    }
+    r->epoch++;
+    printf("[ring %s] joined (%s): copied %d keys from group %s\n", me->name, why, r->nkeys,
+           g->name);
+    event(r, "joined", ", \"from\": \"%s\", \"why\": \"%s\"", g->name, why);
+    return 0;
+}
+
 /* The start check and TRACK of every key (or JOIN with --join). 0, 1 or 2. */
 static int setup(ring *r) {
     ringGroup *me = &r->g[r->self];
@@ -437,12 +558,13 @@ static int setup(ring *r) {
                 running = 1;
         }
     }
-    if (r->o->join) {
+    int join = r->o->join;
+    if (join) {
         if (!running && me_tracked) say(r, "--join: this group is tracked already; joining anew");
     } else if (!me_tracked && running) {
-        say(r, "the ring is running but this group is not in it: start its agent with --join "
-               "(copies the model from a live neighbour)");
-        return 2;
+        say(r, "the ring is running but this group is not in it: joining (its model is replaced "
+               "by a live group's)");
+        join = 1;
     } else if (!me_tracked) {
         /* A fresh start: every reachable group must hold the same values. */
         for (int k = 0; k < r->nkeys; k++) {
@@ -477,59 +599,12 @@ static int setup(ring *r) {
             return me->c->err == PS_ERR_SERVER ? 2 : 1;
         }
     }
-    if (r->o->join) {
+    if (join) {
         /* Visible as tracked first, so that origins wait for this group from
-         * here on; then copy a live neighbour's state (values + hwm table). */
+         * here on (it answers as tracked); then copy a live neighbour. */
         sleep_ms(3 * r->o->every_ms + 50);
-        int from = -1;
-        for (int k = 1; k < r->ng && from < 0; k++) {
-            int j = (r->self + k) % r->ng;
-            ringGroup *g = &r->g[j];
-            if (!g->c) continue;
-            int all = 1;
-            for (int q = 0; q < r->nkeys; q++)
-                if (strcmp(g->info[q].ring_origin, g->name)) all = 0;
-            if (all) from = j;
-        }
-        if (from < 0) {
-            say(r, "--join: no live tracked group to copy the model from");
+        if (rejoin(r, r->o->join ? "--join" : "the ring is running without this group") != 0)
             return 1;
-        }
-        for (int k = 0; k < r->nkeys; k++) {
-            psRingSnapshot s;
-            ringGroup *g = &r->g[from];
-            if (psRingState(g->c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) {
-                say(r, "--join: PS.RING STATE %s on %s: %s", r->keys[k].name, g->name,
-                    g->c->errstr);
-                return 1;
-            }
-            /* The neighbour's base (its values minus its own change not yet
-             * taken, which it sends later to everyone, this group included)
-             * with its own deltas up to take_seq: exactly what the hwm table
-             * then says this group has. */
-            const float *copy = s.values;
-            if (s.base && s.norigins < PS_RING_MAX_ORIGINS) {
-                copy = s.base;
-                psRingOrigin *row = &s.origins[s.norigins++];
-                snprintf(row->name, sizeof(row->name), "%s", g->name);
-                row->hwm = s.take_seq;
-                row->applied = 0;
-            } else {
-                say(r, "--join: the module sends no base with PS.RING STATE: copying %s's values, "
-                       "which hold its change not yet taken (applied again when it comes)",
-                    g->name);
-            }
-            int rc = psRingJoin(me->c, r->keys[k].name, me->name, copy, s.n, s.origins,
-                                s.norigins);
-            psRingStateFree(&s);
-            if (rc != PS_OK) {
-                say(r, "--join: PS.RING %s JOIN: %s", r->keys[k].name, me->c->errstr);
-                return 1;
-            }
-        }
-        printf("[ring %s] joined: copied %d keys from group %s\n", me->name, r->nkeys,
-               r->g[from].name);
-        event(r, "joined", ", \"from\": \"%s\"", r->g[from].name);
     }
     /* This group's seqs must pass what the others already have of it (a
      * wiped or joining server starts again at take_seq 0). */
@@ -575,6 +650,11 @@ static int send_delta(ring *r, int to, const char *key, const char *origin, uint
     return rc;
 }
 
+/* A take is acknowledged only once group i has it: i is in the ring (or
+ * was until it stopped answering, for --dead-after-ms), or it answers as
+ * tracked, in the ring or not (a group rejoining). */
+static int waits_for(const ring *r, int i) { return r->g[i].live || r->g[i].ok; }
+
 /* One round of key k acting for group gi. */
 static void act_key(ring *r, int gi, int k) {
     ringGroup *me = &r->g[gi];
@@ -607,7 +687,7 @@ static void act_key(ring *r, int gi, int k) {
          * group that does not answer counts as lacking it until it is out). */
         int lacking = 0;
         for (int i = 0; i < r->ng; i++) {
-            if (i == gi || !r->g[i].live) continue;
+            if (i == gi || !waits_for(r, i)) continue;
             if (!r->o->barrier && r->g[i].c &&
                 psInfo(r->g[i].c, key->name, &r->g[i].info[k]) != PS_OK) {
                 conn_failed(&r->g[i]);
@@ -629,7 +709,7 @@ static void act_key(ring *r, int gi, int k) {
                     r->round - key->sent_round[gi] > (uint64_t)L + 2)) {
             /* The ring re-formed (or the delta is late): straight to whoever lacks it. */
             for (int i = 0; i < r->ng; i++) {
-                if (i == gi || !r->g[i].live) continue;
+                if (i == gi || !waits_for(r, i)) continue;
                 const psRingOrigin *row = origin_row(&r->g[i].info[k], me->name);
                 if (row && row->hwm >= d.seq) continue;
                 if (send_delta(r, i, key->name, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0)
@@ -898,6 +978,12 @@ int ring_run(const ringOpts *o) {
     if (find_keys(r, r->g[r->self].c) != 0) goto out;
     if ((rc = setup(r)) != 0) goto out;
     rc = 1;
+    /* Every group is in the ring until it has not answered for --dead-after-ms:
+     * origins wait for a group whose agent starts late. */
+    for (int i = 0; i < r->ng; i++) {
+        r->g[i].live = 1;
+        r->g[i].last_ok_ms = mono_ms();
+    }
     probe_all(r);
     char buf[1024];
     order_str(r, buf, sizeof(buf));

@@ -379,7 +379,7 @@ static void expect_argvl(size_t got, const char *buf, int argc, const char **arg
 static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     char buf[512];
     (void)state;
-    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, NULL, 0, NULL, NULL, 0};
+    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, NULL, 0, NULL, NULL, 0, 0};
     const char *track[] = {"PS.RING", "m:w:0", "TRACK", "dc-1", "MAXQUEUE", "1048576"};
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 4, track, NULL);
     a.maxqueue = 1048576;
@@ -391,11 +391,14 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     const float vals[3] = {0.0f, 1.5f, -2.25f};
     const char *names[2] = {"a", "b.2"};
     const uint64_t seqs[2] = {7, 18446744073709551615ULL};
-    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, vals, 3, names, seqs, 2};
+    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, vals, 3, names, seqs, 2, 0};
     const char *join[] = {"PS.RING", "m:w:0", "JOIN", "c", (const char *)vals, "FROM", "a", "7",
-                          "FROM", "b.2", "18446744073709551615"};
-    const size_t jl[] = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0};
+                          "FROM", "b.2", "18446744073709551615", "KEEPOWN"};
+    const size_t jl[] = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0};
     expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 11, join, jl);
+    j.keepown = 1;
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 12, join, jl);
+    j.keepown = 0;
     j.nfrom = 0;
     expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 5, join, jl);
 

@@ -740,10 +740,12 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
 int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out);
 void psRingStateFree(psRingSnapshot *s);
 
-/* PS.RING key JOIN origin values [FROM name hwm]... (the 'nfrom' rows of
- * 'from'). PS_OK or PS_ERR. */
+/* PS.RING key JOIN origin values [FROM name hwm]... [KEEPOWN] (the 'nfrom'
+ * rows of 'from'; KEEPOWN when 'keepown': the group's own change not yet
+ * taken, and a pending take nobody has, stay its own on top of 'values').
+ * PS_OK or PS_ERR. */
 int psRingJoin(psClient *c, const char *key, const char *origin, const float *values, size_t n,
-               const psRingOrigin *from, size_t nfrom);
+               const psRingOrigin *from, size_t nfrom, int keepown);
 
 /* (A psDelta must be zeroed before its first use: each call releases what
  * it held.)
