@@ -93,14 +93,16 @@ int psi_ring_origins(const redisReply *v, psRingOrigin *rows, size_t *n) {
     return 0;
 }
 
-int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue) {
+int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue,
+                int64_t maxlag) {
     psi_clear_error(c);
     if (!key || !name_ok(origin)) {
         psi_set_error(c, PS_ERR_ARG, "psRingTrack needs a key and an origin of 1..%d bytes",
                       PS_RING_ORIGIN_MAX);
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, NULL, 0, NULL, NULL, 0, 0};
+    psWireRing a = {key,  strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, maxlag, NULL, 0,
+                    NULL, NULL, 0, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -114,7 +116,7 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
         psi_set_error(c, PS_ERR_ARG, "psRingState needs a key");
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, NULL, 0, NULL, NULL, 0, 0};
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -173,8 +175,8 @@ int psRingJoin(psClient *c, const char *key, const char *origin, const float *va
         names[i] = from[i].name;
         seqs[i] = from[i].hwm;
     }
-    psWireRing a = {key,   strlen(key), PS_WIRE_RING_JOIN, origin, -1, values, n, names, seqs,
-                    nfrom, keepown != 0};
+    psWireRing a = {key,   strlen(key), PS_WIRE_RING_JOIN, origin, -1, -1, values, n, names,
+                    seqs,  nfrom,       keepown != 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));

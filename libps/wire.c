@@ -271,7 +271,7 @@ static void put_double(out *o, double v) {
 size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
     out o = {buf, cap, 0};
     size_t argc = 3;
-    if (a->op == PS_WIRE_RING_TRACK) argc += 1 + (a->maxqueue >= 0 ? 2 : 0);
+    if (a->op == PS_WIRE_RING_TRACK) argc += 1 + (a->maxqueue >= 0 ? 2 : 0) + (a->maxlag >= 0 ? 2 : 0);
     else if (a->op == PS_WIRE_RING_JOIN) argc += 2 + 3 * a->nfrom + (a->keepown ? 1 : 0);
     put_header(&o, '*', argc);
     put_str(&o, "PS.RING");
@@ -283,6 +283,10 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
         if (a->maxqueue >= 0) {
             put_str(&o, "MAXQUEUE");
             put_u64(&o, (uint64_t)a->maxqueue);
+        }
+        if (a->maxlag >= 0) {
+            put_str(&o, "MAXLAG");
+            put_u64(&o, (uint64_t)a->maxlag);
         }
         break;
     case PS_WIRE_RING_STATE: put_str(&o, "STATE"); break;

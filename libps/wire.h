@@ -137,7 +137,7 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
 #define PS_WIRE_RING_JOIN 2
 
 /* The arguments of one PS.RING:
- *   PS.RING key TRACK origin [MAXQUEUE bytes]
+ *   PS.RING key TRACK origin [MAXQUEUE bytes] [MAXLAG pushes]
  *   PS.RING key STATE
  *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN] */
 typedef struct psWireRing {
@@ -146,6 +146,7 @@ typedef struct psWireRing {
     int op;                      /* PS_WIRE_RING_* */
     const char *origin;          /* TRACK, JOIN: NUL-terminated */
     int64_t maxqueue;            /* TRACK: MAXQUEUE (< 0: left out) */
+    int64_t maxlag;              /* TRACK: MAXLAG (< 0: left out) */
     const float *values;         /* JOIN: the values blob */
     size_t nvalues;
     const char *const *from_origin; /* JOIN: the FROM pairs */

@@ -103,6 +103,7 @@ class Pusher(threading.Thread):
         super().__init__(daemon=True)
         self.port, self.group, self.n, self.pause = port, group, n, pause
         self.done = 0
+        self.waits = 0
         self.error = None
 
     def run(self):
@@ -110,7 +111,14 @@ class Pusher(threading.Thread):
             c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
             for seq in range(1, self.n + 1):
                 for k in SHAPES:
-                    c.execute_command("PS.PUSHGRAD", k, f32(grad(self.group, seq, k)))
+                    while True:
+                        try:
+                            c.execute_command("PS.PUSHGRAD", k, f32(grad(self.group, seq, k)))
+                            break
+                        except redis.ResponseError as e:  # MAXLAG: wait for the ring
+                            assert str(e).startswith("BACKLOG"), e
+                            self.waits += 1
+                            time.sleep(0.005)
                 self.done = seq
                 time.sleep(self.pause)
         except redis.ConnectionError as e:  # the group's server removed
@@ -195,10 +203,11 @@ def values(s):
     return {k: pull_np(c, k)[1] for k in SHAPES}
 
 
-def test_ring_three_groups_exact_sums(groups, tmp_path):
+@pytest.mark.parametrize("mode", ["ring", "mesh"])
+def test_ring_three_groups_exact_sums(groups, tmp_path, mode):
     srv, spec, new_agent = groups(3)
     names = "abc"
-    ags = [new_agent(i) for i in range(3)]
+    ags = [new_agent(i, ["--mesh"] if mode == "mesh" else []) for i in range(3)]
     wait_tracked(srv, names)
     n = 60
     ps = [Pusher(s.port, g, n) for g, s in enumerate(srv)]

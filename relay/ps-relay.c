@@ -81,6 +81,11 @@ static void usage(FILE *out) {
             "                          round's sends outlast half the round, lower when idle)\n"
             "  --reorder               ring order from measured RTTs (4..6 groups)\n"
             "  --max-queue B           MAXQUEUE of this group's forward queue (module default)\n"
+            "  --max-lag N             MAXLAG: this group's workers wait (BACKLOG) once N of\n"
+            "                          their pushes per key are in no acknowledged take (16;\n"
+            "                          0: no bound): how far a group runs ahead of the others\n"
+            "  --mesh                  send each take straight to every group and acknowledge\n"
+            "                          it on their replies (no forwarding, no polling: one hop)\n"
             "  --log-json FILE         append one JSON line per event (start, group_dead,\n"
             "                          group_live, threshold, order, link, progress, ...)\n\n"
             "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
@@ -113,14 +118,14 @@ static double fnum(const char *flag, const char *s, double lo, double hi) {
 
 int main(int argc, char **argv) {
     ringOpts ro = {.threshold = 0.01, .dead_ms = 3000, .barrier_timeout_ms = 60000,
-                   .maxqueue = -1};
+                   .maxqueue = -1, .maxlag = 16};
     int ring = 0;
     relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 100,
                    .progress_ms = 2000, .max_backlog = -1, .max_round = -1};
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
            O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
-           O_REORDER, O_LOGJSON, O_MAXQ };
+           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -137,6 +142,7 @@ int main(int argc, char **argv) {
         {"barrier-timeout-ms", 1, 0, O_BTO}, {"join", 0, 0, O_JOIN},
         {"adapt", 0, 0, O_ADAPT},        {"reorder", 0, 0, O_REORDER},
         {"log-json", 1, 0, O_LOGJSON},   {"max-queue", 1, 0, O_MAXQ},
+        {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -170,6 +176,8 @@ int main(int argc, char **argv) {
         case O_REORDER: ro.reorder = 1; break;
         case O_LOGJSON: ro.log_json = optarg; break;
         case O_MAXQ: ro.maxqueue = num("--max-queue", optarg, 0, 1L << 40); break;
+        case O_MAXLAG: ro.maxlag = num("--max-lag", optarg, 0, 1L << 40); break;
+        case O_MESH: ro.mesh = 1; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;

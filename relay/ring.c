@@ -46,6 +46,7 @@ typedef struct ringKey {
     uint64_t sent_seq[RING_MAX_GROUPS];
     uint64_t sent_round[RING_MAX_GROUPS];
     uint64_t sent_epoch[RING_MAX_GROUPS];
+    uint64_t confirmed[RING_MAX_GROUPS]; /* --mesh: groups (bits) that answered sent_seq */
 } ringKey;
 
 typedef struct ringStats {
@@ -593,7 +594,12 @@ static int setup(ring *r) {
         }
     }
     for (int k = 0; k < r->nkeys; k++) {
-        int t = psRingTrack(me->c, r->keys[k].name, me->name, r->o->maxqueue);
+        int t = psRingTrack(me->c, r->keys[k].name, me->name, r->o->maxqueue, r->o->maxlag);
+        if (t == PS_ERR && me->c->err == PS_ERR_SERVER && r->o->maxlag > 0) {
+            say(r, "PS.RING %s TRACK ... MAXLAG %lld: %s: tracking without a lag bound", r->keys[k].name,
+                r->o->maxlag, me->c->errstr);
+            t = psRingTrack(me->c, r->keys[k].name, me->name, r->o->maxqueue, -1);
+        }
         if (t == PS_ERR) {
             say(r, "PS.RING %s TRACK %s: %s", r->keys[k].name, me->name, me->c->errstr);
             return me->c->err == PS_ERR_SERVER ? 2 : 1;
@@ -655,22 +661,55 @@ static int send_delta(ring *r, int to, const char *key, const char *origin, uint
  * tracked, in the ring or not (a group rejoining). */
 static int waits_for(const ring *r, int i) { return r->g[i].live || r->g[i].ok; }
 
-/* One round of key k acting for group gi. */
-static void act_key(ring *r, int gi, int k) {
+/* One round of key k acting for group gi. Returns 1 when it acknowledged
+ * a take or forwarded something (more may be waiting), else 0. */
+static int act_key(ring *r, int gi, int k) {
+    int work = 0;
     ringGroup *me = &r->g[gi];
     ringKey *key = &r->keys[k];
     int L = live_count(r), succ = successor(r, gi);
     double thr = r->o->barrier ? 0 : r->threshold;
-    if (!me->c) return;
+    if (!me->c) return 0;
     psDelta d;
     memset(&d, 0, sizeof(d));
     int rc = psDeltaTake(me->c, key->name, key->n, gi == r->self ? key->seqfloor : 0, thr, 0, &d);
     if (rc == PS_ERR) {
         say(r, "PS.DELTATAKE %s on %s: %s", key->name, me->name, me->c->errstr);
         conn_failed(me);
-        return;
+        return 0;
     }
-    if (rc == 1) {
+    if (rc == 1 && r->o->mesh) {
+        /* Mesh: straight to every group; an APPLYDELTA reply (1, or 0 for a
+         * repeat) is the proof it is there: acked when all answered. */
+        fault_point(r, "take");
+        if (d.seq != key->sent_seq[gi]) {
+            r->st.takes++;
+            key->sent_seq[gi] = d.seq;
+            key->confirmed[gi] = 0;
+        }
+        int all = 1;
+        for (int i = 0; i < r->ng; i++) {
+            uint64_t bit = 1ULL << i;
+            if (i == gi || !waits_for(r, i) || (key->confirmed[gi] & bit)) continue;
+            if (send_delta(r, i, key->name, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0) {
+                key->confirmed[gi] |= bit;
+                r->st.sent++;
+                fault_point(r, "send");
+            } else {
+                all = 0;
+            }
+        }
+        if (all) {
+            if (psDeltaAck(me->c, key->name, d.seq) == PS_ERR) {
+                say(r, "PS.DELTAACK %s on %s: %s", key->name, me->name, me->c->errstr);
+                conn_failed(me);
+            } else {
+                r->st.acks++;
+                work = 1;
+                fault_point(r, "ack");
+            }
+        }
+    } else if (rc == 1) {
         fault_point(r, "take");
         if (d.seq != key->sent_seq[gi]) {
             r->st.takes++;
@@ -702,6 +741,7 @@ static void act_key(ring *r, int gi, int k) {
                 conn_failed(me);
             } else {
                 r->st.acks++;
+                work = 1;
                 fault_point(r, "ack");
             }
         } else if (key->sent_seq[gi] == d.seq &&
@@ -741,12 +781,14 @@ static void act_key(ring *r, int gi, int k) {
                 ok = -1;
             } else {
                 r->st.forwarded++;
+                work = 1;
                 fault_point(r, "fwd");
             }
         }
         psDeltaRelease(&e);
         if (ok < 0) break;
     }
+    return work;
 }
 
 /* Barrier: every live group drained (nothing pending, accumulated or
@@ -987,9 +1029,12 @@ int ring_run(const ringOpts *o) {
     probe_all(r);
     char buf[1024];
     order_str(r, buf, sizeof(buf));
-    printf("[ring %s] %s %d keys, ring %s, threshold %g%s, every %ld ms, a group out after %ld ms\n",
-           o->self, o->barrier ? "barrier over" : "exchanging", r->nkeys, buf,
-           o->barrier ? 0.0 : r->threshold, o->adapt ? " (adapted)" : "", o->every_ms, o->dead_ms);
+    printf("[ring %s] %s %d keys, %s %s, threshold %g%s, every %ld ms, a group out after %ld ms, "
+           "max lag %lld pushes%s\n",
+           o->self, o->barrier ? "barrier over" : "exchanging", r->nkeys,
+           o->mesh ? "mesh of" : "ring", buf, o->barrier ? 0.0 : r->threshold,
+           o->adapt ? " (adapted)" : "", o->every_ms, o->dead_ms, o->maxlag,
+           o->maxlag ? "" : " (no bound)");
     event(r, "start", ", \"ring\": \"%s\", \"keys\": %d, \"threshold\": %g, \"barrier\": %d", buf,
           r->nkeys, r->threshold, o->barrier);
     fflush(stdout);
@@ -1012,9 +1057,10 @@ int ring_run(const ringOpts *o) {
             goto out;
         }
         if (Stop && !o->barrier) break;
+        int work = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
-            for (int k = 0; k < r->nkeys; k++) act_key(r, i, k);
+            for (int k = 0; k < r->nkeys; k++) work |= act_key(r, i, k);
         }
         if (o->adapt && !o->barrier) adapt_threshold(r);
         if (o->reorder && r->round % 20 == 1) {
@@ -1030,7 +1076,10 @@ int ring_run(const ringOpts *o) {
             say(r, "--barrier interrupted");
             goto out;
         }
-        long long left = o->every_ms - (mono_ms() - t0);
+        /* A round that acknowledged or forwarded something is followed at
+         * once (a tenth of the period): its workers may be waiting on the lag
+         * bound, and the next hop on this forward queue. */
+        long long left = (work ? o->every_ms / 10 : o->every_ms) - (mono_ms() - t0);
         if (left > 0 && !(o->barrier && quiet)) sleep_ms(left);
     }
     progress(r, o->barrier ? "drained after " : "stopped after ");

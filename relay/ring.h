@@ -39,6 +39,9 @@ typedef struct ringOpts {
     long progress_ms;        /* progress line period (default 2000, 0: none) */
     long barrier_timeout_ms; /* --barrier gives up after this (default 60000) */
     long long maxqueue;      /* MAXQUEUE of PS.RING TRACK (-1: the module's default) */
+    long long maxlag;        /* MAXLAG of PS.RING TRACK: own pushes not yet in an acked take
+                                before the group's workers wait (default 16; 0: no bound) */
+    int mesh;                /* send each take straight to every group (no forwarding) */
     int barrier;             /* ship every remaining delta of every group, then exit 0 */
     int join;                /* copy the model from a live neighbour, then enter the ring */
     int adapt;               /* adapt the threshold to the link (Gaia-style) */

@@ -379,11 +379,14 @@ static void expect_argvl(size_t got, const char *buf, int argc, const char **arg
 static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     char buf[512];
     (void)state;
-    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, NULL, 0, NULL, NULL, 0, 0};
-    const char *track[] = {"PS.RING", "m:w:0", "TRACK", "dc-1", "MAXQUEUE", "1048576"};
+    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    const char *track[] = {"PS.RING", "m:w:0", "TRACK", "dc-1", "MAXQUEUE", "1048576",
+                           "MAXLAG", "16"};
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 4, track, NULL);
     a.maxqueue = 1048576;
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 6, track, NULL);
+    a.maxlag = 16;
+    expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 8, track, NULL);
     a.op = PS_WIRE_RING_STATE;
     const char *st[] = {"PS.RING", "m:w:0", "STATE"};
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 3, st, NULL);
@@ -391,7 +394,7 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     const float vals[3] = {0.0f, 1.5f, -2.25f};
     const char *names[2] = {"a", "b.2"};
     const uint64_t seqs[2] = {7, 18446744073709551615ULL};
-    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, vals, 3, names, seqs, 2, 0};
+    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, -1, vals, 3, names, seqs, 2, 0};
     const char *join[] = {"PS.RING", "m:w:0", "JOIN", "c", (const char *)vals, "FROM", "a", "7",
                           "FROM", "b.2", "18446744073709551615", "KEEPOWN"};
     const size_t jl[] = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0};
@@ -521,7 +524,7 @@ static void test_ring_replies_are_checked_against_the_tensor(void **state) {
     assert_int_equal(psDeltaApply(c, "k", "", 9, idx, v, 2, 1), PS_ERR);
     assert_int_equal(c->err, PS_ERR_ARG);
     assert_int_equal(psRingTrack(c, "k", "a-name-longer-than-sixty-four-bytes-is-no-origin-"
-                                         "of-any-ring-group", -1), PS_ERR);
+                                         "of-any-ring-group", -1, -1), PS_ERR);
     assert_int_equal(fake_count(a, "PS."), sent);
     /* STATE: 4 elements (no base), 6 (with base), a base of another size. */
     const float vals[2] = {1, 2}, base[2] = {1, 1.5f};

@@ -731,9 +731,11 @@ typedef struct psDelta {
     void *priv_;
 } psDelta;
 
-/* PS.RING key TRACK origin [MAXQUEUE maxqueue] (maxqueue < 0: left out).
- * Returns 1 (turned on), 0 (already on with this origin) or PS_ERR. */
-int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue);
+/* PS.RING key TRACK origin [MAXQUEUE maxqueue] [MAXLAG maxlag] (each left
+ * out when < 0). Returns 1 (turned on), 0 (already on with this origin;
+ * the options updated) or PS_ERR. */
+int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue,
+                int64_t maxlag);
 
 /* PS.RING key STATE into *out (free with psRingStateFree). 'n' > 0: the
  * values must have n elements. PS_OK or PS_ERR. */
