@@ -422,3 +422,52 @@ def test_ring_group_server_killed_with_aof_always(groups, tmp_path):
         for g, s in enumerate(srv):
             np.testing.assert_array_equal(values(s)[k], want, err_msg="group %s %s" % (names[g], k))
     check_accounting(srv, names, joined="b")
+
+
+def test_ring_group_that_is_a_cluster(groups, tmp_path, module_path):
+    """Star and ring compose: group a is a 3-master Redis Cluster (the model's keys spread over
+    its masters), group b a standalone server; the sums are exact at both."""
+    cl = psserver.RedisClusterHelper(masters=3, module=module_path)
+    ags = []
+    try:
+        srv, spec, new_agent = groups(1, names="b")
+        for k, shape in SHAPES.items():
+            cl.node_for_key(k).client().execute_command(
+                "PS.CREATE", k, "SHAPE", *shape, "DATA", f32(START[k]), "OPTIM", "SGD", "LR", 1)
+        aspec = "a=" + "+".join(n.addr for n in cl.nodes)
+        ring = aspec + "," + spec
+        keys = ",".join(SHAPES)
+        for name in "ab":
+            a = Agent(tmp_path, ring, name)
+            a.cmd[a.cmd.index("--match"):a.cmd.index("--match") + 2] = ["--keys", keys]
+            ags.append(a.start())
+        psserver.wait_until(lambda: all(
+            (info(cl.node_for_key(k).client(), k).get("ring_origin") or b"") == b"a"
+            for k in SHAPES), timeout=10, what="agent a tracking")
+        wait_tracked(srv, "b")
+        n = 40
+        pa = [threading.Thread(target=lambda k=k: [
+            cl.node_for_key(k).client().execute_command(
+                "PS.PUSHGRAD", k, f32(grad(0, s, k))) for s in range(1, n + 1)]) for k in SHAPES]
+        pb = Pusher(srv[0].port, 1, n)
+        for t in pa + [pb]:
+            t.start()
+        for t in pa + [pb]:
+            t.join(30)
+        for a in ags:
+            assert a.stop() == 0, a.output()
+        b = Agent(tmp_path, ring, "a", ["--barrier"])
+        b.cmd[b.cmd.index("--match"):b.cmd.index("--match") + 2] = ["--keys", keys]
+        b.out += ".barrier"
+        b.start()
+        ags.append(b)
+        assert b.wait(30) == 0, b.output()
+        for k in SHAPES:
+            want = START[k] - pushed_sum(0, n, k) - pushed_sum(1, n, k)
+            np.testing.assert_array_equal(values(srv[0])[k], want, err_msg=k)
+            got = pull_np(cl.node_for_key(k).client(), k)[1]
+            np.testing.assert_array_equal(got, want, err_msg=k)
+    finally:
+        for a in ags:
+            a.kill()
+        cl.cleanup()

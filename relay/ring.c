@@ -181,6 +181,9 @@ static int parse_groups(ring *r) {
         ringGroup *g = &r->g[r->ng];
         memcpy(g->name, p, (size_t)(eq - p));
         memcpy(g->addr, eq + 1, l - (size_t)(eq - p) - 1);
+        /* A group that is a Redis Cluster: its seeds joined by '+'. */
+        for (char *c = g->addr; *c; c++)
+            if (*c == '+') *c = ',';
         for (const char *c = g->name; *c; c++)
             if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
                   strchr("_.:-", *c))) {
@@ -376,6 +379,11 @@ static int find_keys(ring *r, psClient *c) {
             p += l + (e ? 1 : 0);
         }
     } else {
+        if (c->cluster) {
+            say(r, "--match needs a standalone server for this group (a SCAN reaches one node): "
+                   "give --keys");
+            return -1;
+        }
         char cursor[32] = "0";
         do {
             redisReply *rep =
