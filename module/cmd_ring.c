@@ -5,6 +5,7 @@
  *   PS.RING key TRACK origin [MAXQUEUE bytes]        tracking on (base := values)
  *   PS.RING key STATE                                 [values, version, origin, marks]
  *   PS.RING key JOIN origin values [FROM origin seq]...  take a neighbour's copy
+ *   PS.RING key UNTRACK                               tracking off (state dropped)
  *   PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m]
  *   PS.DELTAACK key seq
  *   PS.APPLYDELTA key ID origin seq indices values [HOPS h]
@@ -40,6 +41,9 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RING_EORIGINS: e = PSERR_RING_ORIGINS; break;
     case PS_RING_EDUPFROM: e = PSERR_RING_DUPFROM; break;
     case PS_RING_EACCUM: e = PSERR_RING_ACCUM; break;
+    case PS_RING_EBIG: e = PSERR_RING_BIG; break;
+    case PS_RING_ESEQ: e = PSERR_RING_SEQ; break;
+    case PS_RING_EROUND: e = PSERR_ROUND_OPEN; break;
     case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
     default: e = PSERR_INTERNAL; break;
     }
@@ -158,8 +162,24 @@ done:
     return REDISMODULE_OK;
 }
 
+/* UNTRACK -> 1 when tracking was on (its state dropped), 0 otherwise. */
+static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    RedisModuleKey *key;
+    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
+    if (!t) return REDISMODULE_OK;
+    const int dropped = PSRing_Untrack(t);
+    if (dropped) {
+        RedisModule_ReplicateVerbatim(ctx);
+        ps_notify(ctx, "ps.ringuntrack", argv[1]);
+    }
+    RedisModule_CloseKey(key);
+    return RedisModule_ReplyWithLongLong(ctx, dropped);
+}
+
 int PSRing_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
+    if (ps_arg_is(argv[2], "UNTRACK")) return ring_untrack(ctx, argv, argc);
     if (ps_arg_is(argv[2], "TRACK")) return ring_track(ctx, argv, argc);
     if (ps_arg_is(argv[2], "STATE")) return ring_state(ctx, argv, argc);
     if (ps_arg_is(argv[2], "JOIN")) return ring_join(ctx, argv, argc);

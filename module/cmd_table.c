@@ -241,7 +241,8 @@ static const PSCommandDef PSCommands[] = {
     {"ps.set", PSSet_RedisCommand, "write deny-oom", -3, WriteKey, SetArgs,
      "Overwrites the values of a tensor; returns the new version", PS_O_N},
     {"ps.info", route_info, "readonly fast", 2, ReadKey, KeyArgs,
-     "Returns shape, version, optimizer settings and counters of a tensor", "O(1)"},
+     "Returns shape, version, optimizer settings and counters of a tensor",
+     "O(1) (O(N) for a ring-tracked tensor)"},
     {"ps.config", route_config, "write", -4, WriteKey, ConfigArgs,
      "Changes hyper-parameters and policies of a tensor while it trains", "O(1)"},
     /* cmd_restore.c */
@@ -291,7 +292,7 @@ static const PSCommandDef PSCommands[] = {
      "O(1)"},
     /* cmd_ring.c (tensors; tables answer that they are not tracked yet) */
     {"ps.ring", PSRing_RedisCommand, "write deny-oom", -3, WriteKey, RingArgs,
-     "Ring tracking of a tensor: TRACK origin, STATE (what a joining group copies), JOIN",
+     "Ring tracking of a tensor: TRACK origin, STATE (what a joining group copies), JOIN, UNTRACK",
      PS_O_N},
     {"ps.deltatake", PSDeltaTake_RedisCommand, "write", -2, WriteKey, DeltaTakeArgs,
      "Takes the significant part of the group's own change of a ring-tracked tensor (pending until acked)",

@@ -78,7 +78,7 @@
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
 /* Ring tracking (cmd_ring.c, ring.h): one text per PS_RING_E* status. */
 #define PSERR_RING_TABLE "ERR ring tracking covers tensors only: embedding tables are not ring-tracked yet (issue #22)"
-#define PSERR_RING_SUB_F "ERR unknown PS.RING subcommand '%s' (TRACK, STATE, JOIN)"
+#define PSERR_RING_SUB_F "ERR unknown PS.RING subcommand '%s' (TRACK, STATE, JOIN, UNTRACK)"
 #define PSERR_RING_ID "ERR PS.APPLYDELTA needs ID origin seq after the key"
 #define PSERR_RING_UNTRACKED "ERR the tensor is not ring-tracked (PS.RING key TRACK origin)"
 #define PSERR_RING_ORIGIN "ERR an origin is 1-64 bytes of A-Z a-z 0-9 _ . : -"
@@ -89,6 +89,8 @@
 #define PSERR_RING_ORIGINS "ERR too many ring origins (at most 64)"
 #define PSERR_RING_DUPFROM "ERR FROM names an origin more than once"
 #define PSERR_RING_ACCUM "ERR an ACCUM tensor (a relay's mirror) is not ring-tracked: track the group server's tensor"
+#define PSERR_RING_BIG "ERR a ring-tracked tensor has at most 2^32 elements (u32 indices)"
+#define PSERR_RING_SEQ "ERR a ring seq is 1 to 2^63-1 (a FROM seq 0 to 2^63-1)"
 #define PSERR_RING_BACKLOG PS_PROTO_ERRTEXT_BACKLOG " the ring forward queue holds MAXQUEUE bytes not yet passed on (PS.INFO ring_fwd_bytes): the ring agent is down or behind; retry later (nothing changed)"
 /* CONFIG SET ps.* refusals: Redis puts them after its own "ERR CONFIG SET
  * failed (possibly related to argument '...') - ", so they carry no code. */

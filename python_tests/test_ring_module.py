@@ -185,6 +185,8 @@ def test_join_takes_a_neighbours_copy_and_marks(make_server):
     (["PS.APPLYDELTA", "w", "ID", "g1", 0, u32([1]), f32([1])], "ERR seq"),
     (["PS.APPLYDELTA", "w", "XX", "g1", 1, u32([1]), f32([1])], "ERR PS.APPLYDELTA needs ID"),
     (["PS.APPLYDELTA", "w", "ID", "g1", 1, u32([1]), f32([1]), "HOPS", 65], "ERR HOPS"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 2 ** 63, u32([1]), f32([1])], "ERR seq"),
+    (["PS.RING", "w", "JOIN", "g0", f32(np.zeros(N)), "FROM", "g0", 2 ** 63], "ERR a ring seq"),
     (["PS.DELTATAKE", "w", "THRESHOLD", -1], "ERR THRESHOLD"),
     (["PS.DELTATAKE", "w", "MAXELEMS", 0], "ERR MAXELEMS"),
 ])
@@ -287,6 +289,13 @@ def test_rdb_reload_and_aof_rewrite_keep_the_ring_state(make_server):
     r.delete("w3")
     tensor(r)
     assert "ring_origin" not in info(r, "w")
+    # UNTRACK drops the state and keeps the values (replicated, persisted as untracked).
+    vals = pull_np(r, "w2")[1]
+    assert r.execute_command("PS.RING", "w2", "UNTRACK") == 1
+    assert r.execute_command("PS.RING", "w2", "UNTRACK") == 0
+    assert "ring_origin" not in info(r, "w2") and np.array_equal(pull_np(r, "w2")[1], vals)
+    r.execute_command("DEBUG", "RELOAD")
+    assert "ring_origin" not in info(r, "w2")
 
 
 def test_create_and_config_keep_the_ring_state(r):
@@ -421,3 +430,90 @@ def test_crafted_ring_payload_is_refused(crafted, name):
     assert crafted.is_alive(), crafted.log_tail()
     assert isinstance(rep, psserver.RespError) and str(rep).startswith("ERR"), (name, rep)
     assert c.exists("w") == 0
+
+
+def agent_round(rs, threshold=0.0, maxelems=None, acked=None):
+    """One round of the ring agent's protocol (ring_spec.md) over groups rs[g] = g<g>: take,
+    hand to the successor with HOPS G-2, pass every forward entry on, ack a take once every
+    other group's mark of it is there. Returns how many deltas moved."""
+    G, moved = len(rs), 0
+    for g, c in enumerate(rs):
+        args = ["PS.DELTATAKE", "w", "THRESHOLD", threshold]
+        if maxelems:
+            args += ["MAXELEMS", maxelems]
+        t = c.execute_command(*args)
+        if t == 0:
+            continue
+        seq, _, idx, vals, _ = t
+        moved += rs[(g + 1) % G].execute_command("PS.APPLYDELTA", "w", "ID", "g%d" % g, seq, idx,
+                                                 vals, "HOPS", G - 2)
+    for _ in range(G):                                   # G-1 hops reach everyone
+        for g, c in enumerate(rs):
+            while True:
+                e = c.execute_command("PS.DELTAFWD", "w")
+                if e is None:
+                    break
+                origin, seq, hops, idx, vals = e
+                moved += rs[(g + 1) % G].execute_command("PS.APPLYDELTA", "w", "ID", origin, seq,
+                                                         idx, vals, "HOPS", hops)
+                assert c.execute_command("PS.DELTAFWDACK", "w", origin, seq) == 1
+    for g, c in enumerate(rs):
+        pend = info(c, "w")["ring_pending_seq"]
+        if pend and all(dict((o, h) for o, h, _ in info(o_, "w")["ring_origins"]).get(
+                b"g%d" % g, 0) >= pend for o_ in rs if o_ is not c):
+            assert c.execute_command("PS.DELTAACK", "w", pend) == 1
+    return moved
+
+
+def test_barrier_leaves_groups_equal_within_the_float_bound(make_server):
+    """Float data (SGD LR 0.1, random gradients), a significance filter and MAXELEMS while
+    training, then a barrier: every group holds start - 0.1 * (all gradients) within the
+    bound of docs/design.md "Ring state" ((2D + T + S) ulp(M) per element, S the local
+    steps), and the groups agree within twice that."""
+    rng = np.random.default_rng(5)
+    start = rng.uniform(-1, 1, N).astype(np.float32)
+    rs = []
+    for g in range(3):
+        c = make_server().client()
+        tensor(c, start=start)
+        c.execute_command("PS.CONFIG", "w", "LR", 0.1)
+        c.execute_command("PS.RING", "w", "TRACK", "g%d" % g)
+        rs.append(c)
+    total = np.zeros(N, np.float64)
+    steps, peak = 0, np.abs(start).astype(np.float64)
+    for rnd in range(12):
+        for c in rs:
+            gr = rng.normal(0, 1, N).astype(np.float32)
+            grad(c, gr)
+            total += gr.astype(np.float64)
+        steps += 1
+        agent_round(rs, threshold=0.02, maxelems=3)
+        for c in rs:
+            peak = np.maximum(peak, np.abs(pull_np(c, "w")[1]).astype(np.float64))
+    while agent_round(rs) or any(info(c, "w")["ring_pending_seq"] for c in rs):
+        pass                                             # the barrier: THRESHOLD 0 until quiet
+    exact = start.astype(np.float64) - 0.1 * total
+    vals = [pull_np(c, "w")[1].astype(np.float64) for c in rs]
+    ulp = np.spacing(2 * peak.astype(np.float32)).astype(np.float64)
+    bound = []
+    for c, v in zip(rs, vals):
+        i = info(c, "w")
+        assert i["ring_accumulated"] == 0 and i["ring_fwd_entries"] == 0
+        D, T = i["ring_applied"], i["ring_take_seq"]
+        bound.append((2 * D + T + steps) * ulp + 1e-7 * np.abs(exact))  # + float32(0.1) != 0.1
+        assert np.all(np.abs(v - exact) <= bound[-1]), np.max(np.abs(v - exact) / ulp)
+    for v, b in zip(vals[1:], bound[1:]):
+        assert np.all(np.abs(v - vals[0]) <= b + bound[0])
+
+
+def test_a_sync_round_closes_before_a_delta_or_join_lands(r):
+    r.execute_command("PS.CREATE", "w", "SHAPE", N, "SYNC", 2, "LR", 1)
+    r.execute_command("PS.RING", "w", "TRACK", "g0")
+    assert r.execute_command("PS.PUSHGRAD", "w", f32(np.ones(N)), "VERSION", 0) == 1  # round open
+    before = digest(r)
+    assert err(r, "PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1])).startswith("BUSY ")
+    assert err(r, "PS.RING", "w", "JOIN", "g0", f32(np.zeros(N))).startswith("BUSY ")
+    assert digest(r) == before
+    r.execute_command("PS.PUSHGRAD", "w", f32(np.ones(N)), "VERSION", 0)          # closes it
+    assert r.execute_command("PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1])) == 1
+    assert pull_np(r, "w")[0] == 2

@@ -99,6 +99,13 @@ static void test_take_is_pending_until_acked_then_the_next_seq(void **st) {
     push(t, g);
     assert_int_equal(PSRing_Take(t, &All), PS_RING_TAKE_NEW);
     assert_int_equal(t->ring->pend->seq, 51);
+    /* No seq left that a receiver takes: refused, nothing changes. */
+    assert_int_equal(PSRing_Ack(t, 51), 1);
+    push(t, g);
+    t->ring->take_seq = PS_RING_MAX_SEQ;
+    assert_int_equal(PSRing_Take(t, &All), -PS_RING_ESEQ);
+    assert_null(t->ring->pend);
+    assert_int_equal(PSRing_Accumulated(t), 2);
     PSTensor_Free(t);
 }
 
@@ -313,6 +320,11 @@ static void test_join_copies_values_and_marks_and_never_lowers_take_seq(void **s
     assert_int_equal(u->ring->take_seq, 33);
     assert_int_equal(u->ring->norigins, 0);
     assert_int_equal(u->ring->maxqueue, PS_RING_DEFAULT_MAXQUEUE);
+    /* UNTRACK drops the state, keeps the values. */
+    assert_int_equal(PSRing_Untrack(u), 1);
+    assert_null(u->ring);
+    assert_bits_equal(u->data->v, copy, 4, "values after untrack");
+    assert_int_equal(PSRing_Untrack(u), 0);
     PSTensor_Free(u);
     PSTensor_Free(t);
 }

@@ -186,6 +186,7 @@ int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
                  uint64_t maxqueue) {
     if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
     if (t->optim == PS_OPT_ACCUM) return -PS_RING_EACCUM;
+    if (t->n > PS_RING_MAX_ELEMS) return -PS_RING_EBIG;
     if (t->ring) {
         if (!name_eq(t->ring->origin, t->ring->originlen, origin, len)) return -PS_RING_EOTHER;
         if (set_maxqueue) t->ring->maxqueue = maxqueue;
@@ -197,6 +198,13 @@ int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
     set_name(r->origin, &r->originlen, origin, len);
     if (set_maxqueue) r->maxqueue = maxqueue;
     t->ring = r;
+    return 1;
+}
+
+int PSRing_Untrack(PSTensor *t) {
+    if (!t->ring) return 0;
+    PSRing_Free(t->ring);
+    t->ring = NULL;
     return 1;
 }
 
@@ -235,6 +243,7 @@ int PSRing_Take(PSTensor *t, const PSRingTakeOpts *o) {
     uint64_t c = 0;
     for (uint64_t i = 0; i < n; i++) c += significant(v[i], b[i], o->threshold);
     if (c == 0) return PS_RING_TAKE_NONE;
+    if (r->take_seq >= PS_RING_MAX_SEQ) return -PS_RING_ESEQ; /* no seq left a receiver takes */
     const uint64_t seq = r->take_seq + 1 > o->seqfloor ? r->take_seq + 1 : o->seqfloor;
     if (o->maxelems && c > o->maxelems) {
         /* The m largest |d|, ties by the lower index: sort keys
@@ -316,12 +325,16 @@ int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
     PSRing *r = t->ring;
     if (!r) return -PS_RING_EUNTRACKED;
     if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
+    if (seq < 1 || seq > PS_RING_MAX_SEQ) return -PS_RING_ESEQ;
     int st = PSRing_CheckDelta(t, idx, val, count);
     if (st != PS_RING_OK) return -st;
     if (name_eq(r->origin, r->originlen, origin, len)) return 0; /* came full circle */
     PSRingOrigin *e = find_origin(r, origin, len);
     if (e && seq <= e->hwm) return 0; /* a resend or a duplicate */
     if (!e && r->norigins >= PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
+    /* An open sync round's pushes carry the current version: the round
+     * closes first (as for PS.SET). */
+    if (t->round_count) return -PS_RING_EROUND;
     /* The sums must stay finite, in values and in base. */
     const float *v = t->data->v, *b = r->base->v;
     uint32_t bad = 0;
@@ -386,6 +399,7 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
                 const PSRingFrom *from, size_t nfrom) {
     if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
     if (t->optim == PS_OPT_ACCUM) return -PS_RING_EACCUM;
+    if (t->n > PS_RING_MAX_ELEMS) return -PS_RING_EBIG;
     uint32_t bad = 0;
     for (uint64_t i = 0; i < t->n; i++) bad |= !isfinite(ld_f32(vals, i));
     if (bad) return -PS_RING_ENONFINITE;
@@ -393,6 +407,7 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
     size_t others = 0;
     for (size_t k = 0; k < nfrom; k++) {
         if (!PSRing_OriginValid(from[k].origin, from[k].len)) return -PS_RING_EORIGIN;
+        if (from[k].seq > PS_RING_MAX_SEQ) return -PS_RING_ESEQ;
         for (size_t j = 0; j < k; j++)
             if (from[j].len == from[k].len && memcmp(from[j].origin, from[k].origin, from[k].len) == 0)
                 return -PS_RING_EDUPFROM;
@@ -438,7 +453,9 @@ int PSRing_LoadBegin(PSTensor *t, const char *origin, size_t len, uint64_t take_
     if (t->ring) return PS_RING_EOTHER;
     if (!PSRing_OriginValid(origin, len)) return PS_RING_EORIGIN;
     if (t->optim == PS_OPT_ACCUM) return PS_RING_EACCUM;
+    if (t->n > PS_RING_MAX_ELEMS) return PS_RING_EBIG;
     if (maxqueue > PS_RING_MAX_MAXQUEUE) return PS_RING_ECOUNT;
+    if (take_seq > PS_RING_MAX_SEQ) return PS_RING_ESEQ;
     PSRing *r = ring_new(t->n);
     if (!r) return PS_RING_EOOM;
     set_name(r->origin, &r->originlen, origin, len);
@@ -456,6 +473,7 @@ int PSRing_LoadOrigin(PSTensor *t, const char *name, size_t len, uint64_t hwm, u
         find_origin(r, name, len))
         return PS_RING_EORIGIN;
     if (r->norigins >= PS_RING_MAX_ORIGINS) return PS_RING_EORIGINS;
+    if (hwm > PS_RING_MAX_SEQ) return PS_RING_ESEQ;
     PSRingOrigin *e = &r->origins[r->norigins++];
     memset(e, 0, sizeof(*e));
     set_name(e->name, &e->len, name, len);
@@ -480,7 +498,7 @@ int PSRing_LoadDelta(PSTensor *t, int pending, int more, const char *origin, siz
             !name_eq(r->origin, r->originlen, origin, len))
             return PS_RING_EINDEX;
     } else if (!PSRing_OriginValid(origin, len) || hops >= PS_RING_MAX_HOPS ||
-               name_eq(r->origin, r->originlen, origin, len) || seq < 1) {
+               name_eq(r->origin, r->originlen, origin, len) || seq < 1 || seq > PS_RING_MAX_SEQ) {
         return PS_RING_EORIGIN;
     }
     int st = PSRing_CheckDelta(t, idx, val, count);

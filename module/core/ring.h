@@ -48,6 +48,8 @@
 #define PS_RING_MAX_HOPS 64u          /* HOPS of an apply (a ring of at most 65 groups) */
 #define PS_RING_DEFAULT_MAXQUEUE (64ull << 20) /* 64 MiB */
 #define PS_RING_MAX_MAXQUEUE (1ull << 50)
+#define PS_RING_MAX_ELEMS (1ull << 32)  /* indices are u32 */
+#define PS_RING_MAX_SEQ 0x7fffffffffffffffull /* seqs and marks (take_seq + 1 never wraps) */
 /* Bytes a delta of 'count' elements counts in the forward FIFO's bound: an
  * u32 index and an F32 value per element, plus a fixed 64 per entry. */
 #define PS_RING_ENTRY_BYTES(count) (8ull * (uint64_t)(count) + 64ull)
@@ -65,6 +67,9 @@ enum {
     PS_RING_EORIGINS,   /* a new origin beyond PS_RING_MAX_ORIGINS */
     PS_RING_EDUPFROM,   /* JOIN names an origin twice */
     PS_RING_EACCUM,     /* an ACCUM tensor (a relay's mirror of its upstream) */
+    PS_RING_EBIG,       /* a tensor of more than PS_RING_MAX_ELEMS elements */
+    PS_RING_ESEQ,       /* a seq above PS_RING_MAX_SEQ */
+    PS_RING_EROUND,     /* a sync round is open (its pushes carry the version): retry */
     PS_RING_BACKLOG     /* the forward FIFO is at its bound (retry later) */
 };
 
@@ -113,6 +118,10 @@ int PSRing_OriginValid(const char *p, size_t len);
 int PSRing_Track(PSTensor *t, const char *origin, size_t len, int set_maxqueue,
                  uint64_t maxqueue);
 
+/* Turns tracking off: the ring state (base, pending take, marks, forward
+ * queue) is dropped, the values stay. 1 when it was on, else 0. */
+int PSRing_Untrack(PSTensor *t);
+
 /* Take options. */
 typedef struct PSRingTakeOpts {
     uint64_t seqfloor;
@@ -141,8 +150,8 @@ int PSRing_CheckDelta(const PSTensor *t, const unsigned char *idx, const unsigne
 
 /* A received delta (checked by PSRing_CheckDelta): 1 applied, 0 ignored (own
  * origin or seq <= the origin's mark: nothing changed), or -PS_RING_E*
- * (untracked, bad origin, too many origins, a sum not finite, BACKLOG with
- * hops > 0, OOM; nothing changed). The tensor's version moves by 1 when
+ * (untracked, bad origin, too many origins, a sum not finite, a sync round
+ * open, BACKLOG with hops > 0, OOM; nothing changed). The tensor's version moves by 1 when
  * applied. */
 int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
                  const unsigned char *idx, const unsigned char *val, uint64_t count,
