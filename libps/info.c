@@ -17,7 +17,7 @@
     X(backlog_refusals) X(pending_parts) X(relay_takes) X(relay_rounds) X(relay_forwarded)         \
     X(relay_round_min) X(relay_round_max) X(ring_take_seq) X(ring_pending_seq)                     \
     X(ring_pending_elems) X(ring_accumulated) X(ring_fwd_entries) X(ring_fwd_bytes)                \
-    X(ring_maxqueue) X(ring_applied)
+    X(ring_maxqueue) X(ring_applied) X(ring_maxlag) X(ring_lag) X(ring_lag_refusals)
 
 static const struct {
     const char *name;

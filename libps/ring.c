@@ -122,27 +122,16 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
     redisReply *r = ring_send(c, key, cmd, len);
     if (!r) return PS_ERR;
-    if (r->type != REDIS_REPLY_ARRAY || (r->elements != 4 && r->elements != 6) ||
-        !is_str(r->element[0]) ||
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || !is_str(r->element[0]) ||
         r->element[0]->len % sizeof(float) || (n && r->element[0]->len != n * sizeof(float)) ||
         !is_int(r->element[1]) || r->element[1]->integer < 0 ||
         (r->element[2]->type != REDIS_REPLY_NIL && copy_name(out->origin, r->element[2])) ||
-        psi_ring_origins(r->element[3], out->origins, &out->norigins) != 0 ||
-        (r->elements == 6 &&
-         (!is_str(r->element[4]) || r->element[4]->len != r->element[0]->len ||
-          !is_int(r->element[5]) || r->element[5]->integer < 0)))
+        psi_ring_origins(r->element[3], out->origins, &out->norigins) != 0)
         return bad_reply(c, r, "RING STATE");
     out->n = r->element[0]->len / sizeof(float);
     out->version = (uint64_t)r->element[1]->integer;
     out->values = malloc(out->n ? out->n * sizeof(float) : 1);
-    if (out->values && r->elements == 6) {
-        out->base = malloc(out->n ? out->n * sizeof(float) : 1);
-        if (out->base) memcpy(out->base, r->element[4]->str, out->n * sizeof(float));
-        out->take_seq = (uint64_t)r->element[5]->integer;
-    }
-    if (!out->values || (r->elements == 6 && !out->base)) {
-        free(out->values);
-        out->values = NULL;
+    if (!out->values) {
         freeReplyObject(r);
         psi_set_error(c, PS_ERR_OOM, "out of memory");
         return PS_ERR;
@@ -155,8 +144,7 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
 void psRingStateFree(psRingSnapshot *s) {
     if (!s) return;
     free(s->values);
-    free(s->base);
-    s->values = s->base = NULL;
+    s->values = NULL;
     s->n = 0;
 }
 

@@ -207,13 +207,24 @@ def check_accounting(srv, names, joined=""):
                     assert rows.get(origin) == (takes, takes), (k, origin, other, takes, rows)
 
 
-def need_join_with_base(s):
-    """Rejoining exactly needs PS.RING STATE's base and JOIN ... KEEPOWN (ring_spec.md
-    "ringagent requests"); a module without them copies a neighbour's values (its untaken
-    change then arrives twice) - skip rather than assert a known gap."""
+def need_join_with_base(s, keepown=False):
+    """Joining exactly needs PS.RING STATE to answer a tracked tensor's base and its own mark
+    (ring_spec.md "CONTRACT FIX, JOIN/STATE"), and rejoining a group with changes of its own
+    JOIN ... KEEPOWN ("ringagent requests" 2): a module without them makes a joiner double
+    its neighbour's untaken change (or drop its own) - skip rather than assert a known gap."""
     rep = s.client().execute_command("PS.RING", "m:w:0", "STATE")
-    if len(rep) < 6:
-        pytest.skip("the module's PS.RING STATE has no base (JOIN would double a change)")
+    if not rep[3] or rep[3][0][0] != rep[2]:
+        pytest.skip("the module's PS.RING STATE has no own mark (JOIN would double a change)")
+    if keepown:
+        c = s.client()
+        c.execute_command("PS.CREATE", "probe:k", "SHAPE", 1, "OPTIM", "SGD")
+        c.execute_command("PS.RING", "probe:k", "TRACK", "zz")
+        try:
+            c.execute_command("PS.RING", "probe:k", "JOIN", "zz", f32([0]), "KEEPOWN")
+        except redis.ResponseError as e:
+            pytest.skip("the module has no JOIN ... KEEPOWN (%s)" % e)
+        finally:
+            c.delete("probe:k")
 
 
 def values(s):
@@ -395,7 +406,7 @@ def test_ring_group_server_killed_with_aof_always(groups, tmp_path):
     names = "abc"
     ags = [new_agent(i) for i in range(3)]
     wait_tracked(srv, names)
-    need_join_with_base(srv[0])
+    need_join_with_base(srv[0], keepown=True)
     n = 300
     ps = [Pusher(s.port, g, n, retry_io=(g == 1)) for g, s in enumerate(srv)]
     for p in ps:
@@ -471,3 +482,40 @@ def test_ring_group_that_is_a_cluster(groups, tmp_path, module_path):
         for a in ags:
             a.kill()
         cl.cleanup()
+
+
+def test_ring_max_lag_holds_a_group_back(groups, tmp_path):
+    """--max-lag 8: while b's server is down (and not yet out of the ring), a's takes cannot
+    be acknowledged, so a's workers wait (BACKLOG) after 8 pushes per key instead of running
+    ahead; once b is out they go on; b back and rejoined, the sums are exact."""
+    srv, spec, new_agent = groups(2, args=["--appendonly", "yes", "--appendfsync", "always"])
+    c = srv[0].client()
+    c.execute_command("PS.CREATE", "probe:k", "SHAPE", 1, "OPTIM", "SGD")
+    try:
+        c.execute_command("PS.RING", "probe:k", "TRACK", "zz", "MAXLAG", 8)
+    except redis.ResponseError as e:
+        pytest.skip("the module has no MAXLAG (%s)" % e)
+    finally:
+        c.delete("probe:k")
+    ags = [new_agent(i, ["--max-lag", "8", "--dead-after-ms", "1500"]) for i in range(2)]
+    wait_tracked(srv, "ab")
+    assert int(info(c, "m:w:0")["ring_maxlag"]) == 8
+    srv[1].kill()
+    p = Pusher(srv[0].port, 0, 60)
+    p.start()
+    psserver.wait_until(lambda: p.waits > 0, timeout=10, what="a's worker held back")
+    held_at = p.done
+    assert held_at <= 8 + 1, held_at
+    p.join(30)
+    assert p.done == 60 and not p.error, (p.done, p.error)
+    assert int(info(c, "m:w:0")["ring_lag_refusals"]) > 0
+    srv[1].start(timeout=30)
+    psserver.wait_until(lambda: "joined (" in ags[1].output(), timeout=10, what="b rejoins")
+    for a in ags:
+        assert a.stop() == 0, a.output()
+    rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+    assert rc == 0 and "values bit-identical" in out, out
+    for k in SHAPES:
+        want = START[k] - pushed_sum(0, 60, k)
+        for s in srv:
+            np.testing.assert_array_equal(values(s)[k], want, err_msg=k)

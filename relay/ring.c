@@ -446,10 +446,10 @@ static int check_fit(ring *r, int k) {
 }
 
 /* Copies the model of a live neighbour into this group (PS.RING JOIN
- * ... KEEPOWN): its base (values minus its own change not yet taken, which
- * it sends to everyone later, this group included) with its hwm table and
- * its own deltas up to its take_seq: exactly what the table then says this
- * group has; this group's own change stays its own. 0, or -1. */
+ * ... KEEPOWN): PS.RING STATE answers its base (values minus its own change
+ * not yet taken, which it sends to everyone later, this group included) and
+ * its marks, its own origin at its take_seq first: exactly what the marks
+ * then say this group has; this group's own change stays its own. 0, or -1. */
 static int rejoin(ring *r, const char *why) {
     ringGroup *me = &r->g[r->self];
     int from = -1;
@@ -475,18 +475,16 @@ static int rejoin(ring *r, const char *why) {
             conn_failed(g);
             return -1;
         }
-        const float *copy = s.values;
-        if (s.base && s.norigins < PS_RING_MAX_ORIGINS) {
-            copy = s.base;
-            psRingOrigin *row = &s.origins[s.norigins++];
-            snprintf(row->name, sizeof(row->name), "%s", g->name);
-            row->hwm = s.take_seq;
-            row->applied = 0;
-        } else {
-            say(r, "%s: the module sends no base with PS.RING STATE: copying %s's values, which "
-                   "hold its change not yet taken (applied again here when it comes)",
+        /* STATE answers the neighbour's base and its marks, its own origin
+         * (at its take_seq) first: passed on as they are. */
+        int own = 0;
+        for (size_t q = 0; q < s.norigins; q++)
+            if (!strcmp(s.origins[q].name, g->name)) own = 1;
+        if (!own)
+            say(r, "%s: %s's PS.RING STATE has no mark of its own origin (a module before the "
+                   "base/own-mark contract): its change not yet taken is applied again here",
                 why, g->name);
-        }
+        const float *copy = s.values;
         int rc = psRingJoin(me->c, r->keys[k].name, me->name, copy, s.n, s.origins, s.norigins,
                             1);
         if (rc != PS_OK && me->c->err == PS_ERR_SERVER) {
@@ -769,7 +767,7 @@ static int act_key(ring *r, int gi, int k) {
     }
     psDeltaRelease(&d);
     /* The forward queue goes on to the successor. */
-    for (int n = 0; n < RING_FWD_PER_ROUND && !Stop; n++) {
+    for (int n = 0; n < RING_FWD_PER_ROUND && !Stop && me->c; n++) {
         psDelta e;
         memset(&e, 0, sizeof(e));
         rc = psDeltaFwd(me->c, key->name, key->n, &e);

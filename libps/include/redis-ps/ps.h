@@ -354,6 +354,8 @@ typedef struct psKeyInfo {
     char ring_origin[PS_RING_ORIGIN_MAX + 1]; /* "" when not tracked */
     uint64_t ring_take_seq, ring_pending_seq, ring_pending_elems, ring_accumulated;
     uint64_t ring_fwd_entries, ring_fwd_bytes, ring_maxqueue, ring_applied;
+    uint64_t ring_maxlag, ring_lag, ring_lag_refusals; /* MAXLAG: own pushes not yet in an
+                                 acknowledged take, and the pushes refused at the bound */
     size_t ring_norigins;
     psRingOrigin ring_origins[PS_RING_MAX_ORIGINS];
 } psKeyInfo;
@@ -703,19 +705,17 @@ void psAccumItemsRelease(psAccumItem *items, size_t n);
  * given (a reply of another shape is PS_ERR_PROTOCOL).
  * ------------------------------------------------------------------------ */
 
-/* PS.RING key STATE, read atomically: the values, the version, the origin
- * and the origins' table. */
+/* PS.RING key STATE, read atomically: what a joining group copies. */
 typedef struct psRingSnapshot {
-    float *values;            /* malloc'd (psRingStateFree), n floats */
+    float *values;            /* malloc'd (psRingStateFree), n floats: a tracked tensor's
+                                 base (its values minus the group's own change not yet
+                                 taken), an untracked one's values */
     size_t n;
     uint64_t version;
     char origin[PS_RING_ORIGIN_MAX + 1]; /* "" when the tensor is not tracked */
-    size_t norigins;
+    size_t norigins;          /* the marks: first the group's own origin at its take_seq
+                                 (applied 0), then every origin it applied deltas of */
     psRingOrigin origins[PS_RING_MAX_ORIGINS];
-    float *base;              /* malloc'd n floats: values minus the group's own change not
-                                 yet taken (what a joiner copies); NULL from a module that
-                                 does not send it */
-    uint64_t take_seq;        /* the seq of the group's last take (with base) */
 } psRingSnapshot;
 
 /* A delta: this group's own take (psDeltaTake) or the oldest entry of the
