@@ -3,7 +3,7 @@
  * commands: docs/commands.md "Ring").
  *
  *   PS.RING key TRACK origin [MAXQUEUE bytes]        tracking on (base := values)
- *   PS.RING key STATE                                 [values, version, origin, marks]
+ *   PS.RING key STATE                                 [base, version, origin, marks]
  *   PS.RING key JOIN origin values [FROM origin seq]...  take a neighbour's copy
  *   PS.RING key UNTRACK                               tracking off (state dropped)
  *   PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m]
@@ -100,20 +100,33 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return REDISMODULE_OK;
 }
 
-/* STATE -> [values F32, version, origin or nil, [[origin, hwm, applied], ...]] */
+/* STATE -> [copy F32, version, origin or nil, [[origin, hwm, applied], ...]].
+ * What a joining group copies must not hold this group's own change that is
+ * still to travel (it would arrive again as a delta): for a tracked tensor
+ * the copy is the base (values minus that change), and the marks start with
+ * this group's own origin at its take_seq (every take so far, the pending one
+ * included, is in the base) with applied 0. An untracked tensor answers its
+ * values and no marks. */
 static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSTensor *t = open_ring(ctx, argv[1], REDISMODULE_READ, &key);
     if (!t) return REDISMODULE_OK;
     const PSRing *r = t->ring;
+    const float *copy = r ? r->base->v : t->data->v;
     RedisModule_ReplyWithArray(ctx, 4);
-    RedisModule_ReplyWithStringBuffer(ctx, (const char *)t->data->v, (size_t)t->n * sizeof(float));
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)copy, (size_t)t->n * sizeof(float));
     RedisModule_ReplyWithLongLong(ctx, (long long)t->version);
     if (r) RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
     else RedisModule_ReplyWithNull(ctx);
     const uint32_t k = r ? r->norigins : 0;
-    RedisModule_ReplyWithArray(ctx, k);
+    RedisModule_ReplyWithArray(ctx, r ? k + 1 : 0);
+    if (r) {
+        RedisModule_ReplyWithArray(ctx, 3);
+        RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->take_seq);
+        RedisModule_ReplyWithLongLong(ctx, 0);
+    }
     for (uint32_t i = 0; i < k; i++) {
         RedisModule_ReplyWithArray(ctx, 3);
         RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);

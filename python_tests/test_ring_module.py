@@ -122,8 +122,8 @@ def test_a_ring_of_three_applies_each_delta_once_everywhere(make_server):
         assert np.array_equal(pull_np(c, "w")[1], want)
         assert c.execute_command("PS.DELTATAKE", "w") == 0       # received deltas are not own
         st = c.execute_command("PS.RING", "w", "STATE")
-        assert st[2] == b"g%d" % g
-        assert sorted(st[3]) == sorted([[b"g%d" % o, 1, 1] for o in range(3) if o != g])
+        assert st[2] == b"g%d" % g and st[3][0] == [b"g%d" % g, 1, 0]    # own origin first
+        assert sorted(st[3][1:]) == sorted([[b"g%d" % o, 1, 1] for o in range(3) if o != g])
         assert info(c, "w")["ring_applied"] == 2
 
 
@@ -152,13 +152,14 @@ def test_join_takes_a_neighbours_copy_and_marks(make_server):
     a.execute_command("PS.RING", "w", "TRACK", "g0")
     a.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 5, u32([1]), f32([3]))
     vals, version, origin, marks = a.execute_command("PS.RING", "w", "STATE")
-    assert (version, origin, marks) == (1, b"g0", [[b"g2", 5, 1]])
+    assert (version, origin, marks) == (1, b"g0", [[b"g0", 0, 0], [b"g2", 5, 1]])
     args = ["PS.RING", "w", "JOIN", "g1", vals]
     for o, seq, _ in marks:
         args += ["FROM", o, seq]
     assert b.execute_command(*args, "FROM", "g1", 9) == 1
     assert np.array_equal(pull_np(b, "w")[1], from_f32(vals))
-    assert b.execute_command("PS.RING", "w", "STATE")[2:] == [b"g1", [[b"g2", 5, 0]]]
+    assert b.execute_command("PS.RING", "w", "STATE")[2:] == \
+        [b"g1", [[b"g1", 9, 0], [b"g0", 0, 0], [b"g2", 5, 0]]]
     assert b.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 5, u32([1]), f32([3])) == 0
     i = info(b, "w")
     assert (i["ring_take_seq"], i["ring_accumulated"]) == (9, 0)     # own FROM raises take_seq
@@ -517,3 +518,29 @@ def test_a_sync_round_closes_before_a_delta_or_join_lands(r):
     r.execute_command("PS.PUSHGRAD", "w", f32(np.ones(N)), "VERSION", 0)          # closes it
     assert r.execute_command("PS.APPLYDELTA", "w", "ID", "g1", 1, u32([0]), f32([1])) == 1
     assert pull_np(r, "w")[0] == 2
+
+
+def test_a_joiner_copies_the_base_so_the_neighbours_own_change_arrives_once(make_server):
+    """The neighbour has a pending take and more own change accumulated when a group joins
+    from its STATE: the pending take is not applied again at the joiner, the accumulated
+    change arrives once as the next take, and both end equal."""
+    n, j = make_server().client(), make_server().client()
+    tensor(n)
+    tensor(j, start=np.zeros(N, np.float32))
+    n.execute_command("PS.RING", "w", "TRACK", "g0")
+    n.execute_command("PS.APPLYDELTA", "w", "ID", "g2", 3, u32([2]), f32([4]))
+    grad(n, [1, 0, 0, 0, 0, 0, 0, 0])
+    seq, _, idx, vals, _ = n.execute_command("PS.DELTATAKE", "w")          # pending, seq 1
+    grad(n, [0, 2, 0, 0, 0, 0, 0, 0])                                       # still accumulated
+    copy, _, _, marks = n.execute_command("PS.RING", "w", "STATE")
+    assert marks == [[b"g0", 1, 0], [b"g2", 3, 1]]
+    args = ["PS.RING", "w", "JOIN", "g1", copy]
+    for o, s_, _ in marks:
+        args += ["FROM", o, s_]
+    assert j.execute_command(*args) == 1
+    assert j.execute_command("PS.APPLYDELTA", "w", "ID", "g0", seq, idx, vals) == 0  # in the copy
+    n.execute_command("PS.DELTAACK", "w", seq)
+    seq2, _, idx2, vals2, _ = n.execute_command("PS.DELTATAKE", "w")
+    assert j.execute_command("PS.APPLYDELTA", "w", "ID", "g0", seq2, idx2, vals2) == 1
+    assert np.array_equal(pull_np(j, "w")[1], pull_np(n, "w")[1])
+    assert info(j, "w")["ring_accumulated"] == 0

@@ -1,9 +1,8 @@
 /* ring.h -- ring tracking state of a tensor (issue #22): what a group's
- * server keeps so
- * that its ring agent can exchange the group's own accumulated change with
- * the other groups, exactly once and losing nothing. The commands are in
- * docs/commands.md "Ring"; the consistency argument in docs/design.md
- * "Ring state".
+ * server keeps so that its ring agent can exchange the group's own
+ * accumulated change with the other groups, exactly once and losing
+ * nothing. The commands are in docs/commands.md "Ring commands"; the
+ * consistency argument in docs/design.md "Ring state".
  *
  *   base      the values as of the last take, moved by every received delta:
  *             the group's own accumulated change is exactly values - base.
@@ -25,8 +24,9 @@
  *             past the bound an apply with hops is refused (PS_RING_BACKLOG);
  *             an empty FIFO accepts one delta of any size, so the ring never
  *             stalls on a delta larger than the bound.
- *   join      a new or returning group takes a neighbour's values and mark
- *             table: values and base := the copy, pending and FIFO cleared.
+ *   join      a new or returning group takes a neighbour's copy (its base,
+ *             PS.RING STATE) and mark table: values and base := the copy,
+ *             pending and FIFO cleared.
  *
  * Every operation is a function of the value and its arguments only (the
  * commands replicate verbatim; replicas and AOF replays hold the same bits),
