@@ -109,6 +109,19 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
     return zero_one(c, ring_send(c, key, cmd, len), "RING TRACK");
 }
 
+int psRingUntrack(psClient *c, const char *key) {
+    psi_clear_error(c);
+    if (!key) {
+        psi_set_error(c, PS_ERR_ARG, "psRingUntrack needs a key");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_UNTRACK, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "RING UNTRACK");
+}
+
 int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
     psi_clear_error(c);
     memset(out, 0, sizeof(*out));

@@ -290,6 +290,7 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
         }
         break;
     case PS_WIRE_RING_STATE: put_str(&o, "STATE"); break;
+    case PS_WIRE_RING_UNTRACK: put_str(&o, "UNTRACK"); break;
     default:
         put_str(&o, "JOIN");
         put_str(&o, a->origin);

@@ -135,10 +135,12 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
 #define PS_WIRE_RING_TRACK 0
 #define PS_WIRE_RING_STATE 1
 #define PS_WIRE_RING_JOIN 2
+#define PS_WIRE_RING_UNTRACK 3
 
 /* The arguments of one PS.RING:
  *   PS.RING key TRACK origin [MAXQUEUE bytes] [MAXLAG pushes]
  *   PS.RING key STATE
+ *   PS.RING key UNTRACK
  *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN] */
 typedef struct psWireRing {
     const char *key;

@@ -519,3 +519,37 @@ def test_ring_max_lag_holds_a_group_back(groups, tmp_path):
         want = START[k] - pushed_sum(0, 60, k)
         for s in srv:
             np.testing.assert_array_equal(values(s)[k], want, err_msg=k)
+
+
+def test_ring_group_leaves_for_good(groups, tmp_path):
+    """c leaves gracefully (--leave) once its workers are done: everything it trained reaches
+    a and b exactly, its tracking is dropped, and a and b go on and end exact without it."""
+    srv, spec, new_agent = groups(3)
+    ags = [new_agent(i) for i in range(3)]
+    wait_tracked(srv, "abc")
+    n = 60
+    ps = [Pusher(s.port, g, n) for g, s in enumerate(srv)]
+    for p in ps:
+        p.start()
+    ps[2].join(30)
+    assert ags[2].stop() == 0, ags[2].output()
+    rc, out = run_agent(tmp_path, spec, "c", "--leave")
+    assert rc == 0 and "left the ring" in out, out
+    assert not info(srv[2].client(), "m:w:0").get("ring_origin")
+    psserver.wait_until(lambda: "group c left the ring" in ags[0].output(), timeout=10,
+                        what="a drops c")
+    more = [Pusher(s.port, g + 10, 20) for g, s in enumerate(srv[:2])]
+    for p in more:
+        p.start()
+    for p in ps[:2] + more:
+        p.join(30)
+    for a in ags[:2]:
+        assert a.stop() == 0, a.output()
+    rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+    assert rc == 0 and "values bit-identical" in out, out
+    for k in SHAPES:
+        want = START[k] - sum(pushed_sum(g, n, k) for g in range(3)) - \
+            pushed_sum(10, 20, k) - pushed_sum(11, 20, k)
+        for s in srv[:2]:
+            np.testing.assert_array_equal(values(s)[k], want, err_msg=k)
+    check_accounting(srv[:2], "ab")

@@ -78,6 +78,9 @@ static void usage(FILE *out) {
             "                          (threshold 0), check that the groups agree, exit 0\n"
             "  --barrier-timeout-ms T  give the barrier up after T ms (60000)\n"
             "  --join                  copy the model from a live neighbour, then enter\n"
+            "  --leave                 leave for good: deliver every change of this group\n"
+            "                          straight to every group (threshold 0), then UNTRACK\n"
+            "                          (the others drop it after --dead-after-ms); exit 0\n"
             "  --adapt                 adapt the threshold to the link (raise it when a\n"
             "                          round's sends outlast half the round, lower when idle)\n"
             "  --reorder               ring order from measured RTTs (4..6 groups)\n"
@@ -126,7 +129,7 @@ int main(int argc, char **argv) {
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
            O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
-           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH };
+           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -144,6 +147,7 @@ int main(int argc, char **argv) {
         {"adapt", 0, 0, O_ADAPT},        {"reorder", 0, 0, O_REORDER},
         {"log-json", 1, 0, O_LOGJSON},   {"max-queue", 1, 0, O_MAXQ},
         {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
+        {"leave", 0, 0, O_LEAVE},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -179,6 +183,7 @@ int main(int argc, char **argv) {
         case O_MAXQ: ro.maxqueue = num("--max-queue", optarg, 0, 1L << 40); break;
         case O_MAXLAG: ro.maxlag = num("--max-lag", optarg, 0, 1L << 40); break;
         case O_MESH: ro.mesh = 1; break;
+        case O_LEAVE: ro.leave = 1; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -193,7 +198,8 @@ int main(int argc, char **argv) {
         else if (!ro.keys == !ro.match) why = "give exactly one of --keys and --match";
         else if (o.local || o.upstream || o.name || o.sync || o.status)
             why = "--ring takes no --local/--upstream/--name/--sync/--status (see --help)";
-        else if (ro.barrier && ro.join) why = "--barrier and --join do not go together";
+        else if (ro.barrier + ro.join + ro.leave > 1)
+            why = "give at most one of --barrier, --join and --leave";
         if (why) {
             fprintf(stderr, "ps-relay: %s%s%s (see ps-relay --help)\n", why,
                     optind < argc ? ": " : "", optind < argc ? argv[optind] : "");

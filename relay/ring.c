@@ -674,7 +674,7 @@ static int act_key(ring *r, int gi, int k) {
     ringGroup *me = &r->g[gi];
     ringKey *key = &r->keys[k];
     int L = live_count(r), succ = successor(r, gi);
-    double thr = r->o->barrier ? 0 : r->threshold;
+    double thr = r->o->barrier || r->o->leave ? 0 : r->threshold;
     if (!me->c) return 0;
     psDelta d;
     memset(&d, 0, sizeof(d));
@@ -684,7 +684,7 @@ static int act_key(ring *r, int gi, int k) {
         conn_failed(me);
         return 0;
     }
-    if (rc == 1 && r->o->mesh) {
+    if (rc == 1 && (r->o->mesh || r->o->leave)) {
         /* Mesh: straight to every group; an APPLYDELTA reply (1, or 0 for a
          * repeat) is the proof it is there: acked when all answered. */
         fault_point(r, "take");
@@ -1051,18 +1051,36 @@ int ring_run(const ringOpts *o) {
         r->round++;
         r->round_send_s = 0;
         probe_all(r);
+        if (o->leave) {
+            /* Leaving: done once this group has nothing pending or
+             * accumulated (every group has all of its change). What its
+             * forward queue still holds is dropped with the tracking: those
+             * deltas' origins still wait for the groups that lack them and
+             * send them straight there once this group is out. */
+            const ringGroup *me = &r->g[r->self];
+            int empty = me->c != NULL;
+            for (int k = 0; k < r->nkeys && empty; k++) {
+                psKeyInfo ki;
+                if (psInfo(me->c, r->keys[k].name, &ki) != PS_OK || ki.ring_pending_seq ||
+                    ki.ring_accumulated)
+                    empty = 0;
+            }
+            if (empty && ++quiet >= 2) break;
+            if (!empty) quiet = 0;
+        }
         if (o->barrier && drained(r)) {
             /* Twice in a row: the first drained probe may predate a send of
              * this agent's own last round. */
             if (++quiet >= 2) break;
-        } else {
+        } else if (o->barrier) {
             quiet = 0;
         }
-        if (o->barrier && t0 > barrier_end) {
-            say(r, "--barrier: not drained after %ld ms", o->barrier_timeout_ms);
+        if ((o->barrier || o->leave) && t0 > barrier_end) {
+            say(r, "%s: not drained after %ld ms", o->barrier ? "--barrier" : "--leave",
+                o->barrier_timeout_ms);
             goto out;
         }
-        if (Stop && !o->barrier) break;
+        if (Stop && !o->barrier && !o->leave) break;
         int work = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
@@ -1078,17 +1096,27 @@ int ring_run(const ringOpts *o) {
             progress(r, "");
             r->last_progress_ms = now;
         }
-        if (Stop && o->barrier) {
-            say(r, "--barrier interrupted");
+        if (Stop && (o->barrier || o->leave)) {
+            say(r, "%s interrupted", o->barrier ? "--barrier" : "--leave");
             goto out;
         }
         /* A round that acknowledged or forwarded something is followed at
          * once (a tenth of the period): its workers may be waiting on the lag
          * bound, and the next hop on this forward queue. */
         long long left = (work ? o->every_ms / 10 : o->every_ms) - (mono_ms() - t0);
-        if (left > 0 && !(o->barrier && quiet)) sleep_ms(left);
+        if (left > 0 && !((o->barrier || o->leave) && quiet)) sleep_ms(left);
     }
     progress(r, o->barrier ? "drained after " : "stopped after ");
+    if (o->leave) {
+        for (int k = 0; k < r->nkeys; k++)
+            if (psRingUntrack(r->g[r->self].c, r->keys[k].name) == PS_ERR) {
+                say(r, "PS.RING %s UNTRACK: %s", r->keys[k].name, r->g[r->self].c->errstr);
+                goto out;
+            }
+        printf("[ring %s] left the ring: every change of this group delivered, tracking "
+               "dropped\n", o->self);
+        event(r, "left", "");
+    }
     if (o->barrier) {
         int differ = compare_groups(r);
         printf("[ring %s] barrier done: every live group drained, %s\n", o->self,

@@ -44,6 +44,7 @@ typedef struct ringOpts {
     int mesh;                /* send each take straight to every group (no forwarding) */
     int barrier;             /* ship every remaining delta of every group, then exit 0 */
     int join;                /* copy the model from a live neighbour, then enter the ring */
+    int leave;               /* ship this group's change to everyone, then UNTRACK and exit */
     int adapt;               /* adapt the threshold to the link (Gaia-style) */
     int reorder;             /* ring order by measured RTTs (G <= 6) */
     const char *log_json;    /* append one JSON line per event to this file */

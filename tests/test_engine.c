@@ -390,6 +390,9 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     a.op = PS_WIRE_RING_STATE;
     const char *st[] = {"PS.RING", "m:w:0", "STATE"};
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 3, st, NULL);
+    a.op = PS_WIRE_RING_UNTRACK;
+    const char *un[] = {"PS.RING", "m:w:0", "UNTRACK"};
+    expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 3, un, NULL);
     /* JOIN with a values blob holding a 0 byte and a CR, and two FROM pairs */
     const float vals[3] = {0.0f, 1.5f, -2.25f};
     const char *names[2] = {"a", "b.2"};

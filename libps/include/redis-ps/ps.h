@@ -737,6 +737,10 @@ typedef struct psDelta {
 int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue,
                 int64_t maxlag);
 
+/* PS.RING key UNTRACK: the group leaves the ring for good (its ring state
+ * dropped, values kept). 1 (dropped), 0 (was not tracked) or PS_ERR. */
+int psRingUntrack(psClient *c, const char *key);
+
 /* PS.RING key STATE into *out (free with psRingStateFree). 'n' > 0: the
  * values must have n elements. PS_OK or PS_ERR. */
 int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out);
