@@ -15,7 +15,9 @@
     X(ids_pulled) X(evicted_ttl) X(evicted_capacity) X(evicted_explicit) X(accum_pushes)           \
     X(pending_pushes) X(relay_seq) X(takes) X(take_acks) X(max_backlog) X(backlog)                 \
     X(backlog_refusals) X(pending_parts) X(relay_takes) X(relay_rounds) X(relay_forwarded)         \
-    X(relay_round_min) X(relay_round_max)
+    X(relay_round_min) X(relay_round_max) X(ring_take_seq) X(ring_pending_seq)                     \
+    X(ring_pending_elems) X(ring_accumulated) X(ring_fwd_entries) X(ring_fwd_bytes)                \
+    X(ring_maxqueue) X(ring_applied) X(ring_maxlag) X(ring_lag) X(ring_lag_refusals)
 
 static const struct {
     const char *name;
@@ -61,6 +63,13 @@ int psInfoParse(const redisReply *r, psKeyInfo *out) {
         } else if (!strcmp(name, "dim") && v->type == REDIS_REPLY_INTEGER) {
             out->dim = (int)v->integer;
             have |= HAVE_DIM;
+        } else if (!strcmp(name, "ring_origin")) {
+            if (v->type != REDIS_REPLY_NIL &&
+                (str_value(v, out->ring_origin, sizeof(out->ring_origin)) ||
+                 v->len > PS_RING_ORIGIN_MAX))
+                return PS_ERR;
+        } else if (!strcmp(name, "ring_origins")) {
+            if (psi_ring_origins(v, out->ring_origins, &out->ring_norigins) != 0) return PS_ERR;
         } else if (!strcmp(name, "maxstaleness") && v->type == REDIS_REPLY_INTEGER) {
             out->maxstaleness = v->integer;
         } else if (!strcmp(name, "lr")) {

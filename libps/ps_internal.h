@@ -280,4 +280,8 @@ uint64_t psi_push_rollback(psClient *c, int node, const char *key, const char *e
                            uint64_t sent, int has_acked, uint64_t acked, char *msg,
                            size_t msglen);
 
+/* ring.c: parses an origins table ([[name, hwm, applied], ...], at most
+ * PS_RING_MAX_ORIGINS rows) into 'rows' / '*n'. 0, or -1 when malformed. */
+int psi_ring_origins(const redisReply *v, psRingOrigin *rows, size_t *n);
+
 #endif /* PS_INTERNAL_H */

@@ -328,3 +328,119 @@ int ps_wire_tombstones_argv(const char *key, size_t keylen, uint64_t cursor, uin
 #undef STR_
 #undef ARG_
 }
+
+/* ---- the ring (issue #22, ring.c) -------------------------------------- */
+
+/* "%.17g" of a double: round-trips exactly through the server's strtod. */
+static void put_double(out *o, double v) {
+    char b[40];
+    int k = snprintf(b, sizeof(b), "%.17g", v);
+    put_arg(o, b, (size_t)k);
+}
+
+size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    size_t argc = 3;
+    if (a->op == PS_WIRE_RING_TRACK) argc += 1 + (a->maxqueue >= 0 ? 2 : 0) + (a->maxlag >= 0 ? 2 : 0);
+    else if (a->op == PS_WIRE_RING_JOIN) argc += 2 + 3 * a->nfrom + (a->keepown ? 1 : 0);
+    put_header(&o, '*', argc);
+    put_str(&o, "PS.RING");
+    put_arg(&o, a->key, a->keylen);
+    switch (a->op) {
+    case PS_WIRE_RING_TRACK:
+        put_str(&o, "TRACK");
+        put_str(&o, a->origin);
+        if (a->maxqueue >= 0) {
+            put_str(&o, "MAXQUEUE");
+            put_u64(&o, (uint64_t)a->maxqueue);
+        }
+        if (a->maxlag >= 0) {
+            put_str(&o, "MAXLAG");
+            put_u64(&o, (uint64_t)a->maxlag);
+        }
+        break;
+    case PS_WIRE_RING_STATE: put_str(&o, "STATE"); break;
+    case PS_WIRE_RING_UNTRACK: put_str(&o, "UNTRACK"); break;
+    default:
+        put_str(&o, "JOIN");
+        put_str(&o, a->origin);
+        put_arg(&o, (const char *)(const void *)a->values, a->nvalues * sizeof(float));
+        for (size_t i = 0; i < a->nfrom; i++) {
+            put_str(&o, "FROM");
+            put_str(&o, a->from_origin[i]);
+            put_u64(&o, a->from_seq[i]);
+        }
+        if (a->keepown) put_str(&o, "KEEPOWN");
+        break;
+    }
+    return o.len;
+}
+
+size_t ps_wire_delta_take(const char *key, size_t keylen, uint64_t seqfloor, double threshold,
+                          uint64_t maxelems, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 2 + (seqfloor ? 2 : 0) + (threshold > 0 ? 2 : 0) + (maxelems ? 2 : 0));
+    put_str(&o, "PS.DELTATAKE");
+    put_arg(&o, key, keylen);
+    if (seqfloor) {
+        put_str(&o, "SEQFLOOR");
+        put_u64(&o, seqfloor);
+    }
+    if (threshold > 0) {
+        put_str(&o, "THRESHOLD");
+        put_double(&o, threshold);
+    }
+    if (maxelems) {
+        put_str(&o, "MAXELEMS");
+        put_u64(&o, maxelems);
+    }
+    return o.len;
+}
+
+size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 3);
+    put_str(&o, "PS.DELTAACK");
+    put_arg(&o, key, keylen);
+    put_u64(&o, seq);
+    return o.len;
+}
+
+size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                           const uint32_t *idx, const float *vals, size_t count, int64_t hops,
+                           char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 7 + (hops >= 0 ? 2 : 0));
+    put_str(&o, "PS.APPLYDELTA");
+    put_arg(&o, key, keylen);
+    put_str(&o, "ID");
+    put_str(&o, origin);
+    put_u64(&o, seq);
+    /* little-endian host (codec.h) */
+    put_arg(&o, (const char *)(const void *)idx, count * sizeof(uint32_t));
+    put_arg(&o, (const char *)(const void *)vals, count * sizeof(float));
+    if (hops >= 0) {
+        put_str(&o, "HOPS");
+        put_u64(&o, (uint64_t)hops);
+    }
+    return o.len;
+}
+
+size_t ps_wire_delta_fwd(const char *key, size_t keylen, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 2);
+    put_str(&o, "PS.DELTAFWD");
+    put_arg(&o, key, keylen);
+    return o.len;
+}
+
+size_t ps_wire_delta_fwdack(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                            char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 4);
+    put_str(&o, "PS.DELTAFWDACK");
+    put_arg(&o, key, keylen);
+    put_str(&o, origin);
+    put_u64(&o, seq);
+    return o.len;
+}

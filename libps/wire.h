@@ -149,4 +149,57 @@ int ps_wire_scanrows_argv(const char *key, size_t keylen, uint64_t cursor, uint6
 int ps_wire_tombstones_argv(const char *key, size_t keylen, uint64_t cursor, uint64_t since,
                             uint64_t count, char *numbuf, const char **argv, size_t *argl);
 
+/* ---- the ring (issue #22; ring.c) ------------------------------------
+ * Each encoder writes the whole command, blobs included, into 'buf' (room
+ * 'cap') and returns its length, or the length needed when it exceeds
+ * 'cap' (nothing useful written then). */
+
+#define PS_WIRE_RING_TRACK 0
+#define PS_WIRE_RING_STATE 1
+#define PS_WIRE_RING_JOIN 2
+#define PS_WIRE_RING_UNTRACK 3
+
+/* The arguments of one PS.RING:
+ *   PS.RING key TRACK origin [MAXQUEUE bytes] [MAXLAG pushes]
+ *   PS.RING key STATE
+ *   PS.RING key UNTRACK
+ *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN] */
+typedef struct psWireRing {
+    const char *key;
+    size_t keylen;
+    int op;                      /* PS_WIRE_RING_* */
+    const char *origin;          /* TRACK, JOIN: NUL-terminated */
+    int64_t maxqueue;            /* TRACK: MAXQUEUE (< 0: left out) */
+    int64_t maxlag;              /* TRACK: MAXLAG (< 0: left out) */
+    const float *values;         /* JOIN: the values blob */
+    size_t nvalues;
+    const char *const *from_origin; /* JOIN: the FROM pairs */
+    const uint64_t *from_seq;
+    size_t nfrom;
+    int keepown;                 /* JOIN: send KEEPOWN (keep the group's own change) */
+} psWireRing;
+
+size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap);
+
+/* PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m]: each option is
+ * left out when 0. */
+size_t ps_wire_delta_take(const char *key, size_t keylen, uint64_t seqfloor, double threshold,
+                          uint64_t maxelems, char *buf, size_t cap);
+
+/* PS.DELTAACK key seq */
+size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap);
+
+/* PS.APPLYDELTA key ID origin seq idxblob valblob [HOPS h] ('count' u32
+ * indices and F32 values; HOPS left out when 'hops' < 0). */
+size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                           const uint32_t *idx, const float *vals, size_t count, int64_t hops,
+                           char *buf, size_t cap);
+
+/* PS.DELTAFWD key */
+size_t ps_wire_delta_fwd(const char *key, size_t keylen, char *buf, size_t cap);
+
+/* PS.DELTAFWDACK key origin seq */
+size_t ps_wire_delta_fwdack(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                            char *buf, size_t cap);
+
 #endif /* PS_WIRE_H */

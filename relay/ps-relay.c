@@ -6,6 +6,9 @@
  *            [--pull-ms P] [--poll-ms P] [--progress-ms P]
  *            [--max-backlog B] [--max-round R]
  *   ps-relay --status --local HOST:PORT (--keys K1,K2 | --match PATTERN)
+ *   ps-relay --ring NAME=HOST:PORT,... --self NAME (--keys K1,K2 | --match PATTERN)
+ *            [--threshold R] [--every-ms T] [--dead-after-ms D] [--barrier] [--join]
+ *            [--adapt] [--reorder] [--log-json FILE] [--max-queue B]   (ring.h)
  *
  * Exit codes: 0 stopped by SIGINT/SIGTERM after forwarding what was summed,
  * 1 runtime failure, 2 usage error or tensors that do not fit. */
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "relay.h"
+#include "ring.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -60,6 +64,34 @@ static void usage(FILE *out) {
             "                          upstream pushes, gradients, smallest and largest push,\n"
             "                          backlog) and exit; needs --local and --keys or --match\n"
             "  --progress-ms P         progress line every P ms (2000; 0: none)\n\n"
+            "Ring mode (docs/design.md \"Ring topology\"): one agent per group exchanges the\n"
+            "group's accumulated parameter change with the other groups around a ring:\n"
+            "  --ring N=H:P,...        the groups in ring order, each name=its server (a Redis\n"
+            "                          Cluster: name=seed1+seed2+...; then --keys)\n"
+            "  --self NAME             this agent's group (one of --ring)\n"
+            "  --keys / --match        the tensors (--match: SCAN on this group's server)\n"
+            "  --threshold R           send an element when |change| > R * |value| (0.01;\n"
+            "                          0: every change); the rest stays accumulated\n"
+            "  --every-ms T            round period (100)\n"
+            "  --dead-after-ms D       a group unreachable for D ms leaves the ring (3000)\n"
+            "  --barrier               ship every remaining delta of every live group\n"
+            "                          (threshold 0), check that the groups agree, exit 0\n"
+            "  --barrier-timeout-ms T  give the barrier up after T ms (60000)\n"
+            "  --join                  copy the model from a live neighbour, then enter\n"
+            "  --leave                 leave for good: deliver every change of this group\n"
+            "                          straight to every group (threshold 0), then UNTRACK\n"
+            "                          (the others drop it after --dead-after-ms); exit 0\n"
+            "  --adapt                 adapt the threshold to the link (raise it when a\n"
+            "                          round's sends outlast half the round, lower when idle)\n"
+            "  --reorder               ring order from measured RTTs (4..6 groups)\n"
+            "  --max-queue B           MAXQUEUE of this group's forward queue (module default)\n"
+            "  --max-lag N             MAXLAG: this group's workers wait (BACKLOG) once N of\n"
+            "                          their pushes per key are in no acknowledged take (16;\n"
+            "                          0: no bound): how far a group runs ahead of the others\n"
+            "  --mesh                  send each take straight to every group and acknowledge\n"
+            "                          it on their replies (no forwarding, no polling: one hop)\n"
+            "  --log-json FILE         append one JSON line per event (start, group_dead,\n"
+            "                          group_live, threshold, order, link, progress, ...)\n\n"
             "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
             "docs/operations.md (\"A relay\").\n");
 }
@@ -76,12 +108,28 @@ static long num(const char *flag, const char *s, long lo, long hi) {
     return v;
 }
 
+/* Strict number in [lo, hi]; exits 2 otherwise. */
+static double fnum(const char *flag, const char *s, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "ps-relay: %s: '%s' is not a number in [%g, %g]\n", flag, s, lo, hi);
+        exit(2);
+    }
+    return v;
+}
+
 int main(int argc, char **argv) {
+    ringOpts ro = {.threshold = 0.01, .dead_ms = 3000, .barrier_timeout_ms = 60000,
+                   .maxqueue = -1, .maxlag = 16};
+    int ring = 0;
     relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 100,
                    .progress_ms = 2000, .max_backlog = -1, .max_round = -1};
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
-           O_HELP };
+           O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
+           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -92,7 +140,14 @@ int main(int argc, char **argv) {
         {"pull-ms", 1, 0, O_PULL},       {"poll-ms", 1, 0, O_POLL},
         {"progress-ms", 1, 0, O_PROGRESS}, {"help", 0, 0, O_HELP},
         {"max-backlog", 1, 0, O_MAXBL},  {"max-round", 1, 0, O_MAXROUND},
-        {"status", 0, 0, O_STATUS},
+        {"status", 0, 0, O_STATUS},      {"ring", 1, 0, O_RING},
+        {"self", 1, 0, O_SELF},          {"threshold", 1, 0, O_THR},
+        {"dead-after-ms", 1, 0, O_DEAD}, {"barrier", 0, 0, O_BARRIER},
+        {"barrier-timeout-ms", 1, 0, O_BTO}, {"join", 0, 0, O_JOIN},
+        {"adapt", 0, 0, O_ADAPT},        {"reorder", 0, 0, O_REORDER},
+        {"log-json", 1, 0, O_LOGJSON},   {"max-queue", 1, 0, O_MAXQ},
+        {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
+        {"leave", 0, 0, O_LEAVE},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -115,12 +170,43 @@ int main(int argc, char **argv) {
         case O_MAXBL: o.max_backlog = num("--max-backlog", optarg, 0, 1L << 40); break;
         case O_MAXROUND: o.max_round = num("--max-round", optarg, 0, 1L << 40); break;
         case O_STATUS: o.status = 1; break;
+        case O_RING: ring = 1, ro.ring = optarg; break;
+        case O_SELF: ro.self = optarg; break;
+        case O_THR: ro.threshold = fnum("--threshold", optarg, 0, 1e6); break;
+        case O_DEAD: ro.dead_ms = num("--dead-after-ms", optarg, 1, 1L << 30); break;
+        case O_BARRIER: ro.barrier = 1; break;
+        case O_BTO: ro.barrier_timeout_ms = num("--barrier-timeout-ms", optarg, 1, 1L << 30); break;
+        case O_JOIN: ro.join = 1; break;
+        case O_ADAPT: ro.adapt = 1; break;
+        case O_REORDER: ro.reorder = 1; break;
+        case O_LOGJSON: ro.log_json = optarg; break;
+        case O_MAXQ: ro.maxqueue = num("--max-queue", optarg, 0, 1L << 40); break;
+        case O_MAXLAG: ro.maxlag = num("--max-lag", optarg, 0, 1L << 40); break;
+        case O_MESH: ro.mesh = 1; break;
+        case O_LEAVE: ro.leave = 1; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
     }
     const char *why = NULL;
+    if (ring) {
+        ro.keys = o.keys, ro.match = o.match;
+        ro.every_ms = o.every_ms, ro.progress_ms = o.progress_ms;
+        if (optind < argc) why = "unexpected argument";
+        else if (!ro.self || !*ro.self) why = "--ring needs --self NAME";
+        else if (!ro.keys == !ro.match) why = "give exactly one of --keys and --match";
+        else if (o.local || o.upstream || o.name || o.sync || o.status)
+            why = "--ring takes no --local/--upstream/--name/--sync/--status (see --help)";
+        else if (ro.barrier + ro.join + ro.leave > 1)
+            why = "give at most one of --barrier, --join and --leave";
+        if (why) {
+            fprintf(stderr, "ps-relay: %s%s%s (see ps-relay --help)\n", why,
+                    optind < argc ? ": " : "", optind < argc ? argv[optind] : "");
+            return 2;
+        }
+        return ring_run(&ro);
+    }
     if (optind < argc) why = "unexpected argument";
     else if (!o.local) why = "--local is required";
     else if (!o.upstream && !o.status) why = "--upstream is required";

@@ -337,6 +337,17 @@ int psCommandBatchArgv(psClient *c, int n, const char *const *keys, const int *a
  * Key information (PS.INFO)
  * ------------------------------------------------------------------------ */
 
+/* An origin's row of a ring tensor's table (PS.RING STATE, PS.INFO
+ * ring_origins): the highest seq of that origin's deltas applied here and
+ * how many were applied. */
+#define PS_RING_MAX_ORIGINS 64  /* origins one ring tensor may hear from */
+#define PS_RING_ORIGIN_MAX 64   /* bytes of an origin (group) name */
+typedef struct psRingOrigin {
+    char name[PS_RING_ORIGIN_MAX + 1];
+    uint64_t hwm;
+    uint64_t applied;
+} psRingOrigin;
+
 /* What PS.INFO answers about one key (docs/commands.md "PS.INFO"): a tensor
  * (one partition of a model) or an embedding table (one shard). Fields the
  * reply does not carry stay 0 (e.g. the table fields of a tensor). */
@@ -364,6 +375,14 @@ typedef struct psKeyInfo {
     /* persisted round counters: takes, upstream pushes (parts) acknowledged, the
      * gradients they carried, the fewest and most per upstream push */
     uint64_t relay_takes, relay_rounds, relay_forwarded, relay_round_min, relay_round_max;
+    /* ring-tracked tensor (PS.RING TRACK; docs/commands.md "PS.RING") */
+    char ring_origin[PS_RING_ORIGIN_MAX + 1]; /* "" when not tracked */
+    uint64_t ring_take_seq, ring_pending_seq, ring_pending_elems, ring_accumulated;
+    uint64_t ring_fwd_entries, ring_fwd_bytes, ring_maxqueue, ring_applied;
+    uint64_t ring_maxlag, ring_lag, ring_lag_refusals; /* MAXLAG: own pushes not yet in an
+                                 acknowledged take, and the pushes refused at the bound */
+    size_t ring_norigins;
+    psRingOrigin ring_origins[PS_RING_MAX_ORIGINS];
 } psKeyInfo;
 
 /* PS.INFO 'key' into '*out' (routed by the key, with the usual retries).
@@ -705,6 +724,91 @@ int psAccumMirror(psClient *c, psAccumItem *items, size_t n);
 
 /* Frees what the items keep from their last call (the take's sum). */
 void psAccumItemsRelease(psAccumItem *items, size_t n);
+
+/* ------------------------------------------------------------------------
+ * Ring: groups that train against their own server and exchange their
+ * accumulated parameter change around a ring (ps-relay --ring; docs/design.md
+ * "Ring topology"). One key per call; each call is one command routed by
+ * the key, with the usual retries. Replies are checked against the sizes
+ * given (a reply of another shape is PS_ERR_PROTOCOL).
+ * ------------------------------------------------------------------------ */
+
+/* PS.RING key STATE, read atomically: what a joining group copies. */
+typedef struct psRingSnapshot {
+    float *values;            /* malloc'd (psRingStateFree), n floats: a tracked tensor's
+                                 base (its values minus the group's own change not yet
+                                 taken), an untracked one's values */
+    size_t n;
+    uint64_t version;
+    char origin[PS_RING_ORIGIN_MAX + 1]; /* "" when the tensor is not tracked */
+    size_t norigins;          /* the marks: first the group's own origin at its take_seq
+                                 (applied 0), then every origin it applied deltas of */
+    psRingOrigin origins[PS_RING_MAX_ORIGINS];
+} psRingSnapshot;
+
+/* A delta: this group's own take (psDeltaTake) or the oldest entry of the
+ * forward queue (psDeltaFwd). idx/vals stay valid until psDeltaRelease(). */
+typedef struct psDelta {
+    char origin[PS_RING_ORIGIN_MAX + 1]; /* fwd: whose delta; take: "" */
+    uint64_t seq;
+    uint64_t count;           /* elements (>= 1) */
+    const uint32_t *idx;      /* ascending element indices */
+    const float *vals;        /* their changes */
+    uint64_t hops;            /* fwd: hops left */
+    uint64_t accumulated;     /* take: nonzero elements still accumulated */
+    void *priv_;
+} psDelta;
+
+/* PS.RING key TRACK origin [MAXQUEUE maxqueue] [MAXLAG maxlag] (each left
+ * out when < 0). Returns 1 (turned on), 0 (already on with this origin;
+ * the options updated) or PS_ERR. */
+int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue,
+                int64_t maxlag);
+
+/* PS.RING key UNTRACK: the group leaves the ring for good (its ring state
+ * dropped, values kept). 1 (dropped), 0 (was not tracked) or PS_ERR. */
+int psRingUntrack(psClient *c, const char *key);
+
+/* PS.RING key STATE into *out (free with psRingStateFree). 'n' > 0: the
+ * values must have n elements. PS_OK or PS_ERR. */
+int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out);
+void psRingStateFree(psRingSnapshot *s);
+
+/* PS.RING key JOIN origin values [FROM name hwm]... [KEEPOWN] (the 'nfrom'
+ * rows of 'from'; KEEPOWN when 'keepown': the group's own change not yet
+ * taken, and a pending take nobody has, stay its own on top of 'values').
+ * PS_OK or PS_ERR. */
+int psRingJoin(psClient *c, const char *key, const char *origin, const float *values, size_t n,
+               const psRingOrigin *from, size_t nfrom, int keepown);
+
+/* (A psDelta must be zeroed before its first use: each call releases what
+ * it held.)
+ * PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m] (each left out
+ * when 0) on a tensor of 'n' elements. Returns 1 with *out the pending take
+ * (a new one, or the one not yet acknowledged), 0 when nothing is
+ * significant, or PS_ERR. */
+int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, double threshold,
+                uint64_t maxelems, psDelta *out);
+
+/* PS.DELTAACK key seq: 1 (the pending take dropped), 0 (not pending), PS_ERR. */
+int psDeltaAck(psClient *c, const char *key, uint64_t seq);
+
+/* PS.APPLYDELTA key ID origin seq idx vals [HOPS hops] (hops < 0: left
+ * out): 1 applied, 0 already applied here or this group's own, PS_ERR
+ * (a full forward queue answers BACKLOG, which is retried within the
+ * client's retry budget). */
+int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
+                 const uint32_t *idx, const float *vals, size_t count, int64_t hops);
+
+/* PS.DELTAFWD key on a tensor of 'n' elements: 1 with *out the oldest
+ * forward-queue entry, 0 when the queue is empty, PS_ERR. */
+int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out);
+
+/* PS.DELTAFWDACK key origin seq: 1 (popped), 0 (not the oldest), PS_ERR. */
+int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq);
+
+/* Frees what a psDelta keeps. Zeroed or released deltas are fine. */
+void psDeltaRelease(psDelta *d);
 
 /* ------------------------------------------------------------------------
  * Scoring (serving the LR / FM models ps-train trains)

@@ -1,0 +1,317 @@
+/* ring.c -- the ring's commands (ps.h "Ring"): PS.RING TRACK / STATE /
+ * JOIN, PS.DELTATAKE, PS.DELTAACK, PS.APPLYDELTA, PS.DELTAFWD and
+ * PS.DELTAFWDACK. Each call encodes its command with wire.c's encoder,
+ * sends it routed by the key through the engine (retries, redirects) and
+ * checks the reply's shape against the sizes it was given. */
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ps_internal.h"
+#include "raw.h"
+#include "wire.h"
+
+/* Encodes with 'call' twice (length, then into the buffer) into *cmd. */
+#define RING_ENCODE(cmd, len, call)                                                          \
+    do {                                                                                     \
+        char *buf = NULL;                                                                    \
+        size_t cap = 0;                                                                      \
+        (len) = call;                                                                        \
+        if ((buf = malloc((len) ? (len) : 1)) != NULL) {                                     \
+            cap = (len);                                                                     \
+            (len) = call;                                                                    \
+        }                                                                                    \
+        (cmd) = buf;                                                                         \
+    } while (0)
+
+/* Sends 'cmd' (malloc'd, freed here) routed by 'key'. Returns the reply, or
+ * NULL with c->err set; an error reply is turned into NULL + PS_ERR_SERVER. */
+static redisReply *ring_send(psClient *c, const char *key, char *cmd, size_t len) {
+    if (!cmd) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return NULL;
+    }
+    psRawReq q;
+    psi_raw_init(&q, key, cmd, len);
+    psi_raw_run(c, &q, 1);
+    free(cmd);
+    redisReply *r = q.reply;
+    if (!r) {
+        if (!c->err) psi_set_error(c, PS_ERR_OTHER, "no reply to %s", key);
+        return NULL;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        psi_set_error(c, PS_ERR_SERVER, "%s", r->str);
+        freeReplyObject(r);
+        return NULL;
+    }
+    return r;
+}
+
+static int is_int(const redisReply *r) { return r && r->type == REDIS_REPLY_INTEGER; }
+static int is_str(const redisReply *r) { return r && r->type == REDIS_REPLY_STRING; }
+
+static int bad_reply(psClient *c, redisReply *r, const char *cmd) {
+    psi_set_error(c, PS_ERR_PROTOCOL, "unexpected PS.%s reply", cmd);
+    if (r) freeReplyObject(r);
+    return PS_ERR;
+}
+
+/* An integer reply of 0 or 1 as the call's answer. */
+static int zero_one(psClient *c, redisReply *r, const char *cmd) {
+    if (!r) return PS_ERR;
+    if (!is_int(r) || (r->integer != 0 && r->integer != 1)) return bad_reply(c, r, cmd);
+    int v = (int)r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static int name_ok(const char *s) { return s && *s && strlen(s) <= PS_RING_ORIGIN_MAX; }
+
+static int copy_name(char *dst, const redisReply *v) {
+    if (!is_str(v) && (!v || v->type != REDIS_REPLY_STATUS)) return -1;
+    if (v->len < 1 || v->len > PS_RING_ORIGIN_MAX || memchr(v->str, 0, v->len)) return -1;
+    memcpy(dst, v->str, v->len);
+    dst[v->len] = '\0';
+    return 0;
+}
+
+int psi_ring_origins(const redisReply *v, psRingOrigin *rows, size_t *n) {
+    *n = 0;
+    if (!v || v->type != REDIS_REPLY_ARRAY || v->elements > PS_RING_MAX_ORIGINS) return -1;
+    for (size_t i = 0; i < v->elements; i++) {
+        const redisReply *e = v->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 3 || !is_int(e->element[1]) ||
+            !is_int(e->element[2]) || e->element[1]->integer < 0 || e->element[2]->integer < 0 ||
+            copy_name(rows[i].name, e->element[0]))
+            return -1;
+        rows[i].hwm = (uint64_t)e->element[1]->integer;
+        rows[i].applied = (uint64_t)e->element[2]->integer;
+    }
+    *n = v->elements;
+    return 0;
+}
+
+int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxqueue,
+                int64_t maxlag) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin)) {
+        psi_set_error(c, PS_ERR_ARG, "psRingTrack needs a key and an origin of 1..%d bytes",
+                      PS_RING_ORIGIN_MAX);
+        return PS_ERR;
+    }
+    psWireRing a = {key,  strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, maxlag, NULL, 0,
+                    NULL, NULL, 0, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "RING TRACK");
+}
+
+int psRingUntrack(psClient *c, const char *key) {
+    psi_clear_error(c);
+    if (!key) {
+        psi_set_error(c, PS_ERR_ARG, "psRingUntrack needs a key");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_UNTRACK, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "RING UNTRACK");
+}
+
+int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
+    psi_clear_error(c);
+    memset(out, 0, sizeof(*out));
+    if (!key) {
+        psi_set_error(c, PS_ERR_ARG, "psRingState needs a key");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || !is_str(r->element[0]) ||
+        r->element[0]->len % sizeof(float) || (n && r->element[0]->len != n * sizeof(float)) ||
+        !is_int(r->element[1]) || r->element[1]->integer < 0 ||
+        (r->element[2]->type != REDIS_REPLY_NIL && copy_name(out->origin, r->element[2])) ||
+        psi_ring_origins(r->element[3], out->origins, &out->norigins) != 0)
+        return bad_reply(c, r, "RING STATE");
+    out->n = r->element[0]->len / sizeof(float);
+    out->version = (uint64_t)r->element[1]->integer;
+    out->values = malloc(out->n ? out->n * sizeof(float) : 1);
+    if (!out->values) {
+        freeReplyObject(r);
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return PS_ERR;
+    }
+    memcpy(out->values, r->element[0]->str, out->n * sizeof(float));
+    freeReplyObject(r);
+    return PS_OK;
+}
+
+void psRingStateFree(psRingSnapshot *s) {
+    if (!s) return;
+    free(s->values);
+    s->values = NULL;
+    s->n = 0;
+}
+
+int psRingJoin(psClient *c, const char *key, const char *origin, const float *values, size_t n,
+               const psRingOrigin *from, size_t nfrom, int keepown) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin) || !values || n == 0 || nfrom > PS_RING_MAX_ORIGINS ||
+        (nfrom && !from)) {
+        psi_set_error(c, PS_ERR_ARG, "psRingJoin needs a key, an origin, values and at most %d "
+                      "origins", PS_RING_MAX_ORIGINS);
+        return PS_ERR;
+    }
+    const char *names[PS_RING_MAX_ORIGINS];
+    uint64_t seqs[PS_RING_MAX_ORIGINS];
+    for (size_t i = 0; i < nfrom; i++) {
+        names[i] = from[i].name;
+        seqs[i] = from[i].hwm;
+    }
+    psWireRing a = {key,   strlen(key), PS_WIRE_RING_JOIN, origin, -1, -1, values, n, names,
+                    seqs,  nfrom,       keepown != 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (!is_int(r)) return bad_reply(c, r, "RING JOIN");
+    freeReplyObject(r);
+    return PS_OK;
+}
+
+/* Checks 'count' ascending indices < n and the blobs' sizes. */
+static int delta_ok(const redisReply *ib, const redisReply *vb, uint64_t count, size_t n) {
+    if (!is_str(ib) || !is_str(vb) || count < 1 || count > n ||
+        ib->len != count * sizeof(uint32_t) || vb->len != count * sizeof(float))
+        return 0;
+    uint32_t prev = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        uint32_t x;
+        memcpy(&x, ib->str + i * sizeof(x), sizeof(x));
+        if (x >= n || (i && x <= prev)) return 0;
+        prev = x;
+    }
+    /* The blobs are bulk strings in hiredis buffers: malloc'd, so aligned
+     * for uint32_t and float. */
+    return 1;
+}
+
+int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, double threshold,
+                uint64_t maxelems, psDelta *out) {
+    psi_clear_error(c);
+    psDeltaRelease(out);
+    memset(out, 0, sizeof(*out));
+    if (!key || n == 0 || !(threshold >= 0)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaTake needs a key, n > 0 and a threshold >= 0");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len,
+                ps_wire_delta_take(key, strlen(key), seqfloor, threshold, maxelems, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (is_int(r) && r->integer == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || !is_int(r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[4]) || r->element[0]->integer < 1 ||
+        r->element[4]->integer < 0 ||
+        !delta_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, n))
+        return bad_reply(c, r, "DELTATAKE");
+    out->seq = (uint64_t)r->element[0]->integer;
+    out->count = (uint64_t)r->element[1]->integer;
+    out->idx = (const uint32_t *)(const void *)r->element[2]->str;
+    out->vals = (const float *)(const void *)r->element[3]->str;
+    out->accumulated = (uint64_t)r->element[4]->integer;
+    out->priv_ = r;
+    return 1;
+}
+
+int psDeltaAck(psClient *c, const char *key, uint64_t seq) {
+    psi_clear_error(c);
+    if (!key) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaAck needs a key");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_delta_ack(key, strlen(key), seq, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "DELTAACK");
+}
+
+int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
+                 const uint32_t *idx, const float *vals, size_t count, int64_t hops) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin) || count == 0 || !idx || !vals) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaApply needs a key, an origin and count >= 1");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_apply_delta(key, strlen(key), origin, seq, idx, vals, count,
+                                              hops, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "APPLYDELTA");
+}
+
+int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out) {
+    psi_clear_error(c);
+    psDeltaRelease(out);
+    memset(out, 0, sizeof(*out));
+    if (!key || n == 0) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaFwd needs a key and n > 0");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_delta_fwd(key, strlen(key), buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || copy_name(out->origin, r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
+        r->element[2]->integer < 0 || !is_str(r->element[3]) ||
+        !delta_ok(r->element[3], r->element[4], r->element[3]->len / sizeof(uint32_t), n))
+        return bad_reply(c, r, "DELTAFWD");
+    out->seq = (uint64_t)r->element[1]->integer;
+    out->hops = (uint64_t)r->element[2]->integer;
+    out->count = r->element[3]->len / sizeof(uint32_t);
+    out->idx = (const uint32_t *)(const void *)r->element[3]->str;
+    out->vals = (const float *)(const void *)r->element[4]->str;
+    out->priv_ = r;
+    return 1;
+}
+
+int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaFwdAck needs a key and an origin");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_delta_fwdack(key, strlen(key), origin, seq, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "DELTAFWDACK");
+}
+
+void psDeltaRelease(psDelta *d) {
+    if (!d) return;
+    if (d->priv_) freeReplyObject(d->priv_);
+    d->priv_ = NULL;
+    d->idx = NULL;
+    d->vals = NULL;
+    d->count = 0;
+}
