@@ -4,6 +4,7 @@
 
 #include "dedup.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "hugepage.h"
@@ -14,30 +15,51 @@ _Static_assert((int)PS_DEDUP_OK == (int)PST_OK && (int)PS_DEDUP_ERR_OOM == (int)
 
 /* The index over s->e[0..len): 'slots' maps an id's hash to an entry
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
- * 'heap' is a 4-ary min-heap of entry positions ordered by (version,
- * position), with hpos[i] the heap position of entry i. Slots carry the
- * hash's low bits and heap nodes the version, so probing and sifting read
- * only the index, not the (much larger) entries: at 2^20 clients that is
- * what keeps a push as fast as at 16. One allocation: the struct, then the
- * arrays. */
+ * the eviction order, (version, array position) ascending, is kept in two
+ * parts whose union holds every entry:
+ *   - a list, doubly linked through link[] by entry position, sorted by
+ *     that key: an entry whose key is above the list's tail is appended.
+ *     The push path gives a new or updated client the tensor's newest
+ *     version, so this is where nearly every entry lives, and evicting the
+ *     oldest is unlinking the head: O(1), a few cache lines, all known one
+ *     command ahead (prefetch_victim);
+ *   - a 4-ary min-heap of the entries whose key came in below the tail (a
+ *     sync round gives several clients one version, PS._RESTORE and a
+ *     replicated record any version), with hpos[i] the heap position of
+ *     entry i (NIL: in the list). It is empty in the steady push path.
+ * The oldest entry is the smaller of the list's head and the heap's root.
+ * Slots carry the hash's low bits and link[] the versions, so probing and
+ * ordering read only the index, not the (larger) entries. One allocation:
+ * the struct, then the arrays. An index built from scratch (after a load)
+ * sorts the entries into the list; one grown with the array copies the
+ * order. */
 typedef struct Slot {
     uint32_t pos1; /* entry position + 1; 0 = empty */
-    uint32_t h32;  /* low 32 bits of the id's hash */
+    uint32_t h32;  /* slot hash of the id */
 } Slot;
 typedef struct Node {
     uint64_t version;
     uint32_t pos;
-    uint32_t h32; /* the entry's slot hash (in what was padding): where its slot is, without
-                   * reading the entry */
+    uint32_t unused;
 } Node;
+typedef struct Link {
+    uint64_t version;    /* the entry's version (its order key, with its position) */
+    uint32_t prev, next; /* list neighbours (NIL at the ends; unused in the heap) */
+    uint32_t h32;        /* the entry's slot hash: where its slot is, without reading the entry */
+    uint32_t unused;
+} Link;
+#define NIL UINT32_MAX
 struct PSDedupIndex {
     const PSDedupEntry *base; /* the array indexed */
     uint32_t len;             /* entries indexed */
-    uint32_t cap;             /* entries the heap can hold */
+    uint32_t cap;             /* entries the arrays can hold */
     uint32_t mask;            /* slot count - 1 (a power of two >= 2 * cap) */
+    uint32_t hlen;            /* entries in the heap */
+    uint32_t head, tail;      /* the list's ends (NIL: empty) */
     Slot *slots;
     Node *heap;
     uint32_t *hpos;
+    Link *link;
 };
 
 uint64_t PSDedup_Hash(const char *id, size_t idlen) {
@@ -82,7 +104,7 @@ static uint32_t slot_count(uint32_t cap) {
 
 static size_t index_bytes(uint32_t cap) {
     return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) +
-           (size_t)cap * (sizeof(Node) + sizeof(uint32_t));
+           (size_t)cap * (sizeof(Node) + sizeof(Link) + sizeof(uint32_t));
 }
 
 /* Slot hash: FNV-1a's low bits cluster for similar short ids ("w1",
@@ -90,10 +112,11 @@ static size_t index_bytes(uint32_t cap) {
  * home slot and are kept in the slot. */
 static uint32_t slot_hash(uint64_t h) { return (uint32_t)((h * 0x9e3779b97f4a7c15ULL) >> 32); }
 
-/* Heap order: the older version first, then the lower array position. */
-static int older(const Node *a, const Node *b) {
-    return a->version < b->version || (a->version == b->version && a->pos < b->pos);
+/* Eviction order: the older version first, then the lower array position. */
+static int key_lt(uint64_t va, uint32_t pa, uint64_t vb, uint32_t pb) {
+    return va < vb || (va == vb && pa < pb);
 }
+static int older(const Node *a, const Node *b) { return key_lt(a->version, a->pos, b->version, b->pos); }
 
 static void heap_swap(PSDedupIndex *ix, uint32_t p, uint32_t q) {
     const Node a = ix->heap[p];
@@ -120,11 +143,9 @@ static void sift_up(PSDedupIndex *ix, uint32_t p) {
 static void sift_down(PSDedupIndex *ix, uint32_t p) {
     for (;;) {
         const uint64_t first = (uint64_t)HEAP_D * p + 1;
-        if (first >= ix->len) return;
-        const char *blk = (const char *)&ix->heap[first];
-        for (size_t b = 0; b < HEAP_D * sizeof(Node); b += 64) __builtin_prefetch(blk + b);
+        if (first >= ix->hlen) return;
         uint32_t m = p;
-        for (uint64_t c = first; c < first + HEAP_D && c < ix->len; c++)
+        for (uint64_t c = first; c < first + HEAP_D && c < ix->hlen; c++)
             if (older(&ix->heap[c], &ix->heap[m])) m = (uint32_t)c;
         if (m == p) return;
         heap_swap(ix, p, m);
@@ -132,23 +153,105 @@ static void sift_down(PSDedupIndex *ix, uint32_t p) {
     }
 }
 
-/* Restores the heap order after entry i's version changed. */
-static void heap_fix(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t i) {
-    ix->heap[ix->hpos[i]].version = E[i].version;
-    sift_up(ix, ix->hpos[i]);
-    sift_down(ix, ix->hpos[i]);
+static void heap_push(PSDedupIndex *ix, uint32_t i) {
+    const uint32_t p = ix->hlen++;
+    ix->heap[p].version = ix->link[i].version;
+    ix->heap[p].pos = i;
+    ix->heap[p].unused = 0;
+    ix->hpos[i] = p;
+    sift_up(ix, p);
 }
 
-static void slot_insert(PSDedupIndex *ix, uint64_t hash, uint32_t i) {
-    const uint32_t h32 = slot_hash(hash);
+static void heap_remove(PSDedupIndex *ix, uint32_t i) {
+    const uint32_t p = ix->hpos[i];
+    ix->hlen--;
+    if (p < ix->hlen) {
+        heap_swap(ix, p, ix->hlen);
+        sift_up(ix, p);
+        sift_down(ix, p);
+    }
+}
+
+static void list_append(PSDedupIndex *ix, uint32_t i) {
+    Link *l = &ix->link[i];
+    l->prev = ix->tail;
+    l->next = NIL;
+    if (ix->tail != NIL) ix->link[ix->tail].next = i;
+    else ix->head = i;
+    ix->tail = i;
+    ix->hpos[i] = NIL;
+}
+
+static void list_unlink(PSDedupIndex *ix, uint32_t i) {
+    const Link *l = &ix->link[i];
+    if (l->prev != NIL) ix->link[l->prev].next = l->next;
+    else ix->head = l->next;
+    if (l->next != NIL) ix->link[l->next].prev = l->prev;
+    else ix->tail = l->prev;
+}
+
+/* Puts entry i (its link's version set) into the order: the list when its
+ * key is above the tail's, else the heap. */
+static void order_insert(PSDedupIndex *ix, uint32_t i) {
+    const uint64_t v = ix->link[i].version;
+    if (ix->tail == NIL || key_lt(ix->link[ix->tail].version, ix->tail, v, i)) list_append(ix, i);
+    else heap_push(ix, i);
+}
+
+static void order_remove(PSDedupIndex *ix, uint32_t i) {
+    if (ix->hpos[i] == NIL) list_unlink(ix, i);
+    else heap_remove(ix, i);
+}
+
+/* Entry i's version changed to v: it takes its new place in the order. */
+static void order_update(PSDedupIndex *ix, uint32_t i, uint64_t v) {
+    order_remove(ix, i);
+    ix->link[i].version = v;
+    order_insert(ix, i);
+}
+
+/* The entry with the oldest (version, position): the list's head or the
+ * heap's root. The order is not empty. */
+static uint32_t order_min(const PSDedupIndex *ix) {
+    if (!ix->hlen) return ix->head;
+    const Node *r = &ix->heap[0];
+    if (ix->head == NIL || key_lt(r->version, r->pos, ix->link[ix->head].version, ix->head)) return r->pos;
+    return ix->head;
+}
+
+/* Entry 'from' moved to array position 'to' (< from: the swap-remove of
+ * an eviction). Its key went down (same version, lower position). */
+static void order_move(PSDedupIndex *ix, uint32_t from, uint32_t to) {
+    ix->link[to] = ix->link[from];
+    if (ix->hpos[from] != NIL) {
+        const uint32_t p = ix->hpos[from];
+        ix->heap[p].pos = to;
+        ix->hpos[to] = p;
+        sift_up(ix, p);
+        return;
+    }
+    Link *l = &ix->link[to];
+    ix->hpos[to] = NIL;
+    if (l->prev != NIL) ix->link[l->prev].next = to;
+    else ix->head = to;
+    if (l->next != NIL) ix->link[l->next].prev = to;
+    else ix->tail = to;
+    /* Still above its predecessor? (Only an equal version at a position
+     * between 'to' and 'from' can be above it now.) Else to the heap. */
+    if (l->prev != NIL && !key_lt(ix->link[l->prev].version, l->prev, l->version, to)) {
+        list_unlink(ix, to);
+        heap_push(ix, to);
+    }
+}
+
+static void slot_insert(PSDedupIndex *ix, uint32_t h32, uint32_t i) {
     uint32_t s = h32 & ix->mask;
     while (ix->slots[s].pos1) s = (s + 1) & ix->mask;
     ix->slots[s].pos1 = i + 1;
     ix->slots[s].h32 = h32;
 }
 
-/* The slot holding entry i, whose slot hash is h32 (its heap node has it:
- * the slot is found without reading the entry). */
+/* The slot holding entry i, whose slot hash is h32. */
 static uint32_t slot_find(const PSDedupIndex *ix, uint32_t h32, uint32_t i) {
     uint32_t s = h32 & ix->mask;
     while (ix->slots[s].pos1 != i + 1) s = (s + 1) & ix->mask;
@@ -156,7 +259,7 @@ static uint32_t slot_find(const PSDedupIndex *ix, uint32_t h32, uint32_t i) {
 }
 
 static void slot_remove(PSDedupIndex *ix, uint32_t i) {
-    uint32_t hole = slot_find(ix, ix->heap[ix->hpos[i]].h32, i);
+    uint32_t hole = slot_find(ix, ix->link[i].h32, i);
     ix->slots[hole].pos1 = 0;
     for (uint32_t j = (hole + 1) & ix->mask; ix->slots[j].pos1; j = (j + 1) & ix->mask) {
         const uint32_t home = ix->slots[j].h32 & ix->mask;
@@ -169,29 +272,65 @@ static void slot_remove(PSDedupIndex *ix, uint32_t i) {
     }
 }
 
-/* Builds an index of room 'cap' over E[0..len); NULL on OOM. */
-static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
+/* Allocates an empty index of room 'cap' for array E; NULL on OOM. */
+static PSDedupIndex *index_alloc(const PSDedupEntry *E, uint32_t cap) {
     const uint32_t ns = slot_count(cap);
     PSDedupIndex *ix = PSTensor_Alloc(index_bytes(cap));
     if (!ix) return NULL;
     ps_advise_hugepages(ix, index_bytes(cap));
     ix->base = E;
+    ix->len = 0;
     ix->cap = cap;
     ix->mask = ns - 1;
+    ix->hlen = 0;
+    ix->head = ix->tail = NIL;
     ix->heap = (Node *)(ix + 1);
-    ix->slots = (Slot *)(ix->heap + cap);
+    ix->link = (Link *)(ix->heap + cap);
+    ix->slots = (Slot *)(ix->link + cap);
     ix->hpos = (uint32_t *)(ix->slots + ns);
     memset(ix->slots, 0, ns * sizeof(Slot));
+    return ix;
+}
+
+static int node_cmp(const void *a, const void *b) {
+    const Node *x = a, *y = b;
+    return older(x, y) ? -1 : older(y, x) ? 1 : 0;
+}
+
+/* Builds an index of room 'cap' over E[0..len): the entries sorted by
+ * (version, position) into the list (the heap as scratch); NULL on OOM. */
+static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
+    PSDedupIndex *ix = index_alloc(E, cap);
+    if (!ix) return NULL;
     for (uint32_t i = 0; i < len; i++) {
         E[i].hash = PSDedup_Hash(E[i].id, E[i].idlen);
-        slot_insert(ix, E[i].hash, i);
+        ix->link[i].h32 = slot_hash(E[i].hash);
+        ix->link[i].version = E[i].version;
+        ix->link[i].unused = 0;
+        slot_insert(ix, ix->link[i].h32, i);
         ix->heap[i].version = E[i].version;
         ix->heap[i].pos = i;
-        ix->heap[i].h32 = slot_hash(E[i].hash);
-        ix->hpos[i] = i;
     }
+    qsort(ix->heap, len, sizeof(Node), node_cmp);
+    for (uint32_t k = 0; k < len; k++) list_append(ix, ix->heap[k].pos);
     ix->len = len;
-    for (uint32_t p = len / HEAP_D + 1; p-- > 0;) sift_down(ix, p);
+    return ix;
+}
+
+/* A copy of index 'old' (over the same entries, now at E) with room 'cap':
+ * the order is copied, the slots rehashed. NULL on OOM (old is kept). */
+static PSDedupIndex *index_grow(const PSDedupIndex *old, PSDedupEntry *E, uint32_t cap) {
+    PSDedupIndex *ix = index_alloc(E, cap);
+    if (!ix) return NULL;
+    const uint32_t n = old->len;
+    memcpy(ix->heap, old->heap, old->hlen * sizeof(Node));
+    memcpy(ix->link, old->link, n * sizeof(Link));
+    memcpy(ix->hpos, old->hpos, n * sizeof(uint32_t));
+    ix->hlen = old->hlen;
+    ix->head = old->head;
+    ix->tail = old->tail;
+    ix->len = n;
+    for (uint32_t i = 0; i < n; i++) slot_insert(ix, ix->link[i].h32, i);
     return ix;
 }
 
@@ -207,20 +346,22 @@ static PSDedupIndex *index_of(PSDedupSet *s) {
     return s->ix;
 }
 
-/* Fetches, ahead of time, what evicting the next victim will read: its
- * entry, its slot and its heap position. Called when a command is done
- * with a full table, so that the next new client's push (a later command,
- * usually a few microseconds away) finds these lines in the cache instead
- * of paying three dependent misses in a row; a hint, with no effect on
- * any result. (always_inline: as a call, GCC finds a function of
- * prefetches alone free of side effects and deletes the calls.) */
+/* Fetches, ahead of time, what evicting the next victim will touch: its
+ * entry, its slot, its links and its successor's links. Called when a
+ * command is done with a full table, so that the next new client's push (a
+ * later command, usually a few microseconds away) finds these lines in the
+ * cache instead of paying dependent misses in a row; a hint, with no
+ * effect on any result. (always_inline: as a call, GCC finds a function
+ * of prefetches alone free of side effects and deletes the calls.) */
 static inline __attribute__((always_inline)) void prefetch_victim(const PSDedupSet *s) {
     const PSDedupIndex *ix = s->ix;
-    if (!ix || ix->len == 0 || s->len < s->max || ix->base != s->e) return;
-    const Node *r = &ix->heap[0];
-    __builtin_prefetch(&s->e[r->pos]);
-    __builtin_prefetch(&ix->slots[r->h32 & ix->mask]);
-    __builtin_prefetch(&ix->hpos[r->pos]);
+    if (!ix || ix->len == 0 || s->len < s->max || ix->base != s->e || ix->len != s->len) return;
+    const uint32_t v = order_min(ix);
+    const Link *l = &ix->link[v];
+    __builtin_prefetch(&s->e[v], 1);
+    __builtin_prefetch(&ix->slots[l->h32 & ix->mask], 1);
+    if (l->next != NIL && ix->hpos[v] == NIL) __builtin_prefetch(&ix->link[l->next], 1);
+    __builtin_prefetch(&ix->hpos[v]);
 }
 
 /* ------------------------------------------------------------------------
@@ -248,6 +389,17 @@ PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen) {
     return NULL;
 }
 
+/* (always_inline: see prefetch_victim.) */
+static inline __attribute__((always_inline)) void prefetch_slot(const PSDedupSet *s, const char *id,
+                                                                size_t idlen) {
+    const PSDedupIndex *ix = s->ix;
+    if (!ix || !s->len || ix->base != s->e || ix->len != s->len) return;
+    const uint32_t h32 = slot_hash(PSDedup_Hash(id, idlen));
+    __builtin_prefetch(&ix->slots[h32 & ix->mask]);
+}
+
+void PSDedupSet_Prefetch(const PSDedupSet *s, const char *id, size_t idlen) { prefetch_slot(s, id, idlen); }
+
 /* Removes entry v: the last entry moves into its place (the order RDB and
  * AOF save in, unchanged from before the index existed). */
 static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
@@ -255,23 +407,15 @@ static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
     const uint32_t last = s->len - 1;
     if (ix) {
         slot_remove(ix, v);
-        const uint32_t p = ix->hpos[v];
+        order_remove(ix, v);
         ix->len--;
-        if (p < ix->len) {
-            heap_swap(ix, p, ix->len);
-            sift_up(ix, p);
-            sift_down(ix, p);
-        }
     }
     PSTensor_Dealloc(E[v].id);
     if (v != last) {
         E[v] = E[last];
         if (ix) {
-            const uint32_t p = ix->hpos[last];
-            ix->slots[slot_find(ix, ix->heap[p].h32, last)].pos1 = v + 1;
-            ix->heap[p].pos = v;
-            ix->hpos[v] = p;
-            sift_up(ix, p); /* same version, lower position: only older */
+            ix->slots[slot_find(ix, ix->link[last].h32, last)].pos1 = v + 1;
+            order_move(ix, last, v); /* same version, lower position: only older */
         }
     }
     s->len--;
@@ -282,7 +426,7 @@ static void evict_oldest(PSDedupSet *s) {
     PSDedupIndex *ix = index_of(s);
     uint32_t victim = 0;
     if (ix) {
-        victim = ix->heap[0].pos;
+        victim = order_min(ix);
     } else {
         for (uint32_t i = 1; i < s->len; i++)
             if (s->e[i].version < s->e[victim].version) victim = i;
@@ -302,11 +446,17 @@ char *PSDedupSet_Prepare(PSDedupSet *s, const char *id, size_t idlen) {
         if (!nd) return NULL;
         ps_advise_hugepages(nd, cap * sizeof(PSDedupEntry));
         if (s->len) memcpy(nd, s->e, s->len * sizeof(PSDedupEntry));
+        /* The index keeps its order (positions are unchanged); only the
+         * slots are rehashed for the larger room. */
+        PSDedupIndex *gx = NULL;
+        if (s->ix && s->ix->base == s->e && s->ix->len == s->len) gx = index_grow(s->ix, nd, cap);
+        PSTensor_Dealloc(s->ix);
+        s->ix = gx;
         PSTensor_Dealloc(s->e);
         s->e = nd;
         s->cap = cap;
     }
-    index_of(s); /* rebuilt for the new array; on OOM the scan fallback */
+    index_of(s); /* built when missing; on OOM the scan fallback */
     return PSTensor_DupBytes(id, idlen);
 }
 
@@ -323,13 +473,13 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
     ne->window = window;
     ne->version = version;
     if (ix) {
-        slot_insert(ix, ne->hash, i);
-        ix->heap[ix->len].version = version;
-        ix->heap[ix->len].pos = i;
-        ix->heap[ix->len].h32 = slot_hash(ne->hash);
-        ix->hpos[i] = ix->len;
+        Link *l = &ix->link[i];
+        l->h32 = slot_hash(ne->hash);
+        l->version = version;
+        l->unused = 0;
+        slot_insert(ix, l->h32, i);
+        order_insert(ix, i);
         ix->len++;
-        sift_up(ix, ix->hpos[i]);
         prefetch_victim(s);
     }
 }
@@ -337,7 +487,7 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
 void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     const uint64_t before = e->version;
     PSDedupEntry_Mark(e, seq, version);
-    if (e->version != before && s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
+    if (e->version != before && s->ix) order_update(s->ix, (uint32_t)(e - s->e), e->version);
 }
 
 int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
@@ -348,7 +498,7 @@ int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq,
         e->seq = seq;
         e->window = window;
         e->version = version;
-        if (s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
+        if (s->ix) order_update(s->ix, (uint32_t)(e - s->e), version);
         return PST_OK;
     }
     char *copy = PSDedupSet_Prepare(s, id, idlen);
@@ -460,6 +610,11 @@ void PSTensor_DedupFree(PSTensor *t) {
     PSDedupSet s = set_of(t);
     PSDedupSet_Free(&s);
     set_back(t, &s);
+}
+
+void PSTensor_DedupPrefetch(const PSTensor *t, const char *id, size_t idlen) {
+    const PSDedupSet s = set_of(t);
+    prefetch_slot(&s, id, idlen);
 }
 
 size_t PSTensor_DedupMemUsage(const PSTensor *t) {

@@ -85,6 +85,11 @@ void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t v
 int PSDedupSet_CopyInto(PSDedupSet *dst, const PSDedupSet *src); /* dst->max is kept */
 void PSDedupSet_Free(PSDedupSet *s);
 size_t PSDedupSet_MemUsage(const PSDedupSet *s);
+/* Starts fetching the cache line a lookup of 'id' probes first, so that a
+ * push can overlap that (likely) miss with its argument checks and gradient
+ * decoding before it calls Find; a hint with no effect on any result, and
+ * nothing when the index is not built. */
+void PSDedupSet_Prefetch(const PSDedupSet *s, const char *id, size_t idlen);
 /* Frees an id copy from PSDedupSet_Prepare that is not committed (the push
  * failed after it); NULL does nothing. */
 void PSDedupSet_Discard(char *idcopy);
@@ -104,6 +109,9 @@ void PSDedupEntry_Mark(PSDedupEntry *e, uint64_t seq, uint64_t version);
 /* Lookup: the entry for 'id', or NULL. O(1). The pointer is valid until the
  * table next changes. */
 PSDedupEntry *PSTensor_DedupFind(struct PSTensor *t, const char *id, size_t idlen);
+
+/* PSDedupSet_Prefetch on a tensor's table. */
+void PSTensor_DedupPrefetch(const struct PSTensor *t, const char *id, size_t idlen);
 
 /* Records (id, seq, window, version) as is (restoring a saved table):
  * updates the entry of 'id', or inserts one, evicting the entry with the
