@@ -17,22 +17,23 @@ _Static_assert((int)PS_DEDUP_OK == (int)PST_OK && (int)PS_DEDUP_ERR_OOM == (int)
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
  * the eviction order, (version, array position) ascending, is kept in two
  * parts whose union holds every entry:
- *   - a list, doubly linked through link[] by entry position, sorted by
- *     that key: an entry whose key is above the list's tail is appended.
- *     The push path gives a new or updated client the tensor's newest
- *     version, so this is where nearly every entry lives, and evicting the
- *     oldest is unlinking the head: O(1), a few cache lines, all known one
- *     command ahead (prefetch_victim);
+ *   - a list, doubly linked through the entries' own prev/next fields,
+ *     sorted by that key: an entry whose key is above the list's tail is
+ *     appended. The push path gives a new or updated client the tensor's
+ *     newest version, so nearly every entry lives here, and evicting the
+ *     oldest is unlinking the head: O(1), and the lines it touches (the
+ *     head's entry and slot) are known, and prefetched, one command ahead;
  *   - a 4-ary min-heap of the entries whose key came in below the tail (a
  *     sync round gives several clients one version, PS._RESTORE and a
- *     replicated record any version), with hpos[i] the heap position of
- *     entry i (NIL: in the list). It is empty in the steady push path.
+ *     replicated record any version); an entry's hpos is its heap position
+ *     (NIL: in the list). It is empty in the steady push path.
  * The oldest entry is the smaller of the list's head and the heap's root.
- * Slots carry the hash's low bits and link[] the versions, so probing and
- * ordering read only the index, not the (larger) entries. One allocation:
- * the struct, then the arrays. An index built from scratch (after a load)
- * sorts the entries into the list; one grown with the array copies the
- * order. */
+ * The order's links live in the entry (64 bytes, one cache line), so an
+ * eviction touches the victim's line and its slot's, not three arrays.
+ * The head's prev is never read (unlinking the head writes no neighbour).
+ * One allocation: the struct, then the arrays. An index built from scratch
+ * (after a load) sorts the entries into the list; one grown with the array
+ * keeps the order (it lives in the entries, which are copied). */
 typedef struct Slot {
     uint32_t pos1; /* entry position + 1; 0 = empty */
     uint32_t h32;  /* slot hash of the id */
@@ -42,25 +43,19 @@ typedef struct Node {
     uint32_t pos;
     uint32_t unused;
 } Node;
-typedef struct Link {
-    uint64_t version;    /* the entry's version (its order key, with its position) */
-    uint32_t prev, next; /* list neighbours (NIL at the ends; unused in the heap) */
-    uint32_t h32;        /* the entry's slot hash: where its slot is, without reading the entry */
-    uint32_t unused;
-} Link;
 #define NIL UINT32_MAX
 struct PSDedupIndex {
-    const PSDedupEntry *base; /* the array indexed */
-    uint32_t len;             /* entries indexed */
-    uint32_t cap;             /* entries the arrays can hold */
-    uint32_t mask;            /* slot count - 1 (a power of two >= 2 * cap) */
-    uint32_t hlen;            /* entries in the heap */
-    uint32_t head, tail;      /* the list's ends (NIL: empty) */
+    PSDedupEntry *base; /* the array indexed */
+    uint32_t len;       /* entries indexed */
+    uint32_t cap;       /* entries the heap can hold */
+    uint32_t mask;      /* slot count - 1 (a power of two >= 2 * cap) */
+    uint32_t hlen;      /* entries in the heap */
+    uint32_t head, tail; /* the list's ends (NIL: empty) */
     Slot *slots;
     Node *heap;
-    uint32_t *hpos;
-    Link *link;
 };
+
+_Static_assert(sizeof(PSDedupEntry) == 64, "an entry is one cache line");
 
 uint64_t PSDedup_Hash(const char *id, size_t idlen) {
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -103,8 +98,7 @@ static uint32_t slot_count(uint32_t cap) {
 }
 
 static size_t index_bytes(uint32_t cap) {
-    return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) +
-           (size_t)cap * (sizeof(Node) + sizeof(Link) + sizeof(uint32_t));
+    return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) + (size_t)cap * sizeof(Node);
 }
 
 /* Slot hash: FNV-1a's low bits cluster for similar short ids ("w1",
@@ -122,8 +116,8 @@ static void heap_swap(PSDedupIndex *ix, uint32_t p, uint32_t q) {
     const Node a = ix->heap[p];
     ix->heap[p] = ix->heap[q];
     ix->heap[q] = a;
-    ix->hpos[ix->heap[p].pos] = p;
-    ix->hpos[a.pos] = q;
+    ix->base[ix->heap[p].pos].hpos = p;
+    ix->base[a.pos].hpos = q;
 }
 
 /* A D-ary heap, HEAP_D children per node. */
@@ -155,15 +149,15 @@ static void sift_down(PSDedupIndex *ix, uint32_t p) {
 
 static void heap_push(PSDedupIndex *ix, uint32_t i) {
     const uint32_t p = ix->hlen++;
-    ix->heap[p].version = ix->link[i].version;
+    ix->heap[p].version = ix->base[i].version;
     ix->heap[p].pos = i;
     ix->heap[p].unused = 0;
-    ix->hpos[i] = p;
+    ix->base[i].hpos = p;
     sift_up(ix, p);
 }
 
 static void heap_remove(PSDedupIndex *ix, uint32_t i) {
-    const uint32_t p = ix->hpos[i];
+    const uint32_t p = ix->base[i].hpos;
     ix->hlen--;
     if (p < ix->hlen) {
         heap_swap(ix, p, ix->hlen);
@@ -173,40 +167,44 @@ static void heap_remove(PSDedupIndex *ix, uint32_t i) {
 }
 
 static void list_append(PSDedupIndex *ix, uint32_t i) {
-    Link *l = &ix->link[i];
-    l->prev = ix->tail;
-    l->next = NIL;
-    if (ix->tail != NIL) ix->link[ix->tail].next = i;
+    PSDedupEntry *e = &ix->base[i];
+    e->prev = ix->tail;
+    e->next = NIL;
+    e->hpos = NIL;
+    if (ix->tail != NIL) ix->base[ix->tail].next = i;
     else ix->head = i;
     ix->tail = i;
-    ix->hpos[i] = NIL;
 }
 
 static void list_unlink(PSDedupIndex *ix, uint32_t i) {
-    const Link *l = &ix->link[i];
-    if (l->prev != NIL) ix->link[l->prev].next = l->next;
-    else ix->head = l->next;
-    if (l->next != NIL) ix->link[l->next].prev = l->prev;
-    else ix->tail = l->prev;
+    const PSDedupEntry *e = &ix->base[i];
+    if (i == ix->head) { /* the new head's prev goes stale: never read */
+        ix->head = e->next;
+        if (e->next == NIL) ix->tail = NIL;
+        return;
+    }
+    ix->base[e->prev].next = e->next;
+    if (e->next != NIL) ix->base[e->next].prev = e->prev;
+    else ix->tail = e->prev;
 }
 
-/* Puts entry i (its link's version set) into the order: the list when its
- * key is above the tail's, else the heap. */
+/* Puts entry i (its version set) into the order: the list when its key is
+ * above the tail's, else the heap. */
 static void order_insert(PSDedupIndex *ix, uint32_t i) {
-    const uint64_t v = ix->link[i].version;
-    if (ix->tail == NIL || key_lt(ix->link[ix->tail].version, ix->tail, v, i)) list_append(ix, i);
-    else heap_push(ix, i);
+    if (ix->tail == NIL || key_lt(ix->base[ix->tail].version, ix->tail, ix->base[i].version, i))
+        list_append(ix, i);
+    else
+        heap_push(ix, i);
 }
 
 static void order_remove(PSDedupIndex *ix, uint32_t i) {
-    if (ix->hpos[i] == NIL) list_unlink(ix, i);
+    if (ix->base[i].hpos == NIL) list_unlink(ix, i);
     else heap_remove(ix, i);
 }
 
-/* Entry i's version changed to v: it takes its new place in the order. */
-static void order_update(PSDedupIndex *ix, uint32_t i, uint64_t v) {
+/* Entry i's version changed (already stored): it takes its new place. */
+static void order_update(PSDedupIndex *ix, uint32_t i) {
     order_remove(ix, i);
-    ix->link[i].version = v;
     order_insert(ix, i);
 }
 
@@ -215,30 +213,28 @@ static void order_update(PSDedupIndex *ix, uint32_t i, uint64_t v) {
 static uint32_t order_min(const PSDedupIndex *ix) {
     if (!ix->hlen) return ix->head;
     const Node *r = &ix->heap[0];
-    if (ix->head == NIL || key_lt(r->version, r->pos, ix->link[ix->head].version, ix->head)) return r->pos;
+    if (ix->head == NIL || key_lt(r->version, r->pos, ix->base[ix->head].version, ix->head)) return r->pos;
     return ix->head;
 }
 
-/* Entry 'from' moved to array position 'to' (< from: the swap-remove of
- * an eviction). Its key went down (same version, lower position). */
+/* Entry 'from' was copied to array position 'to' (< from: the swap-remove
+ * of an eviction), its order fields with it. Its key went down (same
+ * version, lower position): the order's references follow it. */
 static void order_move(PSDedupIndex *ix, uint32_t from, uint32_t to) {
-    ix->link[to] = ix->link[from];
-    if (ix->hpos[from] != NIL) {
-        const uint32_t p = ix->hpos[from];
-        ix->heap[p].pos = to;
-        ix->hpos[to] = p;
-        sift_up(ix, p);
+    PSDedupEntry *e = &ix->base[to];
+    if (e->hpos != NIL) {
+        ix->heap[e->hpos].pos = to;
+        sift_up(ix, e->hpos);
         return;
     }
-    Link *l = &ix->link[to];
-    ix->hpos[to] = NIL;
-    if (l->prev != NIL) ix->link[l->prev].next = to;
-    else ix->head = to;
-    if (l->next != NIL) ix->link[l->next].prev = to;
+    const int was_head = ix->head == from;
+    if (was_head) ix->head = to;
+    else ix->base[e->prev].next = to;
+    if (e->next != NIL) ix->base[e->next].prev = to;
     else ix->tail = to;
     /* Still above its predecessor? (Only an equal version at a position
      * between 'to' and 'from' can be above it now.) Else to the heap. */
-    if (l->prev != NIL && !key_lt(ix->link[l->prev].version, l->prev, l->version, to)) {
+    if (!was_head && !key_lt(ix->base[e->prev].version, e->prev, e->version, to)) {
         list_unlink(ix, to);
         heap_push(ix, to);
     }
@@ -259,7 +255,7 @@ static uint32_t slot_find(const PSDedupIndex *ix, uint32_t h32, uint32_t i) {
 }
 
 static void slot_remove(PSDedupIndex *ix, uint32_t i) {
-    uint32_t hole = slot_find(ix, ix->link[i].h32, i);
+    uint32_t hole = slot_find(ix, ix->base[i].h32, i);
     ix->slots[hole].pos1 = 0;
     for (uint32_t j = (hole + 1) & ix->mask; ix->slots[j].pos1; j = (j + 1) & ix->mask) {
         const uint32_t home = ix->slots[j].h32 & ix->mask;
@@ -272,8 +268,9 @@ static void slot_remove(PSDedupIndex *ix, uint32_t i) {
     }
 }
 
-/* Allocates an empty index of room 'cap' for array E; NULL on OOM. */
-static PSDedupIndex *index_alloc(const PSDedupEntry *E, uint32_t cap) {
+/* Allocates an index of room 'cap' for array E with no slot used; NULL on
+ * OOM. */
+static PSDedupIndex *index_alloc(PSDedupEntry *E, uint32_t cap) {
     const uint32_t ns = slot_count(cap);
     PSDedupIndex *ix = PSTensor_Alloc(index_bytes(cap));
     if (!ix) return NULL;
@@ -285,9 +282,7 @@ static PSDedupIndex *index_alloc(const PSDedupEntry *E, uint32_t cap) {
     ix->hlen = 0;
     ix->head = ix->tail = NIL;
     ix->heap = (Node *)(ix + 1);
-    ix->link = (Link *)(ix->heap + cap);
-    ix->slots = (Slot *)(ix->link + cap);
-    ix->hpos = (uint32_t *)(ix->slots + ns);
+    ix->slots = (Slot *)(ix->heap + cap);
     memset(ix->slots, 0, ns * sizeof(Slot));
     return ix;
 }
@@ -304,10 +299,9 @@ static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
     if (!ix) return NULL;
     for (uint32_t i = 0; i < len; i++) {
         E[i].hash = PSDedup_Hash(E[i].id, E[i].idlen);
-        ix->link[i].h32 = slot_hash(E[i].hash);
-        ix->link[i].version = E[i].version;
-        ix->link[i].unused = 0;
-        slot_insert(ix, ix->link[i].h32, i);
+        E[i].h32 = slot_hash(E[i].hash);
+        E[i].unused = 0;
+        slot_insert(ix, E[i].h32, i);
         ix->heap[i].version = E[i].version;
         ix->heap[i].pos = i;
     }
@@ -317,20 +311,18 @@ static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
     return ix;
 }
 
-/* A copy of index 'old' (over the same entries, now at E) with room 'cap':
- * the order is copied, the slots rehashed. NULL on OOM (old is kept). */
+/* Index 'old' moved to entries copied to E (same positions) with room
+ * 'cap': the order is in the entries, the heap is copied, the slots are
+ * rehashed. NULL on OOM (old is kept). */
 static PSDedupIndex *index_grow(const PSDedupIndex *old, PSDedupEntry *E, uint32_t cap) {
     PSDedupIndex *ix = index_alloc(E, cap);
     if (!ix) return NULL;
-    const uint32_t n = old->len;
     memcpy(ix->heap, old->heap, old->hlen * sizeof(Node));
-    memcpy(ix->link, old->link, n * sizeof(Link));
-    memcpy(ix->hpos, old->hpos, n * sizeof(uint32_t));
     ix->hlen = old->hlen;
     ix->head = old->head;
     ix->tail = old->tail;
-    ix->len = n;
-    for (uint32_t i = 0; i < n; i++) slot_insert(ix, ix->link[i].h32, i);
+    ix->len = old->len;
+    for (uint32_t i = 0; i < ix->len; i++) slot_insert(ix, E[i].h32, i);
     return ix;
 }
 
@@ -347,21 +339,22 @@ static PSDedupIndex *index_of(PSDedupSet *s) {
 }
 
 /* Fetches, ahead of time, what evicting the next victim will touch: its
- * entry, its slot, its links and its successor's links. Called when a
- * command is done with a full table, so that the next new client's push (a
- * later command, usually a few microseconds away) finds these lines in the
- * cache instead of paying dependent misses in a row; a hint, with no
- * effect on any result. (always_inline: as a call, GCC finds a function
- * of prefetches alone free of side effects and deletes the calls.) */
+ * entry and its slot, and the entry after it in the list (whose line the
+ * next call reads). Called when a command is done with a full table, so
+ * that the next new client's push (a later command, usually a few
+ * microseconds away) finds these lines in the cache instead of paying
+ * dependent misses in a row; a hint, with no effect on any result.
+ * (always_inline: as a call, GCC finds a function of prefetches alone free
+ * of side effects and deletes the calls.) */
 static inline __attribute__((always_inline)) void prefetch_victim(const PSDedupSet *s) {
     const PSDedupIndex *ix = s->ix;
     if (!ix || ix->len == 0 || s->len < s->max || ix->base != s->e || ix->len != s->len) return;
     const uint32_t v = order_min(ix);
-    const Link *l = &ix->link[v];
-    __builtin_prefetch(&s->e[v], 1);
-    __builtin_prefetch(&ix->slots[l->h32 & ix->mask], 1);
-    if (l->next != NIL && ix->hpos[v] == NIL) __builtin_prefetch(&ix->link[l->next], 1);
-    __builtin_prefetch(&ix->hpos[v]);
+    const PSDedupEntry *e = &s->e[v]; /* prefetched by the previous call, as the next */
+    const uint32_t slot = e->h32 & ix->mask;
+    __builtin_prefetch(&ix->slots[slot], 1);
+    if (((slot + 1) & 7) == 0) __builtin_prefetch(&ix->slots[(slot + 1) & ix->mask], 1);
+    if (e->next != NIL) __builtin_prefetch(&s->e[e->next], 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -414,7 +407,7 @@ static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
     if (v != last) {
         E[v] = E[last];
         if (ix) {
-            ix->slots[slot_find(ix, ix->link[last].h32, last)].pos1 = v + 1;
+            ix->slots[slot_find(ix, E[v].h32, last)].pos1 = v + 1;
             order_move(ix, last, v); /* same version, lower position: only older */
         }
     }
@@ -472,12 +465,10 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
     ne->seq = seq;
     ne->window = window;
     ne->version = version;
+    ne->h32 = slot_hash(ne->hash);
+    ne->unused = 0;
     if (ix) {
-        Link *l = &ix->link[i];
-        l->h32 = slot_hash(ne->hash);
-        l->version = version;
-        l->unused = 0;
-        slot_insert(ix, l->h32, i);
+        slot_insert(ix, ne->h32, i);
         order_insert(ix, i);
         ix->len++;
         prefetch_victim(s);
@@ -487,7 +478,7 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
 void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     const uint64_t before = e->version;
     PSDedupEntry_Mark(e, seq, version);
-    if (e->version != before && s->ix) order_update(s->ix, (uint32_t)(e - s->e), e->version);
+    if (e->version != before && s->ix) order_update(s->ix, (uint32_t)(e - s->e));
 }
 
 int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
@@ -498,7 +489,7 @@ int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq,
         e->seq = seq;
         e->window = window;
         e->version = version;
-        if (s->ix) order_update(s->ix, (uint32_t)(e - s->e), version);
+        if (s->ix) order_update(s->ix, (uint32_t)(e - s->e));
         return PST_OK;
     }
     char *copy = PSDedupSet_Prepare(s, id, idlen);

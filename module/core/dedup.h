@@ -48,9 +48,13 @@ typedef struct PSDedupEntry {
     char *id;
     uint64_t hash; /* PSDedup_Hash(id): compared first on lookup */
     uint32_t idlen;
+    uint32_t h32; /* index (dedup.c): the slot hash */
     uint64_t seq;
     uint64_t window;
     uint64_t version;
+    /* index (dedup.c): the eviction order's links, kept in the entry's own
+     * cache line; not persisted (rebuilt from the fields above). */
+    uint32_t prev, next, hpos, unused;
 } PSDedupEntry;
 
 /* The index over an entry array (dedup.c). */
