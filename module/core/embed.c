@@ -367,6 +367,8 @@ PSEmbed *PSEmbed_New(const PSEmbedConfig *c, const char **err) {
         t->filter_len = (size_t)1 << c->filter_log2;
         t->filter = pse_alloc(t, t->filter_len);
         if (!t->filter) goto oom;
+        /* Random counters of megabytes, 3 per absent id of each push. */
+        ps_advise_hugepages(t->filter, t->filter_len);
         memset(t->filter, 0, t->filter_len);
     }
     if (err) *err = NULL;
