@@ -15,13 +15,18 @@
  * are unchanged. Beside the array, an index (built on demand, and rebuilt
  * when the array was filled directly, as the RDB loader does) gives:
  *   - lookup by client id in O(1): open addressing on the id's hash;
- *   - eviction of the entry with the oldest version in O(log n): a 4-ary
- *     min-heap keyed by (version, array position). The position breaks
- *     ties exactly as the former linear scan did (the first entry with the
+ *   - eviction of the entry with the oldest version: the order by
+ *     (version, array position) is a list sorted by that key (linked
+ *     through the entries' prev/next) for every entry whose key came in
+ *     above the list's tail, which is where the push path puts a client (the
+ *     tensor's newest version), plus a 4-ary min-heap for the others; the
+ *     victim is the smaller of the list's head and the heap's root, O(1) in
+ *     the push path, O(log n) for heap entries. The position breaks ties
+ *     exactly as the former linear scan did (the first entry with the
  *     smallest version), so a replica or an AOF replay evicts the same
  *     entry. Versions do not grow monotonically across entries (a sync
- *     round gives several clients one version, PS._RESTORE sets any), so an
- *     ordered list would not do.
+ *     round gives several clients one version, PS._RESTORE sets any), hence
+ *     the heap beside the list.
  * When the index cannot be allocated, every operation falls back to a scan
  * of the array (same results, linear time).
  *
