@@ -166,7 +166,7 @@ static void test_pushes_at_a_full_table_evict_like_the_linear_table(void **st) {
 
 /* A table filled directly, as the RDB loader fills it (entries in any
  * version order, many ties), gets its index built from scratch on the next
- * operation (the entries sorted into the eviction list); then records in
+ * operation (every entry heapified); then records in
  * the push pattern (the newest version, appended to the list), records
  * below the list's tail (sync rounds: one version for several clients, and
  * versions going down, kept in the heap), growth of the array (the index
