@@ -11,7 +11,9 @@
 #   c. if this ps-train has the sparse path (`ps-train run --help` lists
 #      --model): `ps-train run --model fm --workers 2` with the same settings
 #      on a private server: samples/s over the training span and its ratio to
-#      the baseline (target >= 0.80x), AUC gap to the truth (target <= 0.01).
+#      the baseline (target >= 0.80x), AUC gap to the truth (target <= 0.01); and CPU per
+#      train sample of both (the baseline; ps-train's processes and its server's), with the
+#      speed ratio that CPU allows on 2 cores.
 #   d. logistic regression, one epoch, Adagrad vs FTRL-Proximal (baseline, the server's
 #      optimizer core): FTRL's fraction of zero weights at a test logloss
 #      within 0.002 of Adagrad's (the sparsest of a few L1 values that stays
@@ -48,6 +50,19 @@ LR_ADAGRAD=0.05 FTRL_ALPHA=0.05 FTRL_L1S="1 4 16 64" LR_EPOCHS=1 PS_FTRL_L1=64
 
 field() { sed -n "s/.*[[:space:]]$2=\([^[:space:]]*\).*/\1/p" <<<" $1"; }
 fail=0
+# Sets CCPU to the CPU seconds (user + sys) of this shell's finished children so far (bash
+# 'times', second line: a finished command's processes, its forked workers included). Not
+# for $(...): a subshell's 'times' counts only its own children.
+children_cpu() {
+    times > "$DATA/.times"
+    CCPU=$(tail -1 "$DATA/.times" | awk '{ s = 0; for (i = 1; i <= 2; i++) {
+        split($i, a, /[ms]/); s += a[1] * 60 + a[2] } printf "%.3f", s }')
+}
+# CPU seconds (user + sys, every thread) of the private server on port $1 (INFO cpu).
+server_cpu() {
+    redis-cli -p "$1" INFO cpu 2>/dev/null | tr -d '\r' |
+        awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.3f", s }'
+}
 
 DATA="$B/bench-sparse"
 P="$DATA/ctr"
@@ -71,6 +86,8 @@ FM=(--model fm --k "$K" --optim adagrad --lr "$LR" --init-std "$INIT_STD" --admi
     --filter "$FILTER" --unknown zeros --batch "$BATCH" --epochs "$EPOCHS" --seed "$SEED")
 echo
 echo "baseline: sparse_baseline ${FM[*]} --threads 1"
+children_cpu
+C0=$CCPU
 if ! out=$("$SB" --train "$P.train.libsvm" --test "$P.test.libsvm" --truth "$P.truth" "${FM[@]}" \
         --threads 1 2>&1); then
     echo "$out"; echo "sparse bench: sparse_baseline failed" >&2; exit 1
@@ -78,6 +95,8 @@ fi
 sed 's/^/[baseline] /' <<<"$out"
 BLINE=$(grep '^RESULT' <<<"$out")
 BSPS=$(field "$BLINE" samples_per_s)
+children_cpu
+BCPU=$(awk -v a="$CCPU" -v b="$C0" 'BEGIN { printf "%.3f", a - b }')
 
 PSPS='' PAUC='' PLINE=''
 if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
@@ -91,6 +110,8 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
     RUN+=(--overlap "${BENCH_SPARSE_OVERLAP:-0}")
     echo
     echo "ps-train: run --workers 2 ${RUN[*]} (redis-server pid $PS_PID)"
+    children_cpu
+    C0=$CCPU S0=$(server_cpu "$PS_PORT")
     if out=$("$TRAINER" run --addr "127.0.0.1:$PS_PORT" --job bench-sparse --workers 2 \
             --train "$P.train.libsvm" --test "$P.test.libsvm" "${RUN[@]}" --progress none 2>&1); then
         grep -v '^ACKED' <<<"$out" | sed 's/^/[ps-train] /'
@@ -98,6 +119,9 @@ if "$TRAINER" run --help 2>&1 | grep -q -- '--model'; then
         PSPS=$(field "$PLINE" span_samples_per_s)
         [ -n "$PSPS" ] && [ "${PSPS%.*}" != 0 ] || PSPS=$(field "$PLINE" samples_per_s)
         PAUC=$(field "$PLINE" test_auc)
+        children_cpu
+        WCPU=$(awk -v a="$CCPU" -v b="$C0" 'BEGIN { printf "%.3f", a - b }')
+        SCPU=$(awk -v a="$(server_cpu "$PS_PORT")" -v b="$S0" 'BEGIN { printf "%.3f", a - b }')
     else
         tail -5 <<<"$out"; echo "sparse bench: ps-train run --model fm failed" >&2; fail=1
     fi
@@ -169,6 +193,18 @@ if [ -n "$PAUC" ]; then
         printf "target: ps-train FM test AUC within 0.01 of the truth: gap %.4f  %s\n", g, (g <= 0.01) ? "PASS" : "MISS" }'
 else
     echo "target: ps-train 2 workers >= 0.80x baseline samples/s: not measured (no sparse ps-train)"
+fi
+# CPU per train sample (loading, training and the test evaluation, the same work in both):
+# what a loaded machine disturbs least. With every process busy, 2 workers and the server
+# on 2 cores run at most 2 x baseline / (workers + server) of the baseline's speed.
+if [ -n "${WCPU:-}" ] && [ -n "${SCPU:-}" ]; then
+    awk -v b="$BCPU" -v w="$WCPU" -v s="$SCPU" -v n="$((SAMPLES * EPOCHS))" -v np="$(nproc)" 'BEGIN {
+        printf "cpu per train sample: baseline %.2f us; ps-train workers %.2f us + server %.2f us = %.2f us" \
+            " (server share %.0f%%)\n", 1e6 * b / n, 1e6 * w / n, 1e6 * s / n, 1e6 * (w + s) / n,
+            100 * s / (w + s);
+        c = np < 2 ? np : 2;
+        printf "cpu bound: 2 workers + server on %d cores run at most %.2fx the baseline (%d x %.2f / %.2f)\n",
+            c, c * b / (w + s), c, 1e6 * b / n, 1e6 * (w + s) / n }'
 fi
 awk -v t="$TAUC" -v a="$(field "$BLINE" test_auc)" 'BEGIN { g = t - a;
     printf "target (baseline): FM test AUC within 0.01 of the truth: gap %.4f  %s\n", g, (g <= 0.01) ? "PASS" : "MISS" }'

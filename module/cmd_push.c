@@ -45,6 +45,7 @@ int ps_tensor_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSTensor *t, c
     PSPush p = {.scale = a->scale, .has_version = a->has_version, .version = a->version,
                 .id = a->id, .idlen = a->idlen, .seq = a->seq};
     const int values_start = a->values_start, nvalues = a->nvalues;
+    if (a->id) PSTensor_DedupPrefetch(t, a->id, a->idlen); /* the lookup's slot, while decoding */
     const ps_format fmt = a->fmt;
     RedisModuleString *grad = a->grad, *rowsarg = a->rows;
     /* Elements the gradient must hold: the whole tensor or the ROWS. */

@@ -40,6 +40,7 @@ def work(server, job):
     ("table_optim", "LBFGS", "table_optim 'LBFGS'"),
     ("shard_bytes", "-5", "shard_bytes -5"),
     ("train_bytes", "0", "train_bytes 0"),
+    ("unknown", "maybe", "unknown: not init or zeros"),
     ("hidden", "9999999999", "hidden"),
 ])
 def test_a_config_edited_to_nonsense_is_refused_not_trained_on(server, data, tmp_path, field,

@@ -7,6 +7,7 @@ file is trained once per epoch, and every table shard's version equals the pushe
 workers saw acknowledged (ACKED_TABLE lines: no push lost or applied twice). The job
 records its sparse settings: a second init asking differently is refused with exit 2."""
 
+import struct
 import re
 
 import pytest
@@ -205,6 +206,25 @@ def test_table_zero_frac_counts_the_exactly_zero_values_of_the_table(server, dat
     assert "table_zero_frac=%s" % res["table_zero_frac"] in ev, ev
 
 
+def test_unknown_zeros_creates_shards_that_answer_zeros_for_ids_without_a_row(server, data):
+    """--unknown zeros (the baseline's UNKNOWN ZEROS) is recorded in the job and put on
+    every table shard; a pull of an id that has no row answers zeros there; a second
+    init with the other setting is refused."""
+    r = server.client()
+    base = sparse_args(server.addr, "sunk", "fm", data) + ["--admit", 255]
+    run(["init"] + base + ["--unknown", "zeros"])
+    assert r.hget("psjob:{sunk}:config", "unknown") == b"zeros"
+    keys = sorted(r.keys("sunk:emb:*"))
+    assert len(keys) == 4, keys
+    for key in keys:
+        info = r.execute_command("PS.INFO", key)
+        assert dict(zip(info[::2], info[1::2]))[b"unknown"] == b"zeros", info
+        _, rows = r.execute_command("PS.PULL", key, "IDS", struct.pack("<Q", 12345))
+        assert len(rows) == 4 * 5 and rows == bytes(len(rows)), rows  # FM dim 4: 5 floats
+    p = run(["init"] + base + ["--unknown", "init"], check=False)
+    assert p.returncode == 2 and "--unknown init (job: zeros)" in p.out, p.out
+
+
 def test_second_init_with_other_sparse_settings_is_refused_and_reset_recreates(server, data):
     r = server.client()
     base = sparse_args(server.addr, "sre", "fm", data)
@@ -232,6 +252,7 @@ def test_second_init_with_other_sparse_settings_is_refused_and_reset_recreates(s
     (["--model", "lr", "--train", "x", "--table-optim", "ftrl", "--init-std", 0.1],
      "--init-std must be 0"),
     (["--model", "fm", "--train", "x", "--csv", "y"], "--csv is for dense jobs"),
+    (["--model", "fm", "--train", "x", "--unknown", "random"], "--unknown: 'random' is not init"),
 ])
 def test_sparse_usage_errors_name_the_flag_and_exit_2(args, needle):
     p = run(["init", "--addr", "127.0.0.1:1", "--job", "u"] + args, check=False)

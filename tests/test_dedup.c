@@ -164,6 +164,59 @@ static void test_pushes_at_a_full_table_evict_like_the_linear_table(void **st) {
     PSTensor_Free(t);
 }
 
+/* A table filled directly, as the RDB loader fills it (entries in any
+ * version order, many ties), gets its index built from scratch on the next
+ * operation (every entry heapified); then records in
+ * the push pattern (the newest version, appended to the list), records
+ * below the list's tail (sync rounds: one version for several clients, and
+ * versions going down, kept in the heap), growth of the array (the index
+ * grown with its order) and a shrinking bound all evict exactly what the
+ * linear table evicts. */
+static void test_loaded_table_then_mixed_versions_evict_like_the_linear_table(void **st) {
+    (void)st;
+    for (int round = 0; round < 12; round++) {
+        const uint32_t n = 1 + (uint32_t)(next_rand() % 48), max = n + (uint32_t)(next_rand() % 80);
+        PSTensor *t = mk(max);
+        Ref r = {.e = calloc(256, sizeof(RefEntry)), .max = max};
+        t->dedup = PSTensor_Alloc(n * sizeof(PSDedupEntry));
+        assert_non_null(t->dedup);
+        t->dedup_cap = n;
+        for (uint32_t i = 0; i < n; i++) {
+            char id[16];
+            snprintf(id, sizeof(id), "L%u", i);
+            PSDedupEntry *e = &t->dedup[i];
+            e->idlen = (uint32_t)strlen(id);
+            e->id = PSTensor_DupBytes(id, e->idlen);
+            e->seq = 1, e->window = 0, e->version = next_rand() % 6;
+            t->dedup_len = i + 1;
+            ref_record(&r, id, e->seq, e->window, e->version);
+        }
+        uint64_t ver = 6;
+        for (int step = 0; step < 1500; step++) {
+            char id[16];
+            snprintf(id, sizeof(id), next_rand() % 3 ? "c%u" : "L%u", (unsigned)(next_rand() % 200));
+            const uint64_t mode = next_rand() % 10;
+            uint64_t v;
+            if (mode < 6) v = ++ver;                      /* the push path: the newest version */
+            else if (mode < 9) v = ver;                   /* a sync round: the same version */
+            else v = next_rand() % (ver + 1);             /* restored: any version */
+            if (next_rand() % 200 == 0) {
+                const uint32_t nmax = 1 + (uint32_t)(next_rand() % 250);
+                t->dedup_max = nmax;
+                PSTensor_DedupShrink(t);
+                r.max = nmax;
+                while (r.len > r.max) ref_evict_oldest(&r);
+            } else {
+                assert_int_equal(PSTensor_DedupRecord(t, id, strlen(id), 1, 0, v), PST_OK);
+                ref_record(&r, id, 1, 0, v);
+            }
+            assert_same_table(t, &r);
+        }
+        free(r.e);
+        PSTensor_Free(t);
+    }
+}
+
 static double now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -218,6 +271,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_indexed_table_keeps_the_order_and_evictions_of_the_linear_one),
         cmocka_unit_test(test_pushes_at_a_full_table_evict_like_the_linear_table),
+        cmocka_unit_test(test_loaded_table_then_mixed_versions_evict_like_the_linear_table),
         cmocka_unit_test(test_push_at_a_full_table_of_2e17_costs_about_what_it_costs_at_16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

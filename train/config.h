@@ -39,6 +39,7 @@ typedef struct sparseConfig {
     char table_optim[16];       /* upper case PS.CREATE OPTIM name */
     double table_lr, ftrl_beta, l1, l2, init_std;
     int admit, shards;
+    int unknown_zeros;          /* PS.CREATE ... UNKNOWN ZEROS (record: unknown=zeros) */
     long long capacity, shard_bytes;
     long long train_bytes;      /* bytes of the (uncompressed) train file the tasks tile */
 } sparseConfig;

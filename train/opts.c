@@ -186,6 +186,8 @@ static const flagDef Flags[] = {
      "fm/mlp 0.1; lr and ftrl 0", "S", "rows start N(0, S^2) from (seed, id)", NULL},
     {"--admit", F_INT, S(admit), 1, TR_SP_MAX_ADMIT, C_INIT | C_RUN, K_SPARSE, "1", NULL, 0,
      NULL, "N", "an id becomes a row on its N-th push, earlier gradients dropped", NULL},
+    {"--unknown", F_STR, S(unknown), 0, 0, C_INIT | C_RUN, K_SPARSE, "init", NULL, 0, NULL,
+     "init|zeros", "a pull of an id with no row answers its init row (computed) or zeros", NULL},
     {"--capacity", F_LL, S(capacity), 1, TR_SP_MAX_CAPACITY, C_INIT | C_RUN, K_SPARSE, NULL,
      NULL, 0, "no bound", "N",
      "keep about N rows (N/shards per shard, least recently pushed evicted)", NULL},

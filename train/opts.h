@@ -57,6 +57,7 @@ typedef struct sparseOpts {
     double ftrl_beta, l1, l2;   /* FTRL */
     double init_std;            /* rows start N(0, init_std^2); < 0: per model */
     int admit;                  /* ADMIT n */
+    const char *unknown;        /* init | zeros: what a pull answers for an id with no row */
     long long capacity;         /* CAPACITY n, 0: none */
     int table_shards;           /* table shards (keys) */
     long long task_bytes;       /* train-file bytes per task */

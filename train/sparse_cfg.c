@@ -55,6 +55,10 @@ int tr_sparse_validate(const trainOpts *o, int init_or_run) {
         fprintf(stderr, "ps-train %s: --format: '%s' is not libsvm or criteo\n", c, g->format);
         return -1;
     }
+    if (strcmp(g->unknown, "init") && strcmp(g->unknown, "zeros")) {
+        fprintf(stderr, "ps-train %s: --unknown: '%s' is not init or zeros\n", c, g->unknown);
+        return -1;
+    }
     ok = table_optim_ok(g->table_optim);
     if (!ok) {
         char names[160];
@@ -105,6 +109,7 @@ int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
     else if (!strcmp(f, "l2")) sp->l2 = strtod(num, NULL);
     else if (!strcmp(f, "init_std")) sp->init_std = strtod(num, NULL);
     else if (!strcmp(f, "admit")) sp->admit = atoi(num);
+    else if (!strcmp(f, "unknown")) sp->unknown_zeros = !strcmp(num, "zeros") ? 1 : !strcmp(num, "init") ? 0 : -1;
     else if (!strcmp(f, "shards")) sp->shards = atoi(num);
     else if (!strcmp(f, "capacity")) sp->capacity = atoll(num);
     else if (!strcmp(f, "shard_bytes")) sp->shard_bytes = atoll(num);
@@ -125,6 +130,7 @@ int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
     BAD(sp->fields < 1 || sp->fields > TR_SP_MAX_FIELDS, "fields %d", sp->fields);
     BAD(sp->shards < 1 || sp->shards > TR_SP_MAX_SHARDS, "shards %d", sp->shards);
     BAD(sp->admit < 0 || sp->admit > TR_SP_MAX_ADMIT, "admit %d", sp->admit);
+    BAD(sp->unknown_zeros != 0 && sp->unknown_zeros != 1, "unknown: not init or zeros");
     BAD(sp->capacity < 0 || sp->capacity > TR_SP_MAX_CAPACITY, "capacity %lld", sp->capacity);
     BAD(sp->shard_bytes < 1 || sp->shard_bytes > TR_SP_MAX_SHARD_BYTES, "shard_bytes %lld",
         sp->shard_bytes);
@@ -177,6 +183,8 @@ int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t l
           g->init_std, sp->init_std);
     SDIFF(tr_given(o, "--admit") && g->admit != sp->admit, "--admit %d (job: %d)", g->admit,
           sp->admit);
+    SDIFF(tr_given(o, "--unknown") && (strcmp(g->unknown, "zeros") == 0) != sp->unknown_zeros,
+          "--unknown %s (job: %s)", g->unknown, sp->unknown_zeros ? "zeros" : "init");
     SDIFF(tr_given(o, "--capacity") && g->capacity != sp->capacity, "--capacity %lld (job: %lld)",
           g->capacity, sp->capacity);
     SDIFF(tr_given(o, "--table-shards") && g->table_shards != sp->shards,

@@ -179,6 +179,7 @@ static void table_opts(const sparseConfig *sp, uint64_t seed, char *buf, size_t 
                               sp->table_lr);
     if (sp->admit > 1)
         n += (size_t)snprintf(buf + n, len - n, " ADMIT %d FILTER %d", sp->admit, TS_FILTER_LOG2);
+    if (sp->unknown_zeros) n += (size_t)snprintf(buf + n, len - n, " UNKNOWN ZEROS");
     if (sp->capacity > 0) /* the job's bound, shared by its shards */
         snprintf(buf + n, len - n, " CAPACITY %lld", (sp->capacity + sp->shards - 1) / sp->shards);
 }
@@ -243,6 +244,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     sp->init_std = o->sparse.init_std >= 0 ? o->sparse.init_std
                    : ts_default_init_std(o->sparse.model, o->sparse.table_optim);
     sp->admit = o->sparse.admit;
+    sp->unknown_zeros = !strcmp(o->sparse.unknown, "zeros");
     sp->capacity = o->sparse.capacity;
     sp->shards = o->sparse.table_shards;
     sp->shard_bytes = o->sparse.task_bytes;
@@ -318,7 +320,8 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
                               "table_lr", nums[6], "ftrl_beta", nums[7], "l1", nums[8],
                               "l2", nums[9], "init_std", nums[10], "admit", nums[11],
                               "shards", nums[12], "capacity", nums[13], "shard_bytes", nums[14],
-                              "train_bytes", nums[15]};
+                              "train_bytes", nums[15],
+                              "unknown", sp->unknown_zeros ? "zeros" : "init"};
         int argc = (int)(sizeof(argv) / sizeof(argv[0]));
         size_t argl[sizeof(argv) / sizeof(argv[0])];
         for (int i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
@@ -408,9 +411,11 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
     /* Every setting init recorded, defaults included (opts.c has them). */
     printf("sparse settings: --dim %d --fields %d --hidden %s --table-shards %d --task-bytes %lld "
            "--table-optim %s --table-lr %g --ftrl-beta %g --l1 %g --l2 %g --init-std %g "
-           "--admit %d --capacity %lld --optim %s --lr %g --batch %d --epochs %d --seed %llu\n",
+           "--admit %d --unknown %s --capacity %lld --optim %s --lr %g --batch %d --epochs %d "
+           "--seed %llu\n",
            sp->dim, sp->fields, sp->hidden, sp->shards, sp->shard_bytes, sp->table_optim,
-           sp->table_lr, sp->ftrl_beta, sp->l1, sp->l2, sp->init_std, sp->admit, sp->capacity,
+           sp->table_lr, sp->ftrl_beta, sp->l1, sp->l2, sp->init_std, sp->admit,
+           sp->unknown_zeros ? "zeros" : "init", sp->capacity,
            cfg->optim, cfg->lr, cfg->batch, cfg->epochs, (unsigned long long)cfg->seed);
     psEmbed *e = ts_table(o->job, cfg, ps_ctr_row_dim(&m));
     printf("table shards:\n");

@@ -24,7 +24,10 @@
  * batch i's own update (one step more; pushes still carry the versions of
  * the pull their gradient came from). A task's first batch is pulled
  * without overlap (the pipeline does not cross tasks: the next task may
- * be one claimed from another worker). --overlap 0 runs 1-4 in order.
+ * be one claimed from another worker). --overlap 0 sends batch i+1's pulls
+ * only after batch i's push (no added staleness), but still reads and
+ * parses batch i+1 (step 1, a third to a half of the worker's CPU) while
+ * batch i's pulls are in flight.
  * --wait N and --on-degraded apply to the table pushes as to the dense
  * ones: libps WAITs after each push on every node it went to, and resends
  * the pushes a lost WAIT covered (libps/pushtrack.c). */
@@ -384,7 +387,10 @@ static int sparse_task(workCtx *w, task *t) {
             rc = -2;
             break;
         }
-        if (ov) next = ps_sparse_read(r, &sp->b[!cur], w->batch, err, sizeof(err));
+        /* The next batch is read and parsed while this one's pulls fly, in
+         * both modes (its own pulls go out after this push without
+         * --overlap, so what it reads is unchanged). */
+        next = ps_sparse_read(r, &sp->b[!cur], w->batch, err, sizeof(err));
         if (wait_pulls(w) != 0 || (ov && next > 0 && send_pulls(w, !cur) != 0) ||
             compute_push(w, cur, t->epoch) != 0) {
             rc = -1;
@@ -403,10 +409,7 @@ static int sparse_task(workCtx *w, task *t) {
             }
             renew_at = tr_now() + w->o->lease_ms / 3000.0;
         }
-        if (!ov) {
-            next = ps_sparse_read(r, &sp->b[!cur], w->batch, err, sizeof(err));
-            if (next > 0 && send_pulls(w, !cur) != 0) rc = -1;
-        }
+        if (!ov && next > 0 && send_pulls(w, !cur) != 0) rc = -1;
         cur = !cur;
         got = next;
     }

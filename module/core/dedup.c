@@ -14,31 +14,47 @@ _Static_assert((int)PS_DEDUP_OK == (int)PST_OK && (int)PS_DEDUP_ERR_OOM == (int)
 
 /* The index over s->e[0..len): 'slots' maps an id's hash to an entry
  * position + 1 (0 = empty; linear probing, backward-shift deletion), and
- * 'heap' is a 4-ary min-heap of entry positions ordered by (version,
- * position), with hpos[i] the heap position of entry i. Slots carry the
- * hash's low bits and heap nodes the version, so probing and sifting read
- * only the index, not the (much larger) entries: at 2^20 clients that is
- * what keeps a push as fast as at 16. One allocation: the struct, then the
- * arrays. */
+ * the eviction order, (version, array position) ascending, is kept in two
+ * parts whose union holds every entry:
+ *   - a list, doubly linked through the entries' own prev/next fields,
+ *     sorted by that key: an entry whose key is above the list's tail is
+ *     appended. The push path gives a new or updated client the tensor's
+ *     newest version, so nearly every entry lives here, and evicting the
+ *     oldest is unlinking the head: O(1), and the lines it touches (the
+ *     head's entry and slot) are known, and prefetched, one command ahead;
+ *   - a 4-ary min-heap of the entries whose key came in below the tail (a
+ *     sync round gives several clients one version, PS._RESTORE and a
+ *     replicated record any version); an entry's hpos is its heap position
+ *     (NIL: in the list). It is empty in the steady push path.
+ * The oldest entry is the smaller of the list's head and the heap's root.
+ * The order's links live in the entry (64 bytes, one cache line), so an
+ * eviction touches the victim's line and its slot's, not three arrays.
+ * The head's prev is never read (unlinking the head writes no neighbour).
+ * One allocation: the struct, then the arrays. An index built from scratch
+ * (after a load) heapifies every entry; one grown with the array keeps the
+ * order (it lives in the entries, which are copied). */
 typedef struct Slot {
     uint32_t pos1; /* entry position + 1; 0 = empty */
-    uint32_t h32;  /* low 32 bits of the id's hash */
+    uint32_t h32;  /* slot hash of the id */
 } Slot;
 typedef struct Node {
     uint64_t version;
     uint32_t pos;
-    uint32_t h32; /* the entry's slot hash (in what was padding): where its slot is, without
-                   * reading the entry */
+    uint32_t unused;
 } Node;
+#define NIL UINT32_MAX
 struct PSDedupIndex {
-    const PSDedupEntry *base; /* the array indexed */
-    uint32_t len;             /* entries indexed */
-    uint32_t cap;             /* entries the heap can hold */
-    uint32_t mask;            /* slot count - 1 (a power of two >= 2 * cap) */
+    PSDedupEntry *base; /* the array indexed */
+    uint32_t len;       /* entries indexed */
+    uint32_t cap;       /* entries the heap can hold */
+    uint32_t mask;      /* slot count - 1 (a power of two >= 2 * cap) */
+    uint32_t hlen;      /* entries in the heap */
+    uint32_t head, tail; /* the list's ends (NIL: empty) */
     Slot *slots;
     Node *heap;
-    uint32_t *hpos;
 };
+
+_Static_assert(sizeof(PSDedupEntry) == 64, "an entry is one cache line");
 
 uint64_t PSDedup_Hash(const char *id, size_t idlen) {
     uint64_t h = 0xcbf29ce484222325ULL;
@@ -81,8 +97,7 @@ static uint32_t slot_count(uint32_t cap) {
 }
 
 static size_t index_bytes(uint32_t cap) {
-    return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) +
-           (size_t)cap * (sizeof(Node) + sizeof(uint32_t));
+    return sizeof(PSDedupIndex) + (size_t)slot_count(cap) * sizeof(Slot) + (size_t)cap * sizeof(Node);
 }
 
 /* Slot hash: FNV-1a's low bits cluster for similar short ids ("w1",
@@ -90,17 +105,18 @@ static size_t index_bytes(uint32_t cap) {
  * home slot and are kept in the slot. */
 static uint32_t slot_hash(uint64_t h) { return (uint32_t)((h * 0x9e3779b97f4a7c15ULL) >> 32); }
 
-/* Heap order: the older version first, then the lower array position. */
-static int older(const Node *a, const Node *b) {
-    return a->version < b->version || (a->version == b->version && a->pos < b->pos);
+/* Eviction order: the older version first, then the lower array position. */
+static int key_lt(uint64_t va, uint32_t pa, uint64_t vb, uint32_t pb) {
+    return va < vb || (va == vb && pa < pb);
 }
+static int older(const Node *a, const Node *b) { return key_lt(a->version, a->pos, b->version, b->pos); }
 
 static void heap_swap(PSDedupIndex *ix, uint32_t p, uint32_t q) {
     const Node a = ix->heap[p];
     ix->heap[p] = ix->heap[q];
     ix->heap[q] = a;
-    ix->hpos[ix->heap[p].pos] = p;
-    ix->hpos[a.pos] = q;
+    ix->base[ix->heap[p].pos].hpos = p;
+    ix->base[a.pos].hpos = q;
 }
 
 /* A D-ary heap, HEAP_D children per node. */
@@ -120,11 +136,9 @@ static void sift_up(PSDedupIndex *ix, uint32_t p) {
 static void sift_down(PSDedupIndex *ix, uint32_t p) {
     for (;;) {
         const uint64_t first = (uint64_t)HEAP_D * p + 1;
-        if (first >= ix->len) return;
-        const char *blk = (const char *)&ix->heap[first];
-        for (size_t b = 0; b < HEAP_D * sizeof(Node); b += 64) __builtin_prefetch(blk + b);
+        if (first >= ix->hlen) return;
         uint32_t m = p;
-        for (uint64_t c = first; c < first + HEAP_D && c < ix->len; c++)
+        for (uint64_t c = first; c < first + HEAP_D && c < ix->hlen; c++)
             if (older(&ix->heap[c], &ix->heap[m])) m = (uint32_t)c;
         if (m == p) return;
         heap_swap(ix, p, m);
@@ -132,23 +146,107 @@ static void sift_down(PSDedupIndex *ix, uint32_t p) {
     }
 }
 
-/* Restores the heap order after entry i's version changed. */
-static void heap_fix(PSDedupIndex *ix, const PSDedupEntry *E, uint32_t i) {
-    ix->heap[ix->hpos[i]].version = E[i].version;
-    sift_up(ix, ix->hpos[i]);
-    sift_down(ix, ix->hpos[i]);
+static void heap_push(PSDedupIndex *ix, uint32_t i) {
+    const uint32_t p = ix->hlen++;
+    ix->heap[p].version = ix->base[i].version;
+    ix->heap[p].pos = i;
+    ix->heap[p].unused = 0;
+    ix->base[i].hpos = p;
+    sift_up(ix, p);
 }
 
-static void slot_insert(PSDedupIndex *ix, uint64_t hash, uint32_t i) {
-    const uint32_t h32 = slot_hash(hash);
+static void heap_remove(PSDedupIndex *ix, uint32_t i) {
+    const uint32_t p = ix->base[i].hpos;
+    ix->hlen--;
+    if (p < ix->hlen) {
+        heap_swap(ix, p, ix->hlen);
+        sift_up(ix, p);
+        sift_down(ix, p);
+    }
+}
+
+static void list_append(PSDedupIndex *ix, uint32_t i) {
+    PSDedupEntry *e = &ix->base[i];
+    e->prev = ix->tail;
+    e->next = NIL;
+    e->hpos = NIL;
+    if (ix->tail != NIL) ix->base[ix->tail].next = i;
+    else ix->head = i;
+    ix->tail = i;
+}
+
+static void list_unlink(PSDedupIndex *ix, uint32_t i) {
+    const PSDedupEntry *e = &ix->base[i];
+    if (i == ix->head) { /* the new head's prev goes stale: never read */
+        ix->head = e->next;
+        if (e->next == NIL) ix->tail = NIL;
+        return;
+    }
+    ix->base[e->prev].next = e->next;
+    if (e->next != NIL) ix->base[e->next].prev = e->prev;
+    else ix->tail = e->prev;
+}
+
+/* Puts entry i (its version set) into the order: the list when its key is
+ * above the tail's, else the heap. */
+static void order_insert(PSDedupIndex *ix, uint32_t i) {
+    if (ix->tail == NIL || key_lt(ix->base[ix->tail].version, ix->tail, ix->base[i].version, i))
+        list_append(ix, i);
+    else
+        heap_push(ix, i);
+}
+
+static void order_remove(PSDedupIndex *ix, uint32_t i) {
+    if (ix->base[i].hpos == NIL) list_unlink(ix, i);
+    else heap_remove(ix, i);
+}
+
+/* Entry i's version changed (already stored): it takes its new place. */
+static void order_update(PSDedupIndex *ix, uint32_t i) {
+    order_remove(ix, i);
+    order_insert(ix, i);
+}
+
+/* The entry with the oldest (version, position): the list's head or the
+ * heap's root. The order is not empty. */
+static uint32_t order_min(const PSDedupIndex *ix) {
+    if (!ix->hlen) return ix->head;
+    const Node *r = &ix->heap[0];
+    if (ix->head == NIL || key_lt(r->version, r->pos, ix->base[ix->head].version, ix->head)) return r->pos;
+    return ix->head;
+}
+
+/* Entry 'from' was copied to array position 'to' (< from: the swap-remove
+ * of an eviction), its order fields with it. Its key went down (same
+ * version, lower position): the order's references follow it. */
+static void order_move(PSDedupIndex *ix, uint32_t from, uint32_t to) {
+    PSDedupEntry *e = &ix->base[to];
+    if (e->hpos != NIL) {
+        ix->heap[e->hpos].pos = to;
+        sift_up(ix, e->hpos);
+        return;
+    }
+    const int was_head = ix->head == from;
+    if (was_head) ix->head = to;
+    else ix->base[e->prev].next = to;
+    if (e->next != NIL) ix->base[e->next].prev = to;
+    else ix->tail = to;
+    /* Still above its predecessor? (Only an equal version at a position
+     * between 'to' and 'from' can be above it now.) Else to the heap. */
+    if (!was_head && !key_lt(ix->base[e->prev].version, e->prev, e->version, to)) {
+        list_unlink(ix, to);
+        heap_push(ix, to);
+    }
+}
+
+static void slot_insert(PSDedupIndex *ix, uint32_t h32, uint32_t i) {
     uint32_t s = h32 & ix->mask;
     while (ix->slots[s].pos1) s = (s + 1) & ix->mask;
     ix->slots[s].pos1 = i + 1;
     ix->slots[s].h32 = h32;
 }
 
-/* The slot holding entry i, whose slot hash is h32 (its heap node has it:
- * the slot is found without reading the entry). */
+/* The slot holding entry i, whose slot hash is h32. */
 static uint32_t slot_find(const PSDedupIndex *ix, uint32_t h32, uint32_t i) {
     uint32_t s = h32 & ix->mask;
     while (ix->slots[s].pos1 != i + 1) s = (s + 1) & ix->mask;
@@ -156,7 +254,7 @@ static uint32_t slot_find(const PSDedupIndex *ix, uint32_t h32, uint32_t i) {
 }
 
 static void slot_remove(PSDedupIndex *ix, uint32_t i) {
-    uint32_t hole = slot_find(ix, ix->heap[ix->hpos[i]].h32, i);
+    uint32_t hole = slot_find(ix, ix->base[i].h32, i);
     ix->slots[hole].pos1 = 0;
     for (uint32_t j = (hole + 1) & ix->mask; ix->slots[j].pos1; j = (j + 1) & ix->mask) {
         const uint32_t home = ix->slots[j].h32 & ix->mask;
@@ -169,29 +267,63 @@ static void slot_remove(PSDedupIndex *ix, uint32_t i) {
     }
 }
 
-/* Builds an index of room 'cap' over E[0..len); NULL on OOM. */
-static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
+/* Allocates an index of room 'cap' for array E with no slot used; NULL on
+ * OOM. */
+static PSDedupIndex *index_alloc(PSDedupEntry *E, uint32_t cap) {
     const uint32_t ns = slot_count(cap);
     PSDedupIndex *ix = PSTensor_Alloc(index_bytes(cap));
     if (!ix) return NULL;
     ps_advise_hugepages(ix, index_bytes(cap));
     ix->base = E;
+    ix->len = 0;
     ix->cap = cap;
     ix->mask = ns - 1;
+    ix->hlen = 0;
+    ix->head = ix->tail = NIL;
     ix->heap = (Node *)(ix + 1);
     ix->slots = (Slot *)(ix->heap + cap);
-    ix->hpos = (uint32_t *)(ix->slots + ns);
     memset(ix->slots, 0, ns * sizeof(Slot));
+    return ix;
+}
+
+/* Builds an index of room 'cap' over E[0..len): every entry goes into the
+ * heap (heapified in O(len), as the index did before the list existed; a
+ * sort into the list would stall the first command after loading a table
+ * of 2^20 clients for a few hundred milliseconds). Entries that pushes touch
+ * afterwards move to the list; the loaded ones leave the heap as they are
+ * evicted. NULL on OOM. */
+static PSDedupIndex *index_build(PSDedupEntry *E, uint32_t len, uint32_t cap) {
+    PSDedupIndex *ix = index_alloc(E, cap);
+    if (!ix) return NULL;
     for (uint32_t i = 0; i < len; i++) {
         E[i].hash = PSDedup_Hash(E[i].id, E[i].idlen);
-        slot_insert(ix, E[i].hash, i);
+        E[i].h32 = slot_hash(E[i].hash);
+        E[i].unused = 0;
+        E[i].prev = E[i].next = NIL;
+        slot_insert(ix, E[i].h32, i);
         ix->heap[i].version = E[i].version;
         ix->heap[i].pos = i;
-        ix->heap[i].h32 = slot_hash(E[i].hash);
-        ix->hpos[i] = i;
+        ix->heap[i].unused = 0;
+        E[i].hpos = i;
     }
+    ix->hlen = len;
     ix->len = len;
     for (uint32_t p = len / HEAP_D + 1; p-- > 0;) sift_down(ix, p);
+    return ix;
+}
+
+/* Index 'old' moved to entries copied to E (same positions) with room
+ * 'cap': the order is in the entries, the heap is copied, the slots are
+ * rehashed. NULL on OOM (old is kept). */
+static PSDedupIndex *index_grow(const PSDedupIndex *old, PSDedupEntry *E, uint32_t cap) {
+    PSDedupIndex *ix = index_alloc(E, cap);
+    if (!ix) return NULL;
+    memcpy(ix->heap, old->heap, old->hlen * sizeof(Node));
+    ix->hlen = old->hlen;
+    ix->head = old->head;
+    ix->tail = old->tail;
+    ix->len = old->len;
+    for (uint32_t i = 0; i < ix->len; i++) slot_insert(ix, E[i].h32, i);
     return ix;
 }
 
@@ -207,20 +339,23 @@ static PSDedupIndex *index_of(PSDedupSet *s) {
     return s->ix;
 }
 
-/* Fetches, ahead of time, what evicting the next victim will read: its
- * entry, its slot and its heap position. Called when a command is done
- * with a full table, so that the next new client's push (a later command,
- * usually a few microseconds away) finds these lines in the cache instead
- * of paying three dependent misses in a row; a hint, with no effect on
- * any result. (always_inline: as a call, GCC finds a function of
- * prefetches alone free of side effects and deletes the calls.) */
+/* Fetches, ahead of time, what evicting the next victim will touch: its
+ * entry and its slot, and the entry after it in the list (whose line the
+ * next call reads). Called when a command is done with a full table, so
+ * that the next new client's push (a later command, usually a few
+ * microseconds away) finds these lines in the cache instead of paying
+ * dependent misses in a row; a hint, with no effect on any result.
+ * (always_inline: as a call, GCC finds a function of prefetches alone free
+ * of side effects and deletes the calls.) */
 static inline __attribute__((always_inline)) void prefetch_victim(const PSDedupSet *s) {
     const PSDedupIndex *ix = s->ix;
-    if (!ix || ix->len == 0 || s->len < s->max || ix->base != s->e) return;
-    const Node *r = &ix->heap[0];
-    __builtin_prefetch(&s->e[r->pos]);
-    __builtin_prefetch(&ix->slots[r->h32 & ix->mask]);
-    __builtin_prefetch(&ix->hpos[r->pos]);
+    if (!ix || ix->len == 0 || s->len < s->max || ix->base != s->e || ix->len != s->len) return;
+    const uint32_t v = order_min(ix);
+    const PSDedupEntry *e = &s->e[v]; /* prefetched by the previous call, as the next */
+    const uint32_t slot = e->h32 & ix->mask;
+    __builtin_prefetch(&ix->slots[slot], 1);
+    if (((slot + 1) & 7) == 0) __builtin_prefetch(&ix->slots[(slot + 1) & ix->mask], 1);
+    if (e->next != NIL) __builtin_prefetch(&s->e[e->next], 1);
 }
 
 /* ------------------------------------------------------------------------
@@ -248,6 +383,17 @@ PSDedupEntry *PSDedupSet_Find(PSDedupSet *s, const char *id, size_t idlen) {
     return NULL;
 }
 
+/* (always_inline: see prefetch_victim.) */
+static inline __attribute__((always_inline)) void prefetch_slot(const PSDedupSet *s, const char *id,
+                                                                size_t idlen) {
+    const PSDedupIndex *ix = s->ix;
+    if (!ix || !s->len || ix->base != s->e || ix->len != s->len) return;
+    const uint32_t h32 = slot_hash(PSDedup_Hash(id, idlen));
+    __builtin_prefetch(&ix->slots[h32 & ix->mask]);
+}
+
+void PSDedupSet_Prefetch(const PSDedupSet *s, const char *id, size_t idlen) { prefetch_slot(s, id, idlen); }
+
 /* Removes entry v: the last entry moves into its place (the order RDB and
  * AOF save in, unchanged from before the index existed). */
 static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
@@ -255,23 +401,15 @@ static void remove_at(PSDedupSet *s, PSDedupIndex *ix, uint32_t v) {
     const uint32_t last = s->len - 1;
     if (ix) {
         slot_remove(ix, v);
-        const uint32_t p = ix->hpos[v];
+        order_remove(ix, v);
         ix->len--;
-        if (p < ix->len) {
-            heap_swap(ix, p, ix->len);
-            sift_up(ix, p);
-            sift_down(ix, p);
-        }
     }
     PSTensor_Dealloc(E[v].id);
     if (v != last) {
         E[v] = E[last];
         if (ix) {
-            const uint32_t p = ix->hpos[last];
-            ix->slots[slot_find(ix, ix->heap[p].h32, last)].pos1 = v + 1;
-            ix->heap[p].pos = v;
-            ix->hpos[v] = p;
-            sift_up(ix, p); /* same version, lower position: only older */
+            ix->slots[slot_find(ix, E[v].h32, last)].pos1 = v + 1;
+            order_move(ix, last, v); /* same version, lower position: only older */
         }
     }
     s->len--;
@@ -282,7 +420,7 @@ static void evict_oldest(PSDedupSet *s) {
     PSDedupIndex *ix = index_of(s);
     uint32_t victim = 0;
     if (ix) {
-        victim = ix->heap[0].pos;
+        victim = order_min(ix);
     } else {
         for (uint32_t i = 1; i < s->len; i++)
             if (s->e[i].version < s->e[victim].version) victim = i;
@@ -302,11 +440,17 @@ char *PSDedupSet_Prepare(PSDedupSet *s, const char *id, size_t idlen) {
         if (!nd) return NULL;
         ps_advise_hugepages(nd, cap * sizeof(PSDedupEntry));
         if (s->len) memcpy(nd, s->e, s->len * sizeof(PSDedupEntry));
+        /* The index keeps its order (positions are unchanged); only the
+         * slots are rehashed for the larger room. */
+        PSDedupIndex *gx = NULL;
+        if (s->ix && s->ix->base == s->e && s->ix->len == s->len) gx = index_grow(s->ix, nd, cap);
+        PSTensor_Dealloc(s->ix);
+        s->ix = gx;
         PSTensor_Dealloc(s->e);
         s->e = nd;
         s->cap = cap;
     }
-    index_of(s); /* rebuilt for the new array; on OOM the scan fallback */
+    index_of(s); /* built when missing; on OOM the scan fallback */
     return PSTensor_DupBytes(id, idlen);
 }
 
@@ -322,14 +466,12 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
     ne->seq = seq;
     ne->window = window;
     ne->version = version;
+    ne->h32 = slot_hash(ne->hash);
+    ne->unused = 0;
     if (ix) {
-        slot_insert(ix, ne->hash, i);
-        ix->heap[ix->len].version = version;
-        ix->heap[ix->len].pos = i;
-        ix->heap[ix->len].h32 = slot_hash(ne->hash);
-        ix->hpos[i] = ix->len;
+        slot_insert(ix, ne->h32, i);
+        order_insert(ix, i);
         ix->len++;
-        sift_up(ix, ix->hpos[i]);
         prefetch_victim(s);
     }
 }
@@ -337,7 +479,7 @@ void PSDedupSet_Commit(PSDedupSet *s, char *idcopy, size_t idlen, uint64_t seq, 
 void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t version) {
     const uint64_t before = e->version;
     PSDedupEntry_Mark(e, seq, version);
-    if (e->version != before && s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
+    if (e->version != before && s->ix) order_update(s->ix, (uint32_t)(e - s->e));
 }
 
 int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq, uint64_t window,
@@ -348,7 +490,7 @@ int PSDedupSet_Record(PSDedupSet *s, const char *id, size_t idlen, uint64_t seq,
         e->seq = seq;
         e->window = window;
         e->version = version;
-        if (s->ix) heap_fix(s->ix, s->e, (uint32_t)(e - s->e));
+        if (s->ix) order_update(s->ix, (uint32_t)(e - s->e));
         return PST_OK;
     }
     char *copy = PSDedupSet_Prepare(s, id, idlen);
@@ -460,6 +602,11 @@ void PSTensor_DedupFree(PSTensor *t) {
     PSDedupSet s = set_of(t);
     PSDedupSet_Free(&s);
     set_back(t, &s);
+}
+
+void PSTensor_DedupPrefetch(const PSTensor *t, const char *id, size_t idlen) {
+    const PSDedupSet s = set_of(t);
+    prefetch_slot(&s, id, idlen);
 }
 
 size_t PSTensor_DedupMemUsage(const PSTensor *t) {

@@ -15,13 +15,18 @@
  * are unchanged. Beside the array, an index (built on demand, and rebuilt
  * when the array was filled directly, as the RDB loader does) gives:
  *   - lookup by client id in O(1): open addressing on the id's hash;
- *   - eviction of the entry with the oldest version in O(log n): a 4-ary
- *     min-heap keyed by (version, array position). The position breaks
- *     ties exactly as the former linear scan did (the first entry with the
+ *   - eviction of the entry with the oldest version: the order by
+ *     (version, array position) is a list sorted by that key (linked
+ *     through the entries' prev/next) for every entry whose key came in
+ *     above the list's tail, which is where the push path puts a client (the
+ *     tensor's newest version), plus a 4-ary min-heap for the others; the
+ *     victim is the smaller of the list's head and the heap's root, O(1) in
+ *     the push path, O(log n) for heap entries. The position breaks ties
+ *     exactly as the former linear scan did (the first entry with the
  *     smallest version), so a replica or an AOF replay evicts the same
  *     entry. Versions do not grow monotonically across entries (a sync
- *     round gives several clients one version, PS._RESTORE sets any), so an
- *     ordered list would not do.
+ *     round gives several clients one version, PS._RESTORE sets any), hence
+ *     the heap beside the list.
  * When the index cannot be allocated, every operation falls back to a scan
  * of the array (same results, linear time).
  *
@@ -48,9 +53,13 @@ typedef struct PSDedupEntry {
     char *id;
     uint64_t hash; /* PSDedup_Hash(id): compared first on lookup */
     uint32_t idlen;
+    uint32_t h32; /* index (dedup.c): the slot hash */
     uint64_t seq;
     uint64_t window;
     uint64_t version;
+    /* index (dedup.c): the eviction order's links, kept in the entry's own
+     * cache line; not persisted (rebuilt from the fields above). */
+    uint32_t prev, next, hpos, unused;
 } PSDedupEntry;
 
 /* The index over an entry array (dedup.c). */
@@ -85,6 +94,11 @@ void PSDedupSet_Applied(PSDedupSet *s, PSDedupEntry *e, uint64_t seq, uint64_t v
 int PSDedupSet_CopyInto(PSDedupSet *dst, const PSDedupSet *src); /* dst->max is kept */
 void PSDedupSet_Free(PSDedupSet *s);
 size_t PSDedupSet_MemUsage(const PSDedupSet *s);
+/* Starts fetching the cache line a lookup of 'id' probes first, so that a
+ * push can overlap that (likely) miss with its argument checks and gradient
+ * decoding before it calls Find; a hint with no effect on any result, and
+ * nothing when the index is not built. */
+void PSDedupSet_Prefetch(const PSDedupSet *s, const char *id, size_t idlen);
 /* Frees an id copy from PSDedupSet_Prepare that is not committed (the push
  * failed after it); NULL does nothing. */
 void PSDedupSet_Discard(char *idcopy);
@@ -104,6 +118,9 @@ void PSDedupEntry_Mark(PSDedupEntry *e, uint64_t seq, uint64_t version);
 /* Lookup: the entry for 'id', or NULL. O(1). The pointer is valid until the
  * table next changes. */
 PSDedupEntry *PSTensor_DedupFind(struct PSTensor *t, const char *id, size_t idlen);
+
+/* PSDedupSet_Prefetch on a tensor's table. */
+void PSTensor_DedupPrefetch(const struct PSTensor *t, const char *id, size_t idlen);
 
 /* Records (id, seq, window, version) as is (restoring a saved table):
  * updates the entry of 'id', or inserts one, evicting the entry with the
