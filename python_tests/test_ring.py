@@ -497,7 +497,12 @@ def test_ring_max_lag_holds_a_group_back(groups, tmp_path):
         pytest.skip("the module has no MAXLAG (%s)" % e)
     finally:
         c.delete("probe:k")
-    ags = [new_agent(i, ["--max-lag", "8", "--dead-after-ms", "1500"]) for i in range(2)]
+    # --threshold 0: the fixture's 0.05 (values ~1000, pushes of 0..2) keeps dozens of pushes of
+    # change under the threshold, and a take that finds nothing above it zeroes the lag by
+    # design (docs/design.md "Bounded divergence"; the bound counts pushes above the
+    # threshold), so a would run ~50 pushes ahead before its first BACKLOG, whatever b does.
+    ags = [new_agent(i, ["--max-lag", "8", "--dead-after-ms", "1500", "--threshold", "0"])
+           for i in range(2)]
     wait_tracked(srv, "ab")
     assert int(info(c, "m:w:0")["ring_maxlag"]) == 8
     srv[1].kill()
