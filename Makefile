@@ -251,18 +251,21 @@ ifeq ($(SANITIZE),)
 endif
 
 # PYTEST_ARGS lets a user select tests, e.g. PYTEST_ARGS="-k replica".
+# python_tests/run_pytest.sh runs them in two passes: on PYTEST_JOBS pytest-xdist
+# workers all but the tests marked serial or slow, then those alone (timing-sensitive
+# or CPU-hungry: kill/freeze timing, speed ratios, fault injection, document runs).
+# PYTEST_JOBS=0 runs everything in one serial pass.
 # The fault-injection tests (marker 'slow') train asynchronously through kills
 # and failovers, and their accuracy bounds sit close to the run-to-run spread
-# of asynchronous training. Failed tests are therefore run once more, loudly:
-# a real regression fails twice. PYTEST_RERUN=0 turns the second run off.
+# of asynchronous training. Failed tests are therefore run once more, loudly
+# (each pass its own, alone): a real regression fails twice. PYTEST_RERUN=0
+# turns the second run off.
 PYTEST_RERUN ?= 1
-pytest: module client $(PTOOL_BINS) ## the integration tests (PYTEST_ARGS=..., PYTEST_RERUN=0)
-	@cd python_tests && export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)}; \
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS) && exit 0; rc=$$?; \
-	if [ "$(PYTEST_RERUN)" = 1 ] && [ $$rc = 1 ]; then \
-	  echo "== pytest: running the failed tests once more (see the failures above)"; \
-	  $(PYTHON) -m pytest -q --lf $(PYTEST_ARGS); \
-	else exit $$rc; fi
+PYTEST_JOBS ?= 2
+pytest: module client $(PTOOL_BINS) ## the integration tests (PYTEST_ARGS=..., PYTEST_RERUN=0, PYTEST_JOBS=2)
+	@export PS_MODULE=$${PS_MODULE:-$(abspath $(B)/ps.so)} PYTHON=$(PYTHON) \
+	  PYTEST_JOBS=$(PYTEST_JOBS) PYTEST_RERUN=$(PYTEST_RERUN); \
+	python_tests/run_pytest.sh $(PYTEST_ARGS)
 
 # Soak: the fault-injection tests (marker slow: kills, failovers, restarts, resharding, the
 # relay SIGKILLed at random points) SOAK_ROUNDS times, each round with its own PS_TEST_SEED
@@ -409,7 +412,7 @@ demo-tree: check-deps all ## 4 workers as a star and as a tree of 2 relays: byte
 # ---- dependencies ----------------------------------------------------------
 
 DEB_PKGS = gcc make pkg-config redis-server redis-tools libhiredis-dev libopenblas-dev \
-           libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-numpy \
+           libcmocka-dev zlib1g-dev python3 python3-redis python3-pytest python3-pytest-xdist python3-numpy \
            python3-venv python3-torch \
            dataset-fashion-mnist clang libclang-rt-14-dev valgrind \
            prometheus-redis-exporter gnuplot-nox
