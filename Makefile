@@ -299,12 +299,19 @@ check-asan: check-deps ## unit + integration tests against an ASan/UBSan module 
 # over a redis-server session with the module (fuzz/valgrind-session.sh).
 VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \
            --show-leak-kinds=definite
-valgrind: valgrind-unit valgrind-server ## unit tests and a server session under valgrind (CI)
+# VALGRIND_JOBS runs (each a single-threaded valgrind) at a time: the server
+# session and the unit binaries side by side, each checked in full as before.
+VALGRIND_JOBS ?= 2
+valgrind: $(TEST_BINS) $(B)/ps.so ## unit tests and a server session under valgrind (CI)
+	@$(MAKE) --no-print-directory -O -j$(VALGRIND_JOBS) valgrind-server \
+	  $(addprefix valgrind-run-,$(notdir $(TEST_BINS)))
 
 valgrind-unit: $(TEST_BINS)
-	@set -e; for t in $(TEST_BINS); do echo "== valgrind $$t"; \
-	  OPENBLAS_NUM_THREADS=1 $(VALGRIND) ./$$t > $(B)/tests/valgrind.out 2>&1 || \
-	  { cat $(B)/tests/valgrind.out; exit 1; }; tail -1 $(B)/tests/valgrind.out; done
+	@$(MAKE) --no-print-directory -O -j$(VALGRIND_JOBS) $(addprefix valgrind-run-,$(notdir $(TEST_BINS)))
+
+valgrind-run-%: $(B)/tests/%
+	@echo "== valgrind $<"; OPENBLAS_NUM_THREADS=1 $(VALGRIND) ./$< > $<.valgrind.out 2>&1 || \
+	  { cat $<.valgrind.out; exit 1; }; tail -1 $<.valgrind.out
 
 valgrind-server: $(B)/ps.so
 	fuzz/valgrind-session.sh $(abspath $(B)/ps.so)
@@ -348,15 +355,19 @@ $(FUZZ_B)/fuzz_resp: fuzz/fuzz_resp.c libps/resp.c $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lhiredis
 
+# FUZZ_JOBS harnesses fuzz at a time (each single-threaded, FUZZ_SECONDS each as before).
+FUZZ_JOBS ?= 2
 fuzz-short: $(FUZZ_BINS) ## replay each fuzz corpus, then fuzz FUZZ_SECONDS each (CI)
-	@set -e; for f in $(FUZZ_NAMES); do \
-	  echo "== $$f: corpus replay + $(FUZZ_SECONDS)s"; \
+	@$(MAKE) --no-print-directory -O -j$(FUZZ_JOBS) $(addprefix fuzz-run-,$(FUZZ_NAMES))
+
+fuzz-run-%: $(FUZZ_B)/%
+	@f=$*; echo "== $$f: corpus replay + $(FUZZ_SECONDS)s"; \
 	  rm -rf $(FUZZ_B)/$$f.work; mkdir -p $(FUZZ_B)/$$f.work $(FUZZ_B)/$$f.crashes; \
 	  $(FUZZ_B)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
 	    -print_final_stats=0 -artifact_prefix=$(FUZZ_B)/$$f.crashes/ \
 	    $(FUZZ_B)/$$f.work fuzz/corpus/$$f > $(FUZZ_B)/$$f.log 2>&1 || \
 	    { tail -60 $(FUZZ_B)/$$f.log; echo "$$f FAILED: reproducer in $(FUZZ_B)/$$f.crashes/"; exit 1; }; \
-	  grep -E "^#[0-9]+.DONE" $(FUZZ_B)/$$f.log | tail -1; done
+	  grep -E "^#[0-9]+.DONE" $(FUZZ_B)/$$f.log | tail -1
 
 bench: check-deps all $(BENCH_BINS) ## kernels, PUSHGRAD/PULL vs SET/GET, training (about 2.5 minutes)
 	bench/run.sh
