@@ -243,8 +243,10 @@ ifeq ($(SANITIZE),)
 SPEED_GUARD = $(B)/bench/apply_bench
 endif
 
+# UNIT_JOBS binaries run at a time (each prints its output whole when it ends).
+UNIT_JOBS ?= 2
 unit: $(TEST_BINS) $(SPEED_GUARD) ## the cmocka unit tests and the kernel speed guard
-	@set -e; for t in $(TEST_BINS); do echo "== $$t"; ./$$t; done
+	@$(MAKE) --no-print-directory -O -j$(UNIT_JOBS) $(addprefix unit-run-,$(notdir $(TEST_BINS)))
 ifeq ($(SANITIZE),)
 	@echo "== apply kernel speed guard"; ./$(B)/bench/apply_bench --max-sgd-ratio 6 > $(B)/bench/apply_bench.out || \
 	  { cat $(B)/bench/apply_bench.out; exit 1; }; grep -E '^sgd +1048576' $(B)/bench/apply_bench.out
@@ -308,6 +310,9 @@ valgrind: $(TEST_BINS) $(B)/ps.so ## unit tests and a server session under valgr
 
 valgrind-unit: $(TEST_BINS)
 	@$(MAKE) --no-print-directory -O -j$(VALGRIND_JOBS) $(addprefix valgrind-run-,$(notdir $(TEST_BINS)))
+
+unit-run-%: $(B)/tests/%
+	@echo "== $<"; ./$<
 
 valgrind-run-%: $(B)/tests/%
 	@echo "== valgrind $<"; OPENBLAS_NUM_THREADS=1 $(VALGRIND) ./$< > $<.valgrind.out 2>&1 || \

@@ -697,7 +697,9 @@ class RedisClusterHelper:
     everywhere. Use as a context manager or call cleanup()."""
 
     def __init__(self, masters=3, replicas=0, args=(), module="default", node_timeout=3000,
-                 timeout=30.0):
+                 timeout=90.0):
+        # 'timeout' bounds redis-cli --cluster create and the wait for cluster_state:ok; it
+        # took over 30 s on 2 cores at a load average of 13.
         self.nodes = []
         self.cli_output = ""
         try:
