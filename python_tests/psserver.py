@@ -383,7 +383,11 @@ class RedisServer:
                "--enable-debug-command", "local", "--save", "", "--appendonly", "no",
                "--daemonize", "no", "--logfile", "redis.log",
                # A replica's full sync starts at once instead of after the default 5 s delay.
-               "--repl-diskless-sync-delay", "0"]
+               "--repl-diskless-sync-delay", "0",
+               # No AOF rewrite the test did not ask for: one started by the AOF's growth
+               # made a BGREWRITEAOF fail ("already in progress") and a test copy an AOF
+               # mid-rewrite. A test that wants it passes --auto-aof-rewrite-percentage N.
+               "--auto-aof-rewrite-percentage", "0"]
         if self.module:
             cmd += ["--loadmodule", os.path.abspath(self.module)]
         # Extra args come last so they override the defaults above (e.g. --appendonly yes).
