@@ -288,9 +288,10 @@ soak: module client $(PTOOL_BINS) ## the fault-injection tests SOAK_ROUNDS (5) t
 # run ps-train and the C drivers from build/ (uninstrumented: the module is
 # what faces hostile input), so those are built first. ASAN_PYTEST_ARGS picks
 # the tests (default: all but the slow fault-injection training runs, which
-# mostly exercise the uninstrumented worker; ASAN_PYTEST_ARGS= runs them too).
+# mostly exercise the uninstrumented worker, and the 'nosan' ones, which run no
+# module code the rest does not; ASAN_PYTEST_ARGS= runs them too).
 ASAN_B ?= build/asan
-ASAN_PYTEST_ARGS ?= -m "not slow"
+ASAN_PYTEST_ARGS ?= -m "not slow and not nosan"
 check-asan: check-deps ## unit + integration tests against an ASan/UBSan module (CI)
 	$(MAKE) --no-print-directory client ptools
 	$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined module unit
