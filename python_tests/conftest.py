@@ -10,6 +10,11 @@ Fixtures:
 
 When a test fails, the tail of every server's redis.log is printed in the teardown section.
 
+Parallel runs (python_tests/run_pytest.sh, what `make pytest` calls): the tests run in two
+passes, first on pytest-xdist workers all but the serial ones (marker serial or slow, see
+is_serial), then the serial ones alone. Each worker draws server ports from its own slice
+(psserver.worker_slice), so workers never race for a port.
+
 Sanitizer builds (PS_MODULE=build/asan/ps.so, see `make check-asan`): a test during which a
 server wrote an ASan/UBSan report fails at teardown, and so does the session (for servers
 stopped after the last test of a module), with exit status 9, which `make pytest` does not rerun.
@@ -51,15 +56,50 @@ def _no_sanitizer_reports():
 
 
 SANITIZER_EXIT = 9
+_worker_reports = []             # xdist controller: the reports its workers sent at their end
+
+
+@pytest.hookimpl(optionalhook=True)      # an xdist hook: unknown without pytest-xdist
+def pytest_testnodedown(node, error):
+    """xdist controller: a worker ended; keep the sanitizer reports it saw after its last test."""
+    _worker_reports.extend(getattr(node, "workeroutput", {}).get("ps_sanitizer_reports", []))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if psserver.SANITIZER_REPORTS:
-        print("\n" + _format_reports(psserver.SANITIZER_REPORTS))
-        print("\n%d sanitizer report(s): failing the run" % len(psserver.SANITIZER_REPORTS))
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        # An xdist worker: its exit status is not the run's; hand the reports to the controller.
+        workeroutput["ps_sanitizer_reports"] = [list(r) for r in psserver.SANITIZER_REPORTS]
+        return
+    reports = psserver.SANITIZER_REPORTS + [tuple(r) for r in _worker_reports]
+    if reports:
+        print("\n" + _format_reports(reports))
+        print("\n%d sanitizer report(s): failing the run" % len(reports))
         # Not 1: `make pytest` reruns failed tests once when the exit status is 1 (async
         # training spread), and a memory error or a server crash must not get a second try.
         session.exitstatus = SANITIZER_EXIT
+
+
+def is_serial(item):
+    """Tests that run alone, after the parallel pass (python_tests/run_pytest.sh): marked
+    'serial' (timing-sensitive or CPU-hungry: kill/freeze timing, speed ratios, fixed
+    ports) or 'slow' (fault injection through kills and failovers, whole-document runs)."""
+    return item.get_closest_marker("serial") is not None or \
+        item.get_closest_marker("slow") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """PS_PYTEST_PASS=parallel keeps the tests that may share the machine with others,
+    PS_PYTEST_PASS=serial the others (is_serial); unset keeps all."""
+    which = os.environ.get("PS_PYTEST_PASS", "")
+    if which not in ("parallel", "serial"):
+        return
+    keep = [it for it in items if is_serial(it) == (which == "serial")]
+    if len(keep) != len(items):
+        drop = [it for it in items if is_serial(it) != (which == "serial")]
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

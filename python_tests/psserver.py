@@ -2,7 +2,8 @@
 ports in temp dirs, always stopped by pid.
 
 What it offers (tests import it directly; conftest.py wraps it in fixtures):
-  free_port()                  a free 127.0.0.1 port whose cluster-bus port (+10000) is free too
+  free_port()                  a free 127.0.0.1 port whose cluster-bus port (+10000) is free too,
+                               from this xdist worker's own slice of ports (see worker_slice)
   RedisServer                  one redis-server with build/ps.so loaded (or without: module=None)
   start_replica(master)        a second server replicating 'master', link up
   wait_for_replication(m, rs)  WAIT + equal master_repl_offset on every replica
@@ -32,6 +33,7 @@ fails the test (and the run) that produced one.
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -165,6 +167,7 @@ atexit.register(_kill_all_at_exit)
 
 _handed_out = set()              # ports given to a server in this process: never hand out twice
 _port_lock = threading.Lock()
+_rng = random.SystemRandom()     # not the `random` module: a test seeding it must not matter
 
 
 def _port_is_free(port):
@@ -178,18 +181,67 @@ def _port_is_free(port):
         s.close()
 
 
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports are drawn below the kernel's ephemeral range (where the source ports of outgoing
+# connections come from, so a client's connect() cannot take a port between our pick and
+# the server's bind), with their cluster-bus port (+10000) below it too: by default
+# 10000..22767 (bus 20000..32767).
+PORT_LOW = 10000
+PORT_HIGH = _ephemeral_low() - 10001
+
+
+def worker_slice():
+    """(index, count) of this pytest-xdist worker ((0, 1) outside xdist). Worker i draws only
+    ports P with (P % 10000) % count == i, so P and its bus port P+10000 belong to the same
+    worker and no two workers of one run ever pick the same port."""
+    w = os.environ.get("PYTEST_XDIST_WORKER", "")
+    try:
+        count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+        index = int(w[2:]) if w.startswith("gw") else 0
+    except ValueError:
+        return 0, 1
+    if count < 1 or not 0 <= index < count:
+        return 0, 1
+    return index, count
+
+
 def free_port(cluster_bus=True):
-    """Return a free loopback port P (bind port 0 and read it); with 'cluster_bus' P+10000 must
-    also be free and <= 65535. Ports already handed out in this process are skipped."""
+    """Return a free loopback port P, drawn at random from this worker's slice of
+    PORT_LOW..PORT_HIGH (see worker_slice); with 'cluster_bus' P+10000 must be free too.
+    Ports already handed out in this process are skipped. Free means bindable now: another
+    process may still take it before our server binds, so RedisServer retries its first
+    start on a new port when the bind fails (ServerStartError otherwise)."""
+    index, count = worker_slice()
     with _port_lock:
-        for _ in range(200):
+        if PORT_HIGH - PORT_LOW >= 1000:
+            for _ in range(2000):
+                port = _rng.randint(PORT_LOW, PORT_HIGH)
+                if (port % 10000) % count != index or port in _handed_out:
+                    continue
+                if not _port_is_free(port):
+                    continue
+                if cluster_bus and (port + 10000 in _handed_out or not _port_is_free(port + 10000)):
+                    continue
+                _handed_out.add(port)
+                if cluster_bus:
+                    _handed_out.add(port + 10000)
+                return port
+        # A kernel whose ephemeral range starts low: ask it for a port (bind port 0).
+        for _ in range(2000):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             finally:
                 s.close()
-            if port in _handed_out:
+            if (port % 10000) % count != index or port in _handed_out:
                 continue
             if cluster_bus and (port + 10000 > 65535 or port + 10000 in _handed_out
                                 or not _port_is_free(port + 10000)):
@@ -293,6 +345,10 @@ class RawClient:
 # One server
 # ---------------------------------------------------------------------------
 
+class _BindFailed(Exception):
+    """The server exited at start because its port (or cluster bus port) was taken."""
+
+
 class ServerStartError(RuntimeError):
     pass
 
@@ -309,7 +365,9 @@ class RedisServer:
                  name="redis"):
         self.module = module_path() if module == "default" else module
         self.extra_args = [str(a) for a in args]
+        self.auto_port = port is None    # picked here: may move if another process binds it first
         self.port = port if port is not None else free_port()
+        self.started_once = False
         self.own_dir = dir is None
         self.dir = dir if dir is not None else tempfile.mkdtemp(prefix="ps-%s-%d-" % (name, self.port))
         self.proc = None
@@ -325,7 +383,11 @@ class RedisServer:
                "--enable-debug-command", "local", "--save", "", "--appendonly", "no",
                "--daemonize", "no", "--logfile", "redis.log",
                # A replica's full sync starts at once instead of after the default 5 s delay.
-               "--repl-diskless-sync-delay", "0"]
+               "--repl-diskless-sync-delay", "0",
+               # No AOF rewrite the test did not ask for: one started by the AOF's growth
+               # made a BGREWRITEAOF fail ("already in progress") and a test copy an AOF
+               # mid-rewrite. A test that wants it passes --auto-aof-rewrite-percentage N.
+               "--auto-aof-rewrite-percentage", "0"]
         if self.module:
             cmd += ["--loadmodule", os.path.abspath(self.module)]
         # Extra args come last so they override the defaults above (e.g. --appendonly yes).
@@ -350,9 +412,30 @@ class RedisServer:
             env[k] = v
         return env
 
+    BIND_RETRIES = 5
+
     def start(self, timeout=START_TIMEOUT):
         """Start the process and wait (bounded) until it answers PING and has finished loading.
-        Raises ServerStartError with the log tail when it exits or never answers."""
+        Raises ServerStartError with the log tail when it exits or never answers. The first
+        start on a port this server picked itself moves to another free port when the bind
+        fails (another process took the port after free_port found it free); a restart keeps
+        its port."""
+        for attempt in range(self.BIND_RETRIES + 1):
+            try:
+                self._start_once(timeout)
+                self.started_once = True
+                return self
+            except _BindFailed:
+                if not self.auto_port or self.started_once or attempt == self.BIND_RETRIES:
+                    raise ServerStartError("redis-server could not bind port %d (or its bus "
+                                           "port)\n%s" % (self.port, self.log_tail()))
+                for name in ("redis.log", "stdout.log"):   # keep the next attempt's log clean
+                    f = os.path.join(self.dir, name)
+                    if os.path.exists(f):
+                        os.replace(f, "%s.port%d" % (f, self.port))
+                self.port = free_port()
+
+    def _start_once(self, timeout):
         if self.module and not os.path.exists(self.module):
             raise ServerStartError("module %s does not exist: run make module first" % self.module)
         out = open(os.path.join(self.dir, "stdout.log"), "ab")
@@ -369,13 +452,17 @@ class RedisServer:
             if self.proc.poll() is not None:
                 rc = self.proc.returncode
                 _unregister(self.proc)
+                if "Address already in use" in self.log_tail(10):
+                    raise _BindFailed()
                 raise ServerStartError("redis-server on port %d exited with %s during start\n%s"
                                        % (self.port, rc, self.log_tail()))
             try:
                 c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2,
                                 socket_connect_timeout=1)
                 try:
-                    if c.ping():
+                    # The pid tells our server from another process that holds the port
+                    # (then ours exits on its failed bind, seen by poll() above).
+                    if c.ping() and c.info("server").get("process_id") == self.proc.pid:
                         info = c.info("persistence")
                         if not info.get("loading", 0) and not info.get("async_loading", 0):
                             return self
@@ -614,7 +701,9 @@ class RedisClusterHelper:
     everywhere. Use as a context manager or call cleanup()."""
 
     def __init__(self, masters=3, replicas=0, args=(), module="default", node_timeout=3000,
-                 timeout=30.0):
+                 timeout=90.0):
+        # 'timeout' bounds redis-cli --cluster create and the wait for cluster_state:ok; it
+        # took over 30 s on 2 cores at a load average of 13.
         self.nodes = []
         self.cli_output = ""
         try:
@@ -664,14 +753,20 @@ class RedisClusterHelper:
             self.wait_streaming(timeout)
 
     def wait_streaming(self, timeout=30.0):
-        """Wait until every replica receives its master's command stream. After a diskless
-        sync a master streams to a replica only after the replica's first REPLCONF ACK (up
-        to a second later); a master killed in that second leaves its replica with none of
-        what was written meanwhile. A PUBLISH is propagated and moves the offsets."""
+        """Wait until every replica receives its master's command stream: a write (a probe
+        key set and deleted, in a slot the master owns) moves the master's replication offset,
+        and each replica must reach that offset. After a sync a master streams to a replica
+        only once the replica is online (its first REPLCONF ACK); a master killed before that
+        leaves its replica with none of what was written meanwhile (a promoted replica
+        without the job's keys). PUBLISH cannot serve as the probe: in cluster mode it goes
+        over the cluster bus, not into the replication stream (the offset stays put)."""
         for m in self.masters():
             mc = m.client()
-            mc.publish("__ps_replica_probe", "1")
+            probe = self.key_for(m, "__ps_replica_probe")
+            mc.set(probe, "1")
+            mc.delete(probe)
             target = mc.info("replication")["master_repl_offset"]
+            assert target > 0, "the probe did not move %s's replication offset" % m.addr
             for r in self.replicas_of(m):
                 rc = r.client()
                 wait_until(lambda: rc.info("replication").get("slave_repl_offset", 0) >= target,

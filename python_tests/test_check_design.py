@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.nosan   # no server, no module: nothing for check-asan to check
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(REPO, "scripts", "check_design.py")
 
@@ -119,3 +121,34 @@ def test_encoders_includes_and_facts(tmp_path):
     assert "relay/r.c:7" not in out, out  # a field name, not an error text
     assert 'relay/r.c names 1 optimizers as literals (8:"Adagrad")' in out, out
     assert "module/clk.c includes clock.h" in out, out
+
+
+def test_cycles_listing_and_the_trainer_layers(tmp_path):
+    """--cycles (make check-cycles, once scripts/check_cycles.py) lists every cycle with the
+    symbols closing it; a 2-file cycle inside a component is allowed, one between train/ and
+    ml/ (ml calling up into the trainer) or tools/ and ml/ fails."""
+    files = dict(CLEAN)
+    files["ml/nn.c"] = "int nn_b(void); int nn_a(void) { return nn_b(); }\n"
+    files["ml/opt.c"] = "int nn_a(void); int nn_b(void) { return 0; }\nint o(void) { return nn_a(); }\n"
+    files["train/job.c"] = "int nn_a(void); int job(void) { return nn_a(); }\n"
+    make_tree(str(tmp_path), files)
+    p = subprocess.run([sys.executable, SCRIPT, "--root", str(tmp_path), "--cycles", "ml",
+                        "train", "tools"], capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "allowed: cycle of 2 files: ml/nn.c ml/opt.c" in out, out
+    assert "ml/nn.c -> ml/opt.c: nn_b" in out and "ml/opt.c -> ml/nn.c: nn_a" in out, out
+    assert "check-design: 1 call cycle(s) among the files of ml, tools, train" in out, out
+    # ml calls up into train, closing a cycle across components; tools calls train.
+    files["ml/opt.c"] = ("int nn_a(void); int job(void); int nn_b(void) { return job(); }\n"
+                         "int o(void) { return nn_a(); }\n")
+    files["tools/t.c"] = "int job(void); int main(void) { return job(); }\n"
+    make_tree(str(tmp_path), files)
+    p = subprocess.run([sys.executable, SCRIPT, "--root", str(tmp_path), "--cycles"],
+                       capture_output=True, text=True)
+    out = p.stdout + p.stderr
+    assert p.returncode == 1, out
+    assert "FAIL: cycle of 3 files: ml/nn.c ml/opt.c train/job.c" in out, out
+    assert "ml/opt.c calls train/job.c (job): ml may call only common" in out, out
+    assert "call circle across components ml/train" in out, out
+    assert "tools/t.c calls train/job.c (job): tools may call only common, ml" in out, out

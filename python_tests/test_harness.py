@@ -20,6 +20,35 @@ def test_free_port_also_leaves_cluster_bus_port_free():
     assert psserver.free_port() != p
 
 
+def test_free_port_draws_from_this_xdist_workers_slice_only(monkeypatch):
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
+    assert psserver.worker_slice() == (2, 3)
+    for _ in range(20):
+        p = psserver.free_port()
+        # The port and its bus port (+10000) are in worker 2's slice: no other worker of
+        # the run can draw either; both lie below the ephemeral range of outgoing connects.
+        assert (p % 10000) % 3 == 2 and psserver.PORT_LOW <= p <= psserver.PORT_HIGH
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "master")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "x")
+    assert psserver.worker_slice() == (0, 1)
+
+
+def test_first_start_moves_to_a_new_port_when_its_port_was_taken(servers):
+    s = psserver.RedisServer(module=None, name="plain", start=False)
+    servers.add(s)
+    taken = s.port
+    blocker = servers.add(psserver.RedisServer(module=None, port=taken, name="blocker"))
+    s.start()
+    assert s.port != taken and s.client().ping() and blocker.client().ping()
+    # A restart keeps its port: when that is taken, it fails (and says why).
+    s.stop()
+    s.port = taken
+    with pytest.raises(psserver.ServerStartError) as e:
+        s.start(timeout=5)
+    assert "could not bind port %d" % taken in str(e.value)
+
+
 def test_plain_server_answers_and_stop_ends_the_process(plain):
     c = plain.client()
     assert c.ping()

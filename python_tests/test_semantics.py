@@ -378,7 +378,9 @@ def test_sync_timeout_still_closes_an_open_round_after_failover(server, make_rep
 
 
 def test_sync_timeout_still_closes_an_open_round_after_restart(make_server):
-    s = make_server(["--appendonly", "yes"])
+    # appendfsync always: the push is on disk before its reply, so the SIGKILL cannot lose it
+    # (everysec may postpone the write up to 2 s while an fsync is slow: seen under load).
+    s = make_server(["--appendonly", "yes", "--appendfsync", "always"])
     c = s.client()
     create(c, "s", (8,), "SYNC", "3", "TIMEOUT", "1500", "LR", "1")
     assert push(c, "s", np.ones(8, np.float32)) == 1

@@ -177,6 +177,7 @@ def acked(r, job):
 
 # "group": Ctrl-C in a terminal signals run and its workers at once (and run forwards it:
 # each worker gets it twice); "run": only run's pid is signalled and it forwards it.
+@pytest.mark.serial   # signal timing: a starved worker holds no task (flaked beside other tests)
 @pytest.mark.parametrize("target", ["run", "group"])
 def test_ctrl_c_says_interrupted_and_resumable_exits_130_and_resume_is_prompt(ps_train, server,
                                                                               target):

@@ -9,7 +9,9 @@ is gone is ignored) and greps the sources. Checks:
   calls     a file calls only files of its own component or of a component
             below it (COMPONENTS), and no call circle spans two components
   circles   inside a component, no call circle of more than 2 files (those
-            that remain are listed in the allow-list with the reason)
+            that remain are listed in the allow-list with the reason);
+            --cycles lists every cycle, 2-file ones too, with the symbols that
+            close it (`make check-cycles`)
   includes  no relative include reaches across folders
   encoders  libps builds each PS.* command in exactly one function; the tools
             (train, relay, ...) build none themselves
@@ -316,6 +318,28 @@ def check_calls(g, allow):
     return circles
 
 
+def print_cycles(g, only=None):
+    """Every call cycle (a strongly connected set of 2 or more files), with the symbols
+    that close it, of the files of the components 'only' (all when empty). What `make
+    check-cycles` prints: a cycle of 2 files inside a component is allowed, any other is
+    one of the failures check_calls reports."""
+    keep = {f for f in g if not only or component_of(f) in only}
+    edges = {a: {b for b in bs if b in keep} for a, bs in g.items() if a in keep}
+    n = 0
+    for comp in sccs(sorted(keep), edges):
+        if len(comp) < 2:
+            continue
+        n += 1
+        across = len({component_of(f) for f in comp}) > 1
+        print("  %s: cycle of %d files: %s" % (
+            "FAIL" if across or len(comp) > 2 else "allowed", len(comp), " ".join(comp)))
+        for a in comp:
+            for b in sorted(edges[a] & set(comp)):
+                print("      %s -> %s: %s" % (a, b, " ".join(sorted(set(g[a][b]))[:5])))
+    print("check-design: %d call cycle(s) among the files of %s" % (
+        n, ", ".join(sorted(only)) if only else "every component"))
+
+
 # ---------------------------------------------------------------- includes
 
 REL_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]*\.\./[^"]*)"', re.M)
@@ -481,6 +505,9 @@ def main():
     ap.add_argument("--obj", help="the build's object folder (default ROOT/build/obj)")
     ap.add_argument("--allow", help="the allow-list (default ROOT/scripts/design_allow.txt)")
     ap.add_argument("-v", "--verbose", action="store_true", help="also print the notes")
+    ap.add_argument("--cycles", nargs="*", metavar="COMPONENT",
+                    help="also list every call cycle (with the symbols closing it) among the "
+                         "files of these components (none named: all)")
     a = ap.parse_args()
     ROOT = os.path.abspath(a.root)
     a.obj = a.obj or os.path.join(ROOT, "build", "obj")
@@ -493,6 +520,8 @@ def main():
     objs = read_objects(a.obj)
     g = call_graph(objs)
     circles = check_calls(g, allow)
+    if a.cycles is not None:
+        print_cycles(g, set(a.cycles))
     check_includes(files)
     check_encoders(files, allow)
     check_facts(files, allow)

@@ -14,16 +14,18 @@ redis_ps.torch (needs PyTorch) has PSOptimizer, a torch.optim.Optimizer whose st
 the server; TaskStream hands out ps-train's data shards (leases, claims) to Python workers.
 """
 
-from . import codec
-from .client import (DEFAULT_PARTITION_BYTES, Model, Partition, Tensor, check_ids, connect,
-                     push_args)
+from . import client, codec  # noqa: F401  (redis_ps.client.X works as it always did)
+from .conn import connect
+from .guards import check_ids
+from .model import DEFAULT_PARTITION_BYTES, Model, Partition
+from .tensor import Tensor, push_args
 from .embed import Embedding
 from .errors import (DurabilityError, InvalidIds, ModuleNotLoaded, NonFiniteGradient, PSError,
                      SchemaError, ServerUnavailable, StaleError, WrongTypeError)
 from .tasks import Task, TaskStream
 
 __version__ = "0.1.0"
-__all__ = ["codec", "connect", "Tensor", "Model", "Embedding", "Partition", "PSError", "StaleError",
+__all__ = ["codec", "client", "connect", "Tensor", "Model", "Embedding", "Partition", "PSError", "StaleError",
            "ModuleNotLoaded", "ServerUnavailable", "SchemaError", "WrongTypeError", "InvalidIds",
            "NonFiniteGradient", "DurabilityError", "Task", "TaskStream", "check_ids",
            "push_args", "DEFAULT_PARTITION_BYTES"]

@@ -22,8 +22,9 @@ import redis.exceptions as rex
 from redis.crc import key_slot
 
 from . import codec
-from .client import (ArrayLike, Client, _call, _info_dict, check_ids, default_client_id,
-                     deferred_interrupts, where)
+from .conn import ArrayLike, Client, _call, _info_dict, default_client_id, where
+from .guards import check_ids, deferred_interrupts
+from .score import score_table
 from .errors import (DurabilityError, NonFiniteGradient, PSError, ServerUnavailable, StaleError,
                      from_response)
 
@@ -110,6 +111,7 @@ class Embedding:
         self.versions: List[Optional[int]] = [None] * nshards
         self._seq = [0] * nshards
         self._seq_base = int(time.time() * 1e6)
+        self.score_version: Optional[int] = None   # of the last one-shard score()
         self.stats = {"rows_pulled": 0, "rows_pushed": 0, "stale_rejects": 0, "retries": 0,
                       "wait_short": 0, "unreplicated_pushes": 0}
 
@@ -325,3 +327,16 @@ class Embedding:
     def evict(self, age: int) -> int:
         """PS.EVICT AGE 'age' on every shard; returns the rows removed."""
         return sum(int(_call(self.r, "PS.EVICT", k, "AGE", int(age), key=k)) for k in self.keys)
+
+    def score(self, counts: ArrayLike, ids: ArrayLike, vals: Optional[ArrayLike] = None,
+              model: Optional[str] = None, bias: float = 0.0) -> np.ndarray:
+        """Serving (PS.SCORE, libps psScore): the float64 logits of len(counts) samples under
+        the LR (dim 1) or FM (dim k + 1) model whose rows this table holds. Sample i has
+        counts[i] features; 'ids' are all samples' feature ids in sample order, 'vals' their
+        values (1 each when None); 'bias' is the model's bias, rounded to float32 as ps-train
+        holds it; 'model' "lr" or "fm" (default: by dim). One shard: the server scores (one
+        PS.SCORE; self.score_version is the table version it scored at). Several shards: the
+        rows are pulled and scored here by the same kernel (redis_ps.score.logits). Either
+        way the bits of libps psScore and of ps-train's forward pass on these parameters. Bad
+        input raises ValueError or InvalidIds before anything is sent."""
+        return score_table(self, counts, ids, vals, model, bias)

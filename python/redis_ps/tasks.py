@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import numpy as np
 
-from .client import Client, _s
+from .conn import Client, _s
 from .errors import PSError, from_response
 
 GROUP = "workers"          # worker/train_job.h TR_GROUP

@@ -32,7 +32,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 import torch
 
-from .client import (DEFAULT_PARTITION_BYTES, Client, Model, check_ids, deferred_interrupts)
+from .conn import Client
+from .guards import check_ids, deferred_interrupts
+from .model import DEFAULT_PARTITION_BYTES, Model
 from .embed import Embedding
 from .errors import PSError, SchemaError
 
