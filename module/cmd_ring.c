@@ -155,8 +155,13 @@ static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return REDISMODULE_OK;
 }
 
-/* JOIN origin values [FROM origin seq]... -> 1 */
+/* JOIN origin values [FROM origin seq]... [KEEPOWN] -> 1 */
 static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    int keepown = 0;
+    if (argc >= 6 && (argc - 5) % 3 == 1 && ps_arg_is(argv[argc - 1], "KEEPOWN")) {
+        keepown = 1;
+        argc--;
+    }
     if (argc < 5 || (argc - 5) % 3) return RedisModule_WrongArity(ctx);
     const size_t nfrom = (size_t)(argc - 5) / 3;
     /* Every origin at most once, the own one included. */
@@ -180,7 +185,7 @@ static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     }
     const unsigned char *vals = ps_decode_dense(ctx, "values", argv[4], PS_FMT_F32, t->n);
     if (!vals) goto done;
-    const int st = PSRing_Join(t, origin, ol, vals, from, nfrom);
+    const int st = PSRing_Join(t, origin, ol, vals, from, nfrom, keepown);
     if (st != PS_RING_OK) {
         reply_ring_error(ctx, st < 0 ? -st : st);
         goto done;

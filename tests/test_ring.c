@@ -298,12 +298,12 @@ static void test_join_copies_values_and_marks_and_never_lowers_take_seq(void **s
     const PSRingFrom dup[2] = {{O("g0"), 5}, {O("g0"), 6}};
     Shot s;
     shot(t, &s);
-    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, dup, 2), -PS_RING_EDUPFROM);
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, dup, 2, 0), -PS_RING_EDUPFROM);
     const float nan4[4] = {0, NAN, 0, 0};
-    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)nan4, from, 3), -PS_RING_ENONFINITE);
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)nan4, from, 3, 0), -PS_RING_ENONFINITE);
     assert_same(t, &s);
     const uint64_t v0 = t->version;
-    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, from, 3), PS_RING_OK);
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, from, 3, 0), PS_RING_OK);
     assert_int_equal(t->version, v0 + 1);
     assert_bits_equal(t->data->v, copy, 4, "values");
     assert_bits_equal(t->ring->base->v, copy, 4, "base");
@@ -318,7 +318,7 @@ static void test_join_copies_values_and_marks_and_never_lowers_take_seq(void **s
     /* An untracked tensor joins; its own FROM raises take_seq. */
     PSTensor *u = mk_int(4);
     const PSRingFrom own[1] = {{O("g3"), 33}};
-    assert_int_equal(PSRing_Join(u, O("g3"), (const unsigned char *)copy, own, 1), PS_RING_OK);
+    assert_int_equal(PSRing_Join(u, O("g3"), (const unsigned char *)copy, own, 1, 0), PS_RING_OK);
     assert_int_equal(u->ring->take_seq, 33);
     assert_int_equal(u->ring->norigins, 0);
     assert_int_equal(u->ring->maxqueue, PS_RING_DEFAULT_MAXQUEUE);
@@ -513,7 +513,7 @@ static void test_sync_pushes_count_and_join_untrack_reset_the_lag(void **st) {
     assert_int_equal(push_id(t, g, 6), PST_OK);
     assert_int_equal(PSRing_Lag(t->ring), 3);
     const float vals[4] = {7, 7, 7, 7};
-    assert_int_equal(PSRing_Join(t, O("g0"), (const unsigned char *)vals, NULL, 0), PS_RING_OK);
+    assert_int_equal(PSRing_Join(t, O("g0"), (const unsigned char *)vals, NULL, 0, 0), PS_RING_OK);
     assert_int_equal(PSRing_Lag(t->ring), 0);
     assert_int_equal(t->ring->maxlag, 3);
     assert_int_equal(t->ring->own_pushes, 6);
@@ -539,6 +539,57 @@ static void test_load_lag_validates(void **st) {
     PSTensor_Free(t);
 }
 
+/* JOIN ... KEEPOWN: a group that was out copies a neighbour's base but keeps
+ * what its own workers pushed (accumulated, and a pending take the neighbour
+ * has not got); it goes out again in the next take, under a new seq. */
+static void test_join_keepown_keeps_the_own_change(void **st) {
+    (void)st;
+    PSTensor *t = mk_int(4);                        /* 0 1 2 3 */
+    PSRing_Track(t, O("g1"), 0, 0);
+    const float g1[4] = {-1, 0, 0, 0}, g2[4] = {0, -2, 0, 0};
+    push(t, g1);                                    /* +1 at 0 */
+    assert_true(PSRing_Take(t, &All) > 0);          /* pending seq 1: {0: +1} */
+    push(t, g2);                                    /* +2 at 1, accumulated */
+    const float copy[4] = {10, 20, 30, 40};
+    const PSRingFrom from[2] = {{O("g0"), 7}, {O("g1"), 0}}; /* the neighbour lacks seq 1 */
+    /* A kept change whose sum overflows refuses the join, changing nothing. */
+    PSTensor *u = mk_int(4);
+    PSRing_Track(u, O("g1"), 0, 0);
+    const float gbig[4] = {-3.0e38f, 0, 0, 0};
+    push(u, gbig);                                  /* own change 3e38 at 0 */
+    Shot s;
+    shot(u, &s);
+    const float big[4] = {3.0e38f, 0, 0, 0};
+    assert_int_equal(PSRing_Join(u, O("g1"), (const unsigned char *)big, from, 2, 1),
+                     -PS_RING_ENONFINITE);
+    assert_same(u, &s);
+    assert_int_equal(PSRing_Join(u, O("g1"), (const unsigned char *)big, from, 2, 0), PS_RING_OK);
+    PSTensor_Free(u);
+    assert_int_equal(PSRing_Join(t, O("g1"), (const unsigned char *)copy, from, 2, 1), PS_RING_OK);
+    const float want[4] = {11, 22, 30, 40};
+    assert_bits_equal(t->data->v, want, 4, "values keep the own change");
+    assert_bits_equal(t->ring->base->v, copy, 4, "base is the copy");
+    assert_null(t->ring->pend);
+    assert_int_equal(PSRing_FindOrigin(t->ring, O("g0"))->hwm, 7);
+    /* The next take carries the whole own change under seq 2. */
+    assert_true(PSRing_Take(t, &All) > 0);
+    assert_int_equal(t->ring->pend->seq, 2);
+    assert_int_equal(t->ring->pend->count, 2);
+    assert_true(t->ring->pend->val[0] == 1.0f && t->ring->pend->val[1] == 2.0f);
+    /* A neighbour that already has seq 1: only the accumulated part is kept. */
+    PSTensor *v = mk_int(4);
+    PSRing_Track(v, O("g1"), 0, 0);
+    push(v, g1);
+    PSRing_Take(v, &All);
+    push(v, g2);
+    const PSRingFrom got[1] = {{O("g1"), 1}};
+    assert_int_equal(PSRing_Join(v, O("g1"), (const unsigned char *)copy, got, 1, 1), PS_RING_OK);
+    const float want2[4] = {10, 22, 30, 40};
+    assert_bits_equal(v->data->v, want2, 4, "the delivered take is not kept twice");
+    PSTensor_Free(v);
+    PSTensor_Free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_is_pending_until_acked_then_the_next_seq),
@@ -548,6 +599,7 @@ int main(void) {
         cmocka_unit_test(test_at_most_64_origins),
         cmocka_unit_test(test_hops_queue_in_order_and_backlog_changes_nothing),
         cmocka_unit_test(test_join_copies_values_and_marks_and_never_lowers_take_seq),
+        cmocka_unit_test(test_join_keepown_keeps_the_own_change),
         cmocka_unit_test(test_apply_does_not_write_a_snapshot_or_a_copy),
         cmocka_unit_test(test_load_validates_each_piece),
         cmocka_unit_test(test_lag_counts_own_pushes_and_the_ack_moves_the_mark),

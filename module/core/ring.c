@@ -404,7 +404,7 @@ int PSRing_FwdAck(PSTensor *t, const char *origin, size_t len, uint64_t seq) {
  * ---------------------------------------------------------------------- */
 
 int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char *vals,
-                const PSRingFrom *from, size_t nfrom) {
+                const PSRingFrom *from, size_t nfrom, int keepown) {
     if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
     if (t->optim == PS_OPT_ACCUM) return -PS_RING_EACCUM;
     if (t->n > PS_RING_MAX_ELEMS) return -PS_RING_EBIG;
@@ -423,20 +423,42 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
         else others++;
     }
     if (others > PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
+    /* KEEPOWN: the new values, vals + the own change, computed (and checked
+     * finite) before anything changes. */
+    float *kept = NULL;
+    if (keepown && t->ring) {
+        PSRing *o = t->ring;
+        if (!(kept = PSTensor_Alloc((size_t)t->n * sizeof(float)))) return -PS_RING_EOOM;
+        for (uint64_t i = 0; i < t->n; i++)
+            kept[i] = t->data->v[i] - o->base->v[i];
+        if (o->pend && o->pend->seq > own_seq)
+            for (uint64_t j = 0; j < o->pend->count; j++) kept[o->pend->idx[j]] += o->pend->val[j];
+        for (uint64_t i = 0; i < t->n; i++) {
+            kept[i] = ld_f32(vals, i) + kept[i];
+            bad |= !isfinite(kept[i]);
+        }
+        if (bad) {
+            PSTensor_Dealloc(kept);
+            return -PS_RING_ENONFINITE;
+        }
+    }
     PSRing *fresh = NULL;
     if (!t->ring && !(fresh = ring_new(t->n))) return -PS_RING_EOOM;
     if (data_writable(t) != PS_RING_OK) {
         PSRing_Free(fresh);
+        PSTensor_Dealloc(kept);
         return -PS_RING_EOOM;
     }
     /* Nothing can fail from here. */
     PSRing *r = fresh ? fresh : t->ring;
-    memcpy(t->data->v, vals, (size_t)t->n * sizeof(float));
+    if (kept) memcpy(t->data->v, kept, (size_t)t->n * sizeof(float));
+    else memcpy(t->data->v, vals, (size_t)t->n * sizeof(float));
     memcpy(r->base->v, vals, (size_t)t->n * sizeof(float));
     delta_free(r->pend);
     r->pend = NULL;
     r->pend_own = 0;
-    r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
+    if (!kept) r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
+    if (kept) PSTensor_Dealloc(kept);
     fwd_clear(r);
     r->norigins = 0;
     memset(r->origins, 0, sizeof(r->origins));
