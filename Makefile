@@ -316,8 +316,12 @@ valgrind: $(TEST_BINS) $(B)/ps.so ## unit tests and a server session under valgr
 valgrind-unit: $(TEST_BINS)
 	@$(MAKE) --no-print-directory -O -j$(VALGRIND_JOBS) $(addprefix valgrind-run-,$(notdir $(TEST_BINS)))
 
+# A unit binary that hangs (a fake node waiting for bytes that never come) fails
+# after UNIT_TIMEOUT seconds instead of holding CI until its limit.
+UNIT_TIMEOUT ?= 300
 unit-run-%: $(B)/tests/%
-	@echo "== $<"; ./$<
+	@echo "== $<"; timeout -k 10 $(UNIT_TIMEOUT) ./$< || { rc=$$?; \
+	  [ $$rc = 124 ] && echo "$< hung: killed after $(UNIT_TIMEOUT) s"; exit $$rc; }
 
 valgrind-run-%: $(B)/tests/%
 	@echo "== valgrind $<"; OPENBLAS_NUM_THREADS=1 $(VALGRIND) ./$< > $<.valgrind.out 2>&1 || \

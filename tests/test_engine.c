@@ -545,7 +545,9 @@ static void test_ring_replies_are_checked_against_the_tensor(void **state) {
     psRingStateFree(&st);
     assert_int_equal(psRingState(c, "k", 3, &st), PS_ERR); /* 2 values, 3 expected */
     assert_int_equal(c->err, PS_ERR_PROTOCOL);
-    RingReply[1] = '5'; /* 5 elements: not a STATE reply */
+    RingReply[1] = '5'; /* 5 elements: not a STATE reply (the fifth one added) */
+    memcpy(RingReply + RingReplyLen, ":0\r\n", 4);
+    RingReplyLen += 4;
     assert_int_equal(psRingState(c, "k", 2, &st), PS_ERR);
     assert_null(st.values);
     psClientFree(c);
