@@ -77,9 +77,8 @@ trap net_cleanup EXIT
 
 # ---- the network ----------------------------------------------------------------
 err=$(ip netns add "$WAN" 2>&1) || skip "cannot create a network namespace (needs root): $err"
-in_ns() { local ns=$1; shift; ip netns exec "$ns" "$@"; }
 gns() { echo "psr-g$1-$TAG"; }
-in_ns "$WAN" ip link set lo up
+ip netns exec "$WAN" ip link set lo up
 ip -n "$WAN" link add br0 type bridge
 ip -n "$WAN" addr add 10.77.0.1/24 dev br0
 ip -n "$WAN" link set br0 up
@@ -91,15 +90,15 @@ for g in $(seq $G); do
     ip -n "$ns" addr add "10.77.0.1$g/24" dev "wan$g"
     ip -n "$ns" link set "wan$g" up
     ip -n "$ns" link set lo up
-    in_ns "$ns" tc qdisc replace dev "wan$g" root tbf rate "$RATE" burst 64kb latency 100ms
-    in_ns "$WAN" tc qdisc replace dev "g$g" root tbf rate "$RATE" burst 64kb latency 100ms
+    ip netns exec "$ns" tc qdisc replace dev "wan$g" root tbf rate "$RATE" burst 64kb latency 100ms
+    ip netns exec "$WAN" tc qdisc replace dev "g$g" root tbf rate "$RATE" burst 64kb latency 100ms
 done
 # wan_bytes -> the bytes that crossed the shaped links so far, both directions
 wan_bytes() {
     local s=0 g
     for g in $(seq $G); do
-        s=$((s + $(in_ns "$(gns "$g")" cat "/sys/class/net/wan$g/statistics/tx_bytes")))
-        s=$((s + $(in_ns "$WAN" cat "/sys/class/net/g$g/statistics/tx_bytes")))
+        s=$((s + $(ip netns exec "$(gns "$g")" cat "/sys/class/net/wan$g/statistics/tx_bytes")))
+        s=$((s + $(ip netns exec "$WAN" cat "/sys/class/net/g$g/statistics/tx_bytes")))
     done
     echo "$s"
 }
@@ -110,12 +109,12 @@ start_server() {
     shift 3
     mkdir -p "$DIR/$name"
     # Protected mode off: these namespaces hold nothing but the demo's processes.
-    in_ns "$ns" "$SERVER" --port "$port" --bind "$@" --protected-mode no --dir "$DIR/$name" --save "" \
+    ip netns exec "$ns" "$SERVER" --port "$port" --bind "$@" --protected-mode no --dir "$DIR/$name" --save "" \
         --appendonly no --daemonize no --logfile "$DIR/$name/redis.log" --loadmodule "$MODULE" \
         >/dev/null 2>&1 </dev/null &
     PIDS+=($!)
     for _ in $(seq 100); do
-        in_ns "$ns" redis-cli -h "$1" -p "$port" ping >/dev/null 2>&1 && return 0
+        ip netns exec "$ns" redis-cli -h "$1" -p "$port" ping >/dev/null 2>&1 && return 0
         sleep 0.05
     done
     echo "demo-ring: redis-server $name did not start" >&2
@@ -130,7 +129,7 @@ JOB_FLAGS=(--layers 784,128,10 --optim sgd --lr "$LR" --batch 64 --epochs "$EPOC
 WORK_FLAGS=(--overlap 0 --progress none)
 # eval_acc NS ADDR JOB -> test accuracy
 eval_acc() {
-    in_ns "$1" "$PS_TRAIN" eval --addr "$2" --job "$3" 2>>"$DIR/eval.log" | tee -a "$DIR/eval.log" |
+    ip netns exec "$1" "$PS_TRAIN" eval --addr "$2" --job "$3" 2>>"$DIR/eval.log" | tee -a "$DIR/eval.log" |
         sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' | tail -1
 }
 now() { date +%s.%N; }
@@ -151,7 +150,7 @@ run_workers() {
     shift
     for g in $(seq $G); do
         for i in $(seq $PER); do
-            in_ns "$(gns "$g")" "$PS_TRAIN" work --addr "$1" --job "$job" --name "g$g-w$i" \
+            ip netns exec "$(gns "$g")" "$PS_TRAIN" work --addr "$1" --job "$job" --name "g$g-w$i" \
                 "${WORK_FLAGS[@]}" >"$DIR/$job-g$g-w$i.log" 2>&1 &
             w+=($!)
         done
@@ -168,11 +167,11 @@ case $run in
 lan)
     start_server "$WAN" lan 6390 127.0.0.1
     A=127.0.0.1:6390
-    in_ns "$WAN" "$PS_TRAIN" init --addr "$A" --job lan "${JOB_FLAGS[@]}" >/dev/null
+    ip netns exec "$WAN" "$PS_TRAIN" init --addr "$A" --job lan "${JOB_FLAGS[@]}" >/dev/null
     w=()
     t0=$(now)
     for i in $(seq $((G * PER))); do
-        in_ns "$WAN" "$PS_TRAIN" work --addr "$A" --job lan --name "lan-w$i" "${WORK_FLAGS[@]}" \
+        ip netns exec "$WAN" "$PS_TRAIN" work --addr "$A" --job lan --name "lan-w$i" "${WORK_FLAGS[@]}" \
             >"$DIR/lan-w$i.log" 2>&1 &
         w+=($!)
     done
@@ -185,7 +184,7 @@ lan)
 star)
     start_server "$WAN" central 6379 10.77.0.1
     A=10.77.0.1:6379
-    in_ns "$WAN" "$PS_TRAIN" init --addr "$A" --job star "${JOB_FLAGS[@]}" --epochs 1 \
+    ip netns exec "$WAN" "$PS_TRAIN" init --addr "$A" --job star "${JOB_FLAGS[@]}" --epochs 1 \
         --limit "$STAR_SAMPLES" --task-samples 500 >/dev/null
     b0=$(wan_bytes); t0=$(now)
     run_workers star "$A" "$A" "$A"
@@ -197,11 +196,11 @@ star)
 tree)
     start_server "$WAN" central 6379 10.77.0.1
     UP=10.77.0.1:6379
-    in_ns "$WAN" "$PS_TRAIN" init --addr "$UP" --job tree "${JOB_FLAGS[@]}" >/dev/null
+    ip netns exec "$WAN" "$PS_TRAIN" init --addr "$UP" --job tree "${JOB_FLAGS[@]}" >/dev/null
     R=()
     for g in $(seq $G); do
         start_server "$(gns "$g")" "tree-g$g" 6380 127.0.0.1
-        in_ns "$(gns "$g")" "$PS_RELAY" --local 127.0.0.1:6380 --upstream "$UP" --name "relay-$g" \
+        ip netns exec "$(gns "$g")" "$PS_RELAY" --local 127.0.0.1:6380 --upstream "$UP" --name "relay-$g" \
             --match 'tree:*' --sync --workers "$PER" --round-timeout-ms 5000 --progress-ms 5000 \
             >"$DIR/relay-$g.log" 2>&1 &
         R+=($!); PIDS+=($!)
@@ -211,7 +210,7 @@ tree)
             grep -q '] relaying ' "$DIR/relay-$g.log" 2>/dev/null && break
             sleep 0.05
         done
-        in_ns "$(gns "$g")" "$PS_TRAIN" init --addr 127.0.0.1:6380 --job tree "${JOB_FLAGS[@]}" \
+        ip netns exec "$(gns "$g")" "$PS_TRAIN" init --addr 127.0.0.1:6380 --job tree "${JOB_FLAGS[@]}" \
             --slice "$g/$G" >/dev/null
     done
     b0=$(wan_bytes); t0=$(now)
@@ -228,13 +227,13 @@ ring)
     RING=
     for g in $(seq $G); do
         start_server "$(gns "$g")" "ring-g$g" 6379 127.0.0.1 "10.77.0.1$g"
-        in_ns "$(gns "$g")" "$PS_TRAIN" init --addr 127.0.0.1:6379 --job ring "${JOB_FLAGS[@]}" \
+        ip netns exec "$(gns "$g")" "$PS_TRAIN" init --addr 127.0.0.1:6379 --job ring "${JOB_FLAGS[@]}" \
             --slice "$g/$G" >/dev/null
         RING+="${RING:+,}g$g=10.77.0.1$g:6379"
     done
     A=()
     for g in $(seq $G); do
-        in_ns "$(gns "$g")" "$PS_RELAY" --ring "$RING" --self "g$g" --match 'ring:*' \
+        ip netns exec "$(gns "$g")" "$PS_RELAY" --ring "$RING" --self "g$g" --match 'ring:*' \
             --threshold "$THRESHOLD" --every-ms "$EVERY_MS" --max-lag "$MAX_LAG" $RING_FLAGS \
             >"$DIR/agent-$g.log" 2>&1 &
         A+=($!); PIDS+=($!)
@@ -242,7 +241,7 @@ ring)
     b0=$(wan_bytes); t0=$(now)
     run_workers ring 127.0.0.1:6379 127.0.0.1:6379 127.0.0.1:6379
     for p in "${A[@]}"; do kill -TERM "$p"; wait "$p" || true; done
-    in_ns "$(gns 1)" "$PS_RELAY" --ring "$RING" --self g1 --match 'ring:*' --barrier \
+    ip netns exec "$(gns 1)" "$PS_RELAY" --ring "$RING" --self g1 --match 'ring:*' --barrier \
         >"$DIR/barrier.log" 2>&1 || { echo "demo-ring: barrier failed:" >&2; cat "$DIR/barrier.log" >&2; exit 1; }
     t1=$(now); b1=$(wan_bytes)
     accs=
