@@ -355,7 +355,8 @@ static inline __attribute__((always_inline)) void prefetch_victim(const PSDedupS
     const uint32_t slot = e->h32 & ix->mask;
     __builtin_prefetch(&ix->slots[slot], 1);
     if (((slot + 1) & 7) == 0) __builtin_prefetch(&ix->slots[(slot + 1) & ix->mask], 1);
-    if (e->next != NIL) __builtin_prefetch(&s->e[e->next], 1);
+    /* Only a list entry has list links (a heap entry's are not set). */
+    if (v == ix->head && e->next != NIL) __builtin_prefetch(&s->e[e->next], 1);
 }
 
 /* ------------------------------------------------------------------------
