@@ -423,19 +423,23 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
         else others++;
     }
     if (others > PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
-    /* KEEPOWN: the new values, vals + the own change, computed (and checked
-     * finite) before anything changes. */
+    /* KEEPOWN: the new base and values (2n floats), computed and checked
+     * finite before anything changes. The pending take stays pending under
+     * its seq (some group may have applied it already: dedup decides where
+     * it still goes); it is in the new base when the neighbour lacks it. The
+     * accumulated change (never taken) goes on top. */
     float *kept = NULL;
     if (keepown && t->ring) {
         PSRing *o = t->ring;
-        if (!(kept = PSTensor_Alloc((size_t)t->n * sizeof(float)))) return -PS_RING_EOOM;
-        for (uint64_t i = 0; i < t->n; i++)
-            kept[i] = t->data->v[i] - o->base->v[i];
+        const uint64_t n = t->n;
+        if (!(kept = PSTensor_Alloc((size_t)(2 * n) * sizeof(float)))) return -PS_RING_EOOM;
+        float *nb = kept, *nv = kept + n;
+        for (uint64_t i = 0; i < n; i++) nb[i] = ld_f32(vals, i);
         if (o->pend && o->pend->seq > own_seq)
-            for (uint64_t j = 0; j < o->pend->count; j++) kept[o->pend->idx[j]] += o->pend->val[j];
-        for (uint64_t i = 0; i < t->n; i++) {
-            kept[i] = ld_f32(vals, i) + kept[i];
-            bad |= !isfinite(kept[i]);
+            for (uint64_t j = 0; j < o->pend->count; j++) nb[o->pend->idx[j]] += o->pend->val[j];
+        for (uint64_t i = 0; i < n; i++) {
+            nv[i] = nb[i] + (t->data->v[i] - o->base->v[i]);
+            bad |= !isfinite(nb[i]) | !isfinite(nv[i]);
         }
         if (bad) {
             PSTensor_Dealloc(kept);
@@ -446,19 +450,23 @@ int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char
     if (!t->ring && !(fresh = ring_new(t->n))) return -PS_RING_EOOM;
     if (data_writable(t) != PS_RING_OK) {
         PSRing_Free(fresh);
-        PSTensor_Dealloc(kept);
+        if (kept) PSTensor_Dealloc(kept);
         return -PS_RING_EOOM;
     }
     /* Nothing can fail from here. */
     PSRing *r = fresh ? fresh : t->ring;
-    if (kept) memcpy(t->data->v, kept, (size_t)t->n * sizeof(float));
-    else memcpy(t->data->v, vals, (size_t)t->n * sizeof(float));
-    memcpy(r->base->v, vals, (size_t)t->n * sizeof(float));
-    delta_free(r->pend);
-    r->pend = NULL;
-    r->pend_own = 0;
-    if (!kept) r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
-    if (kept) PSTensor_Dealloc(kept);
+    if (kept) {
+        memcpy(r->base->v, kept, (size_t)t->n * sizeof(float));
+        memcpy(t->data->v, kept + t->n, (size_t)t->n * sizeof(float));
+        PSTensor_Dealloc(kept); /* the pending take and the lag are kept */
+    } else {
+        memcpy(t->data->v, vals, (size_t)t->n * sizeof(float));
+        memcpy(r->base->v, vals, (size_t)t->n * sizeof(float));
+        delta_free(r->pend);
+        r->pend = NULL;
+        r->pend_own = 0;
+        r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
+    }
     fwd_clear(r);
     r->norigins = 0;
     memset(r->origins, 0, sizeof(r->origins));

@@ -208,11 +208,12 @@ typedef struct PSRingFrom {
  * kept, and raised to the seq of a FROM pair that names the own origin (that
  * pair is not kept in the table: a group never applies its own deltas).
  * 'keepown' (JOIN ... KEEPOWN) on a tracked tensor keeps the group's own
- * change instead: own_i = (values_i - base_i) + the pending take's value at i
- * when its seq is above the FROM pair naming the own origin (the neighbour
- * has not got it); values := vals + own, base := vals, so the own change is
- * accumulated again and goes out in the next take under a new seq; the lag
- * is kept. A sum that is not finite refuses the join.
+ * change instead: the pending take stays pending under its seq (another group
+ * may have applied it: dedup decides where it still goes) and is added to the
+ * new base when its seq is above the FROM pair naming the own origin (the
+ * neighbour lacks it); base := vals (+ the pending take), values := base +
+ * (values - base), the accumulated change going out in the next take under a
+ * new seq; the lag is kept. A sum that is not finite refuses the join.
  * Returns PS_RING_OK or the status (nothing changed). */
 int PSRing_Join(PSTensor *t, const char *origin, size_t len, const unsigned char *vals,
                 const PSRingFrom *from, size_t nfrom, int keepown);
