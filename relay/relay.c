@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "agent.h"
 #include "clock.h"
 #include "protocol.h"
 #include "relay.h"
@@ -48,21 +49,6 @@ typedef struct relay {
     const char *fault;        /* PS_RELAY_FAULT "phase:n": SIGKILL itself (tests) */
 } relay;
 
-static volatile sig_atomic_t Stop = 0;
-
-static void on_signal(int sig) {
-    (void)sig;
-    Stop = 1;
-}
-
-static long long mono_ms(void) { return (long long)ps_mono_ms(); }
-
-/* Sleeps 'ms', cut short only by a stop request. */
-static void sleep_ms(long ms) {
-    while ((ms = ps_sleep_ms(ms)) > 0 && !Stop) {
-    }
-}
-
 static void say(const relay *r, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "ps-relay %s: ", r->o->name);
@@ -70,23 +56,6 @@ static void say(const relay *r, const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fputc('\n', stderr);
-}
-
-/* Tests only: PS_RELAY_FAULT=phase:n kills the relay (SIGKILL, no cleanup)
- * right after the n-th completion of 'phase' (take, push or ack), so that
- * the crash points of the exactly-once argument are hit on purpose. */
-static void fault_point(relay *r, const char *phase) {
-    static long count[3];
-    static const char *const phases[3] = {"take", "push", "ack"};
-    if (!r->fault) return;
-    for (int i = 0; i < 3; i++) {
-        size_t l = strlen(phases[i]);
-        if (strcmp(phase, phases[i]) || strncmp(r->fault, phase, l) || r->fault[l] != ':') continue;
-        if (++count[i] == atol(r->fault + l + 1)) {
-            fflush(NULL);
-            raise(SIGKILL);
-        }
-    }
 }
 
 /* ========================================================================
@@ -322,7 +291,7 @@ static int pull_and_mirror(relay *r, relayItems *it) {
         else rc = -1;
     }
     if (rc == 0) r->st.pulls++;
-    r->last_pull_ms = mono_ms();
+    r->last_pull_ms = agent_mono_ms();
     return rc;
 }
 
@@ -338,7 +307,7 @@ static void progress(relay *r, const char *what) {
             ", largest take %" PRIu64 ", largest push %" PRIu64 ") | backlog %" PRIu64
             " of %lld%s (full %" PRIu64 "x) | bytes in %.1f MB out %.1f MB saved %.1f%% | "
             "upstream version %" PRIu64 " | upstream staleness %.2f\n",
-            r->o->name, what, (double)(mono_ms() - r->start_ms) / 1000.0, s->local_pushes,
+            r->o->name, what, (double)(agent_mono_ms() - r->start_ms) / 1000.0, s->local_pushes,
             s->up_pushes, s->resends, s->uneven_rounds, s->split_parts, s->largest_take,
             s->largest_part, backlog, r->max_backlog,
             r->max_backlog && backlog >= (uint64_t)r->max_backlog ? " FULL: workers paused" : "",
@@ -351,7 +320,7 @@ static void progress(relay *r, const char *what) {
  * time is up (or the relay stops), then 1. */
 static long long take_mincount(const relay *r, long long now) {
     const relayOpts *o = r->o;
-    if (Stop) return 1;
+    if (AgentStop) return 1;
     long long limit = o->sync ? o->round_timeout_ms : o->every_ms;
     if (r->round_start_ms >= 0 && now - r->round_start_ms >= limit) return 1;
     if (o->sync) return o->workers;
@@ -405,7 +374,7 @@ static int round_due(relay *r, relayItems *it, long long need, int *summed) {
     const int full = r->max_backlog && worst >= (uint64_t)r->max_backlog;
     if (full && !r->full_said) {
         r->full_episodes++;
-        const long long t = mono_ms();
+        const long long t = agent_mono_ms();
         if (r->last_full_say_ms == 0 || t - r->last_full_say_ms >= 5000) {
             say(r, "local backlog full (%" PRIu64 " of MAXBACKLOG %lld gradients; %" PRIu64
                    " time%s since the last such line): the local workers' pushes are refused "
@@ -454,19 +423,19 @@ static void wait_for_round(relay *r, long long need, long long now) {
     if (min < 1) min = 1;
     r->st.waits++;
     if (psAccumWait(r->local, r->keys[pick].name, (uint64_t)min, (int)timeout) < 0)
-        sleep_ms(timeout); /* an error: the takes report it */
+        agent_sleep_ms(timeout); /* an error: the takes report it */
 }
 
 /* One cycle over every key. Returns the number of upstream pushes
  * acknowledged, 0 when nothing was due, -1 on a fatal error. */
 static int cycle(relay *r, relayItems *it) {
-    long long now = mono_ms();
+    long long now = agent_mono_ms();
     int summed = 0;
     const long long need = take_mincount(r, now);
     const int due = round_due(r, it, need, &summed);
     if (summed && r->round_start_ms < 0) r->round_start_ms = now;
     if (!due) {
-        if (!Stop) wait_for_round(r, need, now);
+        if (!AgentStop) wait_for_round(r, need, now);
         return 0;
     }
     if (take_all(r, it, 1) != 0) { /* no reply: what was taken is resent next cycle */
@@ -513,11 +482,11 @@ static int cycle(relay *r, relayItems *it) {
             r->st.uneven_rounds++;
             break;
         }
-    if (npu) fault_point(r, "take");
+    if (npu) agent_fault_point(r->fault, "take");
     int acked = 0;
     if (npu) {
         psAccumForward(r->up, it->up, (size_t)npu);
-        fault_point(r, "push");
+        agent_fault_point(r->fault, "push");
         int nak = 0;
         int *akidx = malloc((size_t)npu * sizeof(int));
         if (!akidx) return -1;
@@ -536,7 +505,7 @@ static int cycle(relay *r, relayItems *it) {
                 if (bad) fatal = 1;
             } else if (p->status != PS_OK) {
                 /* no answer: the slot stays pending and is resent next cycle */
-                long long t = mono_ms();
+                long long t = agent_mono_ms();
                 if (t - r->last_warn_ms >= 1000) {
                     say(r, "upstream push of %s: %s (kept pending, retried)", k->name,
                         r->up->errstr[0] ? r->up->errstr : p->err[0] ? p->err : "no reply");
@@ -561,7 +530,7 @@ static int cycle(relay *r, relayItems *it) {
                 r->st.up_pushes++;
                 if (it->loc[m].acked == 0) r->st.resends++;
             }
-            fault_point(r, "ack");
+            agent_fault_point(r->fault, "ack");
         }
     }
     psAccumItemsRelease(it->take, (size_t)r->nkeys);
@@ -612,15 +581,10 @@ int relay_run(const relayOpts *o) {
     r.o = o;
     r.fault = getenv("PS_RELAY_FAULT");
     r.round_start_ms = -1;
-    r.start_ms = r.last_progress_ms = mono_ms();
+    r.start_ms = r.last_progress_ms = agent_mono_ms();
     round_bounds(&r);
     r.seqfloor = ps_wall_us();
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    agent_catch_signals();
 
     int rc = 1;
     relayItems items;
@@ -670,10 +634,10 @@ int relay_run(const relayOpts *o) {
            r.max_backlog, r.max_backlog ? "" : " (none)");
     fflush(stdout);
     for (;;) {
-        int stopping = Stop;
+        int stopping = AgentStop;
         int n = cycle(&r, &items);
         if (n < 0) goto out;
-        long long now = mono_ms();
+        long long now = agent_mono_ms();
         /* Sync: the local version moves only after a forwarded round, so a
          * worker waiting for the version above its model's (ps-train
          * --sync-rounds, MINVERSION) wakes when its own round is upstream,

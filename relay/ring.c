@@ -15,6 +15,7 @@
 
 #include <redis-ps/ps.h>
 
+#include "agent.h"
 #include "clock.h"
 #include "ring.h"
 
@@ -69,20 +70,6 @@ typedef struct ring {
     const char *fault;            /* PS_RING_FAULT "phase:n": SIGKILL itself (tests) */
 } ring;
 
-static volatile sig_atomic_t Stop = 0;
-
-static void on_signal(int sig) {
-    (void)sig;
-    Stop = 1;
-}
-
-static long long mono_ms(void) { return (long long)ps_mono_ms(); }
-
-static void sleep_ms(long ms) {
-    while ((ms = ps_sleep_ms(ms)) > 0 && !Stop) {
-    }
-}
-
 static void say(const ring *r, const char *fmt, ...) {
     va_list ap;
     fprintf(stderr, "ps-relay ring %s: ", r->o->self);
@@ -105,22 +92,6 @@ static void event(ring *r, const char *ev, const char *fields, ...) {
     va_end(ap);
     fputs("}\n", r->log);
     fflush(r->log);
-}
-
-/* Tests only: PS_RING_FAULT=phase:n kills the agent (SIGKILL) right after
- * the n-th completion of 'phase' (take, send, ack, fwd). */
-static void fault_point(ring *r, const char *phase) {
-    static long count[4];
-    static const char *const phases[4] = {"take", "send", "ack", "fwd"};
-    if (!r->fault) return;
-    for (int i = 0; i < 4; i++) {
-        size_t l = strlen(phases[i]);
-        if (strcmp(phase, phases[i]) || strncmp(r->fault, phase, l) || r->fault[l] != ':') continue;
-        if (++count[i] == atol(r->fault + l + 1)) {
-            fflush(NULL);
-            raise(SIGKILL);
-        }
-    }
 }
 
 /* "a -> b -> c -> a" of the live groups in ring order. */
@@ -293,7 +264,7 @@ static int rejoin(ring *r, const char *why);
  * agent then rejoins it); this group rejoins itself when it lacks deltas
  * another group acknowledged. */
 static void probe_all(ring *r) {
-    long long now = mono_ms();
+    long long now = agent_mono_ms();
     char buf[1024];
     long period = r->o->dead_ms / 4 < 500 ? r->o->dead_ms / 4 : 500;
     if (!r->o->barrier && r->round > 1 && now - r->last_probe_ms < period) return;
@@ -511,7 +482,7 @@ static int rejoin(ring *r, const char *why) {
 /* The start check and TRACK of every key (or JOIN with --join). 0, 1 or 2. */
 static int setup(ring *r) {
     ringGroup *me = &r->g[r->self];
-    long long now = mono_ms();
+    long long now = agent_mono_ms();
     for (int i = 0; i < r->ng; i++) {
         r->g[i].info = calloc((size_t)r->nkeys, sizeof(psKeyInfo));
         if (!r->g[i].info) return 1;
@@ -614,13 +585,13 @@ static int setup(ring *r) {
     if (join) {
         /* Visible as tracked first, so that origins wait for this group from
          * here on (it answers as tracked); then copy a live neighbour. */
-        sleep_ms(3 * r->o->every_ms + 50);
+        agent_sleep_ms(3 * r->o->every_ms + 50);
         if (rejoin(r, r->o->join ? "--join" : "the ring is running without this group") != 0)
             return 1;
     }
     /* This group's seqs must pass what the others already have of it (a
      * wiped or joining server starts again at take_seq 0). */
-    now = mono_ms();
+    now = agent_mono_ms();
     for (int k = 0; k < r->nkeys; k++) {
         uint64_t hi = 0;
         for (int i = 0; i < r->ng; i++) {
@@ -687,7 +658,7 @@ static int act_key(ring *r, int gi, int k) {
     if (rc == 1 && (r->o->mesh || r->o->leave)) {
         /* Mesh: straight to every group; an APPLYDELTA reply (1, or 0 for a
          * repeat) is the proof it is there: acked when all answered. */
-        fault_point(r, "take");
+        agent_fault_point(r->fault, "take");
         if (d.seq != key->sent_seq[gi]) {
             r->st.takes++;
             key->sent_seq[gi] = d.seq;
@@ -700,7 +671,7 @@ static int act_key(ring *r, int gi, int k) {
             if (send_delta(r, i, key->name, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0) {
                 key->confirmed[gi] |= bit;
                 r->st.sent++;
-                fault_point(r, "send");
+                agent_fault_point(r->fault, "send");
             } else {
                 all = 0;
             }
@@ -712,11 +683,11 @@ static int act_key(ring *r, int gi, int k) {
             } else {
                 r->st.acks++;
                 work = 1;
-                fault_point(r, "ack");
+                agent_fault_point(r->fault, "ack");
             }
         }
     } else if (rc == 1) {
-        fault_point(r, "take");
+        agent_fault_point(r->fault, "take");
         if (d.seq != key->sent_seq[gi]) {
             r->st.takes++;
             if (succ >= 0 && send_delta(r, succ, key->name, me->name, d.seq, d.idx, d.vals, d.count,
@@ -725,7 +696,7 @@ static int act_key(ring *r, int gi, int k) {
                 key->sent_round[gi] = r->round;
                 key->sent_epoch[gi] = r->epoch;
                 r->st.sent++;
-                fault_point(r, "send");
+                agent_fault_point(r->fault, "send");
             }
         }
         /* Acked only when every live group has it: their hwm, read now (a
@@ -748,7 +719,7 @@ static int act_key(ring *r, int gi, int k) {
             } else {
                 r->st.acks++;
                 work = 1;
-                fault_point(r, "ack");
+                agent_fault_point(r->fault, "ack");
             }
         } else if (key->sent_seq[gi] == d.seq &&
                    (key->sent_epoch[gi] != r->epoch ||
@@ -767,7 +738,7 @@ static int act_key(ring *r, int gi, int k) {
     }
     psDeltaRelease(&d);
     /* The forward queue goes on to the successor. */
-    for (int n = 0; n < RING_FWD_PER_ROUND && !Stop && me->c; n++) {
+    for (int n = 0; n < RING_FWD_PER_ROUND && !AgentStop && me->c; n++) {
         psDelta e;
         memset(&e, 0, sizeof(e));
         rc = psDeltaFwd(me->c, key->name, key->n, &e);
@@ -788,7 +759,7 @@ static int act_key(ring *r, int gi, int k) {
             } else {
                 r->st.forwarded++;
                 work = 1;
-                fault_point(r, "fwd");
+                agent_fault_point(r->fault, "fwd");
             }
         }
         psDeltaRelease(&e);
@@ -969,7 +940,7 @@ static void reorder(ring *r) {
 }
 
 static void progress(ring *r, const char *what) {
-    long long now = mono_ms();
+    long long now = agent_mono_ms();
     double el = (double)(now - r->start_ms) / 1e3;
     char buf[1024];
     order_str(r, buf, sizeof(buf));
@@ -1005,20 +976,15 @@ int ring_run(const ringOpts *o) {
     r->o = o;
     r->threshold = o->threshold;
     r->fault = getenv("PS_RING_FAULT");
-    r->start_ms = r->last_progress_ms = mono_ms();
-    signal(SIGPIPE, SIG_IGN);
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    r->start_ms = r->last_progress_ms = agent_mono_ms();
+    agent_catch_signals();
     int rc = 2;
     if (o->log_json && !(r->log = fopen(o->log_json, "a"))) {
         say(r, "--log-json %s: %s", o->log_json, strerror(errno));
         return 2;
     }
     if (parse_groups(r) != 0) goto out;
-    if (ensure_conn(r, &r->g[r->self], mono_ms()) != 0) {
+    if (ensure_conn(r, &r->g[r->self], agent_mono_ms()) != 0) {
         say(r, "this group's server %s does not answer", r->g[r->self].addr);
         rc = 1;
         goto out;
@@ -1030,7 +996,7 @@ int ring_run(const ringOpts *o) {
      * origins wait for a group whose agent starts late. */
     for (int i = 0; i < r->ng; i++) {
         r->g[i].live = 1;
-        r->g[i].last_ok_ms = mono_ms();
+        r->g[i].last_ok_ms = agent_mono_ms();
     }
     probe_all(r);
     char buf[1024];
@@ -1044,10 +1010,10 @@ int ring_run(const ringOpts *o) {
     event(r, "start", ", \"ring\": \"%s\", \"keys\": %d, \"threshold\": %g, \"barrier\": %d", buf,
           r->nkeys, r->threshold, o->barrier);
     fflush(stdout);
-    long long barrier_end = mono_ms() + o->barrier_timeout_ms;
+    long long barrier_end = agent_mono_ms() + o->barrier_timeout_ms;
     int quiet = 0;
     for (;;) {
-        long long t0 = mono_ms();
+        long long t0 = agent_mono_ms();
         r->round++;
         r->round_send_s = 0;
         probe_all(r);
@@ -1080,7 +1046,7 @@ int ring_run(const ringOpts *o) {
                 o->barrier_timeout_ms);
             goto out;
         }
-        if (Stop && !o->barrier && !o->leave) break;
+        if (AgentStop && !o->barrier && !o->leave) break;
         int work = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
@@ -1091,20 +1057,20 @@ int ring_run(const ringOpts *o) {
             publish_rtts(r);
             reorder(r);
         }
-        long long now = mono_ms();
+        long long now = agent_mono_ms();
         if (o->progress_ms > 0 && now - r->last_progress_ms >= o->progress_ms) {
             progress(r, "");
             r->last_progress_ms = now;
         }
-        if (Stop && (o->barrier || o->leave)) {
+        if (AgentStop && (o->barrier || o->leave)) {
             say(r, "%s interrupted", o->barrier ? "--barrier" : "--leave");
             goto out;
         }
         /* A round that acknowledged or forwarded something is followed at
          * once (a tenth of the period): its workers may be waiting on the lag
          * bound, and the next hop on this forward queue. */
-        long long left = (work ? o->every_ms / 10 : o->every_ms) - (mono_ms() - t0);
-        if (left > 0 && !((o->barrier || o->leave) && quiet)) sleep_ms(left);
+        long long left = (work ? o->every_ms / 10 : o->every_ms) - (agent_mono_ms() - t0);
+        if (left > 0 && !((o->barrier || o->leave) && quiet)) agent_sleep_ms(left);
     }
     progress(r, o->barrier ? "drained after " : "stopped after ");
     if (o->leave) {
