@@ -8,6 +8,7 @@
 
 #include "batch_int.h"
 
+/* The push window of 'u': its own, or the client's shared one. */
 static psPushWindow *window_of(psClient *c, psUser *u) {
     return u->own_window ? &u->own : &c->priv->batch->shared;
 }
