@@ -26,8 +26,8 @@ static int score_on_server(psClient *c, psEmbed *e, int model, float bias, size_
     size_t argl[PS_WIRE_SCORE_MAXARGS];
     char biasbuf[32];
     const char *key = psEmbedShardKey(e, 0);
-    int argc = ps_wire_score_argv(key, strlen(key), model, counts, n, ids, nids, vals, bias,
-                                  biasbuf, sizeof(biasbuf), argv, argl);
+    int argc = ps_wire_score_argv(key, strlen(key), model, counts, n, ids, nids, vals, bias, NULL,
+                                  0, biasbuf, sizeof(biasbuf), argv, argl);
     redisReply *r = psCommandArgv(c, key, argc, argv, argl);
     if (r == NULL) return PS_ERR;
     int rc = PS_OK;
@@ -81,37 +81,16 @@ int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint
 }
 
 /* One PS.SCORE MODEL MLP on the table's only shard; the reply's n x nf x
- * dim floats into 'out'. Its arguments are built here (wire.c holds the
- * LR/FM encoder): PS.SCORE key MODEL MLP COUNTS c IDS i [VALS v] FIELDS f
- * FIELDCOUNT nf. */
+ * dim floats into 'out'. */
 static int pool_on_server(psClient *c, psEmbed *e, uint32_t nf, size_t n, const uint32_t *counts,
                           const uint64_t *ids, size_t nids, const float *vals,
                           const uint32_t *fields, float *out) {
-    const char *argv[14];
-    size_t argl[14];
-    char nfbuf[16];
-    int argc = 0;
+    const char *argv[PS_WIRE_SCORE_MAXARGS];
+    size_t argl[PS_WIRE_SCORE_MAXARGS];
+    char nfbuf[32];
     const char *key = psEmbedShardKey(e, 0);
-#define ARG_(p, l) (argv[argc] = (const char *)(p), argl[argc++] = (l))
-#define STR_(s) ARG_(s, strlen(s))
-    STR_("PS.SCORE");
-    ARG_(key, strlen(key));
-    STR_("MODEL");
-    STR_("MLP");
-    STR_("COUNTS");
-    ARG_(counts, 4 * n); /* little-endian host (codec.h) */
-    STR_("IDS");
-    ARG_(ids, 8 * nids);
-    if (vals) {
-        STR_("VALS");
-        ARG_(vals, 4 * nids);
-    }
-    STR_("FIELDS");
-    ARG_(fields, 4 * nids);
-    STR_("FIELDCOUNT");
-    ARG_(nfbuf, (size_t)snprintf(nfbuf, sizeof(nfbuf), "%u", nf));
-#undef STR_
-#undef ARG_
+    int argc = ps_wire_score_argv(key, strlen(key), PS_SCORE_MLP, counts, n, ids, nids, vals,
+                                  0.0f, fields, nf, nfbuf, sizeof(nfbuf), argv, argl);
     size_t want = 4 * n * (size_t)nf * (size_t)psEmbedDim(e);
     redisReply *r = psCommandArgv(c, key, argc, argv, argl);
     if (r == NULL) return PS_ERR;

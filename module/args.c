@@ -525,17 +525,22 @@ int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSSco
             a->nfields = (uint32_t)f;
         } else if (ps_arg_is(v, "VALUES")) {
             a->values_reply = 1;
-        } else if ((f64 = ps_arg_is(v, "F64")) == 0 && (f32 = ps_arg_is(v, "F32")) == 0) {
-            ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
-            return REDISMODULE_ERR;
         } else {
+            /* F64 is PS.SCORE's own (logits); F32 the wire format (MLP's floats). */
+            ps_format wf;
+            f64 = ps_arg_is(v, "F64");
+            f32 = !f64 && ps_format_parse(s, len, &wf) == 0 && wf == PS_FMT_F32;
+            if (!f64 && !f32) {
+                ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
+                return REDISMODULE_ERR;
+            }
             fmt = v;
         }
     }
     if (a->model < 0 || !counts || !ids) return fail(ctx, PSERR_SCORE_NEEDS);
     const int mlp = a->model == PS_SCORE_MLP;
     if (fmt && (mlp ? f64 : f32)) {
-        ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_MODEL_F, f64 ? "F64" : "F32",
+        ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_MODEL_F, f64 ? "F64" : ps_format_name(PS_FMT_F32),
                         mlp ? "MLP" : a->model == PS_SCORE_LR ? "LR" : "FM");
         return REDISMODULE_ERR;
     }
