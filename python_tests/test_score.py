@@ -33,8 +33,8 @@ NSCORE = 300  # samples of the test file scored
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """(train path, scoring path, test path): gen-ctr data; the scoring file is the first test lines,
-    two samples of three features per field, samples with ids no push ever saw (absent from
+    """(train path, scoring path, test path): gen-ctr data; the scoring file is the first test
+    lines, two samples of three features per field, samples with ids no push ever saw (absent from
     the table) and an empty sample."""
     if not os.path.exists(PS_TRAIN):
         pytest.fail("%s not found: run make client first" % PS_TRAIN, pytrace=False)
@@ -413,8 +413,10 @@ def test_mlp_by_hand_and_bad_input(r):
          "ERR FIELDS has 12 bytes; 2 features need 8 bytes of little-endian uint32 field ids"),
         (base + ["FIELDS", le32(0, 2), "FIELDCOUNT", 2],
          "ERR FIELDS: feature 1 has field 2; FIELDCOUNT 2 allows 0..1"),
-        (base + ["FIELDS", le32(0, 1), "FIELDCOUNT", 0], "ERR FIELDCOUNT must be an integer in 1..256"),
-        (base + ["FIELDS", le32(0, 1), "FIELDCOUNT", 257], "ERR FIELDCOUNT must be an integer in 1..256"),
+        (base + ["FIELDS", le32(0, 1), "FIELDCOUNT", 0],
+         "ERR FIELDCOUNT must be an integer in 1..256"),
+        (base + ["FIELDS", le32(0, 1), "FIELDCOUNT", 257],
+         "ERR FIELDCOUNT must be an integer in 1..256"),
         (base + ["FIELDS", le32(0, 1), "FIELDCOUNT", "x"], "ERR FIELDCOUNT must be an integer"),
         (good + ["BIAS", "0.5"], "ERR MODEL MLP takes no BIAS"),
         (good + ["FORMAT", "F64"], "ERR FORMAT F64 does not go with MODEL MLP"),
