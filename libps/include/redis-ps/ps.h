@@ -854,7 +854,8 @@ int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint
  * the field of feature j. The dense layers are then the caller's (the job's
  * tensors "W<l>"/"b<l>", read with psModelPull). One shard: one PS.SCORE
  * MODEL MLP (read-only; a replica answers it); several: the rows pulled in
- * parallel and the same kernel run here. Returns PS_OK, or PS_ERR
+ * parallel (psEmbedPull, the handle's pull format: F32, the default, for
+ * the same bits) and the same kernel run here. Returns PS_OK, or PS_ERR
  * (PS_ERR_ARG: nfields or a field out of range, before anything is sent;
  * PS_ERR_SERVER with the server's error, e.g. ps.max-pull-bytes). */
 int psScorePool(psClient *c, psEmbed *e, uint32_t nfields, size_t n, const uint32_t *counts,
