@@ -260,7 +260,8 @@ def test_a_read_only_acl_role_can_score_and_the_command_is_readonly(server, r):
 def test_a_cluster_user_scores_a_sharded_job_bit_for_bit(cluster, data, tmp_path):
     """A 3-shard FM job on a 3-master cluster: psScore pulls each shard's rows from its
     master and gives the trainer's logits; PS.SCORE on one shard key, sent to the master
-    that holds it, scores the ids of that shard (a 1-feature FM sample is b + w x)."""
+    that holds it, scores the ids of that shard (a 1-feature FM sample is b + w x). The same
+    for an MLP job's pooled inputs (psScorePool, PS.SCORE MODEL MLP)."""
     seeds = ",".join(n.addr for n in cluster.nodes)
     train(seeds, "clfm", "fm", data, 3)
     ref = reference(seeds, "clfm", "fm", 3, data, tmp_path)
@@ -280,6 +281,22 @@ def test_a_cluster_user_scores_a_sharded_job_bit_for_bit(cluster, data, tmp_path
                 want = np.float64(np.float32(bias)) + np.float64(row[0]) * 0.5
                 assert np.frombuffer(z, "<f8")[0] == want
     assert len(nodes) >= 2, nodes    # the shards live on different masters
+    # A 3-shard MLP job on the same cluster (sharing its start-up): psScorePool gives the
+    # trainer's pooled inputs; PS.SCORE MODEL MLP on one shard key pools a 1-feature sample
+    # as x * row in its field.
+    train(seeds, "clmlp", "mlp", data, 3)
+    ref = reference(seeds, "clmlp", "mlp", 3, data, tmp_path)
+    assert ref["psx"] == ref["x"]
+    for m in cluster.masters():
+        c = m.client()
+        for key in [k.decode() for k in c.keys("clmlp:emb:*")]:
+            for i in np.frombuffer(ref["ids"], dtype="<u8")[:10]:
+                blob = struct.pack("<Q", int(i))
+                row = np.frombuffer(c.execute_command("PS.PULL", key, "IDS", blob)[1], "<f4")
+                x = c.execute_command("PS.SCORE", key, "MODEL", "MLP", "COUNTS", le32(1),
+                                      "IDS", blob, "VALS", f32(-0.75), "FIELDS", le32(1),
+                                      "FIELDCOUNT", 2)[1]
+                assert x == np.concatenate([np.zeros_like(row), np.float32(-0.75) * row]).tobytes()
 
 
 # ---- MODEL MLP: the pooled embedding input -------------------------------------------------
@@ -456,3 +473,4 @@ def test_mlp_by_hand_and_bad_input(r):
     for k, d in digests.items():
         assert r.execute_command("DEBUG", "DIGEST-VALUE", k) == d, k
     assert r.dbsize() == 2
+
