@@ -9,6 +9,10 @@ An FM table of dim 9 (k = 8 factors) holds --vocab rows for each of 26 fields (C
             the server's main-thread CPU seconds meanwhile (INFO cpu
             used_cpu_{user,sys}_main_thread: parsing, the command and the reply), and
             the command's own time from INFO commandstats (usec_per_call).
+  mlp:      the same batches as PS.SCORE MODEL MLP (each sample's 26 features in fields
+            0..25, FIELDCOUNT 26: the pooled embedding input of ps-train's MLP, 26 x 9
+            float32s a sample), measured right after the FM batch: samples/s per core
+            and its ratio to FM's (the reply is 936 bytes a sample against FM's 8).
   latency:  --latency-n single-sample PS.SCORE and PING requests, alternated on one
             connection (pre-encoded RESP over a raw socket), p50 / p99 of each and their
             ratio (target: p99 of a 1-sample score within 2x of PING's).
@@ -76,6 +80,20 @@ def fill(c, vocab, rng):
     return len(ids)
 
 
+def measure(c, req, seconds):
+    """Sends 'req' back to back for 'seconds'; (requests, wall s, main-thread CPU s, the
+    command's usec per call)."""
+    calls0, usec0 = cmdstat(c)
+    cpu0, w0, n = main_cpu(c), time.time(), 0
+    while time.time() - w0 < seconds:
+        c.execute_command(*req)
+        n += 1
+    wall = time.time() - w0
+    cpu = main_cpu(c) - cpu0
+    calls1, usec1 = cmdstat(c)
+    return n, wall, cpu, (usec1 - usec0) / max(calls1 - calls0, 1)
+
+
 def recv_exact_reply(s, n):
     buf = b""
     while len(buf) < n:
@@ -119,8 +137,9 @@ def run(a):
                                                                     time.time() - t0))
 
     print("\nbatched (one connection, %d features per sample, values 1):" % FIELDS)
-    print("%8s %12s %16s %14s %12s" % ("samples", "requests", "samples/s/core", "samples/s wall",
-                                        "usec/call"))
+    print("%8s %12s %16s %14s %12s %16s %10s" % ("samples", "requests", "samples/s/core",
+                                                 "samples/s wall", "usec/call",
+                                                 "MLP samples/s/core", "MLP/FM"))
     best = 0.0
     for b in [int(x) for x in a.batches.split(",")]:
         ids = sample_ids(rng, b, a.vocab).astype("<u8").tobytes()
@@ -128,18 +147,19 @@ def run(a):
         req = ("PS.SCORE", "fm", "MODEL", "FM", "COUNTS", counts, "IDS", ids, "BIAS", "0.1")
         z = c.execute_command(*req)
         assert len(z[1]) == 8 * b and np.all(np.isfinite(np.frombuffer(z[1], "<f8")))
-        calls0, usec0 = cmdstat(c)
-        cpu0, w0, n = main_cpu(c), time.time(), 0
-        while time.time() - w0 < a.seconds:
-            c.execute_command(*req)
-            n += 1
-        wall = time.time() - w0
-        cpu = main_cpu(c) - cpu0
-        calls1, usec1 = cmdstat(c)
+        fields = struct.pack("<%dI" % (b * FIELDS), *(list(range(FIELDS)) * b))
+        mreq = ("PS.SCORE", "fm", "MODEL", "MLP", "COUNTS", counts, "IDS", ids,
+                "FIELDS", fields, "FIELDCOUNT", FIELDS)
+        x = c.execute_command(*mreq)
+        assert len(x[1]) == 4 * b * FIELDS * DIM
+        n, wall, cpu, usec = measure(c, req, a.seconds)
         per_core = n * b / cpu if cpu > 0 else float("inf")
         best = max(best, per_core)
-        print("%8d %12d %16.0f %14.0f %12.1f" % (b, n, per_core, n * b / wall,
-                                                  (usec1 - usec0) / max(calls1 - calls0, 1)))
+        mn, _, mcpu, _ = measure(c, mreq, a.seconds)
+        mlp_core = mn * b / mcpu if mcpu > 0 else float("inf")
+        print("%8d %12d %16.0f %14.0f %12.1f %16.0f %10.2f" % (b, n, per_core, n * b / wall,
+                                                             usec, mlp_core,
+                                                             mlp_core / per_core))
     print("best: %.0f samples/s per server core (main-thread CPU; target >= 100000)" % best)
 
     # Single-sample latency against PING, alternated on one raw connection.

@@ -1,7 +1,7 @@
-/* ctr_score.h -- the logit of the sparse linear CTR models (LR, FM): the one
- * kernel the trainer's forward pass (worker/ctr_model.c) and the module's
- * PS.SCORE (module/cmd_score.c) both call, so a served score has the bits of
- * the trainer's on the same parameters.
+/* ctr_score.h -- the logit of the sparse linear CTR models (LR, FM) and the
+ * pooled embedding input of the MLP: the kernels the trainer's forward pass
+ * (ml/ctr_model.c) and the module's PS.SCORE (module/cmd_score.c) both call,
+ * so a served score has the bits of the trainer's on the same parameters.
  *
  * A sample's features j = begin .. end-1 have value x_j (float32) and a row
  * r_j of 'dim' float32s: r_j[0] the linear weight w_j, r_j[1..k] its k =
@@ -24,10 +24,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The models PS.SCORE serves; LR needs rows of dim 1, FM of dim >= 2. */
-enum { PS_SCORE_LR = 0, PS_SCORE_FM = 1 };
+/* The models PS.SCORE serves; LR needs rows of dim 1, FM of dim >= 2, MLP
+ * (its embedding part: the pooled input) any dim. */
+enum { PS_SCORE_LR = 0, PS_SCORE_FM = 1, PS_SCORE_MLP = 2 };
 
-/* "lr" / "fm" (any case, 'len' bytes) -> PS_SCORE_*, or -1. */
+/* Most fields an MLP input pools (the trainer's PS_SPARSE_MAX_FIELDS, which
+ * ml/ctr_model.c asserts equal). */
+#define PS_CTR_POOL_MAX_FIELDS 256
+
+/* "lr" / "fm" / "mlp" (any case, 'len' bytes) -> PS_SCORE_*, or -1. */
 int ps_ctr_score_model_parse(const char *s, size_t len);
 
 /* The logit of one sample. Feature j's row is rows + slot[j] * dim (slot
@@ -35,5 +40,18 @@ int ps_ctr_score_model_parse(const char *s, size_t len);
  * doubles (may be NULL when dim is 1). */
 double ps_ctr_score_logit(float bias, const float *rows, uint32_t dim, const uint32_t *slot,
                           const float *val, size_t begin, size_t end, double *s);
+
+/* The MLP's pooled embedding input of one sample: 'fields' x 'dim' float32s
+ * into 'out', field f's slot the sum of x_j r_j over the sample's features j
+ * = begin .. end-1 of field[j] == f (a field with no feature is zeros). Row
+ * r_j is rows + slot[j] * dim (slot NULL: rows + j * dim), x_j val[j] (val
+ * NULL: 1). In float32, in exactly this order (docs/commands.md "PS.SCORE"):
+ *   out = 0
+ *   for each feature j in order: for t < dim: out[field_j][t] += x_j * r_j[t]
+ * (one float32 multiply rounded, then one float32 add rounded; no fused
+ * multiply-add). Every field[j] must be < fields (the caller checks). */
+void ps_ctr_pool(float *out, uint32_t fields, uint32_t dim, const float *rows,
+                 const uint32_t *slot, const uint32_t *field, const float *val, size_t begin,
+                 size_t end);
 
 #endif /* PS_CTR_SCORE_H */

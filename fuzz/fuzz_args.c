@@ -15,7 +15,8 @@
  *    bound (pushes 2^24, pulls min(2^24, ps.max-pull-bytes / 4)) ids, at
  *    most 8 per blob byte, non-decreasing;
  *  - PS.SCORE's shape: the counts sum to the ids (8 bytes each, at most
- *    2^24) and VALS has 4 bytes per id. */
+ *    2^24) and VALS has 4 bytes per id; MODEL MLP: FIELDS has 4 bytes per
+ *    id, each field < FIELDCOUNT (1..256); LR and FM: no fields. */
 
 #define PS_REDISMODULE_DEFINE /* the API pointers live here */
 #include <errno.h>
@@ -27,6 +28,7 @@
 #include <strings.h>
 
 #include "args.h"
+#include "ctr_score.h"
 #include "embed.h"
 #include "fuzz_util.h"
 #include "idlist.h"
@@ -124,7 +126,8 @@ static const char *const Words[] = {
     "IDS", "IDFORMAT", "EF", "RAW", "FORMAT", "F32", "F16", "BF16", "I8", "TOPK", "VALUES",
     "VERSION", "ID", "SCALE", "ROWS", "AT", "MINVERSION", "TIMEOUT", "MODEL", "LR", "FM",
     "COUNTS", "VALS", "BIAS", "F64", "1", "0", "-1", "2", "nan", "1e39", "w", "ids", "ef",
-    "18446744073709551615", "18446744073709551616", "", "3.5"};
+    "18446744073709551615", "18446744073709551616", "", "3.5", "MLP", "FIELDS",
+    "FIELDCOUNT", "256", "257"};
 #define NWORDS (sizeof(Words) / sizeof(Words[0]))
 #define MAXARGS 22
 
@@ -203,7 +206,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 nnz += c;
             }
             CHECK(a.n >= 1 && nnz == a.nnz && nnz <= PSE_MAX_PUSH_IDS);
-            CHECK(a.model == 0 || a.model == 1);
+            CHECK(a.model == PS_SCORE_LR || a.model == PS_SCORE_FM || a.model == PS_SCORE_MLP);
+            if (a.model == PS_SCORE_MLP) {
+                CHECK(a.fields && a.nfields >= 1 && a.nfields <= PS_CTR_POOL_MAX_FIELDS);
+                const RedisModuleString *f = arg_at(args, argc, a.fields);
+                CHECK(f && f->len == 4 * nnz);
+                for (uint64_t j = 0; j < nnz; j++) {
+                    uint32_t v;
+                    memcpy(&v, a.fields + 4 * j, 4);
+                    CHECK(v < a.nfields);
+                }
+            } else {
+                CHECK(!a.fields && !a.nfields);
+            }
             const RedisModuleString *ids = NULL, *vals = NULL;
             for (int i = 2; i + 1 < argc; i += 2) {
                 /* keywords are case-insensitive */

@@ -257,14 +257,15 @@ size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t versio
 
 int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t *counts,
                        size_t n, const uint64_t *ids, size_t nids, const float *vals, float bias,
-                       char *biasbuf, size_t biascap, const char **argv, size_t *argl) {
+                       const uint32_t *fields, uint32_t nfields, char *biasbuf, size_t biascap,
+                       const char **argv, size_t *argl) {
     int argc = 0;
 #define ARG_(p, l) (argv[argc] = (const char *)(p), argl[argc++] = (l))
 #define STR_(s) ARG_(s, strlen(s))
     STR_("PS.SCORE");
     ARG_(key, keylen);
     STR_("MODEL");
-    STR_(model == 0 ? "LR" : "FM");
+    STR_(model == 0 ? "LR" : model == 1 ? "FM" : "MLP");
     STR_("COUNTS");
     ARG_(counts, 4 * n); /* little-endian host (codec.h) */
     STR_("IDS");
@@ -272,6 +273,14 @@ int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t
     if (vals) {
         STR_("VALS");
         ARG_(vals, 4 * nids);
+    }
+    if (model == 2) {
+        STR_("FIELDS");
+        ARG_(fields, 4 * nids);
+        STR_("FIELDCOUNT");
+        int fl = snprintf(biasbuf, biascap, "%u", nfields);
+        ARG_(biasbuf, fl > 0 && (size_t)fl < biascap ? (size_t)fl : 0);
+        return argc;
     }
     STR_("BIAS");
     /* %.9g round-trips a float32 through the server's double -> float. */

@@ -129,11 +129,14 @@ size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t versio
  * [VALS valblob] BIAS b" into 'argv' / 'argl' (room PS_WIRE_SCORE_MAXARGS;
  * the blobs point into the caller's arrays, the bias text into 'biasbuf' of
  * 'biascap' >= 32 bytes, printed so that it parses back to the same float).
- * 'model' 0 = LR, 1 = FM. Returns argc. */
-#define PS_WIRE_SCORE_MAXARGS 12
+ * 'model' 0 = LR, 1 = FM, 2 = MLP: then "FIELDS fieldblob FIELDCOUNT
+ * nfields" ('fields': nids uint32s; the number printed into 'biasbuf') in
+ * place of BIAS. Returns argc. */
+#define PS_WIRE_SCORE_MAXARGS 14
 int ps_wire_score_argv(const char *key, size_t keylen, int model, const uint32_t *counts,
                        size_t n, const uint64_t *ids, size_t nids, const float *vals, float bias,
-                       char *biasbuf, size_t biascap, const char **argv, size_t *argl);
+                       const uint32_t *fields, uint32_t nfields, char *biasbuf, size_t biascap,
+                       const char **argv, size_t *argl);
 
 /* ---- a table's incremental export (export.c) -------------------------- */
 

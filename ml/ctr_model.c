@@ -255,22 +255,19 @@ static int check_batch(const ps_ctr_model *m, const ps_sparse_batch *b, const ps
     return 0;
 }
 
-/* MLP input rows: pooled embeddings per field, then the dense features. */
+/* MLP input rows: pooled embeddings per field (common/ctr_score.c's kernel,
+ * which PS.SCORE MODEL MLP also runs), then the dense features. */
+_Static_assert(PS_SPARSE_MAX_FIELDS == PS_CTR_POOL_MAX_FIELDS, "one field limit");
 static void mlp_input(ps_ctr_model *m, const ps_sparse_batch *b, const ps_ctr_unique *u,
                       const float *rows)
 {
-    int d = m->dim;
-    memset(m->x, 0, (size_t)b->n * (size_t)m->in * sizeof(float));
+    size_t d = (size_t)m->dim, pooled = (size_t)m->c.fields * d;
     for (int i = 0; i < b->n; i++) {
         float *xi = m->x + (size_t)i * (size_t)m->in;
-        for (size_t j = b->off[i]; j < b->off[i + 1]; j++) {
-            const float *r = rows + (size_t)u->slot[j] * (size_t)d;
-            float *dst = xi + (size_t)b->field[j] * (size_t)d;
-            float v = b->val[j];
-            for (int t = 0; t < d; t++) dst[t] += v * r[t];
-        }
+        ps_ctr_pool(xi, (uint32_t)m->c.fields, (uint32_t)d, rows, u->slot, b->field, b->val,
+                    b->off[i], b->off[i + 1]);
         if (m->c.ndense > 0)
-            memcpy(xi + (size_t)m->c.fields * (size_t)d, b->dense + (size_t)i * (size_t)m->c.ndense,
+            memcpy(xi + pooled, b->dense + (size_t)i * (size_t)m->c.ndense,
                    (size_t)m->c.ndense * sizeof(float));
     }
 }

@@ -484,13 +484,15 @@ int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
  * ====================================================================== */
 
 int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSScoreArgs *a) {
-    RedisModuleString *counts = NULL, *ids = NULL, *vals = NULL;
+    RedisModuleString *counts = NULL, *ids = NULL, *vals = NULL, *fields = NULL, *fmt = NULL;
     memset(a, 0, sizeof(*a));
     a->model = -1;
-    enum { S_MODEL, S_COUNTS, S_IDS, S_VALS, S_BIAS, S_FORMAT };
-    static const PSOption opts[] = {{"MODEL", 1}, {"COUNTS", 1}, {"IDS", 1}, {"VALS", 1},
-                                    {"BIAS", 1},  {"FORMAT", 1}, {NULL, 0}};
+    enum { S_MODEL, S_COUNTS, S_IDS, S_VALS, S_BIAS, S_FORMAT, S_FIELDS, S_FIELDCOUNT };
+    static const PSOption opts[] = {{"MODEL", 1}, {"COUNTS", 1}, {"IDS", 1},    {"VALS", 1},
+                                    {"BIAS", 1},  {"FORMAT", 1}, {"FIELDS", 1}, {"FIELDCOUNT", 1},
+                                    {NULL, 0}};
     unsigned seen = 0;
+    int f32 = 0, f64 = 0;
     for (int i = 2; i < argc; i += 2) {
         int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
         if (k < 0) return REDISMODULE_ERR;
@@ -513,14 +515,38 @@ int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSSco
             if (ps_arg_double(ctx, v, "BIAS", &d) != REDISMODULE_OK) return REDISMODULE_ERR;
             if (fabs(d) > FLT_MAX) return fail(ctx, PSERR_SCORE_BIAS);
             a->bias = (float)d; /* the trainer's bias is a float32 tensor */
+        } else if (k == S_FIELDS) {
+            fields = v;
+        } else if (k == S_FIELDCOUNT) {
+            long long f;
+            if (RedisModule_StringToLongLong(v, &f) != REDISMODULE_OK || f < 1 ||
+                f > PS_CTR_POOL_MAX_FIELDS)
+                return fail(ctx, PSERR_SCORE_FIELDCOUNT);
+            a->nfields = (uint32_t)f;
         } else if (ps_arg_is(v, "VALUES")) {
             a->values_reply = 1;
-        } else if (!ps_arg_is(v, "F64")) {
-            ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
-            return REDISMODULE_ERR;
+        } else {
+            /* F64 is PS.SCORE's own (logits); F32 the wire format (MLP's floats). */
+            ps_format wf;
+            f64 = ps_arg_is(v, "F64");
+            f32 = !f64 && ps_format_parse(s, len, &wf) == 0 && wf == PS_FMT_F32;
+            if (!f64 && !f32) {
+                ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_F, s);
+                return REDISMODULE_ERR;
+            }
+            fmt = v;
         }
     }
     if (a->model < 0 || !counts || !ids) return fail(ctx, PSERR_SCORE_NEEDS);
+    const int mlp = a->model == PS_SCORE_MLP;
+    if (fmt && (mlp ? f64 : f32)) {
+        ps_reply_errorf(ctx, PSERR_SCORE_FORMAT_MODEL_F, f64 ? "F64" : ps_format_name(PS_FMT_F32),
+                        mlp ? "MLP" : a->model == PS_SCORE_LR ? "LR" : "FM");
+        return REDISMODULE_ERR;
+    }
+    if (mlp && (!fields || !a->nfields)) return fail(ctx, PSERR_SCORE_MLP_NEEDS);
+    if (!mlp && (fields || (seen & (1u << S_FIELDCOUNT)))) return fail(ctx, PSERR_SCORE_MLP_ONLY);
+    if (mlp && (seen & (1u << S_BIAS))) return fail(ctx, PSERR_SCORE_MLP_BIAS);
 
     /* The batch's shape: n samples, their feature counts summing to the ids. */
     size_t clen, idlen, vlen = 0;
@@ -545,6 +571,24 @@ int ps_args_score(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSSco
         ps_reply_errorf(ctx, PSERR_SCORE_VALS_F, vlen, (unsigned long long)nnz,
                         (unsigned long long)(4 * nnz));
         return REDISMODULE_ERR;
+    }
+    if (mlp) {
+        size_t flen;
+        a->fields = (const unsigned char *)RedisModule_StringPtrLen(fields, &flen);
+        if (flen != 4 * nnz) {
+            ps_reply_errorf(ctx, PSERR_SCORE_FIELDS_F, flen, (unsigned long long)nnz,
+                            (unsigned long long)(4 * nnz));
+            return REDISMODULE_ERR;
+        }
+        for (uint64_t j = 0; j < nnz; j++) {
+            uint32_t f;
+            memcpy(&f, a->fields + 4 * j, 4);
+            if (f >= a->nfields) {
+                ps_reply_errorf(ctx, PSERR_SCORE_FIELD_F, (unsigned long long)j, f, a->nfields,
+                                a->nfields - 1);
+                return REDISMODULE_ERR;
+            }
+        }
     }
     return REDISMODULE_OK;
 }

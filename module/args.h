@@ -145,9 +145,11 @@ int ps_args_pull(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSKeyK
                  PSPullArgs *a);
 
 /* PS.SCORE key MODEL LR|FM COUNTS countblob IDS idblob [VALS valblob]
- *          [BIAS b] [FORMAT F64|VALUES] (cmd_score.c) */
+ *          [BIAS b] [FORMAT F64|VALUES]
+ * PS.SCORE key MODEL MLP COUNTS countblob IDS idblob [VALS valblob]
+ *          FIELDS fieldblob FIELDCOUNT F [FORMAT F32|VALUES] (cmd_score.c) */
 typedef struct PSScoreArgs {
-    int model;                   /* PS_SCORE_LR / PS_SCORE_FM (ctr_score.h) */
+    int model;                   /* PS_SCORE_LR / _FM / _MLP (ctr_score.h) */
     int values_reply;            /* FORMAT VALUES */
     float bias;
     const unsigned char *counts; /* n little-endian uint32 feature counts */
@@ -155,6 +157,8 @@ typedef struct PSScoreArgs {
     uint64_t nnz;                /* their sum: the ids, at most 2^24 */
     const unsigned char *ids;    /* nnz little-endian uint64 ids */
     const unsigned char *vals;   /* nnz little-endian float32 values, or NULL */
+    const unsigned char *fields; /* MLP: nnz little-endian uint32 field ids, each < nfields */
+    uint32_t nfields;            /* MLP: FIELDCOUNT, 1..PS_CTR_POOL_MAX_FIELDS */
 } PSScoreArgs;
 
 /* Parses PS.SCORE's options and checks the batch's shape (the blobs'

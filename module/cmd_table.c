@@ -191,7 +191,9 @@ static RedisModuleCommandArg ScoreArgs[] = {
     PS_ARG_KEY, PS_ARG("model", "MODEL", STRING, 0), PS_ARG("counts", "COUNTS", STRING, 0),
     PS_ARG("ids", "IDS", STRING, 0), PS_ARG("vals", "VALS", STRING, PS_ARG_OPTIONAL),
     PS_ARG("bias", "BIAS", DOUBLE, PS_ARG_OPTIONAL),
-    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL), {0}};
+    PS_ARG("format", "FORMAT", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("fields", "FIELDS", STRING, PS_ARG_OPTIONAL),
+    PS_ARG("fieldcount", "FIELDCOUNT", INTEGER, PS_ARG_OPTIONAL), {0}};
 static RedisModuleCommandArg EvictArgs[] = {PS_ARG_KEY, PS_ARG("age", "AGE", INTEGER, 0), {0}};
 static RedisModuleCommandArg TakeArgs[] = {
     PS_ARG_KEY, PS_ARG("mincount", "MINCOUNT", INTEGER, PS_ARG_OPTIONAL),
@@ -284,7 +286,8 @@ static const PSCommandDef PSCommands[] = {
      "O(N) where N is the number of rows"},
     /* cmd_score.c */
     {"ps.score", PSScore_RedisCommand, "readonly", -8, ReadKey, ScoreArgs,
-     "Answers [version, logits] of a batch of samples under the LR or FM model of a table",
+     "Answers [version, logits] of a batch of samples under the LR or FM model of a table, "
+     "or [version, pooled inputs] under the MLP's",
      "O(N * dim) where N is the number of ids"},
     /* cmd_relay.c */
     {"ps.take", PSTake_RedisCommand, "write", -2, WriteKey, TakeArgs,

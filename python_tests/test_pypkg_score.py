@@ -1,7 +1,8 @@
 """redis_ps serving: Embedding.score (PS.SCORE for a one-shard table, the rows pulled and
 the kernel run in numpy for a sharded one) gives the bits of ps-train's forward pass and of
 libps's psScore on the same parameters (build/ptools/ps_score_ref, see test_score.py), LR
-and FM, one shard and three; bad input is refused before anything is sent."""
+and FM, one shard and three (the MLP's pooled inputs: test_score.py); bad input is refused
+before anything is sent."""
 
 import struct
 
@@ -62,7 +63,22 @@ def test_score_kernel_by_hand_and_bad_input(server):
             (dict(counts=[-1], ids=[]), "counts must be integers in [0, 2^32)"),
             (dict(counts=[1], ids=[1.5]), "ids must be integers"),
             (dict(counts=[1], ids=[1], model="lr"), "model LR needs rows of dim 1"),
-            (dict(counts=[1], ids=[1], model="mlp"), "unknown model 'mlp'"),
+            (dict(counts=[1], ids=[1], model="gbdt"), "unknown model 'gbdt'"),
+            (dict(counts=[1], ids=[1], model="mlp"), "model mlp needs fields"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[0]), "model mlp needs fields"),
+            (dict(counts=[1], ids=[1], fields=[0], nfields=1), "fields and nfields are the mlp"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[0], nfields=0),
+             "nfields must be an integer in 1..256"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[0], nfields=257),
+             "nfields must be an integer in 1..256"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[0, 1], nfields=2),
+             "2 fields for 1 features"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[2], nfields=2),
+             "fields must be integers in [0, nfields=2)"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[-1], nfields=2),
+             "fields must be integers in [0, nfields=2)"),
+            (dict(counts=[1], ids=[1], model="mlp", fields=[0], nfields=1, bias=0.5),
+             "model mlp takes no bias"),
             (dict(counts=[1], ids=[1], bias=float("nan")), "bias must be a finite float32")]:
         with pytest.raises((ValueError, redis_ps.InvalidIds)) as e:
             t.score(**kw)
@@ -73,3 +89,35 @@ def test_score_kernel_by_hand_and_bad_input(server):
     with pytest.raises(redis_ps.PSError) as e:
         redis_ps.Embedding(r, "missing", 3).score([1], [1])
     assert "no such key" in str(e.value)
+
+
+def test_mlp_score_and_forward_by_hand(server):
+    """Embedding.score(model="mlp") by hand, one shard (PS.SCORE) and two (numpy pool());
+    mlp_forward against a hand-computed 2-layer network."""
+    r = redis_ps.connect(server.addr)
+    for shards in (1, 2):
+        t = redis_ps.Embedding(r, "hm%d" % shards, 2, shards)
+        t.create("OPTIM SGD LR 1")
+        t.push([1, 2, 3], np.array([[1, 2], [0.5, -4], [0.25, 8]], np.float32))
+        x = t.score([3, 0, 1], [1, 2, 3, 7], [2, 3, -1, 5], model="mlp",
+                    fields=[1, 0, 1, 2], nfields=3)
+        want = np.zeros((3, 3, 2), np.float32)
+        want[0, 0] = [-1.5, 12]
+        want[0, 1] = [-2 + 0.25, -4 + 8]
+        assert x.dtype == np.float32 and x.tobytes() == want.tobytes()
+        assert t.score([], [], model="mlp", fields=[], nfields=3).shape == (0, 3, 2)
+    # mlp_forward: in 2 -> hidden 2 (ReLU) -> 2 classes; p = softmax(z)[1].
+    tensors = {"W0": np.array([[1, 0], [0, -1]], np.float32), "b0": np.float32([0, 0.5]),
+               "W1": np.array([[0, 0], [1, 2]], np.float32), "b1": np.float32([0, -1])}
+    pooled = np.array([[[1.0, 2.0]], [[-3.0, 0.25]]], np.float32)   # 2 samples, 1 field, dim 2
+    h = np.maximum(np.array([[1, -1.5], [-3, 0.25]]), 0)            # W0 x + b0, ReLU
+    z1 = h[:, 0] + 2 * h[:, 1] - 1
+    p = pscore.mlp_forward(pooled, tensors)
+    assert np.allclose(p, 1 / (1 + np.exp(-z1)), atol=1e-7), (p, z1)
+    # dense features follow the pooled inputs.
+    t2 = {"W0": np.array([[1, 1, 1], [0, 0, 0]], np.float32), "b0": np.float32([0, 0]),
+          "W1": np.array([[0, 0], [1, 0]], np.float32), "b1": np.float32([0, 0])}
+    p = pscore.mlp_forward(pooled[:, :, :2], t2, dense=[[1.0], [2.0]])
+    assert np.allclose(p, 1 / (1 + np.exp(-np.array([4.0, 0.0]))), atol=1e-7)
+    with pytest.raises(ValueError):
+        pscore.mlp_forward(pooled, {"W0": np.zeros((2, 3), np.float32), "b0": np.zeros(2)})

@@ -20,3 +20,16 @@ int ps_score_size(uint64_t nsamples, uint64_t nids, uint32_t dim, int values_rep
              per_logit * nsamples;
     return *bytes <= max_bytes ? PS_PULL_OK : PS_PULL_TOO_BIG;
 }
+
+int ps_score_pool_size(uint64_t nsamples, uint64_t nids, uint32_t dim, uint32_t fields,
+                       int values_reply, uint64_t max_bytes, uint64_t *bytes) {
+    uint64_t per_value = values_reply ? PS_PULL_VALUE_BYTES : 4, out;
+    /* nids <= 2^24 and dim <= 2^16: the inputs fit; the reply may not. */
+    uint64_t in = PS_PULL_ELEM_BYTES * nids * dim + 8 * nids;
+    if (__builtin_mul_overflow(nsamples, (uint64_t)fields * dim * per_value, &out) ||
+        __builtin_add_overflow(out, in, bytes)) {
+        *bytes = UINT64_MAX;
+        return PS_PULL_TOO_BIG;
+    }
+    return *bytes <= max_bytes ? PS_PULL_OK : PS_PULL_TOO_BIG;
+}

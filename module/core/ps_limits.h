@@ -40,4 +40,13 @@ int ps_pull_size(const PSTensor *t, size_t nrows, uint64_t elem_bytes, uint64_t 
 int ps_score_size(uint64_t nsamples, uint64_t nids, uint32_t dim, int values_reply,
                   uint64_t max_bytes, uint64_t *bytes);
 
+/* The same for PS.SCORE MODEL MLP with 'fields' fields: the features' rows
+ * (4 * nids * dim bytes), their values and field ids (4 + 4 per feature),
+ * and the pooled reply, nsamples x fields x dim floats (4 bytes each,
+ * PS_PULL_VALUE_BYTES each with FORMAT VALUES), which the handler also
+ * zeroes and fills: the time is O(bytes). *bytes is UINT64_MAX when the
+ * product does not fit 64 bits (then PS_PULL_TOO_BIG). */
+int ps_score_pool_size(uint64_t nsamples, uint64_t nids, uint32_t dim, uint32_t fields,
+                       int values_reply, uint64_t max_bytes, uint64_t *bytes);
+
 #endif /* PS_LIMITS_H */

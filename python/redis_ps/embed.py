@@ -329,7 +329,8 @@ class Embedding:
         return sum(int(_call(self.r, "PS.EVICT", k, "AGE", int(age), key=k)) for k in self.keys)
 
     def score(self, counts: ArrayLike, ids: ArrayLike, vals: Optional[ArrayLike] = None,
-              model: Optional[str] = None, bias: float = 0.0) -> np.ndarray:
+              model: Optional[str] = None, bias: float = 0.0,
+              fields: Optional[ArrayLike] = None, nfields: Optional[int] = None) -> np.ndarray:
         """Serving (PS.SCORE, libps psScore): the float64 logits of len(counts) samples under
         the LR (dim 1) or FM (dim k + 1) model whose rows this table holds. Sample i has
         counts[i] features; 'ids' are all samples' feature ids in sample order, 'vals' their
@@ -338,5 +339,12 @@ class Embedding:
         PS.SCORE; self.score_version is the table version it scored at). Several shards: the
         rows are pulled and scored here by the same kernel (redis_ps.score.logits). Either
         way the bits of libps psScore and of ps-train's forward pass on these parameters. Bad
-        input raises ValueError or InvalidIds before anything is sent."""
-        return score_table(self, counts, ids, vals, model, bias)
+        input raises ValueError or InvalidIds before anything is sent.
+
+        model="mlp" (ps-train --model mlp): 'fields' gives each feature's field (< nfields,
+        the job's --fields) and the answer is the (len(counts), nfields, dim) float32 pooled
+        embedding inputs (PS.SCORE MODEL MLP, libps psScorePool; sharded: the rows pulled and
+        redis_ps.score.pool run here), the trainer's bits; redis_ps.score.mlp_forward finishes
+        the forward pass with the job's dense tensors (close to, not bit-identical with,
+        ps-train's OpenBLAS)."""
+        return score_table(self, counts, ids, vals, model, bias, fields, nfields)

@@ -811,7 +811,8 @@ int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq
 void psDeltaRelease(psDelta *d);
 
 /* ------------------------------------------------------------------------
- * Scoring (serving the LR / FM models ps-train trains)
+ * Scoring (serving the LR / FM models ps-train trains, and the embedding
+ * part of its MLP)
  *
  * The logit of a sample whose features j have ids[j] and values vals[j] is
  *   z = bias + sum_j w_j x_j + 1/2 (sum_f s_f^2 - sum_j,f (v_jf x_j)^2),
@@ -839,6 +840,26 @@ void psDeltaRelease(psDelta *d);
  * ps.max-pull-bytes, ...). */
 int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint32_t *counts,
             const uint64_t *ids, const float *vals, double *out);
+
+#define PS_SCORE_MODEL_MLP 2   /* psScorePool: rows of any dim */
+#define PS_SCORE_MAX_FIELDS 256 /* most fields an MLP input pools */
+
+/* The MLP's pooled embedding inputs of 'n' samples into 'out' (n x nfields
+ * x dim floats, sample-major): sample i's slot f is the float32 sum, in
+ * feature order, of vals[j] * row(ids[j]) over its features j with
+ * fields[j] == f (a field with no feature is zeros) -- the first nfields x
+ * dim inputs of ps-train's MLP (--model mlp --fields nfields), the same
+ * bits (docs/commands.md "PS.SCORE", MODEL MLP). counts, ids and vals as
+ * psScore; fields[j] (each < nfields, 1 <= nfields <= PS_SCORE_MAX_FIELDS)
+ * the field of feature j. The dense layers are then the caller's (the job's
+ * tensors "W<l>"/"b<l>", read with psModelPull). One shard: one PS.SCORE
+ * MODEL MLP (read-only; a replica answers it); several: the rows pulled in
+ * parallel (psEmbedPull, the handle's pull format: F32, the default, for
+ * the same bits) and the same kernel run here. Returns PS_OK, or PS_ERR
+ * (PS_ERR_ARG: nfields or a field out of range, before anything is sent;
+ * PS_ERR_SERVER with the server's error, e.g. ps.max-pull-bytes). */
+int psScorePool(psClient *c, psEmbed *e, uint32_t nfields, size_t n, const uint32_t *counts,
+                const uint64_t *ids, const float *vals, const uint32_t *fields, float *out);
 
 /* ------------------------------------------------------------------------
  * Incremental export of a table shard (docs/design.md "Tombstones and
