@@ -17,6 +17,7 @@
 
 #include "agent.h"
 #include "clock.h"
+#include "protocol.h"
 #include "ring.h"
 
 #define RING_MAX_GROUPS 64
@@ -30,6 +31,11 @@ typedef struct ringGroup {
     int live;                 /* in the ring now */
     int ok;                   /* the last probe answered (tracked as this group) */
     int stale;                /* answers but lacks deltas this group acknowledged */
+    int noprev;               /* its module has no PS.APPLYDELTA ... PREV (sent without) */
+    int gap;                  /* answered GAP: lacks gap_origin's delta gap_prev of key gap_key */
+    int gap_key;
+    uint64_t gap_prev;
+    char gap_origin[PS_RING_ORIGIN_MAX + 1];
     long long last_ok_ms;     /* monotonic ms of the last good probe */
     double rtt_ms;            /* EWMA of a PS.INFO round trip (-1: none yet) */
     uint64_t bytes_to;        /* delta bytes sent to this group (as successor or direct) */
@@ -254,7 +260,24 @@ static int stale_for(const ring *r, int y, int x) {
     return 0;
 }
 
-static int rejoin(ring *r, const char *why);
+static int rejoin(ring *r, const char *why, int lacking);
+
+/* Group i answered GAP (send_delta): does the last probe show it has the
+ * delta it lacked now (its agent rejoined it), or is that origin out of the
+ * ring (nothing of it comes any more)? Then it may enter again: 1, gap
+ * cleared. */
+static int gap_filled(ring *r, int i) {
+    ringGroup *g = &r->g[i];
+    int o = -1;
+    for (int j = 0; j < r->ng; j++)
+        if (!strcmp(r->g[j].name, g->gap_origin)) o = j;
+    const psRingOrigin *row = g->ok ? origin_row(&g->info[g->gap_key], g->gap_origin) : NULL;
+    if ((row && row->hwm >= g->gap_prev) || (o >= 0 && o != r->self && !r->g[o].live)) {
+        g->gap = 0;
+        return 1;
+    }
+    return 0;
+}
 
 /* Probes every group (this one last, see stale_for) and moves them in and
  * out of the ring: every round with --barrier (its end test reads every
@@ -288,6 +311,7 @@ static void probe_all(ring *r) {
     /* Who enters (after every probe: x's reads precede y's for x = self). */
     for (int i = 0; i < r->ng; i++) {
         ringGroup *g = &r->g[i];
+        if (g->gap && !gap_filled(r, i)) continue; /* answered GAP: out until it has the delta */
         if (g->live || !g->ok) {
             if (!g->ok) g->stale = 0;
             continue;
@@ -316,7 +340,7 @@ static void probe_all(ring *r) {
                 char why[160];
                 snprintf(why, sizeof(why), "this group lacks deltas %s acknowledged while it was "
                          "out of the ring", r->g[x].name);
-                rejoin(r, why);
+                rejoin(r, why, x);
                 break;
             }
     fflush(stdout);
@@ -420,15 +444,20 @@ static int check_fit(ring *r, int k) {
  * ... KEEPOWN): PS.RING STATE answers its base (values minus its own change
  * not yet taken, which it sends to everyone later, this group included) and
  * its marks, its own origin at its take_seq first: exactly what the marks
- * then say this group has; this group's own change stays its own. 0, or -1. */
-static int rejoin(ring *r, const char *why) {
+ * then say this group has; this group's own change stays its own. With
+ * 'lacking' >= 0 (this group lacks deltas that group acknowledged) the
+ * nearest live group that the last probe shows holding them is preferred
+ * (that group itself always does): a copy of one that lacks them too would
+ * leave this group as stale as before. 0, or -1. */
+static int rejoin(ring *r, const char *why, int lacking) {
     ringGroup *me = &r->g[r->self];
     int from = -1;
-    for (int pass = 0; pass < 2 && from < 0; pass++)
+    for (int pass = lacking >= 0 ? 0 : 1; pass < 3 && from < 0; pass++)
         for (int k = 1; k < r->ng && from < 0; k++) {
             int j = (r->self + k) % r->ng;
             ringGroup *g = &r->g[j];
-            if (!g->c || (pass == 0 && !g->live)) continue;
+            if (!g->c || (pass < 2 && !g->live)) continue;
+            if (pass == 0 && j != lacking && stale_for(r, j, lacking)) continue;
             int all = 1;
             for (int q = 0; q < r->nkeys; q++)
                 if (strcmp(g->info[q].ring_origin, g->name)) all = 0;
@@ -586,7 +615,7 @@ static int setup(ring *r) {
         /* Visible as tracked first, so that origins wait for this group from
          * here on (it answers as tracked); then copy a live neighbour. */
         agent_sleep_ms(3 * r->o->every_ms + 50);
-        if (rejoin(r, r->o->join ? "--join" : "the ring is running without this group") != 0)
+        if (rejoin(r, r->o->join ? "--join" : "the ring is running without this group", -1) != 0)
             return 1;
     }
     /* This group's seqs must pass what the others already have of it (a
@@ -609,13 +638,68 @@ static int setup(ring *r) {
  * Rounds
  * ====================================================================== */
 
-/* PS.APPLYDELTA to group 'to'. 1 applied, 0 a repeat, -1 failed. */
-static int send_delta(ring *r, int to, const char *key, const char *origin, uint64_t seq,
+/* Group 'to' answered GAP to a delta (origin, seq) of key k: it lacks
+ * origin's delta 'prev' (docs/design.md "Ring state": per origin, deltas
+ * apply in seq order, no gap). It cannot take any later delta of that
+ * origin until its agent copies the ring again (it lacks a delta the origin
+ * acknowledged, which its agent's stale check sees), so this agent stops
+ * waiting for it and takes it out of the ring; it enters again once a probe
+ * shows it has that delta (probe_all). With --barrier nothing moves: the
+ * barrier cannot drain a group that has to rejoin. */
+static void gap_seen(ring *r, int to, int k, const char *origin, uint64_t seq, uint64_t prev) {
+    ringGroup *g = &r->g[to];
+    say(r, "PS.APPLYDELTA %s (%s seq %" PRIu64 ") on %s: GAP, it lacks %s's delta %" PRIu64,
+        r->keys[k].name, origin, seq, g->name, origin, prev);
+    if (r->o->barrier || g->gap) return;
+    g->gap = 1;
+    g->gap_key = k;
+    g->gap_prev = prev;
+    snprintf(g->gap_origin, sizeof(g->gap_origin), "%s", origin);
+    g->stale = 1;
+    char buf[1024];
+    if (g->live) {
+        g->live = 0;
+        r->epoch++;
+    }
+    order_str(r, buf, sizeof(buf));
+    printf("[ring %s] group %s lacks delta %" PRIu64 " of %s (GAP): kept out until its agent "
+           "rejoins it; ring %s\n", r->o->self, g->name, prev, origin, buf);
+    event(r, "group_gap", ", \"stale\": \"%s\", \"origin\": \"%s\", \"lacks\": %" PRIu64
+          ", \"ring\": \"%s\"", g->name, origin, prev, buf);
+    fflush(stdout);
+}
+
+/* PS.APPLYDELTA of key k to group 'to', with PREV seq - 1: an origin's
+ * seqs are dense (one per take; SEQFLOOR and JOIN only skip seqs some group
+ * already holds), so the delta before seq is seq - 1. 1 applied, 0 a
+ * repeat, -1 failed, -2 GAP (gap_seen). A module without PREV is sent to
+ * without it from then on (its first answer to a PREV is an error that a
+ * resend without PREV does not give). */
+static int send_delta(ring *r, int to, int k, const char *origin, uint64_t seq,
                       const uint32_t *idx, const float *vals, uint64_t count, int64_t hops) {
     ringGroup *g = &r->g[to];
+    const char *key = r->keys[k].name;
     if (!g->c) return -1;
     double t0 = ps_mono_s();
-    int rc = psDeltaApply(g->c, key, origin, seq, idx, vals, (size_t)count, hops);
+    uint64_t prev = g->noprev ? 0 : seq - 1;
+    int rc = psDeltaApplyPrev(g->c, key, origin, seq, prev, idx, vals, (size_t)count, hops);
+    if (rc == PS_ERR && prev && g->c->err == PS_ERR_SERVER) {
+        const ps_proto_error cls = ps_proto_error_class(g->c->errstr, strlen(g->c->errstr));
+        if (cls == PS_PROTO_ERR_GAP) {
+            gap_seen(r, to, k, origin, seq, prev);
+            return -2;
+        }
+        if (cls == PS_PROTO_ERR_ERR || cls == PS_PROTO_ERR_UNKNOWN_OPT) {
+            char why[256];
+            snprintf(why, sizeof(why), "%s", g->c->errstr);
+            rc = psDeltaApply(g->c, key, origin, seq, idx, vals, (size_t)count, hops);
+            if (rc != PS_ERR) {
+                g->noprev = 1;
+                say(r, "group %s's module has no PS.APPLYDELTA ... PREV (%s): sending without it "
+                       "(a gap in its deltas goes unnoticed there)", g->name, why);
+            }
+        }
+    }
     double dt = ps_mono_s() - t0;
     if (rc == PS_ERR) {
         say(r, "PS.APPLYDELTA %s (%s seq %" PRIu64 ") on %s: %s", key, origin, seq, g->name,
@@ -635,8 +719,12 @@ static int send_delta(ring *r, int to, const char *key, const char *origin, uint
 
 /* A take is acknowledged only once group i has it: i is in the ring (or
  * was until it stopped answering, for --dead-after-ms), or it answers as
- * tracked, in the ring or not (a group rejoining). */
-static int waits_for(const ring *r, int i) { return r->g[i].live || r->g[i].ok; }
+ * tracked, in the ring or not (a group rejoining), unless it answered GAP:
+ * it can take no delta of that origin before it rejoins, and after it did
+ * it lacks nothing acknowledged meanwhile without its own agent seeing it. */
+static int waits_for(const ring *r, int i) {
+    return (r->g[i].live || r->g[i].ok) && !r->g[i].gap;
+}
 
 /* One round of key k acting for group gi. Returns 1 when it acknowledged
  * a take or forwarded something (more may be waiting), else 0. */
@@ -668,7 +756,7 @@ static int act_key(ring *r, int gi, int k) {
         for (int i = 0; i < r->ng; i++) {
             uint64_t bit = 1ULL << i;
             if (i == gi || !waits_for(r, i) || (key->confirmed[gi] & bit)) continue;
-            if (send_delta(r, i, key->name, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0) {
+            if (send_delta(r, i, k, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0) {
                 key->confirmed[gi] |= bit;
                 r->st.sent++;
                 agent_fault_point(r->fault, "send");
@@ -690,7 +778,7 @@ static int act_key(ring *r, int gi, int k) {
         agent_fault_point(r->fault, "take");
         if (d.seq != key->sent_seq[gi]) {
             r->st.takes++;
-            if (succ >= 0 && send_delta(r, succ, key->name, me->name, d.seq, d.idx, d.vals, d.count,
+            if (succ >= 0 && send_delta(r, succ, k, me->name, d.seq, d.idx, d.vals, d.count,
                                         L - 2) >= 0) {
                 key->sent_seq[gi] = d.seq;
                 key->sent_round[gi] = r->round;
@@ -729,7 +817,7 @@ static int act_key(ring *r, int gi, int k) {
                 if (i == gi || !waits_for(r, i)) continue;
                 const psRingOrigin *row = origin_row(&r->g[i].info[k], me->name);
                 if (row && row->hwm >= d.seq) continue;
-                if (send_delta(r, i, key->name, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0)
+                if (send_delta(r, i, k, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0)
                     r->st.resends++;
             }
             key->sent_round[gi] = r->round;
@@ -749,7 +837,7 @@ static int act_key(ring *r, int gi, int k) {
         }
         if (rc == 0) break;
         int ok = succ < 0 ? 0
-                          : send_delta(r, succ, key->name, e.origin, e.seq, e.idx, e.vals,
+                          : send_delta(r, succ, k, e.origin, e.seq, e.idx, e.vals,
                                        e.count, (int64_t)e.hops);
         if (ok >= 0) {
             if (psDeltaFwdAck(me->c, key->name, e.origin, e.seq) == PS_ERR) {
