@@ -34,6 +34,7 @@ typedef struct ringGroup {
     int noprev;               /* its module has no PS.APPLYDELTA ... PREV (sent without) */
     int gap;                  /* answered GAP: lacks gap_origin's delta gap_prev of key gap_key */
     int gap_key;
+    long long gap_ms;         /* monotonic ms of the GAP answer that set 'gap' */
     uint64_t gap_prev;
     char gap_origin[PS_RING_ORIGIN_MAX + 1];
     long long last_ok_ms;     /* monotonic ms of the last good probe */
@@ -642,16 +643,20 @@ static int setup(ring *r) {
  * origin's delta 'prev' (docs/design.md "Ring state": per origin, deltas
  * apply in seq order, no gap). It cannot take any later delta of that
  * origin until its agent copies the ring again (it lacks a delta the origin
- * acknowledged, which its agent's stale check sees), so this agent stops
- * waiting for it and takes it out of the ring; it enters again once a probe
- * shows it has that delta (probe_all). With --barrier nothing moves: the
- * barrier cannot drain a group that has to rejoin. */
+ * acknowledged, which its agent's stale check sees), so this agent takes it
+ * out of the ring (forward entries go around it) and, once it has not
+ * rejoined for --dead-after-ms (its agent may be gone), stops waiting for
+ * it (waits_for); it enters again once a probe shows it has that delta
+ * (probe_all). With --barrier nothing moves: the barrier cannot drain a
+ * group that has to rejoin. */
 static void gap_seen(ring *r, int to, int k, const char *origin, uint64_t seq, uint64_t prev) {
     ringGroup *g = &r->g[to];
+    if (g->gap) return; /* known: its agent is on it */
     say(r, "PS.APPLYDELTA %s (%s seq %" PRIu64 ") on %s: GAP, it lacks %s's delta %" PRIu64,
         r->keys[k].name, origin, seq, g->name, origin, prev);
-    if (r->o->barrier || g->gap) return;
+    if (r->o->barrier) return;
     g->gap = 1;
+    g->gap_ms = agent_mono_ms();
     g->gap_key = k;
     g->gap_prev = prev;
     snprintf(g->gap_origin, sizeof(g->gap_origin), "%s", origin);
@@ -719,11 +724,16 @@ static int send_delta(ring *r, int to, int k, const char *origin, uint64_t seq,
 
 /* A take is acknowledged only once group i has it: i is in the ring (or
  * was until it stopped answering, for --dead-after-ms), or it answers as
- * tracked, in the ring or not (a group rejoining), unless it answered GAP:
- * it can take no delta of that origin before it rejoins, and after it did
- * it lacks nothing acknowledged meanwhile without its own agent seeing it. */
+ * tracked, in the ring or not (a group rejoining: waiting for it lets the
+ * delta reach it right after its copy), unless it answered GAP and has not
+ * rejoined for --dead-after-ms: its agent is gone or cannot copy, and it
+ * can take no delta of that origin before it does (if it rejoins later and
+ * lacks what was acknowledged meanwhile, its agent sees that and copies
+ * again). */
 static int waits_for(const ring *r, int i) {
-    return (r->g[i].live || r->g[i].ok) && !r->g[i].gap;
+    const ringGroup *g = &r->g[i];
+    if (g->gap && agent_mono_ms() - g->gap_ms >= r->o->dead_ms) return 0;
+    return g->live || g->ok;
 }
 
 /* One round of key k acting for group gi. Returns 1 when it acknowledged
