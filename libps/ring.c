@@ -266,8 +266,8 @@ int psDeltaApplyPrev(psClient *c, const char *key, const char *origin, uint64_t 
     }
     char *cmd;
     size_t len;
-    RING_ENCODE(cmd, len, ps_wire_apply_delta(key, strlen(key), origin, seq, idx, vals, count,
-                                              hops, prev, buf, cap));
+    RING_ENCODE(cmd, len, ps_wire_apply_delta_prev(key, strlen(key), origin, seq, idx, vals,
+                                                   count, hops, prev, buf, cap));
     return zero_one(c, ring_send(c, key, cmd, len), "APPLYDELTA");
 }
 

@@ -424,15 +424,10 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     const char *apply[] = {"PS.APPLYDELTA", "m:w:0", "ID", "dc-1", "44", (const char *)idx,
                            (const char *)dv, "HOPS", "1"};
     const size_t al[] = {0, 0, 0, 0, 0, 8, 8, 0, 0};
-    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, 0, buf, sizeof(buf)),
+    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, buf, sizeof(buf)),
                  buf, 9, apply, al);
-    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, -1, 0, buf, sizeof(buf)),
+    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, -1, buf, sizeof(buf)),
                  buf, 7, apply, al);
-    const char *applyp[] = {"PS.APPLYDELTA", "m:w:0", "ID", "dc-1", "44", (const char *)idx,
-                            (const char *)dv, "HOPS", "1", "PREV", "43"};
-    const size_t alp[] = {0, 0, 0, 0, 0, 8, 8, 0, 0, 0, 0};
-    expect_argvl(ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, 43, buf, sizeof(buf)),
-                 buf, 11, applyp, alp);
     const char *fwd[] = {"PS.DELTAFWD", "m:w:0"};
     expect_argvl(ps_wire_delta_fwd("m:w:0", 5, buf, sizeof(buf)), buf, 2, fwd, NULL);
     const char *fack[] = {"PS.DELTAFWDACK", "m:w:0", "dc-1", "44"};
@@ -441,8 +436,8 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     /* Too small a buffer: the length needed, nothing written past it. */
     char small[8];
     memset(small, 'x', sizeof(small));
-    size_t need = ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, 0, small, 4);
-    assert_int_equal(need, ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, 0, buf,
+    size_t need = ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, small, 4);
+    assert_int_equal(need, ps_wire_apply_delta("m:w:0", 5, "dc-1", 44, idx, dv, 2, 1, buf,
                                                sizeof(buf)));
     assert_int_equal(small[4], 'x');
 }

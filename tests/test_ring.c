@@ -21,6 +21,7 @@
 #include "ring.h"
 #include "tensor.h"
 #include "tensor_helpers.h"
+#include "wire.h" /* libps's PS.APPLYDELTA encoder (PREV) */
 
 #define O(s) (s), strlen(s)
 
@@ -699,6 +700,28 @@ static void test_join_keepown_keeps_the_own_change(void **st) {
     PSTensor_Free(t);
 }
 
+/* libps's encoder puts PREV p last (after HOPS), and leaves it out for 0
+ * (an older server refuses an unknown option). */
+static void test_the_apply_encoder_sends_prev(void **st) {
+    (void)st;
+    const uint32_t idx[1] = {3};
+    const float v[1] = {1};
+    char buf[256], none[256];
+    const size_t n = ps_wire_apply_delta_prev("w", 1, "g0", 44, idx, v, 1, 1, 43, buf, sizeof(buf));
+    const size_t m = ps_wire_apply_delta("w", 1, "g0", 44, idx, v, 1, 1, none, sizeof(none));
+    assert_true(n < sizeof(buf) && m < sizeof(none));
+    assert_memory_equal(buf, "*11\r\n", 5);
+    assert_memory_equal(none, "*9\r\n", 4);
+    const char *tail = "$4\r\nHOPS\r\n$1\r\n1\r\n$4\r\nPREV\r\n$2\r\n43\r\n";
+    assert_true(n > strlen(tail));
+    assert_memory_equal(buf + n - strlen(tail), tail, strlen(tail));
+    /* the rest is the command without PREV */
+    assert_memory_equal(buf + 5, none + 4, m - 4);
+    assert_int_equal(n - 5 - (m - 4), strlen("$4\r\nPREV\r\n$2\r\n43\r\n"));
+    assert_int_equal(ps_wire_apply_delta_prev("w", 1, "g0", 44, idx, v, 1, 1, 0, buf, sizeof(buf)),
+                     m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_is_pending_until_acked_then_the_next_seq),
@@ -706,6 +729,7 @@ int main(void) {
         cmocka_unit_test(test_nothing_is_dropped_with_integer_data),
         cmocka_unit_test(test_duplicates_and_the_own_origin_are_ignored),
         cmocka_unit_test(test_prev_refuses_a_gap_and_join_heals_it),
+        cmocka_unit_test(test_the_apply_encoder_sends_prev),
         cmocka_unit_test(test_at_most_64_origins),
         cmocka_unit_test(test_hops_queue_in_order_and_backlog_changes_nothing),
         cmocka_unit_test(test_join_copies_values_and_marks_and_never_lowers_take_seq),
