@@ -99,6 +99,8 @@
 #define PS_PROTO_ERRTEXT_STALE "STALE"         /* a push too old (MAXSTALENESS, closed round) */
 #define PS_PROTO_ERRTEXT_BUSY "BUSY"           /* retry later (round open, table restoring) */
 #define PS_PROTO_ERRTEXT_BACKLOG "BACKLOG"     /* a relay's ACCUM tensor at MAXBACKLOG: retry later */
+#define PS_PROTO_ERRTEXT_GAP "GAP"             /* PS.APPLYDELTA ... PREV p: a delta of that origin before
+                                                  this one is missing here: rejoin (nothing changed) */
 #define PS_PROTO_ERRTEXT_REBASE "REBASE"       /* PS.TOMBSTONES: SINCE is past the log's horizon:
                                                   export every row again (SINCE 0) */
 #define PS_PROTO_ERRTEXT_WRONGTYPE "WRONGTYPE" /* the key holds another type */
@@ -118,7 +120,7 @@
 
 #define PS_PROTO_ERRORS(X)                                                                         \
     X(NOKEY) X(FUTURE) X(SYNTAX) X(UNKNOWN_OPT) X(DUP_OPT) X(MISSING_ARG) X(NOCLUSTER) X(STALE)    \
-    X(BUSY) X(BACKLOG) X(REBASE) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
+    X(BUSY) X(BACKLOG) X(GAP) X(REBASE) X(WRONGTYPE) X(BUSYKEY) X(OOM) X(MOVED) X(ASK) X(TRYAGAIN) X(CLUSTERDOWN) X(LOADING)   \
     X(MASTERDOWN) X(READONLY) X(NOAUTH) X(WRONGPASS) X(NOPERM) X(ERR)
 
 /* ====================================================== PS.PUSHGRAD options

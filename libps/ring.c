@@ -252,15 +252,22 @@ int psDeltaAck(psClient *c, const char *key, uint64_t seq) {
 
 int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
                  const uint32_t *idx, const float *vals, size_t count, int64_t hops) {
+    return psDeltaApplyPrev(c, key, origin, seq, 0, idx, vals, count, hops);
+}
+
+int psDeltaApplyPrev(psClient *c, const char *key, const char *origin, uint64_t seq,
+                     uint64_t prev, const uint32_t *idx, const float *vals, size_t count,
+                     int64_t hops) {
     psi_clear_error(c);
-    if (!key || !name_ok(origin) || count == 0 || !idx || !vals) {
-        psi_set_error(c, PS_ERR_ARG, "psDeltaApply needs a key, an origin and count >= 1");
+    if (!key || !name_ok(origin) || count == 0 || !idx || !vals || (prev && prev >= seq)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaApply needs a key, an origin, count >= 1 and "
+                                     "prev < seq");
         return PS_ERR;
     }
     char *cmd;
     size_t len;
-    RING_ENCODE(cmd, len, ps_wire_apply_delta(key, strlen(key), origin, seq, idx, vals, count,
-                                              hops, buf, cap));
+    RING_ENCODE(cmd, len, ps_wire_apply_delta_prev(key, strlen(key), origin, seq, idx, vals,
+                                                   count, hops, prev, buf, cap));
     return zero_one(c, ring_send(c, key, cmd, len), "APPLYDELTA");
 }
 

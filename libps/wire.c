@@ -415,11 +415,11 @@ size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf
     return o.len;
 }
 
-size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin, uint64_t seq,
-                           const uint32_t *idx, const float *vals, size_t count, int64_t hops,
-                           char *buf, size_t cap) {
+size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                                const uint32_t *idx, const float *vals, size_t count,
+                                int64_t hops, uint64_t prev, char *buf, size_t cap) {
     out o = {buf, cap, 0};
-    put_header(&o, '*', 7 + (hops >= 0 ? 2 : 0));
+    put_header(&o, '*', 7 + (hops >= 0 ? 2 : 0) + (prev ? 2 : 0));
     put_str(&o, "PS.APPLYDELTA");
     put_arg(&o, key, keylen);
     put_str(&o, "ID");
@@ -431,6 +431,10 @@ size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin, u
     if (hops >= 0) {
         put_str(&o, "HOPS");
         put_u64(&o, (uint64_t)hops);
+    }
+    if (prev) {
+        put_str(&o, "PREV");
+        put_u64(&o, prev);
     }
     return o.len;
 }

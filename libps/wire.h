@@ -192,11 +192,19 @@ size_t ps_wire_delta_take(const char *key, size_t keylen, uint64_t seqfloor, dou
 /* PS.DELTAACK key seq */
 size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap);
 
-/* PS.APPLYDELTA key ID origin seq idxblob valblob [HOPS h] ('count' u32
- * indices and F32 values; HOPS left out when 'hops' < 0). */
-size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin, uint64_t seq,
-                           const uint32_t *idx, const float *vals, size_t count, int64_t hops,
-                           char *buf, size_t cap);
+/* PS.APPLYDELTA key ID origin seq idxblob valblob [HOPS h] [PREV p]
+ * ('count' u32 indices and F32 values; HOPS left out when 'hops' < 0, PREV
+ * when 'prev' is 0). */
+size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                                const uint32_t *idx, const float *vals, size_t count,
+                                int64_t hops, uint64_t prev, char *buf, size_t cap);
+
+/* The same without PREV. */
+static inline size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin,
+                                         uint64_t seq, const uint32_t *idx, const float *vals,
+                                         size_t count, int64_t hops, char *buf, size_t cap) {
+    return ps_wire_apply_delta_prev(key, keylen, origin, seq, idx, vals, count, hops, 0, buf, cap);
+}
 
 /* PS.DELTAFWD key */
 size_t ps_wire_delta_fwd(const char *key, size_t keylen, char *buf, size_t cap);

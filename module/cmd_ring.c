@@ -8,7 +8,7 @@
  *   PS.RING key UNTRACK                               tracking off (state dropped)
  *   PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m]
  *   PS.DELTAACK key seq
- *   PS.APPLYDELTA key ID origin seq indices values [HOPS h]
+ *   PS.APPLYDELTA key ID origin seq indices values [HOPS h] [PREV p]
  *   PS.DELTAFWD key
  *   PS.DELTAFWDACK key origin seq
  *
@@ -46,6 +46,7 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RING_ESEQ: e = PSERR_RING_SEQ; break;
     case PS_RING_EROUND: e = PSERR_ROUND_OPEN; break;
     case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
+    case PS_RING_EGAP: e = PSERR_RING_GAP; break;
     default: e = PSERR_INTERNAL; break;
     }
     return RedisModule_ReplyWithError(ctx, e);
@@ -311,19 +312,27 @@ int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
  * PS.APPLYDELTA / PS.DELTAFWD / PS.DELTAFWDACK
  * ====================================================================== */
 
-/* PS.APPLYDELTA key ID origin seq indices values [HOPS h] -> 1 applied, 0
- * ignored (own origin, or seq not above the origin's mark). */
+/* PS.APPLYDELTA key ID origin seq indices values [HOPS h] [PREV p] -> 1
+ * applied, 0 ignored (own origin, or seq not above the origin's mark); GAP
+ * when p (the origin's previous seq) is above the origin's mark. */
 int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 7 && argc != 9) return RedisModule_WrongArity(ctx);
+    if (argc < 7 || argc > 11 || argc % 2 == 0) return RedisModule_WrongArity(ctx);
     if (!ps_arg_is(argv[2], "ID")) return RedisModule_ReplyWithError(ctx, PSERR_RING_ID);
-    long long seq, hops = 0;
+    long long seq, hops = 0, prev = 0;
     if (ps_arg_ll(ctx, argv[4], "seq", 1, (long long)(~0ULL >> 1), &seq) != REDISMODULE_OK)
         return REDISMODULE_OK;
-    if (argc == 9) {
-        if (!ps_arg_is(argv[7], "HOPS"))
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[7], NULL));
-        if (ps_arg_ll(ctx, argv[8], "HOPS", 0, PS_RING_MAX_HOPS, &hops) != REDISMODULE_OK)
-            return REDISMODULE_OK;
+    static const PSOption opts[] = {{"HOPS", 1}, {"PREV", 1}, {NULL, 0}};
+    unsigned seen = 0;
+    for (int i = 7; i < argc; i += 2) {
+        const int k = ps_option_at(ctx, argv, argc, i, opts, &seen);
+        if (k < 0) return REDISMODULE_OK;
+        if (k == 0) {
+            if (ps_arg_ll(ctx, argv[i + 1], "HOPS", 0, PS_RING_MAX_HOPS, &hops) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+        } else {
+            if (ps_arg_ll(ctx, argv[i + 1], "PREV", 0, seq - 1, &prev) != REDISMODULE_OK)
+                return REDISMODULE_OK;
+        }
     }
     size_t ol, il, vl;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
@@ -336,7 +345,8 @@ int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
         reply_ring_error(ctx, PS_RING_ECOUNT);
         goto done;
     }
-    const int r = PSRing_Apply(t, origin, ol, (uint64_t)seq, idx, val, il / 4, (uint64_t)hops);
+    const int r = PSRing_ApplyPrev(t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, val, il / 4,
+                                   (uint64_t)hops);
     if (r < 0) {
         reply_ring_error(ctx, -r);
         goto done;

@@ -98,6 +98,7 @@
 #define PSERR_RING_BACKLOG PS_PROTO_ERRTEXT_BACKLOG " the ring forward queue holds MAXQUEUE bytes not yet passed on (PS.INFO ring_fwd_bytes): the ring agent is down or behind; retry later (nothing changed)"
 #define PSERR_RING_LAG_F PS_PROTO_ERRTEXT_BACKLOG " this group is %llu pushes ahead of what the ring has acknowledged (MAXLAG %llu, PS.INFO ring_lag): the ring agent is down or behind; retry (nothing changed)"
 #define PSERR_RING_LAG PS_PROTO_ERRTEXT_BACKLOG " this group is MAXLAG pushes ahead of what the ring has acknowledged (PS.INFO ring_lag); retry (nothing changed)"
+#define PSERR_RING_GAP PS_PROTO_ERRTEXT_GAP " this group lacks a delta of that origin before this one (its mark is below PREV): nothing applied; the group must copy the ring again (PS.RING JOIN)"
 #define PSERR_RING_MAXLAG "ERR MAXLAG is 0 (no bound) to 2147483648 own pushes"
 /* CONFIG SET ps.* refusals: Redis puts them after its own "ERR CONFIG SET
  * failed (possibly related to argument '...') - ", so they carry no code. */

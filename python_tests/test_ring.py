@@ -397,12 +397,11 @@ def test_ring_refuses_groups_that_differ(groups, tmp_path, make_server):
     assert not info(srv[0].client(), "m:w:0").get("ring_origin")
 
 
-# Known bug, not found yet (issue 22's note): in about 1 run of 10 here the groups end
-# 24-30 apart in one tensor after b's second, longer outage and its rejoin (JOIN KEEPOWN),
-# so something of b's or of a delta in flight is lost or applied twice on that path. The
-# test stays, non-strict: it reports XFAIL when it hits the bug, XPASS otherwise.
-@pytest.mark.xfail(strict=False, reason="a group rejoining after its server's second outage "
-                   "sometimes ends apart from the others (issue 22, not found yet)")
+# Issue 22's lost delta (found): b, back after the long outage, lacked a's take 11 (acked
+# without it) and got a's take 12 first; its mark passed 11, so 11 was dropped as a
+# duplicate and the groups ended 24-30 apart in about 1 run of 10. PS.APPLYDELTA ... PREV
+# now refuses a delta whose predecessor is missing (GAP) and b's agent rejoins it
+# (docs/design.md "Ring state", "Why a delta is never lost to a gap").
 def test_ring_group_server_killed_with_aof_always(groups, tmp_path):
     """b's server (appendfsync always) SIGKILLed twice under its running agent: once back
     within --dead-after-ms (its ring state, pending take and forward queue come back from the
@@ -439,6 +438,64 @@ def test_ring_group_server_killed_with_aof_always(groups, tmp_path):
         for g, s in enumerate(srv):
             np.testing.assert_array_equal(values(s)[k], want, err_msg="group %s %s" % (names[g], k))
     check_accounting(srv, names, joined="b")
+
+
+def test_ring_forwarded_delta_past_a_gap_is_refused_and_the_group_rejoins(groups, tmp_path,
+                                                                         agents):
+    """Issue 22's lost delta, deterministic, with the real agents (ring a -> c -> b -> a).
+    The history is made by hand first, as the agents would have: a's take 1 reached b and
+    c; take 2 only c (b was out; a acknowledged it without b); take 3 is pending at a and
+    sits in c's forward queue (HOPS 1: for b). Then c's agent runs alone and forwards it:
+    before the fix b applied it, its mark passed 2 and take 2 was lost for good (the
+    barrier found b apart). Now b refuses it (GAP), c takes b out of its ring, and once a's
+    and b's agents run, b's agent sees it lacks what a acknowledged and rejoins it from a
+    group that has it: every sum exact, every take applied once."""
+    srv, _, _ = groups(3)
+    spec = "a=%s,c=%s,b=%s" % (srv[0].addr, srv[2].addr, srv[1].addr)
+    names = "abc"
+    ca, cb, cc = (s.client() for s in srv)
+    for g, (c, n) in enumerate(zip((ca, cb, cc), names)):
+        for k in SHAPES:
+            assert c.execute_command("PS.RING", k, "TRACK", n) == 1
+    for seq in (1, 2, 3):
+        for k in SHAPES:
+            ca.execute_command("PS.PUSHGRAD", k, f32(grad(0, seq, k)))
+            s, _, idx, vals, _ = ca.execute_command("PS.DELTATAKE", k)
+            assert s == seq
+            if seq == 1:
+                assert cb.execute_command("PS.APPLYDELTA", k, "ID", "a", s, idx, vals) == 1
+            hops = ["HOPS", 1] if seq == 3 else []
+            assert cc.execute_command("PS.APPLYDELTA", k, "ID", "a", s, idx, vals, *hops) == 1
+            if seq < 3:
+                assert ca.execute_command("PS.DELTAACK", k, s) == 1
+    for k in SHAPES:
+        assert int(info(cc, k)["ring_fwd_entries"]) == 1
+    a_c = Agent(tmp_path, spec, "c")
+    agents.append(a_c)
+    a_c.start()
+    psserver.wait_until(lambda: all(int(info(cc, k)["ring_fwd_entries"]) == 0 for k in SHAPES),
+                        timeout=10, what="c's agent forwards take 3")
+    assert "GAP" in a_c.output(), a_c.output()
+    for k in SHAPES:  # b still lacks take 2, and did not paper it over with take 3
+        assert ring_info(srv[1], k)[1]["a"][0] == 1
+    ags = [a_c]
+    for name in "ab":
+        a = Agent(tmp_path, spec, name)
+        agents.append(a)
+        ags.append(a.start())
+    psserver.wait_until(lambda: "joined (" in ags[2].output(), timeout=10, what="b rejoins")
+    psserver.wait_until(lambda: all(int(info(ca, k)["ring_pending_seq"]) == 0 for k in SHAPES),
+                        timeout=10, what="a acknowledges take 3")
+    for a in ags:
+        assert a.stop() == 0, a.output()
+    rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+    assert rc == 0, out
+    for k in SHAPES:
+        want = START[k] - pushed_sum(0, 3, k)
+        for g, s in enumerate(srv):
+            np.testing.assert_array_equal(values(s)[k], want, err_msg="group %s %s" % (names[g], k))
+        for s, n in zip(srv[1:], "bc"):
+            assert ring_info(s, k)[1]["a"][0] == 3, (n, k)
 
 
 def test_ring_group_that_is_a_cluster(groups, tmp_path, module_path):

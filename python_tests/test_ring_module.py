@@ -187,6 +187,13 @@ def test_join_takes_a_neighbours_copy_and_marks(make_server):
     (["PS.APPLYDELTA", "w", "XX", "g1", 1, u32([1]), f32([1])], "ERR PS.APPLYDELTA needs ID"),
     (["PS.APPLYDELTA", "w", "ID", "g1", 1, u32([1]), f32([1]), "HOPS", 65], "ERR HOPS"),
     (["PS.APPLYDELTA", "w", "ID", "g1", 2 ** 63, u32([1]), f32([1])], "ERR seq"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 5, u32([1]), f32([1]), "PREV", 5], "ERR PREV"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 5, u32([1]), f32([1]), "PREV", -1], "ERR PREV"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 5, u32([1]), f32([1]), "PREV", 1, "PREV", 1],
+     "ERR option 'PREV' given more than once"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 5, u32([1]), f32([1]), "HOPS", 1, "PREV"],
+     "ERR wrong number of arguments"),
+    (["PS.APPLYDELTA", "w", "ID", "g1", 5, u32([1]), f32([1]), "PREV", 4], "GAP "),
     (["PS.RING", "w", "JOIN", "g0", f32(np.zeros(N)), "FROM", "g0", 2 ** 63], "ERR a ring seq"),
     (["PS.DELTATAKE", "w", "THRESHOLD", -1], "ERR THRESHOLD"),
     (["PS.DELTATAKE", "w", "MAXELEMS", 0], "ERR MAXELEMS"),
@@ -197,6 +204,76 @@ def test_bad_input_is_refused_and_changes_nothing(r, args, want):
     before = digest(r)
     assert err(r, *args).startswith(want)
     assert digest(r) == before
+
+
+def test_a_delta_past_a_gap_is_refused_until_the_group_rejoins(make_server, make_replica):
+    """Issue 22's lost delta at the module: group b missed origin a's take 2 (out of the
+    ring while a acknowledged it) and then receives take 3 (PREV 2). It is refused GAP,
+    changes nothing and is not replicated; b's mark of a stays below what a acknowledged
+    (what the agents' stale check reads); take 2 then 3 in order still apply (a gap that
+    fills); a JOIN from c (which has both) makes b whole, and every resend is a repeat.
+    Without PREV (an old agent) the same take 3 would apply and take 2 be lost."""
+    srv = [make_server() for _ in range(3)]
+    rep = make_replica(srv[1])
+    a, b, c = [s.client() for s in srv]
+    for g, x in enumerate((a, b, c)):
+        tensor(x)
+        assert x.execute_command("PS.RING", "w", "TRACK", "g%d" % g) == 1
+    takes = []
+    for g in ([1, 0, 0, 0, 0, 0, 0, 2], [0, 3, 0, 0, 0, 0, 0, -1], [0, 0, 0, 4, 0, 0, 0, 0]):
+        grad(a, g)
+        t = a.execute_command("PS.DELTATAKE", "w")
+        assert a.execute_command("PS.DELTAACK", "w", t[0]) == 1
+        takes.append(t)
+    assert [t[0] for t in takes] == [1, 2, 3]
+
+    def apply(r, t, *extra):
+        return r.execute_command("PS.APPLYDELTA", "w", "ID", "g0", t[0], t[2], t[3], *extra)
+    for t in takes[:2]:
+        assert apply(c, t, "PREV", t[0] - 1) == 1
+    assert apply(b, takes[0], "PREV", 0) == 1
+    before, view = digest(b), ring_view(b)
+    e = err(b, "PS.APPLYDELTA", "w", "ID", "g0", 3, takes[2][2], takes[2][3], "HOPS", 1,
+            "PREV", 2)
+    assert e.startswith("GAP ") and "PREV" in e, e
+    assert digest(b) == before and ring_view(b) == view
+    assert view[2]["ring_fwd_entries"] == 0
+    _, rows = ring_rows(b)
+    assert rows["g0"][0] == 1                               # below a's acknowledged 2: stale
+    # A duplicate is still a repeat whatever its PREV.
+    assert apply(b, takes[0], "PREV", 0) == 0
+    # A gap that fills: 2 then 3, in order.
+    d = make_server().client()
+    tensor(d)
+    d.execute_command("PS.RING", "w", "TRACK", "g3")
+    assert apply(d, takes[0], "PREV", 0) == 1
+    assert err(d, "PS.APPLYDELTA", "w", "ID", "g0", 3, takes[2][2], takes[2][3], "PREV",
+               2).startswith("GAP ")
+    assert apply(d, takes[1], "PREV", 1) == 1 and apply(d, takes[2], "PREV", 2) == 1
+    # b rejoins from c (its base and marks), then every resend is a repeat.
+    assert apply(c, takes[2], "PREV", 2) == 1
+    base, _, origin, marks = c.execute_command("PS.RING", "w", "STATE")
+    frm = [x for m in marks for x in (b"FROM", m[0], m[1])]
+    assert b.execute_command("PS.RING", "w", "JOIN", "g1", base, *frm, "KEEPOWN") == 1
+    for t in takes:
+        assert apply(b, t, "PREV", t[0] - 1) == 0
+    want = np.arange(N, dtype=np.float32) - np.float32(
+        [1, 3, 0, 4, 0, 0, 0, 1])
+    for r in (b, c, d):
+        assert np.array_equal(pull_np(r, "w")[1], want)
+    # The old way (no PREV) papers the gap over: 3 applies, 2 is then a "duplicate".
+    o = make_server().client()
+    tensor(o)
+    o.execute_command("PS.RING", "w", "TRACK", "g4")
+    assert apply(o, takes[0]) == 1 and apply(o, takes[2]) == 1 and apply(o, takes[1]) == 0
+    assert not np.array_equal(pull_np(o, "w")[1], want)
+    psserver.wait_for_replication(srv[1], [rep])          # the refusals were not replicated
+    assert digest(rep.client()) == digest(b)
+
+
+def ring_rows(r):
+    i = info(r, "w")
+    return i, {row[0].decode(): (int(row[1]), int(row[2])) for row in i["ring_origins"]}
 
 
 def test_untracked_tables_and_other_types(r):

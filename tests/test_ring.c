@@ -2,7 +2,8 @@
  * acknowledged and answered again, the threshold and MAXELEMS selection,
  * nothing dropped (every take plus what stays accumulated is exactly the
  * change, with integer data), received deltas applied once per (origin,
- * seq) and never taken again as the group's own, the forward FIFO and its
+ * seq) and never taken again as the group's own, in seq order per origin
+ * (PREV: a gap is refused, not papered over), the forward FIFO and its
  * BACKLOG bound, JOIN, the copy and load paths, and the MAXLAG lag bound
  * (own pushes counted, recorded by a take, acknowledged; refusals change
  * nothing). */
@@ -20,6 +21,7 @@
 #include "ring.h"
 #include "tensor.h"
 #include "tensor_helpers.h"
+#include "wire.h" /* libps's PS.APPLYDELTA encoder (PREV) */
 
 #define O(s) (s), strlen(s)
 
@@ -222,6 +224,105 @@ static void test_duplicates_and_the_own_origin_are_ignored(void **st) {
     assert_int_equal(PSRing_Apply(t, O("c"), 1, I, (const unsigned char *)huge, 2, 0), -PS_RING_ENONFINITE);
     assert_same(t, &s);
     PSTensor_Free(t);
+}
+
+/* A take of 'a' (after a push of g): its seq, indices and values copied out,
+ * then acknowledged. */
+typedef struct {
+    uint64_t seq, count;
+    uint32_t idx[8];
+    float val[8];
+} Took;
+
+static Took take_ack(PSTensor *a, const float *g) {
+    Took k;
+    memset(&k, 0, sizeof(k));
+    push(a, g);
+    assert_int_equal(PSRing_Take(a, &All), PS_RING_TAKE_NEW);
+    const PSRingDelta *d = a->ring->pend;
+    k.seq = d->seq;
+    k.count = d->count;
+    memcpy(k.idx, d->idx, d->count * 4);
+    memcpy(k.val, d->val, d->count * 4);
+    assert_int_equal(PSRing_Ack(a, d->seq), 1);
+    return k;
+}
+
+static int apply_took(PSTensor *t, const Took *k, uint64_t prev, uint64_t hops) {
+    return PSRing_ApplyPrev(t, O("a"), k->seq, prev, (const unsigned char *)k->idx,
+                            (const unsigned char *)k->val, k->count, hops);
+}
+
+/* Issue 22's lost delta: b missed a's take 2 (out of the ring while a
+ * acknowledged it without b) and then got take 3 first. Without PREV b
+ * applies 3, its mark passes 2, and 2 arriving later is a "duplicate": lost
+ * for good. With PREV (the origin's previous seq) 3 is refused GAP and
+ * changes nothing, b's mark stays below what a acknowledged (the agent's
+ * stale check), and a JOIN from a group that has 2 makes b whole: every
+ * resend is then a repeat and b ends equal to that group. */
+static void test_prev_refuses_a_gap_and_join_heals_it(void **st) {
+    (void)st;
+    enum { N = 4 };
+    PSTensor *a = mk_int(N), *b = mk_int(N), *c = mk_int(N), *old = mk_int(N);
+    PSRing_Track(a, O("a"), 0, 0);
+    PSRing_Track(b, O("b"), 0, 0);
+    PSRing_Track(c, O("c"), 0, 0);
+    PSRing_Track(old, O("o"), 0, 0);
+    const float g1[N] = {1, 0, 2, 0}, g2[N] = {0, 3, 0, 1}, g3[N] = {1, 1, 0, 0};
+    const Took t1 = take_ack(a, g1), t2 = take_ack(a, g2), t3 = take_ack(a, g3);
+    assert_int_equal(t1.seq, 1);
+    assert_int_equal(t2.seq, 2);
+    assert_int_equal(t3.seq, 3);
+    /* c gets everything in order; b gets 1, misses 2. */
+    assert_int_equal(apply_took(c, &t1, 0, 1), 1);
+    assert_int_equal(apply_took(c, &t2, 1, 1), 1);
+    assert_int_equal(apply_took(b, &t1, 0, 0), 1);
+    assert_int_equal(apply_took(old, &t1, 0, 0), 1);
+    /* 3 reaches b (c forwarding it, PREV 2): refused, nothing changes. */
+    Shot s;
+    shot(b, &s);
+    assert_int_equal(apply_took(b, &t3, 2, 0), -PS_RING_EGAP);
+    assert_int_equal(apply_took(b, &t3, 2, 1), -PS_RING_EGAP); /* with hops: nothing queued */
+    assert_same(b, &s);
+    assert_int_equal(PSRing_FindOrigin(b->ring, O("a"))->hwm, 1); /* < 2, acknowledged by a */
+    /* A duplicate stays a duplicate whatever its PREV; PREV >= seq is refused. */
+    assert_int_equal(apply_took(b, &t1, 0, 0), 0);
+    assert_int_equal(apply_took(b, &t2, 2, 0), -PS_RING_ESEQ);
+    assert_same(b, &s);
+    /* An origin never seen: PREV 0 applies, PREV > 0 is a gap. */
+    assert_int_equal(PSRing_ApplyPrev(c, O("z"), 5, 4, (const unsigned char *)t1.idx,
+                                      (const unsigned char *)t1.val, t1.count, 0),
+                     -PS_RING_EGAP);
+    assert_null(PSRing_FindOrigin(c->ring, O("z")));
+    /* Without PREV (an old agent) the gap is papered over: 3 applies and 2 is
+     * then ignored as a duplicate: the delta is lost (what PREV prevents). */
+    assert_int_equal(apply_took(old, &t3, 0, 0), 1);
+    assert_int_equal(apply_took(old, &t2, 0, 0), 0);
+    /* The gap filled in order: 2 then 3 apply at b (the transient case). */
+    PSTensor *b2 = PSTensor_Copy(b);
+    assert_non_null(b2);
+    assert_int_equal(apply_took(b2, &t2, 1, 0), 1);
+    assert_int_equal(apply_took(b2, &t3, 2, 0), 1);
+    /* c goes on: 3 applies after 2. b rejoins from c's base and marks (STATE). */
+    assert_int_equal(apply_took(c, &t3, 2, 1), 1);
+    const PSRingFrom from[2] = {{O("c"), c->ring->take_seq},
+                                {O("a"), PSRing_FindOrigin(c->ring, O("a"))->hwm}};
+    assert_int_equal(PSRing_Join(b, O("b"), (const unsigned char *)c->ring->base->v, from, 2, 1),
+                     PS_RING_OK);
+    assert_int_equal(PSRing_FindOrigin(b->ring, O("a"))->hwm, 3);
+    assert_int_equal(apply_took(b, &t2, 1, 0), 0);
+    assert_int_equal(apply_took(b, &t3, 2, 0), 0);
+    assert_bits_equal(b->data->v, c->data->v, N, "b rejoined from c");
+    assert_bits_equal(b2->data->v, c->data->v, N, "b filled in order");
+    float want[N];
+    for (int i = 0; i < N; i++) want[i] = (float)i - g1[i] - g2[i] - g3[i];
+    assert_bits_equal(c->data->v, want, N, "every take of a applied once");
+    assert_false(memcmp(old->data->v, want, sizeof(want)) == 0); /* the old way lost take 2 */
+    PSTensor_Free(b2);
+    PSTensor_Free(old);
+    PSTensor_Free(c);
+    PSTensor_Free(b);
+    PSTensor_Free(a);
 }
 
 static void test_at_most_64_origins(void **st) {
@@ -599,12 +700,36 @@ static void test_join_keepown_keeps_the_own_change(void **st) {
     PSTensor_Free(t);
 }
 
+/* libps's encoder puts PREV p last (after HOPS), and leaves it out for 0
+ * (an older server refuses an unknown option). */
+static void test_the_apply_encoder_sends_prev(void **st) {
+    (void)st;
+    const uint32_t idx[1] = {3};
+    const float v[1] = {1};
+    char buf[256], none[256];
+    const size_t n = ps_wire_apply_delta_prev("w", 1, "g0", 44, idx, v, 1, 1, 43, buf, sizeof(buf));
+    const size_t m = ps_wire_apply_delta("w", 1, "g0", 44, idx, v, 1, 1, none, sizeof(none));
+    assert_true(n < sizeof(buf) && m < sizeof(none));
+    assert_memory_equal(buf, "*11\r\n", 5);
+    assert_memory_equal(none, "*9\r\n", 4);
+    const char *tail = "$4\r\nHOPS\r\n$1\r\n1\r\n$4\r\nPREV\r\n$2\r\n43\r\n";
+    assert_true(n > strlen(tail));
+    assert_memory_equal(buf + n - strlen(tail), tail, strlen(tail));
+    /* the rest is the command without PREV */
+    assert_memory_equal(buf + 5, none + 4, m - 4);
+    assert_int_equal(n - 5 - (m - 4), strlen("$4\r\nPREV\r\n$2\r\n43\r\n"));
+    assert_int_equal(ps_wire_apply_delta_prev("w", 1, "g0", 44, idx, v, 1, 1, 0, buf, sizeof(buf)),
+                     m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_take_is_pending_until_acked_then_the_next_seq),
         cmocka_unit_test(test_threshold_and_maxelems_choose_the_largest_ties_by_lower_index),
         cmocka_unit_test(test_nothing_is_dropped_with_integer_data),
         cmocka_unit_test(test_duplicates_and_the_own_origin_are_ignored),
+        cmocka_unit_test(test_prev_refuses_a_gap_and_join_heals_it),
+        cmocka_unit_test(test_the_apply_encoder_sends_prev),
         cmocka_unit_test(test_at_most_64_origins),
         cmocka_unit_test(test_hops_queue_in_order_and_backlog_changes_nothing),
         cmocka_unit_test(test_join_copies_values_and_marks_and_never_lowers_take_seq),

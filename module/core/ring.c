@@ -330,15 +330,26 @@ int PSRing_CheckDelta(const PSTensor *t, const unsigned char *idx, const unsigne
 int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
                  const unsigned char *idx, const unsigned char *val, uint64_t count,
                  uint64_t hops) {
+    return PSRing_ApplyPrev(t, origin, len, seq, 0, idx, val, count, hops);
+}
+
+int PSRing_ApplyPrev(PSTensor *t, const char *origin, size_t len, uint64_t seq, uint64_t prev,
+                     const unsigned char *idx, const unsigned char *val, uint64_t count,
+                     uint64_t hops) {
     PSRing *r = t->ring;
     if (!r) return -PS_RING_EUNTRACKED;
     if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
-    if (seq < 1 || seq > PS_RING_MAX_SEQ) return -PS_RING_ESEQ;
+    if (seq < 1 || seq > PS_RING_MAX_SEQ || prev >= seq) return -PS_RING_ESEQ;
     int st = PSRing_CheckDelta(t, idx, val, count);
     if (st != PS_RING_OK) return -st;
     if (name_eq(r->origin, r->originlen, origin, len)) return 0; /* came full circle */
     PSRingOrigin *e = find_origin(r, origin, len);
     if (e && seq <= e->hwm) return 0; /* a resend or a duplicate */
+    /* Per origin, deltas apply in seq order without a gap: the origin's
+     * delta before this one (PREV) must be here already. Applying past a
+     * gap would move the mark over the missing delta, which would then be
+     * ignored as a duplicate for good. */
+    if (prev > (e ? e->hwm : 0)) return -PS_RING_EGAP;
     if (!e && r->norigins >= PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
     /* An open sync round's pushes carry the current version: the round
      * closes first (as for PS.SET). */

@@ -15,7 +15,10 @@
  *             one is pending answers it again.
  *   apply     a delta of another origin (origin, seq): ignored when the seq is
  *             not above that origin's high-water mark (a resend, a duplicate)
- *             or when it is the own origin (came full circle); else
+ *             or when it is the own origin (came full circle); refused
+ *             (PS_RING_EGAP) when it names the origin's previous seq (PREV)
+ *             and that is above the mark (a delta of the origin is missing
+ *             here: per origin, deltas apply in seq order, no gap); else
  *             values_i += v_i and base_i += v_i (a received delta is never sent
  *             on as this group's own), the mark moves to seq, and with hops
  *             h > 0 the delta joins the forward FIFO with h - 1 hops left.
@@ -80,7 +83,8 @@ enum {
     PS_RING_EBIG,       /* a tensor of more than PS_RING_MAX_ELEMS elements */
     PS_RING_ESEQ,       /* a seq above PS_RING_MAX_SEQ */
     PS_RING_EROUND,     /* a sync round is open (its pushes carry the version): retry */
-    PS_RING_BACKLOG     /* the forward FIFO is at its bound (retry later) */
+    PS_RING_BACKLOG,    /* the forward FIFO is at its bound (retry later) */
+    PS_RING_EGAP        /* PREV above the origin's mark: a delta of it is missing here */
 };
 
 /* A delta: a pending take or a forward entry. 'idx' strictly ascending,
@@ -186,6 +190,16 @@ int PSRing_CheckDelta(const PSTensor *t, const unsigned char *idx, const unsigne
 int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
                  const unsigned char *idx, const unsigned char *val, uint64_t count,
                  uint64_t hops);
+
+/* The same with PREV 'prev' (0 <= prev < seq, else -PS_RING_ESEQ): the seq
+ * of the origin's delta before this one. When it is not a duplicate (the
+ * checks above first) and prev is above the origin's mark (0 for an origin
+ * never seen), the delta is refused with -PS_RING_EGAP and nothing changes:
+ * a delta of that origin is missing here, and applying this one would move
+ * the mark over it for good. prev 0 checks nothing (PSRing_Apply). */
+int PSRing_ApplyPrev(PSTensor *t, const char *origin, size_t len, uint64_t seq, uint64_t prev,
+                     const unsigned char *idx, const unsigned char *val, uint64_t count,
+                     uint64_t hops);
 
 /* The oldest forward entry, or NULL. */
 const PSRingDelta *PSRing_FwdPeek(const PSTensor *t);

@@ -800,6 +800,14 @@ int psDeltaAck(psClient *c, const char *key, uint64_t seq);
 int psDeltaApply(psClient *c, const char *key, const char *origin, uint64_t seq,
                  const uint32_t *idx, const float *vals, size_t count, int64_t hops);
 
+/* The same with PREV prev (0 < prev < seq; 0: left out): the seq of the
+ * origin's delta before this one. A server that lacks it (its mark of the
+ * origin is below prev) answers GAP (PS_ERR, class PS_PROTO_ERR_GAP) and
+ * applies nothing: that group must copy the ring again (PS.RING JOIN). */
+int psDeltaApplyPrev(psClient *c, const char *key, const char *origin, uint64_t seq,
+                     uint64_t prev, const uint32_t *idx, const float *vals, size_t count,
+                     int64_t hops);
+
 /* PS.DELTAFWD key on a tensor of 'n' elements: 1 with *out the oldest
  * forward-queue entry, 0 when the queue is empty, PS_ERR. */
 int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out);

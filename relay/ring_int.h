@@ -1,0 +1,142 @@
+/* ring_int.h -- the ring agent's parts (ring.h is the interface): its state
+ * and what its files call of each other. Files, along the agent's sections:
+ *   ring.c          ring_run: setup, then rounds; progress lines
+ *   ring_util.c     messages and JSON events, ring order, connections, the
+ *                   check whether a group lacks acknowledged deltas
+ *   ring_probe.c    the groups of --ring, probes, who is in the ring
+ *   ring_setup.c    keys, the start check, TRACK, JOIN (rejoin)
+ *   ring_round.c    one round of a key: take, send, ack, forward; GAP
+ *   ring_barrier.c  --barrier: drained, and the groups' values compared
+ *   ring_adapt.c    --adapt (threshold) and --reorder (ring order by RTT)
+ * Sees libps's public header and common/ only. */
+
+#ifndef PS_RING_INT_H
+#define PS_RING_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <redis-ps/ps.h>
+
+#include "ring.h"
+
+#define RING_MAX_GROUPS 64
+#define RING_FWD_PER_ROUND 256 /* forward-queue entries one round moves per key */
+
+typedef struct ringGroup {
+    char name[PS_RING_ORIGIN_MAX + 1];
+    char addr[256];
+    psClient *c;              /* NULL: not connected */
+    long long next_connect_ms;
+    int live;                 /* in the ring now */
+    int ok;                   /* the last probe answered (tracked as this group) */
+    int stale;                /* answers but lacks deltas this group acknowledged */
+    int noprev;               /* its module has no PS.APPLYDELTA ... PREV (sent without) */
+    int gap;                  /* answered GAP: lacks gap_origin's delta gap_prev of key gap_key */
+    int gap_key;
+    long long gap_ms;         /* monotonic ms of the GAP answer that set 'gap' */
+    uint64_t gap_prev;
+    char gap_origin[PS_RING_ORIGIN_MAX + 1];
+    long long last_ok_ms;     /* monotonic ms of the last good probe */
+    double rtt_ms;            /* EWMA of a PS.INFO round trip (-1: none yet) */
+    uint64_t bytes_to;        /* delta bytes sent to this group (as successor or direct) */
+    double send_s;            /* seconds spent sending them */
+    uint64_t bytes_to_last;   /* at the last progress line */
+    double send_s_last;
+    psKeyInfo *info;          /* per key: the last probe's PS.INFO */
+} ringGroup;
+
+typedef struct ringKey {
+    char *name;
+    size_t n;
+    uint64_t seqfloor;        /* this group's SEQFLOOR (0: none) */
+    /* per acting group: the pending take last sent, when and in which epoch */
+    uint64_t sent_seq[RING_MAX_GROUPS];
+    uint64_t sent_round[RING_MAX_GROUPS];
+    uint64_t sent_epoch[RING_MAX_GROUPS];
+    uint64_t confirmed[RING_MAX_GROUPS]; /* --mesh: groups (bits) that answered sent_seq */
+} ringKey;
+
+typedef struct ringStats {
+    uint64_t takes, acks, sent, resends, forwarded, dups, elems_sent, bytes_sent;
+} ringStats;
+
+typedef struct ring {
+    const ringOpts *o;
+    ringGroup g[RING_MAX_GROUPS];
+    int ng, self;
+    int order[RING_MAX_GROUPS];   /* ring order: indices into g */
+    ringKey *keys;
+    int nkeys;
+    uint64_t round, epoch;
+    double threshold;
+    double round_send_s;          /* seconds this round spent sending deltas */
+    ringStats st;
+    FILE *log;
+    long long start_ms, last_progress_ms, last_probe_ms;
+    const char *fault;            /* PS_RING_FAULT "phase:n": SIGKILL itself (tests) */
+} ring;
+
+/* ---- ring_util.c ---- */
+
+/* A message on stderr: "ps-relay ring <self>: ..." */
+void ring_say(const ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One JSON line: {"t": wall seconds, "group": self, "event": ev, <fields>}.
+ * 'fields' is a printf format producing the rest of the object's members
+ * (starting with a comma) or "". */
+void ring_event(ring *r, const char *ev, const char *fields, ...);
+/* "a -> b -> c -> a" of the live groups in ring order. */
+void ring_order_str(const ring *r, char *buf, size_t cap);
+int ring_live_count(const ring *r);
+/* The next live group after 'gi' in ring order, or -1 when it is alone. */
+int ring_successor(const ring *r, int gi);
+/* The mark row of origin 'name' in a PS.INFO, or NULL. */
+const psRingOrigin *ring_origin_row(const psKeyInfo *ki, const char *name);
+/* Connects group 'g' if it is not (at most every dead_ms / 4). 0 or -1. */
+int ring_ensure_conn(ring *r, ringGroup *g, long long now);
+/* An I/O failure talking to 'g': drop the connection (reconnected later). */
+void ring_conn_failed(ringGroup *g);
+/* Group y lacks a delta of group x that x acknowledged (x's PS.INFO read
+ * before y's). */
+int ring_stale_for(const ring *r, int y, int x);
+
+/* ---- ring_probe.c ---- */
+
+/* --ring into r->g (names, addresses, order), --self into r->self. 0 or -1. */
+int ring_parse_groups(ring *r);
+/* Probes every group and moves them in and out of the ring (and rejoins
+ * this group when it lacks deltas another acknowledged). */
+void ring_probe_all(ring *r);
+
+/* ---- ring_setup.c ---- */
+
+/* --keys, or the SCAN of --match on this group's server. 0 or -1. */
+int ring_find_keys(ring *r, psClient *c);
+/* Copies a live neighbour's model into this group (JOIN ... KEEPOWN),
+ * preferring one that holds what group 'lacking' (>= 0) acknowledged. 0 or -1. */
+int ring_rejoin(ring *r, const char *why, int lacking);
+/* The start check and TRACK of every key (or JOIN). 0, 1 or 2 (exit codes). */
+int ring_setup(ring *r);
+
+/* ---- ring_round.c ---- */
+
+/* One round of key k acting for group gi: 1 when it acknowledged a take or
+ * forwarded something (more may be waiting), else 0. */
+int ring_act_key(ring *r, int gi, int k);
+
+/* ---- ring_barrier.c ---- */
+
+/* Every live group drained (nothing pending, accumulated or queued). */
+int ring_drained(const ring *r);
+/* The live groups' values compared: 0 bit-identical, 1 within the float
+ * bound, 2 beyond it. */
+int ring_compare_groups(ring *r);
+
+/* ---- ring_adapt.c ---- */
+
+void ring_adapt_threshold(ring *r);
+void ring_publish_rtts(ring *r);
+void ring_reorder(ring *r);
+
+#endif /* PS_RING_INT_H */

@@ -1,0 +1,125 @@
+/* ring_util.c -- ps-relay --ring (ring.h): what every part of the agent
+ * uses: its messages and JSON events, the ring order of the live groups,
+ * connections, and the check whether a group lacks deltas another group
+ * acknowledged. */
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <redis-ps/ps.h>
+
+#include "agent.h"
+#include "clock.h"
+#include "ring_int.h"
+
+void ring_say(const ring *r, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "ps-relay ring %s: ", r->o->self);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+/* One JSON line: {"t": wall seconds, "group": self, "event": ev, <fields>}.
+ * 'fields' is a printf format producing the rest of the object's members
+ * (starting with a comma) or "". */
+void ring_event(ring *r, const char *ev, const char *fields, ...) {
+    if (!r->log) return;
+    fprintf(r->log, "{\"t\": %.3f, \"group\": \"%s\", \"event\": \"%s\"", ps_wall_s(),
+            r->o->self, ev);
+    va_list ap;
+    va_start(ap, fields);
+    vfprintf(r->log, fields, ap);
+    va_end(ap);
+    fputs("}\n", r->log);
+    fflush(r->log);
+}
+
+/* "a -> b -> c -> a" of the live groups in ring order. */
+void ring_order_str(const ring *r, char *buf, size_t cap) {
+    size_t o = 0;
+    int first = -1;
+    buf[0] = '\0';
+    for (int i = 0; i < r->ng && o + 4 < cap; i++) {
+        const ringGroup *g = &r->g[r->order[i]];
+        if (!g->live) continue;
+        if (first < 0) first = r->order[i];
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? " -> " : "", g->name);
+    }
+    if (first >= 0 && o + 4 < cap) snprintf(buf + o, cap - o, " -> %s", r->g[first].name);
+}
+
+int ring_live_count(const ring *r) {
+    int n = 0;
+    for (int i = 0; i < r->ng; i++) n += r->g[i].live;
+    return n;
+}
+
+/* The next live group after 'gi' in ring order, or -1 when it is alone. */
+int ring_successor(const ring *r, int gi) {
+    int pos = 0;
+    for (int i = 0; i < r->ng; i++)
+        if (r->order[i] == gi) pos = i;
+    for (int k = 1; k < r->ng; k++) {
+        int j = r->order[(pos + k) % r->ng];
+        if (r->g[j].live) return j;
+    }
+    return -1;
+}
+
+const psRingOrigin *ring_origin_row(const psKeyInfo *ki, const char *name) {
+    for (size_t i = 0; i < ki->ring_norigins; i++)
+        if (!strcmp(ki->ring_origins[i].name, name)) return &ki->ring_origins[i];
+    return NULL;
+}
+
+/* Connects group 'g' if it is not (at most every dead_ms / 4). 0 or -1. */
+int ring_ensure_conn(ring *r, ringGroup *g, long long now) {
+    if (g->c) return 0;
+    if (now < g->next_connect_ms) return -1;
+    psOptions opt = {0};
+    opt.client_id = r->o->self;
+    opt.connect_timeout_ms = 500;
+    long cmd = r->o->dead_ms / 2 > 1000 ? r->o->dead_ms / 2 : 1000;
+    opt.command_timeout_ms = (int)cmd;
+    opt.max_retries = 1;
+    opt.retry_timeout_ms = 200;
+    g->c = psConnect(g->addr, &opt);
+    if (g->c && !g->c->err) return 0;
+    psClientFree(g->c);
+    g->c = NULL;
+    g->next_connect_ms = now + (r->o->dead_ms / 4 > 100 ? r->o->dead_ms / 4 : 100);
+    return -1;
+}
+
+/* An I/O failure talking to 'g': drop the connection (reconnected later). */
+void ring_conn_failed(ringGroup *g) {
+    if (g->c && g->c->err != PS_ERR_SERVER && g->c->err != PS_ERR_PROTOCOL) {
+        psClientFree(g->c);
+        g->c = NULL;
+    }
+}
+
+/* The last seq of origin x's deltas that x acknowledged (so every group
+ * that was in x's ring then has it), from x's PS.INFO. */
+static uint64_t ring_acked_seq(const psKeyInfo *x) {
+    return x->ring_pending_seq ? x->ring_pending_seq - 1 : x->ring_take_seq;
+}
+
+/* Group y lacks a delta of group x that x acknowledged: y was out of x's
+ * ring meanwhile (unreachable, or its agent late) and must rejoin. Needs x's
+ * PS.INFO read before y's (a later read of x may count an ack of a delta y
+ * got after its read). */
+int ring_stale_for(const ring *r, int y, int x) {
+    for (int k = 0; k < r->nkeys; k++) {
+        const psKeyInfo *xi = &r->g[x].info[k];
+        const psRingOrigin *row = ring_origin_row(&r->g[y].info[k], r->g[x].name);
+        uint64_t a = ring_acked_seq(xi);
+        if (a > 0 && (!row || row->hwm < a)) return 1;
+    }
+    return 0;
+}
