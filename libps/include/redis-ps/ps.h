@@ -79,6 +79,7 @@
 #ifndef PS_H
 #define PS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <hiredis/hiredis.h>
@@ -880,6 +881,33 @@ int psTableTombstones(psClient *c, const char *key, uint64_t cursor, uint64_t si
                       uint64_t count, psScanPage *out);
 
 void psScanPageFree(psScanPage *p);
+
+/* ------------------------------------------------------------------------
+ * Bounded shutdown
+ *
+ * A call waits for a server that does not answer as long as psOptions allow
+ * (retries up to retry_timeout_ms, a reply up to command_timeout_ms): half
+ * a minute by default. A process that must stop sooner (a relay on SIGTERM)
+ * gives its clients one psStop: once the application sets *flag (in its
+ * signal handler), the calls of every client given that psStop end within
+ * grace_ms of the first moment any of them saw it: a command still without
+ * a reply then is given up (PS_ERR_IO, or PS_ERR_CLUSTER in cluster mode,
+ * "stop requested"), backoff sleeps and reply waits are cut to the time
+ * left, and the signal that sets the flag cuts short a wait in progress.
+ * Commands answered in time are unaffected, so a stopping process can still
+ * do its last work within the grace. A connection attempt in progress
+ * (psOptions.connect_timeout_ms) is not cut short.
+ * ------------------------------------------------------------------------ */
+
+typedef struct psStop {
+    const volatile sig_atomic_t *flag; /* nonzero: stop requested (the application's) */
+    int grace_ms;                      /* how long calls may go on after it is seen */
+    int64_t seen_ms_;                  /* libps's: when it was first seen (0: not yet) */
+} psStop;
+
+/* Makes the calls of 'c' honour 'stop' (NULL: none); 'stop' may be shared
+ * by several clients and must outlive them. */
+void psSetStop(psClient *c, psStop *stop);
 
 #ifdef __cplusplus
 }
