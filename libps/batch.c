@@ -425,10 +425,11 @@ static void pull_init(psPull *p, psUser *u, psKey *k, size_t len) {
 
 int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minver, int wait_ms,
                    float *dst, size_t elements) {
-    size_t len = ps_wire_pull_min(k->key, k->keylen, fmt, minver, wait_ms, p->cmd, p->cmdcap);
+    psWirePull a = {k->key, k->keylen, fmt, minver, wait_ms, NULL, 0, 0, NULL};
+    size_t len = ps_wire_pull(&a, p->cmd, p->cmdcap);
     if (len > p->cmdcap) {
         if (grow(&p->cmd, &p->cmdcap, len, 1)) return -1;
-        ps_wire_pull_min(k->key, k->keylen, fmt, minver, wait_ms, p->cmd, p->cmdcap);
+        ps_wire_pull(&a, p->cmd, p->cmdcap);
     }
     pull_init(p, u, k, len);
     p->fmt = fmt;
@@ -445,10 +446,11 @@ int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minve
  * route it. 0 or -1. */
 static int pull_encode_ids(psPull *p, const uint64_t *ids, size_t nids) {
     psKey *k = p->k;
-    size_t len = ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
+    psWirePull a = {k->key, k->keylen, p->fmt, 0, 0, ids, nids, p->idfmt, NULL};
+    size_t len = ps_wire_pull(&a, p->cmd, p->cmdcap);
     if (len > p->cmdcap) {
         if (grow(&p->cmd, &p->cmdcap, len, 1)) return -1;
-        ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
+        ps_wire_pull(&a, p->cmd, p->cmdcap);
     }
     p->req.cmd = p->cmd;
     p->req.cmdlen = len;
@@ -560,19 +562,14 @@ static int push_encode(psClient *c, psPush *p) {
                  (flags & PS_FLAG_NO_PUSH_VERSION ? PS_WIRE_NO_VERSION : 0);
     size_t hl, tl, idlen = strlen(c->client_id);
     if (grow(&p->head, &p->headcap, ps_wire_pushgrad_head_size(k->keylen), 1)) return -1;
-    if (p->by_ids) {
-        psWirePushIds a = {k->key, k->keylen, p->bloblen, p->fmt, p->ids, p->nids,
-                           p->has_version, p->version, c->client_id, p->seq, wflags, p->idfmt};
-        if (grow(&p->tail, &p->tailcap, PS_WIRE_PUSH_IDS_TAIL_MAX(p->nids, idlen), 1) ||
-            ps_wire_pushgrad_ids(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
-            return -1;
-    } else {
-        psWirePush a = {k->key, k->keylen, p->bloblen, p->fmt, p->has_version, p->version,
-                        c->client_id, p->seq, p->scale, wflags};
-        if (grow(&p->tail, &p->tailcap, PS_WIRE_PUSH_TAIL_MAX(idlen), 1) ||
-            ps_wire_pushgrad(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
-            return -1;
-    }
+    /* by ids: IDS, never SCALE */
+    psWirePush a = {k->key, k->keylen, p->bloblen, p->fmt, p->has_version, p->version,
+                    c->client_id, p->seq, p->by_ids ? 1.0f : p->scale, wflags,
+                    p->by_ids ? p->ids : NULL, p->nids, p->idfmt};
+    if (grow(&p->tail, &p->tailcap, p->by_ids ? PS_WIRE_PUSH_IDS_TAIL_MAX(p->nids, idlen)
+                                              : PS_WIRE_PUSH_TAIL_MAX(idlen), 1) ||
+        ps_wire_pushgrad(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
+        return -1;
     p->req.cmd = p->head;
     p->req.cmdlen = hl;
     p->req.blob = p->blob;

@@ -283,19 +283,13 @@ static int pull_snapshot(const trainOpts *o, psClient *c, psModel *m, float **pa
             const char *key = psModelPartitionKey(m, t, p);
             uint64_t first, nrows;
             psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.PULL %s AT %s", key, o->at);
-            if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                r->element[1]->type != REDIS_REPLY_STRING ||
-                r->element[1]->len != nrows * row_elems * sizeof(float)) {
-                tr_err(o, "--at %s: PS.PULL %s: %s", o->at, key,
-                       r == NULL ? c->errstr
-                       : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-                if (r) freeReplyObject(r);
+            uint64_t v;
+            if (psTensorPull(c, key, o->at, params[t] + first * row_elems, nrows * row_elems,
+                             &v) != PS_OK) {
+                tr_err(o, "--at %s: %s", o->at, c->errstr);
                 return -1;
             }
-            if ((uint64_t)r->element[0]->integer < *version) *version = r->element[0]->integer;
-            memcpy(params[t] + first * row_elems, r->element[1]->str, r->element[1]->len);
-            freeReplyObject(r);
+            if (v < *version) *version = v;
         }
     }
     return 0;

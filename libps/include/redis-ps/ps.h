@@ -909,6 +909,30 @@ typedef struct psStop {
  * by several clients and must outlive them. */
 void psSetStop(psClient *c, psStop *stop);
 
+/* ------------------------------------------------------------------------
+ * Snapshots and single tensor pulls
+ *
+ * One tensor key (a model partition, psModelPartitionKey) at a time, one
+ * command each, with the engine's redirects and retries.
+ * ------------------------------------------------------------------------ */
+
+/* PS.SNAPSHOT key name: keeps the key's current values as snapshot 'name'
+ * (a later one of the same name replaces it). PS_OK or PS_ERR. */
+int psSnapshot(psClient *c, const char *key, const char *name);
+
+/* PS.PULL key [AT name]: the key's 'n' float32 values (of snapshot 'at';
+ * NULL: the current ones) into 'dst', and its version into *version (may be
+ * NULL). PS_ERR, with c->err PS_ERR_NOKEY for a missing key, when the key
+ * answers an error or does not hold exactly 'n' values. */
+int psTensorPull(psClient *c, const char *key, const char *at, float *dst, size_t n,
+                 uint64_t *version);
+
+/* Whether the server has the ps module loaded: 1 yes, 0 no (Redis does not
+ * know PS.PULL), PS_ERR on a connection error. It sends PS.PULL without
+ * arguments, which the module refuses (arity) before any ACL check and
+ * without running it, so a server without the module is left untouched. */
+int psModuleLoaded(psClient *c);
+
 #ifdef __cplusplus
 }
 #endif
