@@ -160,7 +160,7 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
      * bench-shaped): TOPK 1% with F32 pulls 1.9x F32's samples/s, with I8
      * pulls about 7x, at F32's accuracy (docs/benchmarks.md). */
     snprintf(cfg.pull_format, sizeof(cfg.pull_format), "%s",
-             pf.fmt == PS_WIRE_TOPK ? "i8" : "f32");
+             pf.fmt == PS_WIRE_TOPK ? "i8" : tr_opts_default("--pull-format"));
     if (o->dense.data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->dense.data);
     if (o->dense.csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->dense.csv);
     if (o->dense.test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->dense.test_csv);
@@ -378,7 +378,7 @@ static void dense_describe(const trainOpts *o, const jobConfig *cfg, const char 
            cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n,
            cfg->slice[0] ? " (slice " : "", cfg->slice, cfg->slice[0] ? ")" : "", cfg->shard_size,
            cfg->tasks, cfg->push_format[0] ? cfg->push_format : "unrecorded (each worker's flag)",
-           cfg->pull_format[0] ? cfg->pull_format : "f32");
+           cfg->pull_format[0] ? cfg->pull_format : tr_opts_default("--pull-format"));
 }
 
 static psModel *dense_status(const trainOpts *o, psClient *c, const jobConfig *cfg) {

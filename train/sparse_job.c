@@ -257,7 +257,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     psWireFormat tf; /* a format tables take (tr_parse_wire without 'push') */
     if (tr_parse_push(o->push_format, &pf) != 0 || tr_parse_wire(o->push_format, 0, &tf) != 0) {
         tr_err(o, "--push-format %s: sparse jobs push f32, bf16 or f16",
-               o->push_format ? o->push_format : "f32");
+               o->push_format ? o->push_format : tr_opts_default("--push-format"));
         return TR_EXIT_USAGE;
     }
     tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
@@ -653,7 +653,7 @@ static void sparse_describe(const trainOpts *o, const jobConfig *cfg, const char
     printf("job %s: state %s, sparse model %s, dense tensors optim %s lr %g, batch %d, "
            "epochs %d, %lld tasks, push %s\n", o->job, state, cfg->sp.model, cfg->optim,
            cfg->lr, cfg->batch, cfg->epochs, cfg->tasks,
-           cfg->push_format[0] ? cfg->push_format : "f32");
+           cfg->push_format[0] ? cfg->push_format : tr_opts_default("--push-format"));
 }
 
 static void sparse_log_start(const trainOpts *o, runLog *lg, const jobConfig *cfg) {
