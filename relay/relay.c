@@ -572,20 +572,20 @@ static int stop_result(relay *r, int timed_out) {
                       : !r->peek_ok ? (r->local->errstr[0] ? r->local->errstr : "no reply")
                                     : (r->up->errstr[0] ? r->up->errstr : "not acknowledged");
     if (r->peek_ok)
-        say(r, "stopping: gave up %lld ms after the stop request with %" PRIu64
-               " gradient%s not forwarded upstream (%s): "
-               "%s. They stay in the local server %s (summed, or in a pending take under its "
-               "seq), so nothing is lost while that server keeps its data: a ps-relay started "
-               "again with --name %s forwards them, a pending take with its seq (applied "
-               "upstream once); the local workers' pushes wait (BACKLOG) once %lld are summed",
+        say(r, "stopping: gave up %lld ms after the stop request with %" PRIu64 " gradient%s "
+               "not confirmed upstream (%s): %s at the last look. They stay in the local "
+               "server %s (summed, or in a pending take under its seq), so nothing is lost "
+               "while that server keeps its data: a ps-relay started again with --name %s "
+               "forwards them, a pending take with its seq (applied upstream once); the local "
+               "workers' pushes wait (BACKLOG) once %lld are summed",
             waited, left, left == 1 ? "" : "s", why, list, r->o->local, r->o->name,
             r->max_backlog);
     else
         say(r, "stopping: gave up %lld ms after the stop request without reaching the local "
-               "server %s (%s): what it holds "
-               "(summed gradients, pending takes%s%s) stays there, so nothing the relay took is "
-               "lost while that server keeps its data: a ps-relay started again with --name %s "
-               "forwards it, a pending take with its seq (applied upstream once)",
+               "server %s (%s): what it holds (summed gradients, pending takes%s%s) stays "
+               "there, so nothing the relay took is lost while that server keeps its data: a "
+               "ps-relay started again with --name %s forwards it, a pending take with its "
+               "seq (applied upstream once)",
             waited, r->o->local, why, left ? "; at the last look: " : "", left ? list : "",
             r->o->name);
     return RELAY_EXIT_LEFT;
