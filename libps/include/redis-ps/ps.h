@@ -895,8 +895,11 @@ void psScanPageFree(psScanPage *p);
  * "stop requested"), backoff sleeps and reply waits are cut to the time
  * left, and the signal that sets the flag cuts short a wait in progress.
  * Commands answered in time are unaffected, so a stopping process can still
- * do its last work within the grace. A connection attempt in progress
- * (psOptions.connect_timeout_ms) is not cut short.
+ * do its last work within the grace. Not cut short: a connection attempt
+ * in progress (psOptions.connect_timeout_ms) and the blocking commands that
+ * set a connection up (AUTH; ROLE or CLUSTER SLOTS of a map refresh, each
+ * bounded by command_timeout_ms): a server that accepts connections but does
+ * not answer them (stopped, not dead) can delay the end by that much.
  * ------------------------------------------------------------------------ */
 
 typedef struct psStop {
