@@ -13,7 +13,7 @@ BASE_CFLAGS = -std=c11 $(OPT) -g $(WARN) -D_GNU_SOURCE -ffp-contract=off -fno-fa
 # build dir, e.g. B=build/asan, or `make check-asan`). Any finding aborts:
 # UBSan does not recover, ASan halts. The module then runs inside Debian's
 # non-instrumented redis-server with the ASan runtime preloaded:
-# python_tests/psserver.py does that (it finds the runtime with ldd) and the
+# python_tests/psserver.py does that (psserver_proc.py finds the runtime with ldd) and the
 # tests fail on any report a server wrote (see docs/security.md).
 ifneq ($(SANITIZE),)
   SAN_FLAGS = -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all

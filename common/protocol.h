@@ -151,7 +151,7 @@
  *        list's order, which is ascending (a repeated id each time)
  * A server without IDFORMAT answers "ERR unknown option 'IDFORMAT'" and
  * changes nothing: libps then resends the request as RAW and sends RAW on
- * that client from then on (libps/batch.c). */
+ * that client from then on (libps/batch_int.h). */
 #define PS_PROTO_ID_FORMATS(X1, X)                                                                 \
     X1(RAW)                                                                                        \
     X(EF)

@@ -13,9 +13,10 @@
  *   durable.c  durability: degraded nodes (short WAITs, replica probes,
  *              the policies), lost-state events, event announcements
  *   raw.c      raw requests: a command whose reply is kept (raw.h)
- *   batch.c    the batch layer: keyed pulls, push groups with their
- *              replies, resends and WAITs; users (models, tables) attached
- *              to a client (batch.h)
+ *   batch.c    the batch layer (batch.h): users (models, tables) attached
+ *              to a client; batch_pull.c keyed pulls; batch_push.c push
+ *              groups with their replies, resends and WAITs; batch_int.h
+ *              what they share (reply classes, id sorting)
  *   model.c, model_io.c   models: tensors partitioned onto keys (model.h)
  *   embed.c    sharded embedding tables: ids onto shard keys
  *   info.c     PS.INFO (psInfo, psInfoParse)

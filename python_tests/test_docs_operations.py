@@ -6,6 +6,7 @@ under its role, fails a master over mid-training, rolls every node onto a new mo
 (replicas first, CLUSTER FAILOVER), measures tensor memory, scrapes the Prometheus exporter
 and stops the cluster. Also: scripts/cluster.sh start/status/stop on its own."""
 
+import glob
 import os
 import re
 import subprocess
@@ -34,6 +35,17 @@ def test_operations_doc_has_the_sections_the_issue_asks_for():
     assert len(docsrun.sh_blocks(DOC)) >= 15
 
 
+def node_logs(cdir, lines=15):
+    """The last lines of every server log under 'cdir': why a node did not come back."""
+    tails = []
+    for log in sorted(glob.glob(os.path.join(cdir, "*", "redis.log")) +
+                      glob.glob(os.path.join(cdir, "*.log"))):
+        with open(log, errors="replace") as f:
+            tail = f.read().splitlines()[-lines:]
+        tails.append("--- %s\n%s" % (os.path.relpath(log, cdir), "\n".join(tail)))
+    return "\n".join(tails)
+
+
 def test_operations_doc_runs_as_written(tmp_path):
     for tool in ("redis-server", "redis-cli", "curl", "prometheus-redis-exporter"):
         assert subprocess.run(["which", tool], stdout=subprocess.DEVNULL).returncode == 0, tool
@@ -45,8 +57,8 @@ def test_operations_doc_runs_as_written(tmp_path):
                                  os.path.join(cdir, "*", "redis.pid"),
                                  str(tmp_path / "run.log"))
     where = re.findall(r"^=== (docs/operations.md:\d+)$", out, re.M)
-    assert rc == 0, "failed in the block at %s (exit %s):\n%s" % (
-        where[-1] if where else "?", rc, out[-6000:])
+    assert rc == 0, "failed in the block at %s (exit %s):\n%s\n%s" % (
+        where[-1] if where else "?", rc, out[-6000:], node_logs(cdir))
     assert "all blocks ran" in out
     # What the text promises about the outputs.
     assert re.search(r"ps-train \(redis-ps\) \d", out)

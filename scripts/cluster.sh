@@ -122,10 +122,17 @@ stop() {
         pid=$(cat "$f")
         kill -0 "$pid" 2>/dev/null || continue
         cli -p "$port" shutdown > /dev/null 2>&1 || kill "$pid" 2>/dev/null || true
-        pids+=("$pid")
+        pids+=("$pid:$port")
     done
-    for pid in "${pids[@]}"; do
-        for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    # A replica writing its first AOF after a sync refuses SHUTDOWN ("can't exit"): ask
+    # again every second until it is done.
+    for pp in "${pids[@]}"; do
+        pid=${pp%%:*}
+        for i in $(seq 300); do
+            kill -0 "$pid" 2>/dev/null || break
+            [ $((i % 10)) = 0 ] && { cli -p "${pp##*:}" shutdown > /dev/null 2>&1 || true; }
+            sleep 0.1
+        done
         if kill -0 "$pid" 2>/dev/null; then echo "cluster.sh: pid $pid still running: SIGKILL" >&2; kill -9 "$pid"; fi
     done
     echo "cluster.sh: stopped ${#pids[@]} nodes (data kept in $CLUSTER_DIR)"

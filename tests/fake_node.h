@@ -1,11 +1,11 @@
-/* fake_node.h -- fake Redis nodes for the libps tests (test_engine.c):
+/* fake_node.h -- fake Redis nodes for the libps tests (test_engine*.c):
  * tiny RESP servers on loopback ports, one thread each, that answer what a
  * test scripts (values, MOVED, ASK, TRYAGAIN, CLUSTERDOWN, version
  * roll-backs, short WAITs, INFO replication, vanished keys, slow or
  * trickled replies, dropped connections) and log every
  * command they get as "CMD key [V<version>] [S<seq>]". Test code only:
- * static functions, included by one test file after <cmocka.h> (the set-up
- * asserts with it). */
+ * static inline functions (each test file uses what it needs), included
+ * after <cmocka.h> (the set-up asserts with it). */
 #ifndef PS_FAKE_NODE_H
 #define PS_FAKE_NODE_H
 
@@ -66,13 +66,13 @@ typedef struct fake {
 } fake;
 
 /* Write 'n' bytes to 'fd', a byte per write() when the fake trickles. */
-static void out_bytes(fake *f, int fd, const void *p, size_t n) {
+static inline void out_bytes(fake *f, int fd, const void *p, size_t n) {
     size_t step = f->trickle ? 1 : n;
     for (size_t i = 0; i < n; i += step)
         if (write(fd, (const char *)p + i, step) != (ssize_t)step) return;
 }
 
-static void out(fake *f, int fd, const char *fmt, ...) {
+static inline void out(fake *f, int fd, const char *fmt, ...) {
     char b[512];
     va_list ap;
     va_start(ap, fmt);
@@ -81,25 +81,25 @@ static void out(fake *f, int fd, const char *fmt, ...) {
     out_bytes(f, fd, b, (size_t)n);
 }
 
-static void sleep_ms(long ms) {
+static inline void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 /* The partition index at the end of a key "job:name:p". */
-static int key_part(const char *key) {
+static inline int key_part(const char *key) {
     const char *c = strrchr(key, ':');
     return c ? atoi(c + 1) : 0;
 }
 
-static const char *arg_after(int argc, char **argv, const char *name) {
+static inline const char *arg_after(int argc, char **argv, const char *name) {
     for (int i = 0; i + 1 < argc; i++)
         if (strcmp(argv[i], name) == 0) return argv[i + 1];
     return NULL;
 }
 
 /* Answer one command; returns 1 to close the connection instead. */
-static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
+static inline int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
     const char *cmd = argv[0], *key = argc > 1 ? argv[1] : "";
     char entry[96];
     int close_it = 0;
@@ -186,7 +186,7 @@ static int fake_command(fake *f, int fd, int argc, char **argv, size_t *argl) {
 }
 
 /* Parse and answer every complete command in 'k'. 1: close it. */
-static int fake_input(fake *f, fconn *k) {
+static inline int fake_input(fake *f, fconn *k) {
     for (;;) {
         char *argv[32] = {0}, *p = k->in, *end = k->in + k->inlen, *nl;
         size_t argl[32], used;
@@ -214,7 +214,7 @@ static int fake_input(fake *f, fconn *k) {
     }
 }
 
-static void *fake_main(void *arg) {
+static inline void *fake_main(void *arg) {
     fake *f = arg;
     for (;;) {
         struct pollfd pf[MAXCONN + 2];
@@ -254,7 +254,7 @@ static void *fake_main(void *arg) {
     }
 }
 
-static fake *fake_start(const char *name) {
+static inline fake *fake_start(const char *name) {
     fake *f = calloc(1, sizeof(*f));
     struct sockaddr_in a;
     socklen_t al = sizeof(a);
@@ -278,7 +278,7 @@ static fake *fake_start(const char *name) {
     return f;
 }
 
-static void fake_stop(fake *f) {
+static inline void fake_stop(fake *f) {
     if (write(f->wake[1], "x", 1) != 1) {}
     pthread_join(f->th, NULL);
     for (int i = 0; i < MAXCONN; i++)
@@ -291,7 +291,7 @@ static void fake_stop(fake *f) {
 }
 
 /* Number of log entries of 'f' that start with 'prefix'. */
-static int fake_count(fake *f, const char *prefix) {
+static inline int fake_count(fake *f, const char *prefix) {
     int n = 0;
     pthread_mutex_lock(&f->mu);
     for (int i = 0; i < f->nlog; i++)
@@ -301,7 +301,7 @@ static int fake_count(fake *f, const char *prefix) {
 }
 
 /* Index of the first log entry of 'f' starting with 'prefix', -1 none. */
-static int fake_find(fake *f, const char *prefix) {
+static inline int fake_find(fake *f, const char *prefix) {
     int at = -1;
     pthread_mutex_lock(&f->mu);
     for (int i = 0; i < f->nlog && at < 0; i++)

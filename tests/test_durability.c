@@ -231,7 +231,7 @@ static void test_version_rolled_back_stops_or_continues_per_policy(void **state)
 }
 
 /* "VERSION v is newer than the tensor's version": with policy stop the
- * push fails with the lost-state error (continue: test_engine.c). */
+ * push fails with the lost-state error (continue: test_engine_model.c). */
 static void test_push_based_on_a_lost_version_stops(void **state) {
     fake *a = fake_start("A");
     psClient *c = connect_to(a, NULL);

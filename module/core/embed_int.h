@@ -1,6 +1,7 @@
 /* embed_int.h -- the layout of an embedding table, shared by embed.c (rows,
- * index, push, pull, eviction) and embed_io.c (scan, serialization, copy,
- * digest). Private to those two files.
+ * index, lookup, pull), embed_tomb.c (the tombstone log), embed_push.c
+ * (push, admission, eviction) and embed_io.c (scan, serialization, copy,
+ * digest). Private to those files.
  *
  * Rows are records in chunks, dense in slots 0 .. nrows-1:
  *   id u64 | last_version u32 | pushes u32 | [rowacc f32] | dim values |
@@ -147,8 +148,23 @@ static inline void pse_fill_row(const PSEmbed *t, const unsigned char *r, PSEmbe
     row->data = (const float *)(const void *)(r + t->hdr_bytes);
 }
 
+/* Prefetches the cache lines of a record's first 'span' bytes (the batched
+ * lookup of embed.c and the push's apply loop). */
+#define PF_MAX_SPAN 512 /* bytes prefetched per record at most: a wide row's
+                         * rest is streamed by the hardware prefetcher, and
+                         * 16 rows of it in flight would only evict others */
+
+static inline __attribute__((always_inline)) void prefetch_span(const unsigned char *r, size_t span) {
+    const uintptr_t end = (uintptr_t)r + (span < PF_MAX_SPAN ? span : PF_MAX_SPAN);
+    for (uintptr_t a = (uintptr_t)r & ~(uintptr_t)63; a < end; a += 64)
+        __builtin_prefetch((const void *)a);
+}
+
 /* Index position of 'id' or -1. */
 int64_t pse_find(const PSEmbed *t, uint64_t id);
+
+/* Slots of n ids (little-endian uint64 at 'ids'): slot or -1. */
+void pse_lookup_ids(const PSEmbed *t, const uint64_t *ids, size_t n, int64_t *slots);
 
 /* Makes room for 'rows' rows in the slab and the index (nothing else
  * changes); PSE_ERR_OOM on failure. */
@@ -164,8 +180,18 @@ int pse_tomb_reserve(PSEmbed *t, uint64_t n);
 void pse_tomb_add(PSEmbed *t, uint64_t id);
 /* Resizes the ring to hold 'cap' entries (the newest kept); PSE_ERR_OOM. */
 int pse_tomb_resize(PSEmbed *t, uint64_t cap);
+/* A ring of 'alloc' entries holding the newest 'keep' of the log;
+ * PSE_ERR_OOM changes nothing. */
+int pse_tomb_realloc(PSEmbed *t, uint64_t alloc, uint64_t keep);
 
 /* Saturates every row's age at PSE_MAX_AGE (see the layout above). */
 void pse_saturate_ages(PSEmbed *t);
+
+/* Removes the row in 'slot' (logged in the tombstone log); the last row
+ * moves into the hole. */
+void pse_remove_slot(PSEmbed *t, uint64_t slot);
+/* After evictions: gives back chunks and, below a load of 1/4, index
+ * buckets. */
+void pse_after_evictions(PSEmbed *t);
 
 #endif /* PS_EMBED_INT_H */
