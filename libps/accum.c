@@ -145,7 +145,11 @@ static int encode(psClient *c, accReq *q, psAccumItem *it, int kind, const psAcc
                                      o->maxbacklog, buf, cap));
         break;
     case K_ACK: ENCODE(q, ps_wire_accum_ack(it->key, kl, it->seq, buf, cap)); break;
-    case K_PULL: ENCODE(q, ps_wire_pull(it->key, kl, PS_FMT_F32, buf, cap)); break;
+    case K_PULL: {
+        psWirePull a = {it->key, kl, PS_FMT_F32, 0, 0, NULL, 0, 0, NULL};
+        ENCODE(q, ps_wire_pull(&a, buf, cap));
+        break;
+    }
     case K_MIRROR:
         ENCODE(q, ps_wire_accum_mirror_head(it->key, kl, it->version, it->n * sizeof(float),
                                             buf, cap));
@@ -306,7 +310,9 @@ int psAccumCreate(psClient *c, const char *key, int ndim, const uint64_t *dims) 
     memset(&q, 0, sizeof(q));
     const size_t kl = strlen(key);
     psi_req_init(&q.req, key, kl);
-    ENCODE(&q, ps_wire_accum_create(key, kl, ndim, dims, buf, cap));
+    const char *opts[] = {"OPTIM", ps_proto_optim_name(PS_PROTO_OPT_ACCUM)};
+    psWireCreate a = {key, kl, ndim, dims, 0, opts, 2, -1, 0, 1};
+    ENCODE(&q, ps_wire_create(&a, buf, cap));
     redisReply *rep = run_one(c, key, &q);
     if (!rep) return PS_ERR;
     int rc = PS_OK;

@@ -147,10 +147,11 @@ static void pull_init(psPull *p, psUser *u, psKey *k, size_t len) {
 
 int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minver, int wait_ms,
                    float *dst, size_t elements) {
-    size_t len = ps_wire_pull_min(k->key, k->keylen, fmt, minver, wait_ms, p->cmd, p->cmdcap);
+    psWirePull a = {k->key, k->keylen, fmt, minver, wait_ms, NULL, 0, 0, NULL};
+    size_t len = ps_wire_pull(&a, p->cmd, p->cmdcap);
     if (len > p->cmdcap) {
         if (grow(&p->cmd, &p->cmdcap, len, 1)) return -1;
-        ps_wire_pull_min(k->key, k->keylen, fmt, minver, wait_ms, p->cmd, p->cmdcap);
+        ps_wire_pull(&a, p->cmd, p->cmdcap);
     }
     pull_init(p, u, k, len);
     p->fmt = fmt;
@@ -167,10 +168,11 @@ int psi_pull_dense(psPull *p, psUser *u, psKey *k, ps_format fmt, uint64_t minve
  * route it. 0 or -1. */
 static int pull_encode_ids(psPull *p, const uint64_t *ids, size_t nids) {
     psKey *k = p->k;
-    size_t len = ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
+    psWirePull a = {k->key, k->keylen, p->fmt, 0, 0, ids, nids, p->idfmt, NULL};
+    size_t len = ps_wire_pull(&a, p->cmd, p->cmdcap);
     if (len > p->cmdcap) {
         if (grow(&p->cmd, &p->cmdcap, len, 1)) return -1;
-        ps_wire_pull_ids(k->key, k->keylen, ids, nids, p->idfmt, p->fmt, p->cmd, p->cmdcap);
+        ps_wire_pull(&a, p->cmd, p->cmdcap);
     }
     p->req.cmd = p->cmd;
     p->req.cmdlen = len;

@@ -25,19 +25,14 @@ static int push_encode(psClient *c, psPush *p) {
                  (flags & PS_FLAG_NO_PUSH_VERSION ? PS_WIRE_NO_VERSION : 0);
     size_t hl, tl, idlen = strlen(c->client_id);
     if (grow(&p->head, &p->headcap, ps_wire_pushgrad_head_size(k->keylen), 1)) return -1;
-    if (p->by_ids) {
-        psWirePushIds a = {k->key, k->keylen, p->bloblen, p->fmt, p->ids, p->nids,
-                           p->has_version, p->version, c->client_id, p->seq, wflags, p->idfmt};
-        if (grow(&p->tail, &p->tailcap, PS_WIRE_PUSH_IDS_TAIL_MAX(p->nids, idlen), 1) ||
-            ps_wire_pushgrad_ids(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
-            return -1;
-    } else {
-        psWirePush a = {k->key, k->keylen, p->bloblen, p->fmt, p->has_version, p->version,
-                        c->client_id, p->seq, p->scale, wflags};
-        if (grow(&p->tail, &p->tailcap, PS_WIRE_PUSH_TAIL_MAX(idlen), 1) ||
-            ps_wire_pushgrad(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
-            return -1;
-    }
+    /* by ids: IDS, never SCALE */
+    psWirePush a = {k->key, k->keylen, p->bloblen, p->fmt, p->has_version, p->version,
+                    c->client_id, p->seq, p->by_ids ? 1.0f : p->scale, wflags,
+                    p->by_ids ? p->ids : NULL, p->nids, p->idfmt};
+    if (grow(&p->tail, &p->tailcap, p->by_ids ? PS_WIRE_PUSH_IDS_TAIL_MAX(p->nids, idlen)
+                                              : PS_WIRE_PUSH_TAIL_MAX(idlen), 1) ||
+        ps_wire_pushgrad(&a, p->head, p->headcap, &hl, p->tail, p->tailcap, &tl) != 0)
+        return -1;
     p->req.cmd = p->head;
     p->req.cmdlen = hl;
     p->req.blob = p->blob;

@@ -17,6 +17,7 @@
 #include "batch.h"
 #include "raw.h"
 #include "resid.h"
+#include "wire.h"
 
 /* ========================================================================
  * Structures
@@ -183,10 +184,10 @@ void psEmbedFree(psEmbed *e) {
 static int per_shard(psClient *c, psEmbed *e, const char *opts, int nx, int create) {
     psRawReq *qs = calloc((size_t)e->nshards, sizeof(*qs));
     char *optcopy = opts ? strdup(opts) : NULL;
-    const char *argv[80];
+    const char *argv[80], *tok[80];
     size_t argl[80];
-    char dim[16];
-    int argc = 0, n = 0, s;
+    char nb[80][24];
+    int argc = 0, ntok = 0, n = 0, s;
     psi_clear_error(c);
     if (qs == NULL || (opts && optcopy == NULL)) {
         free(qs);
@@ -194,34 +195,30 @@ static int per_shard(psClient *c, psEmbed *e, const char *opts, int nx, int crea
         psi_set_error(c, PS_ERR_OOM, "out of memory");
         return PS_ERR;
     }
-    if (create) {
-        argv[argc++] = "PS.CREATE";
-        argv[argc++] = NULL;            /* the key, per shard */
-        argv[argc++] = "EMBEDDING";
-        argv[argc++] = "DIM";
-        snprintf(dim, sizeof(dim), "%d", e->dim);
-        argv[argc++] = dim;
-        for (char *tok = optcopy ? strtok(optcopy, " \t") : NULL; tok; tok = strtok(NULL, " \t")) {
-            if (argc >= 78) {
-                free(qs);
-                free(optcopy);
-                psi_set_error(c, PS_ERR_ARG, "too many create options");
-                return PS_ERR;
-            }
-            argv[argc++] = tok;
+    for (char *t = create && optcopy ? strtok(optcopy, " \t") : NULL; t; t = strtok(NULL, " \t")) {
+        if (ntok == 73) { /* PS.CREATE key EMBEDDING DIM d, 73 options, NX: within 80 */
+            free(qs);
+            free(optcopy);
+            psi_set_error(c, PS_ERR_ARG, "too many create options");
+            return PS_ERR;
         }
-        if (nx) argv[argc++] = "NX";
-    } else {
-        argv[argc++] = "DEL";
-        argv[argc++] = NULL;
+        tok[ntok++] = t;
     }
-    for (int i = 0; i < argc; i++) argl[i] = argv[i] ? strlen(argv[i]) : 0;
     for (s = 0; s < e->nshards; s++) {
         char *cmd = NULL;
         int len;
-        argv[1] = e->shards[s].k.key;
-        argl[1] = e->shards[s].k.keylen;
-        len = redisFormatCommandArgv(&cmd, argc, argv, argl);
+        if (create) {
+            psWireCreate a = {e->shards[s].k.key, e->shards[s].k.keylen, 0, NULL, e->dim,
+                              tok, ntok, -1, 0, nx};
+            argc = ps_wire_create_argv(&a, nb, argv, argl, 80);
+        } else {
+            argc = 2;
+            argv[0] = "DEL";
+            argl[0] = 3;
+            argv[1] = e->shards[s].k.key;
+            argl[1] = e->shards[s].k.keylen;
+        }
+        len = argc < 0 ? -1 : redisFormatCommandArgv(&cmd, argc, argv, argl);
         if (len < 0) {
             psi_set_error(c, PS_ERR_OOM, "out of memory");
             break;

@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "ps_internal.h"
 #include "resp.h"
 
@@ -89,6 +90,32 @@ static void fail_req(psClient *c, psReq *r, int code, const char *why) {
     r->done(c, r, NULL);
 }
 
+/* Milliseconds left before a stop request's grace ends (psSetStop): -1 when
+ * no stop was requested, 0 once the grace is over. The grace runs from the
+ * first time any client sharing the psStop saw the flag. */
+static int64_t stop_left(psClient *c) {
+    psStop *s = c->priv->eng.stop;
+    if (!s || !s->flag || !*s->flag) return -1;
+    int64_t now = psi_mono_ms();
+    if (s->seen_ms_ == 0) s->seen_ms_ = now;
+    int64_t left = s->seen_ms_ + (s->grace_ms > 0 ? s->grace_ms : 0) - now;
+    return left > 0 ? left : 0;
+}
+
+void psSetStop(psClient *c, psStop *stop) {
+    if (c) c->priv->eng.stop = stop;
+}
+
+/* Sleeps 'ms', cut short when a stop request's grace ends. */
+static void stop_sleep(psClient *c, long ms) {
+    for (;;) {
+        int64_t left = stop_left(c);
+        if (left >= 0 && ms > left) ms = (long)left;
+        if (ms <= 0) return;
+        ms = ps_sleep_ms(ms);
+    }
+}
+
 /* Put 'r' on the retry list. 'backoff': an error (sleeps before the
  * resend; the request is given up once it was resent max_retries times
  * and retry_timeout_ms passed since its first error, so a failover that
@@ -98,12 +125,15 @@ static void retry_req(psClient *c, psReq *r, int backoff, const char *why) {
     psClientPriv *pv = c->priv;
     if (backoff) {
         int64_t now = psi_mono_ms();
+        const int stopped = stop_left(c) == 0; /* a stop's grace is over */
         if (r->attempts == 0) r->first_err_ms = now;
-        if (++r->attempts > pv->eng.max_retries &&
-            (pv->eng.max_retries == 0 || now - r->first_err_ms >= pv->eng.retry_timeout_ms)) {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "%.80s (gave up after %d retries in %lld ms)", why,
-                     r->attempts - 1, (long long)(now - r->first_err_ms));
+        if ((++r->attempts > pv->eng.max_retries &&
+             (pv->eng.max_retries == 0 || now - r->first_err_ms >= pv->eng.retry_timeout_ms)) ||
+            stopped) {
+            char msg[160];
+            snprintf(msg, sizeof(msg), "%.80s (%sgave up after %d retries in %lld ms)", why,
+                     stopped ? "stop requested: " : "", r->attempts - 1,
+                     (long long)(now - r->first_err_ms));
             fail_req(c, r, c->cluster ? PS_ERR_CLUSTER : PS_ERR_IO, msg);
             return;
         }
@@ -292,7 +322,7 @@ static void run_retries(psClient *c) {
     if (pv->eng.nretry == 0) return;
     if (pv->eng.backoff_level > 0) {
         long ms = (long)pv->eng.backoff_ms << (pv->eng.backoff_level - 1 < 16 ? pv->eng.backoff_level - 1 : 16);
-        psi_sleep_ms(ms > PS_BACKOFF_CAP_MS ? PS_BACKOFF_CAP_MS : ms);
+        stop_sleep(c, ms > PS_BACKOFF_CAP_MS ? PS_BACKOFF_CAP_MS : ms);
         pv->eng.backoff_level = 0;
     }
     if (pv->topo.need_refresh) {
@@ -598,14 +628,20 @@ int psi_run(psClient *c, int (*done)(psClient *, void *), void *arg) {
             idx[nfds++] = i;
         }
         if (nfds == 0) break;   /* nothing pending and not done: cannot progress */
-        pr = poll(fds, (nfds_t)nfds, pv->topo.command_timeout_ms > 0 ? pv->topo.command_timeout_ms : -1);
+        int timeout = pv->topo.command_timeout_ms > 0 ? pv->topo.command_timeout_ms : -1;
+        const int64_t left = stop_left(c);
+        const int stop_wait = left >= 0 && (timeout < 0 || left < timeout);
+        if (stop_wait) timeout = (int)left;
+        pr = poll(fds, (nfds_t)nfds, timeout);
         if (pr < 0) {
             if (errno == EINTR) continue;
             psi_set_error(c, PS_ERR_IO, "poll: %s", strerror(errno));
             break;
         }
         if (pr == 0) {
-            for (i = 0; i < nfds; i++) node_fail(c, idx[i], "timeout waiting for a reply");
+            for (i = 0; i < nfds; i++)
+                node_fail(c, idx[i], stop_wait ? "stop requested: no reply within its grace"
+                                               : "timeout waiting for a reply");
             continue;
         }
         for (i = 0; i < nfds; i++)

@@ -8,6 +8,7 @@
 
 #include "model.h"
 #include "raw.h"
+#include "wire.h"
 
 /* ========================================================================
  * Definition and layout
@@ -251,28 +252,15 @@ static int build_create(psModel *m, int t, int p, const char **argv, size_t *arg
                         void *arg) {
     createArgs *ca = arg;
     psTensor *tt = &m->tensors[t];
-    int argc = 0, i, nbi = 0;
-    argv[argc++] = "PS.CREATE";
-    argv[argc++] = tt->parts[p].k.key;
-    argv[argc++] = "SHAPE";
-    snprintf(nb[nbi], 24, "%llu", (unsigned long long)tt->parts[p].nrows);
-    argv[argc++] = nb[nbi++];
-    for (i = 1; i < tt->ndim; i++) {
-        snprintf(nb[nbi], 24, "%llu", (unsigned long long)tt->dims[i]);
-        argv[argc++] = nb[nbi++];
-    }
-    for (i = 0; i < ca->ntok; i++) {
-        if (argc >= MAX_CMD_ARGS - 2) return -1;
-        if (i == ca->seed_at) {
-            snprintf(nb[nbi], 24, "%llu", ca->seed + (unsigned long long)(tt->first_part + p));
-            argv[argc++] = nb[nbi++];
-        } else {
-            argv[argc++] = ca->tok[i];
-        }
-    }
-    if (ca->nx) argv[argc++] = "NX";
-    for (i = 0; i < argc; i++) argl[i] = strlen(argv[i]);
-    return argc;
+    uint64_t dims[8];
+    if (tt->ndim < 1 || tt->ndim > 8) return -1;
+    /* the partition's rows, the rest of the tensor's shape */
+    dims[0] = tt->parts[p].nrows;
+    for (int i = 1; i < tt->ndim; i++) dims[i] = tt->dims[i];
+    psWireCreate a = {tt->parts[p].k.key, strlen(tt->parts[p].k.key), tt->ndim, dims, 0,
+                      ca->tok, ca->ntok, ca->seed_at,
+                      ca->seed + (unsigned long long)(tt->first_part + p), ca->nx};
+    return ps_wire_create_argv(&a, nb, argv, argl, MAX_CMD_ARGS - 1);
 }
 
 static int count_create(psClient *c, const char *key, redisReply *r) {

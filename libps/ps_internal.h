@@ -157,6 +157,7 @@ typedef struct psEngine {
     psReq **retry;              /* FIFO of requests to (re)dispatch */
     size_t nretry, retrycap;
     int backoff_level;          /* > 0: sleep before the next retry round */
+    psStop *stop;               /* psSetStop(): bounded shutdown, or NULL */
 } psEngine;
 
 /* Durability options (durable.c; per node state in psNode). */

@@ -62,6 +62,8 @@ static void put_version_id(out *t, int version, uint64_t v, int id, const char *
 
 size_t ps_wire_pushgrad_head_size(size_t keylen) { return keylen + 96; }
 
+static void put_ids(out *o, const uint64_t *ids, size_t n, int idfmt);
+
 int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *headlen,
                      char *tail, size_t tailcap, size_t *taillen) {
     int version = a->has_version && !(a->flags & PS_WIRE_NO_VERSION);
@@ -69,7 +71,9 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
     /* F32 is the server's default format: leaving FORMAT out saves the
      * server two arguments' parsing per push (a third of a small push). */
     int fmtarg = a->fmt != PS_FMT_F32;
-    int argc = 3 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0) + (a->scale != 1.0f ? 2 : 0);
+    int ids = a->ids != NULL, ef = ids && a->idfmt == PS_PROTO_IDFMT_EF;
+    int argc = 3 + (fmtarg ? 2 : 0) + (ids ? 2 : 0) + (ef ? 2 : 0) + (version ? 2 : 0) +
+               (id ? 3 : 0) + (a->scale != 1.0f ? 2 : 0);
     out h = {head, headcap, 0}, t = {tail, tailcap, 0};
 
     put_header(&h, '*', (unsigned long long)argc);
@@ -80,6 +84,10 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
     if (fmtarg) {
         put_opt(&t, PS_PROTO_PUSH_FORMAT);
         put_str(&t, ps_format_name(a->fmt));
+    }
+    if (ids) {
+        put_opt(&t, PS_PROTO_PUSH_IDS);
+        put_ids(&t, a->ids, a->nids, a->idfmt);
     }
     put_version_id(&t, version, a->version, id, a->client_id, a->seq);
     if (a->scale != 1.0f) {
@@ -93,27 +101,46 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
     return h.len <= headcap && t.len <= tailcap ? 0 : -1;
 }
 
-size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap) {
-    return ps_wire_pull_min(key, keylen, fmt, 0, 0, buf, cap);
-}
-
-size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t minversion,
-                        int timeout_ms, char *buf, size_t cap) {
+size_t ps_wire_pull(const psWirePull *a, char *buf, size_t cap) {
     out o = {buf, cap, 0};
-    int wait = minversion > 0;
-    put_header(&o, '*', 2 + (fmt != PS_FMT_F32 ? 2 : 0) + (wait ? 4 : 0));
+    if (!a->key) { /* the module probe */
+        put_header(&o, '*', 1);
+        put_str(&o, "PS.PULL");
+        return o.len;
+    }
+    int wait = a->minversion > 0, ids = a->ids != NULL;
+    int ef = ids && a->idfmt == PS_PROTO_IDFMT_EF;
+    put_header(&o, '*', 2 + (ids ? 2 : 0) + (ef ? 2 : 0) + (a->fmt != PS_FMT_F32 ? 2 : 0) +
+                            (wait ? 4 : 0) + (a->at ? 2 : 0));
     put_str(&o, "PS.PULL");
-    put_arg(&o, key, keylen);
-    if (fmt != PS_FMT_F32) {
+    put_arg(&o, a->key, a->keylen);
+    if (ids) {
+        put_str(&o, "IDS");
+        put_ids(&o, a->ids, a->nids, a->idfmt);
+    }
+    if (a->fmt != PS_FMT_F32) {
         put_str(&o, "FORMAT");
-        put_str(&o, ps_format_name(fmt));
+        put_str(&o, ps_format_name(a->fmt));
     }
     if (wait) {
         put_str(&o, "MINVERSION");
-        put_u64(&o, minversion);
+        put_u64(&o, a->minversion);
         put_str(&o, "TIMEOUT");
-        put_u64(&o, (uint64_t)(timeout_ms > 0 ? timeout_ms : 0));
+        put_u64(&o, (uint64_t)(a->timeout_ms > 0 ? a->timeout_ms : 0));
     }
+    if (a->at) {
+        put_str(&o, "AT");
+        put_str(&o, a->at);
+    }
+    return o.len;
+}
+
+size_t ps_wire_snapshot(const char *key, size_t keylen, const char *name, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 3);
+    put_str(&o, "PS.SNAPSHOT");
+    put_arg(&o, key, keylen);
+    put_str(&o, name);
     return o.len;
 }
 
@@ -146,60 +173,50 @@ static void put_ids(out *o, const uint64_t *ids, size_t n, int idfmt) {
     put_str(o, ps_proto_idformat_name(PS_PROTO_IDFMT_EF));
 }
 
-int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
-                         char *tail, size_t tailcap, size_t *taillen) {
-    int version = a->has_version && !(a->flags & PS_WIRE_NO_VERSION);
-    int id = !(a->flags & PS_WIRE_NO_ID);
-    int fmtarg = a->fmt != PS_FMT_F32;
-    int ef = a->idfmt == PS_PROTO_IDFMT_EF;
-    int argc = 5 + (fmtarg ? 2 : 0) + (version ? 2 : 0) + (id ? 3 : 0) + (ef ? 2 : 0);
-    out h = {head, headcap, 0}, t = {tail, tailcap, 0};
-
-    put_header(&h, '*', (unsigned long long)argc);
-    put_str(&h, "PS.PUSHGRAD");
-    put_arg(&h, a->key, a->keylen);
-    put_header(&h, '$', a->bloblen);
-    put(&t, "\r\n", 2);
-    if (fmtarg) {
-        put_opt(&t, PS_PROTO_PUSH_FORMAT);
-        put_str(&t, ps_format_name(a->fmt));
-    }
-    put_opt(&t, PS_PROTO_PUSH_IDS);
-    put_ids(&t, a->ids, a->nids, a->idfmt);
-    put_version_id(&t, version, a->version, id, a->client_id, a->seq);
-    *headlen = h.len;
-    *taillen = t.len;
-    return h.len <= headcap && t.len <= tailcap ? 0 : -1;
-}
-
-size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
-                        int idfmt, ps_format fmt, char *buf, size_t cap) {
-    out o = {buf, cap, 0};
-    put_header(&o, '*', (fmt == PS_FMT_F32 ? 4 : 6) + (idfmt == PS_PROTO_IDFMT_EF ? 2 : 0));
-    put_str(&o, "PS.PULL");
-    put_arg(&o, key, keylen);
-    put_str(&o, "IDS");
-    put_ids(&o, ids, nids, idfmt);
-    if (fmt != PS_FMT_F32) {
-        put_str(&o, "FORMAT");
-        put_str(&o, ps_format_name(fmt));
-    }
-    return o.len;
-}
-
 /* ---- a relay's ACCUM tensors ------------------------------------------- */
 
-size_t ps_wire_accum_create(const char *key, size_t keylen, int ndim, const uint64_t *dims,
-                            char *buf, size_t cap) {
+int ps_wire_create_argv(const psWireCreate *a, char nb[][24], const char **argv, size_t *argl,
+                        int maxargs) {
+    int argc = 0, nbi = 0;
+    if (a->ndim < 0 || a->ndim > 8 || a->nopts < 0 ||
+        (a->ndim ? 3 + a->ndim : 5) + a->nopts + (a->nx ? 1 : 0) > maxargs)
+        return -1;
+    argv[argc++] = "PS.CREATE";
+    argv[argc++] = a->key;
+    if (a->ndim > 0) {
+        argv[argc++] = "SHAPE";
+        for (int i = 0; i < a->ndim; i++) {
+            snprintf(nb[nbi], 24, "%llu", (unsigned long long)a->dims[i]);
+            argv[argc++] = nb[nbi++];
+        }
+    } else {
+        argv[argc++] = "EMBEDDING";
+        argv[argc++] = "DIM";
+        snprintf(nb[nbi], 24, "%d", a->dim);
+        argv[argc++] = nb[nbi++];
+    }
+    for (int i = 0; i < a->nopts; i++) {
+        if (i == a->seed_at) {
+            snprintf(nb[nbi], 24, "%llu", (unsigned long long)a->seed);
+            argv[argc++] = nb[nbi++];
+        } else {
+            argv[argc++] = a->opts[i];
+        }
+    }
+    if (a->nx) argv[argc++] = "NX";
+    for (int i = 0; i < argc; i++) argl[i] = i == 1 ? a->keylen : strlen(argv[i]);
+    return argc;
+}
+
+size_t ps_wire_create(const psWireCreate *a, char *buf, size_t cap) {
+    const char *argv[PS_WIRE_CREATE_MAXARGS];
+    size_t argl[PS_WIRE_CREATE_MAXARGS];
+    char nb[PS_WIRE_CREATE_MAXARGS][24];
+    int argc = ps_wire_create_argv(a, nb, argv, argl, PS_WIRE_CREATE_MAXARGS);
     out o = {buf, cap, 0};
-    put_header(&o, '*', (unsigned long long)(3 + ndim + 3));
-    put_str(&o, "PS.CREATE");
-    put_arg(&o, key, keylen);
-    put_str(&o, "SHAPE");
-    for (int i = 0; i < ndim; i++) put_u64(&o, dims[i]);
-    put_str(&o, "OPTIM");
-    put_str(&o, ps_proto_optim_name(PS_PROTO_OPT_ACCUM));
-    put_str(&o, "NX");
+    if (argc < 0) return 0;
+    put_header(&o, '*', (unsigned long long)argc);
+    for (int i = 0; i < argc; i++) put_arg(&o, argv[i], argl[i]);
     return o.len;
 }
 

@@ -16,8 +16,13 @@
 #define PS_WIRE_NO_ID (1 << 0)       /* leave out "ID client seq" */
 #define PS_WIRE_NO_VERSION (1 << 1)  /* leave out "VERSION v" */
 
-/* The arguments of one PS.PUSHGRAD besides its blob:
- *   PS.PUSHGRAD key blob FORMAT f [VERSION v] [ID client seq] [SCALE s] */
+/* The arguments of one PS.PUSHGRAD besides its blob (a tensor's gradient,
+ * or a table's rows by ids when 'ids' is set):
+ *   PS.PUSHGRAD key blob [FORMAT f] [IDS idblob [IDFORMAT EF]] [VERSION v]
+ *               [ID client seq] [SCALE s]
+ * FORMAT is left out for F32 (the server's default). The ids are sent as
+ * little-endian uint64 (idfmt PS_PROTO_IDFMT_RAW) or as an Elias-Fano list
+ * (PS_PROTO_IDFMT_EF: the ids non-decreasing; common/idlist.h). */
 typedef struct psWirePush {
     const char *key;
     size_t keylen;
@@ -29,11 +34,18 @@ typedef struct psWirePush {
     uint64_t seq;
     float scale;                /* SCALE is sent when != 1 */
     int flags;                  /* PS_WIRE_NO_* */
+    const uint64_t *ids;        /* NULL: a tensor push; else the 'nids' row ids */
+    size_t nids;
+    int idfmt;                  /* PS_PROTO_IDFMT_RAW or _EF (common/protocol.h) */
 } psWirePush;
 
 /* Room the tail of any PS.PUSHGRAD needs with a client id of at most
- * 'idlen' bytes. */
+ * 'idlen' bytes (without IDS; PS_WIRE_PUSH_IDS_TAIL_MAX with). */
 #define PS_WIRE_PUSH_TAIL_MAX(idlen) (160 + (idlen))
+
+/* Tail room PS.PUSHGRAD by ids needs for 'nids' ids and a client id of at
+ * most 'idlen' bytes. */
+#define PS_WIRE_PUSH_IDS_TAIL_MAX(nids, idlen) (224 + 8 * (size_t)(nids) + (idlen))
 
 /* Encode the RESP text of PS.PUSHGRAD 'a' in two parts, the blob going in
  * between: 'head' ends with the blob's "$<len>\r\n", 'tail' starts with the
@@ -46,67 +58,74 @@ int ps_wire_pushgrad(const psWirePush *a, char *head, size_t headcap, size_t *he
 /* Head room PS.PUSHGRAD needs for a key of 'keylen' bytes. */
 size_t ps_wire_pushgrad_head_size(size_t keylen);
 
-/* Encode "PS.PULL key" (F32) or "PS.PULL key FORMAT f" into 'buf' (room
- * 'cap'). Returns the length, or the length needed when it exceeds 'cap'
- * (nothing useful written then). */
-size_t ps_wire_pull(const char *key, size_t keylen, ps_format fmt, char *buf, size_t cap);
-
-/* ps_wire_pull() that waits on the server: "... MINVERSION v TIMEOUT ms"
- * is added when 'minversion' > 0 (0 waits for nothing: every version is
- * >= 0, so the plain pull is sent); TIMEOUT 0 waits without a limit. */
-size_t ps_wire_pull_min(const char *key, size_t keylen, ps_format fmt, uint64_t minversion,
-                        int timeout_ms, char *buf, size_t cap);
-
-/* ---- embedding tables (embed.c) -------------------------------------- */
-
-/* The arguments of one PS.PUSHGRAD by ids besides its gradient blob:
- *   PS.PUSHGRAD key grad [FORMAT f] IDS idblob [IDFORMAT EF] [VERSION v] [ID client seq]
- * 'ids' are the 'nids' row ids, sent in the tail as little-endian uint64
- * (idfmt PS_PROTO_IDFMT_RAW) or as an Elias-Fano list (PS_PROTO_IDFMT_EF:
- * the ids must be non-decreasing; common/idlist.h). */
-typedef struct psWirePushIds {
+/* The arguments of one PS.PULL:
+ *   PS.PULL key [IDS idblob [IDFORMAT EF]] [FORMAT f] [MINVERSION v TIMEOUT ms] [AT name]
+ * IDS (a table's rows; 'nids' ids in id format 'idfmt', as psWirePush) when
+ * 'ids' is set; FORMAT left out for F32; MINVERSION / TIMEOUT (a tensor pull
+ * that waits on the server) when 'minversion' > 0 (0 waits for nothing:
+ * every version is >= 0), TIMEOUT 0 waiting without a limit; AT (a snapshot's
+ * values) when 'at' is set. A NULL 'key' is the bare "PS.PULL" (no
+ * arguments: the module probe, answered with an arity error). */
+typedef struct psWirePull {
     const char *key;
     size_t keylen;
-    size_t bloblen;             /* the gradient blob, sent between head and tail */
-    ps_format fmt;              /* F32, F16 or BF16 */
-    const uint64_t *ids;
+    ps_format fmt;
+    uint64_t minversion;
+    int timeout_ms;
+    const uint64_t *ids;        /* NULL: a tensor pull */
     size_t nids;
-    int has_version;            /* send VERSION (unless PS_WIRE_NO_VERSION) */
-    uint64_t version;
-    const char *client_id;      /* NUL-terminated */
-    uint64_t seq;
-    int flags;                  /* PS_WIRE_NO_* */
-    int idfmt;                  /* PS_PROTO_IDFMT_RAW or _EF (common/protocol.h) */
-} psWirePushIds;
+    int idfmt;                  /* PS_PROTO_IDFMT_RAW or _EF */
+    const char *at;             /* NULL, or the snapshot name (NUL-terminated) */
+} psWirePull;
 
-/* Tail room PS.PUSHGRAD by ids needs for 'nids' ids and a client id of at
- * most 'idlen' bytes. */
-#define PS_WIRE_PUSH_IDS_TAIL_MAX(nids, idlen) (224 + 8 * (size_t)(nids) + (idlen))
+/* Encode PS.PULL 'a' into 'buf' (room 'cap'). Returns the length, or the
+ * length needed when it exceeds 'cap' (nothing useful written then). */
+size_t ps_wire_pull(const psWirePull *a, char *buf, size_t cap);
 
-/* Encode PS.PUSHGRAD by ids like ps_wire_pushgrad() (head, blob, tail).
- * The head room is ps_wire_pushgrad_head_size(keylen). Returns 0, or -1
- * when a buffer is too small. */
-int ps_wire_pushgrad_ids(const psWirePushIds *a, char *head, size_t headcap, size_t *headlen,
-                         char *tail, size_t tailcap, size_t *taillen);
-
-/* Encode "PS.PULL key IDS idblob [IDFORMAT EF] [FORMAT f]" ('nids' ids in
- * id format 'idfmt', as psWirePushIds; FORMAT left out for F32) into 'buf'
- * (room 'cap'). Returns the length, or the length needed when it exceeds
- * 'cap'. */
-size_t ps_wire_pull_ids(const char *key, size_t keylen, const uint64_t *ids, size_t nids,
-                        int idfmt, ps_format fmt, char *buf, size_t cap);
+/* ---- embedding tables (embed.c) -------------------------------------- */
 
 /* Bytes of the IDS blob of 'nids' ids in id format 'idfmt' (EF: the ids
  * non-decreasing, nids >= 1). */
 size_t ps_wire_ids_size(const uint64_t *ids, size_t nids, int idfmt);
 
+/* "PS.SNAPSHOT key name" ('name' NUL-terminated), as ps_wire_pull(). */
+size_t ps_wire_snapshot(const char *key, size_t keylen, const char *name, char *buf, size_t cap);
+
 /* ---- a relay's ACCUM tensors (accum.c) -------------------------------- */
 /* Each encodes its command into 'buf' (room 'cap') and returns the length,
  * or the length needed when it exceeds 'cap' (nothing useful written). */
 
-/* "PS.CREATE key SHAPE d1 .. dn OPTIM ACCUM NX" */
-size_t ps_wire_accum_create(const char *key, size_t keylen, int ndim, const uint64_t *dims,
-                            char *buf, size_t cap);
+/* The arguments of one PS.CREATE (a model's tensor partition, model.c; a
+ * table's shard, embed.c; a relay's ACCUM tensor, accum.c):
+ *   PS.CREATE key SHAPE d1 .. dn <opts> [NX]      (ndim >= 1: a tensor)
+ *   PS.CREATE key EMBEDDING DIM d <opts> [NX]     (ndim 0: a table)
+ * 'opts' are the option tokens as given, except that opts[seed_at] (when
+ * seed_at >= 0) is sent as the decimal 'seed' (a partition's own seed). */
+typedef struct psWireCreate {
+    const char *key;
+    size_t keylen;
+    int ndim;                   /* 0..8 */
+    const uint64_t *dims;
+    int dim;                    /* ndim 0: DIM */
+    const char *const *opts;
+    int nopts;
+    int seed_at;                /* -1: none */
+    uint64_t seed;
+    int nx;                     /* send NX */
+} psWireCreate;
+
+#define PS_WIRE_CREATE_MAXARGS 96
+
+/* The arguments of PS.CREATE 'a' into 'argv' / 'argl' (room 'maxargs'; the
+ * numbers printed into 'nb', room 'maxargs' too). Returns argc, or -1 when
+ * they need more than 'maxargs' (or ndim > 8). */
+int ps_wire_create_argv(const psWireCreate *a, char nb[][24], const char **argv, size_t *argl,
+                        int maxargs);
+
+/* PS.CREATE 'a' encoded into 'buf' (room 'cap'): the length, or the length
+ * needed when it exceeds 'cap' (nothing useful written); 0 when it needs
+ * more than PS_WIRE_CREATE_MAXARGS arguments. */
+size_t ps_wire_create(const psWireCreate *a, char *buf, size_t cap);
 
 /* "PS.TAKE key MINCOUNT m SEQFLOOR f MAXROUND r [MAXBACKLOG b]" (b < 0: left
  * out, the tensor keeps its bound). */

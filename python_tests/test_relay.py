@@ -193,6 +193,55 @@ def test_relay_forwards_sums_and_mirrors_upstream_values(tree):
     assert "local pushes in 60" in out and "stopped after" in out, out
 
 
+def test_relay_stopped_with_its_servers_gone_exits_in_bounded_time_and_loses_nothing(tree):
+    """Both servers SIGKILLed under two relays holding 5 summed pushes per key (never due:
+    --every-ms 100 s). SIGTERM: one exits 3 within --stop-timeout-ms 1000 (libps alone
+    would retry each call for 30 s), saying the gradients stay in the local server; the
+    other (--stop-timeout-ms 60000) exits 3 at once on a second SIGTERM. The local server
+    restarted from its AOF still holds every push, and a relay with the same --name,
+    stopped by SIGTERM with the servers up, forwards all of them upstream (its only
+    forward: the round is never due)."""
+    up, local, new_relay = tree
+    slow = ["--every-ms", "100000"]
+    r = new_relay(extra=slow + ["--stop-timeout-ms", "1000"]).start()
+    r2 = new_relay(name="relay-b", extra=slow + ["--stop-timeout-ms", "60000"]).start()
+    wait_local_tensors(local)
+    Pusher(local.port, 5).run()
+    lc = local.client()
+    assert all(info(lc, k)["accum_pushes"] == 5 for k in SHAPES)
+    psserver.wait_until(lambda: r.starts() and r2.starts(), timeout=20, what="relays running")
+    time.sleep(0.3)                                  # a peek or two saw the 5 pushes
+    up.kill()
+    local.kill()
+    t0 = time.monotonic()
+    os.kill(r.proc.pid, signal.SIGTERM)
+    assert r.wait(timeout=20) == 3, r.output()
+    took = time.monotonic() - t0
+    assert took < 4.0, (took, r.output())           # the bound (1 s) plus process slack
+    out = r.output()
+    assert "without reaching the local server %s" % local.addr in out, out
+    assert "stays there" in out and "--name relay-a" in out, out
+    os.kill(r2.proc.pid, signal.SIGTERM)
+    time.sleep(0.3)
+    t0 = time.monotonic()
+    os.kill(r2.proc.pid, signal.SIGTERM)
+    assert r2.wait(timeout=20) == 3, r2.output()
+    assert time.monotonic() - t0 < 2.0, r2.output()
+    assert "a second signal: exiting at once" in r2.output(), r2.output()
+    # Nothing lost: the local server (AOF, appendfsync always) kept the 5 pushes.
+    local.start()
+    up.start()
+    uc = up.client()
+    for k, shape in SHAPES.items():
+        uc.execute_command("PS.CREATE", k, "SHAPE", *shape, "OPTIM", "SGD", "LR", 1)
+    lc = local.client()
+    assert all(info(lc, k)["accum_pushes"] == 5 for k in SHAPES)
+    r3 = new_relay(extra=slow).start()
+    assert r3.stop() == 0, r3.output()
+    versions = check_upstream_has_everything_once(up, local, 5)
+    assert all(v == 1 for v in versions.values()), versions     # one forward, at the stop
+
+
 @pytest.mark.slow
 def test_relay_sigkilled_five_times_at_random_points_loses_and_doubles_nothing(tree):
     up, local, _ = tree

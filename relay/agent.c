@@ -4,14 +4,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "clock.h"
 
 volatile sig_atomic_t AgentStop = 0;
 
+static int second_status;      /* agent_exit_on_second_signal(); 0: off */
+static char second_msg[512];
+static size_t second_len;
+
 static void on_signal(int sig) {
     (void)sig;
+    if (AgentStop && second_status) {
+        if (write(STDERR_FILENO, second_msg, second_len) < 0) {
+        }
+        _exit(second_status);
+    }
     AgentStop = 1;
+}
+
+void agent_exit_on_second_signal(int status, const char *msg) {
+    int n = snprintf(second_msg, sizeof(second_msg), "%s\n", msg);
+    second_len = n < 0 ? 0 : (size_t)n < sizeof(second_msg) ? (size_t)n : sizeof(second_msg) - 1;
+    second_status = status;
 }
 
 void agent_catch_signals(void) {

@@ -12,6 +12,11 @@ extern volatile sig_atomic_t AgentStop;
 /* Ignores SIGPIPE; SIGINT and SIGTERM set AgentStop. */
 void agent_catch_signals(void);
 
+/* From now on a second SIGINT/SIGTERM (one arriving while AgentStop is
+ * already set) writes 'msg' and a newline to stderr and ends the process at
+ * once with exit status 'status' (_exit: nothing else runs). */
+void agent_exit_on_second_signal(int status, const char *msg);
+
 /* Monotonic milliseconds. */
 long long agent_mono_ms(void);
 

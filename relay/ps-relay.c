@@ -4,14 +4,16 @@
  *            [--sync --workers N [--round-timeout-ms T]]
  *            [--every-ms T] [--every-pushes K] [--mean] [--optim NAME]
  *            [--pull-ms P] [--poll-ms P] [--progress-ms P]
- *            [--max-backlog B] [--max-round R]
+ *            [--max-backlog B] [--max-round R] [--stop-timeout-ms T]
  *   ps-relay --status --local HOST:PORT (--keys K1,K2 | --match PATTERN)
  *   ps-relay --ring NAME=HOST:PORT,... --self NAME (--keys K1,K2 | --match PATTERN)
  *            [--threshold R] [--every-ms T] [--dead-after-ms D] [--barrier] [--join]
  *            [--adapt] [--reorder] [--log-json FILE] [--max-queue B]   (ring.h)
  *
  * Exit codes: 0 stopped by SIGINT/SIGTERM after forwarding what was summed,
- * 1 runtime failure, 2 usage error or tensors that do not fit. */
+ * 1 runtime failure, 2 usage error or tensors that do not fit, 3 stopped
+ * with gradients not forwarded (--stop-timeout-ms or a second signal; they
+ * stay in the local server). */
 
 #include <errno.h>
 #include <getopt.h>
@@ -63,7 +65,12 @@ static void usage(FILE *out) {
             "  --status                print the local tensors' persisted round counters (takes,\n"
             "                          upstream pushes, gradients, smallest and largest push,\n"
             "                          backlog) and exit; needs --local and --keys or --match\n"
-            "  --progress-ms P         progress line every P ms (2000; 0: none)\n\n"
+            "  --progress-ms P         progress line every P ms (2000; 0: none)\n"
+            "  --stop-timeout-ms T     on SIGINT/SIGTERM forward what is summed for at most T\n"
+            "                          ms (3000), then exit: 0 when everything went upstream,\n"
+            "                          3 when some did not (it stays in the local server,\n"
+            "                          summed or in a pending take, for the next run with the\n"
+            "                          same --name); a second signal exits 3 at once\n\n"
             "Ring mode (docs/design.md \"Ring topology\"): one agent per group exchanges the\n"
             "group's accumulated parameter change with the other groups around a ring:\n"
             "  --ring N=H:P,...        the groups in ring order, each name=its server (a Redis\n"
@@ -125,11 +132,12 @@ int main(int argc, char **argv) {
                    .maxqueue = -1, .maxlag = 16};
     int ring = 0;
     relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 100,
-                   .progress_ms = 2000, .max_backlog = -1, .max_round = -1};
+                   .progress_ms = 2000, .max_backlog = -1, .max_round = -1,
+                   .stop_timeout_ms = 3000};
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
            O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
-           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE };
+           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE, O_STOPTO };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -147,7 +155,7 @@ int main(int argc, char **argv) {
         {"adapt", 0, 0, O_ADAPT},        {"reorder", 0, 0, O_REORDER},
         {"log-json", 1, 0, O_LOGJSON},   {"max-queue", 1, 0, O_MAXQ},
         {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
-        {"leave", 0, 0, O_LEAVE},
+        {"leave", 0, 0, O_LEAVE},        {"stop-timeout-ms", 1, 0, O_STOPTO},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -170,6 +178,7 @@ int main(int argc, char **argv) {
         case O_MAXBL: o.max_backlog = num("--max-backlog", optarg, 0, 1L << 40); break;
         case O_MAXROUND: o.max_round = num("--max-round", optarg, 0, 1L << 40); break;
         case O_STATUS: o.status = 1; break;
+        case O_STOPTO: o.stop_timeout_ms = num("--stop-timeout-ms", optarg, 1, 1L << 30); break;
         case O_RING: ring = 1, ro.ring = optarg; break;
         case O_SELF: ro.self = optarg; break;
         case O_THR: ro.threshold = fnum("--threshold", optarg, 0, 1e6); break;

@@ -47,6 +47,11 @@ typedef struct relay {
     long long round_start_ms; /* first push of the open round seen; -1: none */
     long long last_warn_ms;   /* rate limit of the "upstream unreachable" line */
     const char *fault;        /* PS_RELAY_FAULT "phase:n": SIGKILL itself (tests) */
+    int peek_ok;              /* the last peek answered for every key (k->backlog is
+                                 then what each key had summed or pending) */
+    long long stop_ms;        /* when the loop saw the stop request; -1: not yet */
+    const psStop *stop;       /* the clients' bounded shutdown (libps stamps when
+                                 a call first saw the request) */
 } relay;
 
 static void say(const relay *r, const char *fmt, ...) {
@@ -344,7 +349,9 @@ static int take_all(relay *r, relayItems *it, long long min) {
  * changes nothing (but sets MAXBACKLOG the first time). Sets each key's
  * 'summed' and 'backlog' and *summed when any key has something summed. */
 static int round_due(relay *r, relayItems *it, long long need, int *summed) {
+    r->peek_ok = 0;
     if (take_all(r, it, 1LL << 62) != 0) return 0;
+    r->peek_ok = 1;
     long long most = 0, least = 1LL << 62;
     int pending = 0;
     for (int i = 0; i < r->nkeys; i++) {
@@ -352,6 +359,7 @@ static int round_due(relay *r, relayItems *it, long long need, int *summed) {
         relayKey *k = &r->keys[i];
         if (t->status != PS_OK) {
             pending = 1; /* the take below reports it */
+            r->peek_ok = 0;
         } else if (t->count) {
             pending = 1;
             k->summed = -1;
@@ -538,6 +546,51 @@ static int cycle(relay *r, relayItems *it) {
     return fatal ? -1 : acked;
 }
 
+/* After a stop: 0 when the last look found nothing summed or pending on
+ * any key. Otherwise says what was not forwarded and where it stays, and
+ * returns RELAY_EXIT_LEFT. The relay holds no gradient of its own: a take
+ * only moves the sum into the local tensor's pending slot (with its seq),
+ * which stays there until an ack, so what it did not forward is in the
+ * local server (kept as that server keeps its data: AOF/RDB). */
+static int stop_result(relay *r, int timed_out) {
+    char list[480];
+    size_t o = 0;
+    uint64_t left = 0;
+    list[0] = '\0';
+    for (int i = 0; i < r->nkeys; i++) {
+        const relayKey *k = &r->keys[i];
+        if (!k->backlog) continue;
+        left += k->backlog;
+        if (o + 64 < sizeof(list))
+            o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%s %" PRIu64, o ? ", " : "",
+                                  k->name, k->backlog);
+    }
+    if (r->peek_ok && left == 0) return 0;
+    const long long since = r->stop && r->stop->seen_ms_ ? r->stop->seen_ms_ : r->stop_ms;
+    const long long waited = agent_mono_ms() - since;
+    const char *why = timed_out ? "--stop-timeout-ms reached"
+                      : !r->peek_ok ? (r->local->errstr[0] ? r->local->errstr : "no reply")
+                                    : (r->up->errstr[0] ? r->up->errstr : "not acknowledged");
+    if (r->peek_ok)
+        say(r, "stopping: gave up %lld ms after the stop request with %" PRIu64 " gradient%s "
+               "not confirmed upstream (%s): %s at the last look. They stay in the local "
+               "server %s (summed, or in a pending take under its seq), so nothing is lost "
+               "while that server keeps its data: a ps-relay started again with --name %s "
+               "forwards them, a pending take with its seq (applied upstream once); the local "
+               "workers' pushes wait (BACKLOG) once %lld are summed",
+            waited, left, left == 1 ? "" : "s", why, list, r->o->local, r->o->name,
+            r->max_backlog);
+    else
+        say(r, "stopping: gave up %lld ms after the stop request without reaching the local "
+               "server %s (%s): what it holds (summed gradients, pending takes%s%s) stays "
+               "there, so nothing the relay took is lost while that server keeps its data: a "
+               "ps-relay started again with --name %s forwards it, a pending take with its "
+               "seq (applied upstream once)",
+            waited, r->o->local, why, left ? "; at the last look: " : "", left ? list : "",
+            r->o->name);
+    return RELAY_EXIT_LEFT;
+}
+
 /* The defaults of --max-backlog and --max-round (relay.h). */
 static void round_bounds(relay *r) {
     const relayOpts *o = r->o;
@@ -584,7 +637,19 @@ int relay_run(const relayOpts *o) {
     r.start_ms = r.last_progress_ms = agent_mono_ms();
     round_bounds(&r);
     r.seqfloor = ps_wall_us();
+    r.stop_ms = -1;
     agent_catch_signals();
+    char second[400];
+    snprintf(second, sizeof(second),
+             "ps-relay %s: a second signal: exiting at once (status %d); what was not "
+             "forwarded stays in the local server %s (summed, or in a pending take that a "
+             "ps-relay started again with --name %s resends with its seq)",
+             o->name, RELAY_EXIT_LEFT, o->local, o->name);
+    agent_exit_on_second_signal(RELAY_EXIT_LEFT, second);
+    /* A stop bounds every call of both clients (libps gives up a command
+     * --stop-timeout-ms after the stop request was first seen). */
+    psStop stop = {&AgentStop, (int)o->stop_timeout_ms, 0};
+    r.stop = &stop;
 
     int rc = 1;
     relayItems items;
@@ -597,6 +662,8 @@ int relay_run(const relayOpts *o) {
         say(&r, "out of memory");
         goto out;
     }
+    psSetStop(r.local, &stop);
+    psSetStop(r.up, &stop);
     if (r.local->err) {
         say(&r, "--local %s: %s", o->local, r.local->errstr);
         goto out;
@@ -633,8 +700,10 @@ int relay_run(const relayOpts *o) {
            o->mean ? "mean" : "sum", r.seqfloor, r.max_round, r.max_round ? "" : " (no bound)",
            r.max_backlog, r.max_backlog ? "" : " (none)");
     fflush(stdout);
+    int timed_out = 0;
     for (;;) {
         int stopping = AgentStop;
+        if (stopping && r.stop_ms < 0) r.stop_ms = agent_mono_ms();
         int n = cycle(&r, &items);
         if (n < 0) goto out;
         long long now = agent_mono_ms();
@@ -651,9 +720,14 @@ int relay_run(const relayOpts *o) {
         /* Stopping: one more cycle took everything summed (MINCOUNT 1); stop
          * once a cycle forwards nothing. */
         if (stopping && n == 0) break;
+        /* Workers that keep pushing keep a cycle busy: the bound holds anyway. */
+        if (stopping && agent_mono_ms() - r.stop_ms >= o->stop_timeout_ms) {
+            timed_out = 1;
+            break;
+        }
     }
     progress(&r, "stopped after ");
-    rc = 0;
+    rc = stop_result(&r, timed_out);
 out:
     psClientFree(r.local);
     psClientFree(r.up);

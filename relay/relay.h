@@ -58,7 +58,14 @@ typedef struct relayOpts {
                                --workers, async 2 x --every-pushes, time only none (0) */
     int status;             /* print the local tensors' round counters and exit */
     long progress_ms;       /* progress line period (default 2000, 0: none) */
+    long stop_timeout_ms;   /* after SIGINT/SIGTERM: the final forward's time bound
+                               (default 3000): then the relay exits RELAY_EXIT_LEFT */
 } relayOpts;
+
+/* Exit status of a relay stopped by a signal before it could forward
+ * everything summed (its servers unreachable for --stop-timeout-ms, or a
+ * second signal): what it did not forward stays in the local server. */
+#define RELAY_EXIT_LEFT 3
 
 /* Counters of one relay run (printed on the progress lines). */
 typedef struct relayStats {
@@ -81,9 +88,11 @@ typedef struct relayStats {
     uint64_t waits;         /* PS.TAKEWAIT calls (instead of polling) */
 } relayStats;
 
-/* Runs the relay until SIGINT/SIGTERM (then forwards what is summed and
- * exits). Returns the process exit code: 0 after a clean stop, 1 on a
- * runtime failure, 2 when the tensors do not fit (shape, optimizer). */
+/* Runs the relay until SIGINT/SIGTERM (then forwards what is summed, for at
+ * most stop_timeout_ms, and exits; a second signal ends it at once).
+ * Returns the process exit code: 0 after a clean stop, 1 on a runtime
+ * failure, 2 when the tensors do not fit (shape, optimizer),
+ * RELAY_EXIT_LEFT when stopped with gradients not forwarded. */
 int relay_run(const relayOpts *o);
 
 #endif /* PS_RELAY_H */

@@ -257,6 +257,36 @@ static void test_engine_gives_up_after_max_retries_and_the_time_budget(void **st
     fake_stop(a);
 }
 
+/* psSetStop: with the stop flag set, a command the server keeps refusing
+ * (CLUSTERDOWN, 30 s of retries by default) is given up after the grace,
+ * while one answered in time is unaffected. */
+static void test_engine_gives_up_within_the_grace_of_a_stop_request(void **state) {
+    fake *a = fake_start("A");
+    psClient *c;
+    struct timespec t0, t1;
+    long ms;
+    volatile sig_atomic_t flag = 1;
+    psStop stop = {&flag, 300, 0};
+    (void)state;
+    c = connect_to(a, NULL);
+    psSetStop(c, &stop);
+    redisReply *r = psCommand(c, "k1", "GET %s", "k1");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k1");
+    freeReplyObject(r);
+    assert_true(stop.seen_ms_ > 0);
+    a->clusterdown = 1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_null(psCommand(c, "k1", "GET %s", "k1"));
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+    assert_non_null(strstr(c->errstr, "stop requested"));
+    assert_true(ms < 2000);
+    assert_true(fake_count(a, "GET k1") >= 2);
+    psClientFree(c);
+    fake_stop(a);
+}
+
 static void test_engine_resends_on_a_new_connection_after_a_drop(void **state) {
     fake *a = fake_start("A");
     psClient *c;
@@ -312,6 +342,7 @@ int main(void) {
         cmocka_unit_test(test_engine_resends_after_tryagain),
         cmocka_unit_test(test_engine_waits_on_backlog_and_counts_it),
         cmocka_unit_test(test_engine_gives_up_after_max_retries_and_the_time_budget),
+        cmocka_unit_test(test_engine_gives_up_within_the_grace_of_a_stop_request),
         cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
         cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
     };

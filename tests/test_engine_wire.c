@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "idlist.h"
 #include "protocol.h"
 
 #include "ps_internal.h"
@@ -43,7 +44,7 @@ static void expect_pushgrad(const psWirePush *a, const char *blob, int argc, con
 }
 
 static void test_wire_pushgrad_matches_hiredis_formatting(void **state) {
-    psWirePush a = {"j:w:0", 5, 4, PS_FMT_BF16, 1, 42, "cid", 7, 1.0f, 0};
+    psWirePush a = {"j:w:0", 5, 4, PS_FMT_BF16, 1, 42, "cid", 7, 1.0f, 0, NULL, 0, 0};
     const char *full[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "VERSION", "42",
                           "ID", "cid", "7"};
     const char *bare[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "FORMAT", "BF16", "SCALE", "0.5"};
@@ -54,7 +55,7 @@ static void test_wire_pushgrad_matches_hiredis_formatting(void **state) {
     expect_pushgrad(&a, "abcd", 7, bare);
     /* F32 is the server's default: no FORMAT argument */
     const char *f32[] = {"PS.PUSHGRAD", "j:w:0", "abcd", "VERSION", "42", "ID", "cid", "7"};
-    psWirePush b = {"j:w:0", 5, 4, PS_FMT_F32, 1, 42, "cid", 7, 1.0f, 0};
+    psWirePush b = {"j:w:0", 5, 4, PS_FMT_F32, 1, 42, "cid", 7, 1.0f, 0, NULL, 0, 0};
     expect_pushgrad(&b, "abcd", 8, f32);
     /* a head buffer too small is refused with the room needed */
     char h[8], t[256];
@@ -69,21 +70,41 @@ static void test_wire_pull_matches_hiredis_formatting(void **state) {
     char buf[128], *want;
     (void)state;
     int wl = redisFormatCommandArgv(&want, 2, f32, l32);
-    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F32, buf, sizeof(buf)), (size_t)wl);
+    psWirePull a = {"j:w:1", 5, PS_FMT_F32, 0, 0, NULL, 0, 0, NULL};
+    assert_int_equal(ps_wire_pull(&a, buf, sizeof(buf)), (size_t)wl);
     assert_memory_equal(buf, want, (size_t)wl);
     redisFreeCommand(want);
     wl = redisFormatCommandArgv(&want, 4, f16, l16);
-    assert_int_equal(ps_wire_pull("j:w:1", 5, PS_FMT_F16, buf, sizeof(buf)), (size_t)wl);
+    a.fmt = PS_FMT_F16;
+    assert_int_equal(ps_wire_pull(&a, buf, sizeof(buf)), (size_t)wl);
     assert_memory_equal(buf, want, (size_t)wl);
     redisFreeCommand(want);
     /* MINVERSION 0 waits for nothing: the plain pull */
-    assert_int_equal(ps_wire_pull_min("j:w:1", 5, PS_FMT_F16, 0, 50, buf, sizeof(buf)),
-                     (size_t)wl);
+    a.timeout_ms = 50;
+    assert_int_equal(ps_wire_pull(&a, buf, sizeof(buf)), (size_t)wl);
     const char *mv[] = {"PS.PULL", "j:w:1", "FORMAT", "F16", "MINVERSION", "12", "TIMEOUT", "250"};
     size_t lmv[] = {7, 5, 6, 3, 10, 2, 7, 3};
     wl = redisFormatCommandArgv(&want, 8, mv, lmv);
-    assert_int_equal(ps_wire_pull_min("j:w:1", 5, PS_FMT_F16, 12, 250, buf, sizeof(buf)),
-                     (size_t)wl);
+    a.minversion = 12;
+    a.timeout_ms = 250;
+    assert_int_equal(ps_wire_pull(&a, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+    /* a snapshot's values (ps-train eval --at), the module probe, PS.SNAPSHOT */
+    const char *at[] = {"PS.PULL", "j:w:1", "AT", "s1"};
+    size_t lat[] = {7, 5, 2, 2};
+    wl = redisFormatCommandArgv(&want, 4, at, lat);
+    psWirePull b = {"j:w:1", 5, PS_FMT_F32, 0, 0, NULL, 0, 0, "s1"};
+    assert_int_equal(ps_wire_pull(&b, buf, sizeof(buf)), (size_t)wl);
+    assert_memory_equal(buf, want, (size_t)wl);
+    redisFreeCommand(want);
+    b.key = NULL;
+    assert_int_equal(ps_wire_pull(&b, buf, sizeof(buf)), 17);
+    assert_memory_equal(buf, "*1\r\n$7\r\nPS.PULL\r\n", 17);
+    const char *snap[] = {"PS.SNAPSHOT", "j:w:1", "s1"};
+    size_t lsnap[] = {11, 5, 2};
+    wl = redisFormatCommandArgv(&want, 3, snap, lsnap);
+    assert_int_equal(ps_wire_snapshot("j:w:1", 5, "s1", buf, sizeof(buf)), (size_t)wl);
     assert_memory_equal(buf, want, (size_t)wl);
     redisFreeCommand(want);
 }
@@ -295,7 +316,9 @@ static void test_wire_accum_commands_match_hiredis_formatting(void **state) {
     const uint64_t dims[2] = {784, 128};
     const char *create[] = {"PS.CREATE", "m:w1", "SHAPE", "784", "128", "OPTIM",
                             ps_proto_optim_name(PS_PROTO_OPT_ACCUM), "NX"};
-    expect_argv(ps_wire_accum_create("m:w1", 4, 2, dims, buf, sizeof(buf)), buf, 8, create);
+    const char *accum[] = {"OPTIM", ps_proto_optim_name(PS_PROTO_OPT_ACCUM)};
+    psWireCreate ca = {"m:w1", 4, 2, dims, 0, accum, 2, -1, 0, 1};
+    expect_argv(ps_wire_create(&ca, buf, sizeof(buf)), buf, 8, create);
     const char *take[] = {"PS.TAKE", "m:w1", "MINCOUNT", "4611686018427387904", "SEQFLOOR",
                           "1700000000000000", "MAXROUND", "4", "MAXBACKLOG", "8"};
     expect_argv(ps_wire_accum_take("m:w1", 4, 1ULL << 62, 1700000000000000ULL, 4, 8, buf,
@@ -315,11 +338,98 @@ static void test_wire_accum_commands_match_hiredis_formatting(void **state) {
     assert_int_equal(ps_wire_accum_ack("m:w1", 4, 17, buf, 4), 39);
 }
 
+/* The one PS.PUSHGRAD and the one PS.PULL encoder with IDS (a table's rows):
+ * RAW ids (little-endian uint64) and Elias-Fano ones, next to the same
+ * encoders' tensor forms above. */
+static void test_wire_ids_forms_match_hiredis_formatting(void **state) {
+    const uint64_t ids[3] = {3, 7, 300};
+    char raw[24], ef[64], head[256], tail[512], got[1024], buf[512];
+    size_t hl, tl;
+    uint64_t base;
+    unsigned b;
+    (void)state;
+    memcpy(raw, ids, sizeof(ids)); /* the host is little-endian (codec.h) */
+    size_t efl = ps_idlist_plan(ids, 3, &base, &b);
+    assert_true(efl <= sizeof(ef));
+    ps_idlist_encode_with(ids, 3, base, b, (unsigned char *)ef, efl);
+    assert_int_equal(ps_wire_ids_size(ids, 3, PS_PROTO_IDFMT_EF), efl);
+    const char *efname = ps_proto_idformat_name(PS_PROTO_IDFMT_EF);
+    /* PS.PUSHGRAD key grad FORMAT F16 IDS raw VERSION 5 ID cid 9 */
+    psWirePush p = {"e:t:0", 5, 4, PS_FMT_F16, 1, 5, "cid", 9, 1.0f, 0, ids, 3,
+                    PS_PROTO_IDFMT_RAW};
+    const char *push[] = {"PS.PUSHGRAD", "e:t:0", "abcd", "FORMAT", "F16", "IDS", raw,
+                          "VERSION", "5", "ID", "cid", "9"};
+    size_t pushl[] = {11, 5, 4, 6, 3, 3, 24, 7, 1, 2, 3, 1};
+    char *want;
+    int wl = redisFormatCommandArgv(&want, 12, push, pushl);
+    assert_int_equal(ps_wire_pushgrad(&p, head, sizeof(head), &hl, tail, sizeof(tail), &tl), 0);
+    assert_true(tl <= PS_WIRE_PUSH_IDS_TAIL_MAX(3, 3));
+    memcpy(got, head, hl);
+    memcpy(got + hl, "abcd", 4);
+    memcpy(got + hl + 4, tail, tl);
+    assert_int_equal(hl + 4 + tl, (size_t)wl);
+    assert_memory_equal(got, want, (size_t)wl);
+    redisFreeCommand(want);
+    /* F32 (no FORMAT), EF ids, no VERSION / ID */
+    p.fmt = PS_FMT_F32;
+    p.idfmt = PS_PROTO_IDFMT_EF;
+    p.flags = PS_WIRE_NO_ID | PS_WIRE_NO_VERSION;
+    const char *push_ef[] = {"PS.PUSHGRAD", "e:t:0", "abcd", "IDS", ef, "IDFORMAT", efname};
+    size_t push_efl[] = {11, 5, 4, 3, efl, 8, strlen(efname)};
+    wl = redisFormatCommandArgv(&want, 7, push_ef, push_efl);
+    assert_int_equal(ps_wire_pushgrad(&p, head, sizeof(head), &hl, tail, sizeof(tail), &tl), 0);
+    memcpy(got, head, hl);
+    memcpy(got + hl, "abcd", 4);
+    memcpy(got + hl + 4, tail, tl);
+    assert_int_equal(hl + 4 + tl, (size_t)wl);
+    assert_memory_equal(got, want, (size_t)wl);
+    redisFreeCommand(want);
+    /* PS.PULL key IDS raw FORMAT BF16; PS.PULL key IDS ef IDFORMAT EF (F32) */
+    psWirePull a = {"e:t:0", 5, PS_FMT_BF16, 0, 0, ids, 3, PS_PROTO_IDFMT_RAW, NULL};
+    const char *pull[] = {"PS.PULL", "e:t:0", "IDS", raw, "FORMAT", "BF16"};
+    const size_t pulll[] = {7, 5, 3, 24, 6, 4};
+    expect_argvl(ps_wire_pull(&a, buf, sizeof(buf)), buf, 6, pull, pulll);
+    a.fmt = PS_FMT_F32;
+    a.idfmt = PS_PROTO_IDFMT_EF;
+    const char *pull_ef[] = {"PS.PULL", "e:t:0", "IDS", ef, "IDFORMAT", efname};
+    const size_t pull_efl[] = {7, 5, 3, efl, 8, 0};
+    expect_argvl(ps_wire_pull(&a, buf, sizeof(buf)), buf, 6, pull_ef, pull_efl);
+}
+
+/* The one PS.CREATE encoder: a model's tensor partition (its own SEED) and a
+ * table's shard, as model.c and embed.c send them (ps_wire_create_argv);
+ * the relay's ACCUM form is in the test above. */
+static void test_wire_create_forms_match_hiredis_formatting(void **state) {
+    const char *argv[PS_WIRE_CREATE_MAXARGS];
+    size_t argl[PS_WIRE_CREATE_MAXARGS];
+    char nb[PS_WIRE_CREATE_MAXARGS][24], buf[256];
+    const uint64_t dims[2] = {100, 32};
+    const char *opts[] = {"OPTIM", "SGD", "SEED", "7", "INIT", "NORMAL"};
+    (void)state;
+    psWireCreate a = {"j:w:3", 5, 2, dims, 0, opts, 6, 3, 10, 1};
+    const char *tensor[] = {"PS.CREATE", "j:w:3", "SHAPE", "100", "32", "OPTIM", "SGD", "SEED",
+                            "10", "INIT", "NORMAL", "NX"};
+    int argc = ps_wire_create_argv(&a, nb, argv, argl, PS_WIRE_CREATE_MAXARGS);
+    assert_int_equal(argc, 12);
+    for (int i = 0; i < argc; i++) {
+        assert_int_equal(argl[i], strlen(tensor[i]));
+        assert_memory_equal(argv[i], tensor[i], argl[i]);
+    }
+    expect_argv(ps_wire_create(&a, buf, sizeof(buf)), buf, 12, tensor);
+    psWireCreate t = {"e:t:1", 5, 0, NULL, 16, opts, 2, -1, 0, 0};
+    const char *table[] = {"PS.CREATE", "e:t:1", "EMBEDDING", "DIM", "16", "OPTIM", "SGD"};
+    expect_argv(ps_wire_create(&t, buf, sizeof(buf)), buf, 7, table);
+    /* More arguments than room: refused. */
+    assert_int_equal(ps_wire_create_argv(&a, nb, argv, argl, 11), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wire_pushgrad_matches_hiredis_formatting),
         cmocka_unit_test(test_wire_pull_matches_hiredis_formatting),
         cmocka_unit_test(test_wire_accum_commands_match_hiredis_formatting),
+        cmocka_unit_test(test_wire_ids_forms_match_hiredis_formatting),
+        cmocka_unit_test(test_wire_create_forms_match_hiredis_formatting),
         cmocka_unit_test(test_wire_ring_commands_match_hiredis_formatting),
         cmocka_unit_test(test_ring_replies_are_checked_against_the_tensor),
     };

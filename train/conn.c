@@ -8,20 +8,17 @@
 #include "util.h"
 
 /* 1 when the server knows PS.PULL, 0 after printing how to load the
- * module. It sends PS.PULL without arguments: Redis answers "unknown
- * command" before anything else when the module is missing, and an arity
- * error otherwise, before any ACL check (so the worker role needs no
- * +command and the ACL log stays clean) and without running it. Checked at
- * connect, before anything is written, so a server without the module is
- * left untouched. */
+ * module (psModuleLoaded: PS.PULL without arguments, refused before any ACL
+ * check, so the worker role needs no +command and the ACL log stays clean).
+ * Checked at connect, before anything is written, so a server without the
+ * module is left untouched. */
 static int module_loaded(const trainOpts *o, psClient *c) {
-    redisReply *r = psCommand(c, NULL, "PS.PULL");
-    if (r == NULL) {
+    const int loaded = psModuleLoaded(c);
+    if (loaded == PS_ERR) {
         tr_err(o, "--addr %s: %s", o->addr, c->errstr);
         return 0;
     }
-    int missing = r->type == REDIS_REPLY_ERROR && strstr(r->str, "unknown command") != NULL;
-    freeReplyObject(r);
+    const int missing = !loaded;
     if (missing)
         tr_err(o, "--addr %s: the server does not have the ps module loaded: load build/ps.so "
                   "(redis-server --loadmodule /path/to/build/ps.so, or MODULE LOAD "

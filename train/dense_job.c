@@ -160,7 +160,7 @@ int tr_dense_init(const trainOpts *o, psClient *c) {
      * bench-shaped): TOPK 1% with F32 pulls 1.9x F32's samples/s, with I8
      * pulls about 7x, at F32's accuracy (docs/benchmarks.md). */
     snprintf(cfg.pull_format, sizeof(cfg.pull_format), "%s",
-             pf.fmt == PS_WIRE_TOPK ? "i8" : "f32");
+             pf.fmt == PS_WIRE_TOPK ? "i8" : tr_opts_default("--pull-format"));
     if (o->dense.data) snprintf(cfg.data, sizeof(cfg.data), "%s", o->dense.data);
     if (o->dense.csv) snprintf(cfg.csv, sizeof(cfg.csv), "%s", o->dense.csv);
     if (o->dense.test_csv) snprintf(cfg.test_csv, sizeof(cfg.test_csv), "%s", o->dense.test_csv);
@@ -283,19 +283,13 @@ static int pull_snapshot(const trainOpts *o, psClient *c, psModel *m, float **pa
             const char *key = psModelPartitionKey(m, t, p);
             uint64_t first, nrows;
             psModelPartitionRows(m, t, p, &first, &nrows);
-            redisReply *r = psCommand(c, key, "PS.PULL %s AT %s", key, o->at);
-            if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-                r->element[1]->type != REDIS_REPLY_STRING ||
-                r->element[1]->len != nrows * row_elems * sizeof(float)) {
-                tr_err(o, "--at %s: PS.PULL %s: %s", o->at, key,
-                       r == NULL ? c->errstr
-                       : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-                if (r) freeReplyObject(r);
+            uint64_t v;
+            if (psTensorPull(c, key, o->at, params[t] + first * row_elems, nrows * row_elems,
+                             &v) != PS_OK) {
+                tr_err(o, "--at %s: %s", o->at, c->errstr);
                 return -1;
             }
-            if ((uint64_t)r->element[0]->integer < *version) *version = r->element[0]->integer;
-            memcpy(params[t] + first * row_elems, r->element[1]->str, r->element[1]->len);
-            freeReplyObject(r);
+            if (v < *version) *version = v;
         }
     }
     return 0;
@@ -384,7 +378,7 @@ static void dense_describe(const trainOpts *o, const jobConfig *cfg, const char 
            cfg->optim, cfg->lr, cfg->batch, cfg->epochs, cfg->train_n,
            cfg->slice[0] ? " (slice " : "", cfg->slice, cfg->slice[0] ? ")" : "", cfg->shard_size,
            cfg->tasks, cfg->push_format[0] ? cfg->push_format : "unrecorded (each worker's flag)",
-           cfg->pull_format[0] ? cfg->pull_format : "f32");
+           cfg->pull_format[0] ? cfg->pull_format : tr_opts_default("--pull-format"));
 }
 
 static psModel *dense_status(const trainOpts *o, psClient *c, const jobConfig *cfg) {

@@ -227,9 +227,13 @@ static int dense_setup(workCtx *w) {
      * it was recorded takes the flag. */
     if (tr_check_push_format(o, &w->cfg) != 0) return -1;
     snprintf(w->push_name, sizeof(w->push_name), "%s",
-             w->cfg.push_format[0] ? w->cfg.push_format : o->push_format ? o->push_format : "f32");
+             w->cfg.push_format[0] ? w->cfg.push_format
+             : o->push_format     ? o->push_format
+                                  : tr_opts_default("--push-format"));
     snprintf(w->pull_name, sizeof(w->pull_name), "%s",
-             o->pull_format ? o->pull_format : w->cfg.pull_format[0] ? w->cfg.pull_format : "f32");
+             o->pull_format            ? o->pull_format
+             : w->cfg.pull_format[0] ? w->cfg.pull_format
+                                      : tr_opts_default("--pull-format"));
     if (tr_parse_wire(w->pull_name, 1, &pullf) != 0 ||
         tr_parse_push(w->push_name, &pushf) != 0 ||
         psModelSetPullFormat(w->m, pullf) != PS_OK || tr_push_apply(w->m, &pushf) != PS_OK) {

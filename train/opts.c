@@ -28,7 +28,7 @@ typedef struct flagDef {
     int kinds;              /* K_* it is for */
     const char *def;        /* default (parsed like a value; NULL: unset) */
     const char *def_sparse; /* a sparse job's default when it differs; "--flag": its value */
-    int defcmds;            /* C_* the default applies to (0: all) */
+    int defcmds;            /* C_* the default applies to (0: all; D_FALLBACK: none) */
     const char *show;       /* the default as help says it, when 'def' is a sentinel */
     const char *arg;        /* value placeholder for --help */
     const char *help;
@@ -39,6 +39,10 @@ typedef struct flagDef {
 #define D(f) offsetof(trainOpts, dense.f)
 #define S(f) offsetof(trainOpts, sparse.f)
 #define ALIAS(old, new) {.name = old, .alias_of = new}
+/* defcmds of a flag whose 'def' is never filled in: the value not given
+ * means "the job's", and 'def' is what the code takes (tr_opts_default) when
+ * the job names none either. */
+#define D_FALLBACK (1 << 30)
 /* Where a help text lists the optimizers: help_text() writes the names of
  * common/protocol.h's table there (ps_proto_optim_names). */
 #define TENSOR_OPTIMS "\001"
@@ -106,11 +110,11 @@ static const flagDef Flags[] = {
     {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK, K_ALL, NULL, NULL, 0, "off",
      "MS", "behind ps-relay --sync: after each push wait up to MS for the round's new model "
      "(implies --overlap 0)", NULL},
-    {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN | C_STREAM, K_ALL, NULL, NULL, 0,
-     "the job's: i8 for a topk push format, else f32", "FMT",
+    {"--pull-format", F_STR, O(pull_format), 0, 0, C_WORK | C_RUN | C_STREAM, K_ALL, "f32", NULL,
+     D_FALLBACK, "the job's: i8 for a topk push format, else f32", "FMT",
      "model on the wire: f32, bf16, f16 or i8 (sparse jobs: not i8)", NULL},
-    {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, K_ALL, NULL, NULL, 0,
-     "init: f32; workers: the job's", "FMT",
+    {"--push-format", F_STR, O(push_format), 0, 0, C_INIT | C_WORK | C_RUN, K_ALL, "f32", NULL,
+     D_FALLBACK, "init: f32; workers: the job's", "FMT",
      "gradients on the wire: f32 bf16 f16 i8 topk[:K] (K 0.01, 1% or a count; topk: 1%); init "
      "records it, workers push the job's (sparse jobs: f32, bf16 or f16)", NULL},
     {"--wait", F_INT, O(wait), 0, 64, C_WORK | C_RUN | C_STREAM, K_ALL, "0", NULL, 0, NULL, "N",
@@ -293,6 +297,11 @@ static void copy_value(const flagDef *f, const flagDef *from, trainOpts *o) {
                : f->type == F_U64 ? sizeof(uint64_t) : f->type == F_STR ? sizeof(char *)
                                                                         : sizeof(int);
     memcpy((char *)o + f->off, (const char *)o + from->off, n);
+}
+
+const char *tr_opts_default(const char *flag) {
+    const flagDef *f = find_flag(flag);
+    return f && f->def ? f->def : "";
 }
 
 /* Fills the flags not given with their defaults for subcommand 'bit' and

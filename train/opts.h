@@ -142,6 +142,11 @@ int tr_opts_parse(const char *cmd, int bit, const char *summary, int argc, char 
 void tr_opts_help(FILE *out, const char *cmd, int bit, const char *summary);
 /* Prints the whole flag table: flag, subcommands, kinds, default. */
 void tr_opts_table(FILE *out);
+
+/* The default written in the flag table's row of 'flag' ("--push-format"),
+ * for the flags whose value not given means "the job's": what a job or a
+ * worker uses when the job names none either. "" when it has none. */
+const char *tr_opts_default(const char *flag);
 /* At init/run: refuses (printed, -1) a job setting given (a flag init
  * takes) that is not for the job's kind (dense without --model, sparse
  * with it). 0 otherwise. */

@@ -36,31 +36,27 @@ int ts_table_zeros(const trainOpts *o, psClient *c, psEmbed *e, int dim, long lo
     *values = *zeros = 0;
     for (int s = 0; psEmbedShardKey(e, s) != NULL; s++) {
         const char *key = psEmbedShardKey(e, s);
-        char cursor[32] = "0";
+        uint64_t cursor = 0;
         do {
-            redisReply *r = tr_cmd_ok(o, c, key, "PS.SCANROWS %s %s COUNT 65536 FORMAT F32", key,
-                                      cursor);
-            if (r == NULL) return -1;
-            /* [next cursor (string), version, ids, values] */
-            if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 ||
-                r->element[0]->type != REDIS_REPLY_STRING || r->element[0]->len >= sizeof(cursor) ||
-                r->element[3]->type != REDIS_REPLY_STRING ||
-                r->element[3]->len % (sizeof(float) * (size_t)dim) != 0) {
-                tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
-                freeReplyObject(r);
+            psScanPage pg;
+            /* every row changed since version 0: all of them */
+            const int ok = psTableScan(c, key, cursor, 0, 65536, PS_WIRE_F32, 0, &pg) == PS_OK;
+            if (!ok || pg.value_bytes % (sizeof(float) * (size_t)dim) != 0) {
+                if (ok) tr_err(o, "PS.SCANROWS %s: unexpected reply", key);
+                else tr_err(o, "%s", c->errstr);
+                psScanPageFree(&pg);
                 return -1;
             }
-            memcpy(cursor, r->element[0]->str, r->element[0]->len);
-            cursor[r->element[0]->len] = '\0';
-            size_t n = r->element[3]->len / sizeof(float);
+            cursor = pg.cursor;
+            size_t n = pg.value_bytes / sizeof(float);
             for (size_t i = 0; i < n; i++) {
                 float v;
-                memcpy(&v, r->element[3]->str + i * sizeof(float), sizeof(float));
+                memcpy(&v, (const char *)pg.values + i * sizeof(float), sizeof(float));
                 *zeros += v == 0.0f;
             }
             *values += (long long)n;
-            freeReplyObject(r);
-        } while (strcmp(cursor, "0") != 0);
+            psScanPageFree(&pg);
+        } while (cursor != 0);
     }
     return 0;
 }
@@ -261,7 +257,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     psWireFormat tf; /* a format tables take (tr_parse_wire without 'push') */
     if (tr_parse_push(o->push_format, &pf) != 0 || tr_parse_wire(o->push_format, 0, &tf) != 0) {
         tr_err(o, "--push-format %s: sparse jobs push f32, bf16 or f16",
-               o->push_format ? o->push_format : "f32");
+               o->push_format ? o->push_format : tr_opts_default("--push-format"));
         return TR_EXIT_USAGE;
     }
     tr_push_name(&pf, cfg.push_format, sizeof(cfg.push_format));
@@ -657,7 +653,7 @@ static void sparse_describe(const trainOpts *o, const jobConfig *cfg, const char
     printf("job %s: state %s, sparse model %s, dense tensors optim %s lr %g, batch %d, "
            "epochs %d, %lld tasks, push %s\n", o->job, state, cfg->sp.model, cfg->optim,
            cfg->lr, cfg->batch, cfg->epochs, cfg->tasks,
-           cfg->push_format[0] ? cfg->push_format : "f32");
+           cfg->push_format[0] ? cfg->push_format : tr_opts_default("--push-format"));
 }
 
 static void sparse_log_start(const trainOpts *o, runLog *lg, const jobConfig *cfg) {

@@ -119,7 +119,7 @@ static int sparse_setup(workCtx *w) {
      * none pushes F32, as every sparse job did before). */
     if (tr_check_push_format(o, &w->cfg) != 0) return -1;
     snprintf(w->push_name, sizeof(w->push_name), "%s",
-             w->cfg.push_format[0] ? w->cfg.push_format : "f32");
+             w->cfg.push_format[0] ? w->cfg.push_format : tr_opts_default("--push-format"));
     if ((w->state = sp = calloc(1, sizeof(*sp))) == NULL) {
         tr_err(o, "out of memory");
         return -1;
@@ -136,7 +136,8 @@ static int sparse_setup(workCtx *w) {
         if (sp->e == NULL) tr_err(o, "job %s: bad table (%d shards)", o->job, sp->nshards);
         return -1;
     }
-    snprintf(w->pull_name, sizeof(w->pull_name), "%s", o->pull_format ? o->pull_format : "f32");
+    snprintf(w->pull_name, sizeof(w->pull_name), "%s",
+             o->pull_format ? o->pull_format : tr_opts_default("--pull-format"));
     if (tr_parse_wire(o->pull_format, 0, &pullf) != 0 ||
         psEmbedSetPullFormat(sp->e, pullf) != PS_OK || psModelSetPullFormat(w->m, pullf) != PS_OK) {
         tr_err(o, "bad --pull-format");

@@ -174,9 +174,10 @@ int tr_cmd_snapshot(const trainOpts *o) {
     for (int t = 0; t < psModelNumTensors(m); t++) {
         for (int p = 0; p < psModelNumPartitions(m, t); p++) {
             const char *key = psModelPartitionKey(m, t, p);
-            redisReply *r = tr_cmd_ok(o, c, key, "PS.SNAPSHOT %s %s", key, o->at);
-            if (r == NULL) goto out;
-            freeReplyObject(r);
+            if (psSnapshot(c, key, o->at) != PS_OK) {
+                tr_err(o, "%s", c->errstr);
+                goto out;
+            }
             n++;
         }
     }

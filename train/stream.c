@@ -881,11 +881,8 @@ done:
 void tr_stream_status(const trainOpts *o, psClient *c) {
     char key[160];
     snprintf(key, sizeof(key), "%s:stream_events:0", o->job);
-    redisReply *r = psCommand(c, key, "PS.PULL %s FORMAT F32", key);
-    if (r && r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        r->element[1]->type == REDIS_REPLY_STRING && r->element[1]->len == 8) {
-        float v[2];
-        memcpy(v, r->element[1]->str, sizeof(v));
+    float v[2];
+    if (psTensorPull(c, key, NULL, v, 2, NULL) == PS_OK) {
         double bound;
         long long n;
         double auc = sw_global_auc(c, o->job, 60, &bound, &n);
@@ -893,7 +890,6 @@ void tr_stream_status(const trainOpts *o, psClient *c) {
                "global progressive AUC %.4f (+-%.4f) over the last 60 s (%lld events)\n",
                (double)v[0], (double)v[1], key, auc, bound, n);
     }
-    if (r) freeReplyObject(r);
 }
 
 static void print_progress_line(struct streamWork *w, int final) {

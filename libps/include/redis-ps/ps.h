@@ -79,6 +79,7 @@
 #ifndef PS_H
 #define PS_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <hiredis/hiredis.h>
@@ -909,6 +910,60 @@ int psTableTombstones(psClient *c, const char *key, uint64_t cursor, uint64_t si
                       uint64_t count, psScanPage *out);
 
 void psScanPageFree(psScanPage *p);
+
+/* ------------------------------------------------------------------------
+ * Bounded shutdown
+ *
+ * A call waits for a server that does not answer as long as psOptions allow
+ * (retries up to retry_timeout_ms, a reply up to command_timeout_ms): half
+ * a minute by default. A process that must stop sooner (a relay on SIGTERM)
+ * gives its clients one psStop: once the application sets *flag (in its
+ * signal handler), the calls of every client given that psStop end within
+ * grace_ms of the first moment any of them saw it: a command still without
+ * a reply then is given up (PS_ERR_IO, or PS_ERR_CLUSTER in cluster mode,
+ * "stop requested"), backoff sleeps and reply waits are cut to the time
+ * left, and the signal that sets the flag cuts short a wait in progress.
+ * Commands answered in time are unaffected, so a stopping process can still
+ * do its last work within the grace. Not cut short: a connection attempt
+ * in progress (psOptions.connect_timeout_ms) and the blocking commands that
+ * set a connection up (AUTH; ROLE or CLUSTER SLOTS of a map refresh, each
+ * bounded by command_timeout_ms): a server that accepts connections but does
+ * not answer them (stopped, not dead) can delay the end by that much.
+ * ------------------------------------------------------------------------ */
+
+typedef struct psStop {
+    const volatile sig_atomic_t *flag; /* nonzero: stop requested (the application's) */
+    int grace_ms;                      /* how long calls may go on after it is seen */
+    int64_t seen_ms_;                  /* libps's: when it was first seen (0: not yet) */
+} psStop;
+
+/* Makes the calls of 'c' honour 'stop' (NULL: none); 'stop' may be shared
+ * by several clients and must outlive them. */
+void psSetStop(psClient *c, psStop *stop);
+
+/* ------------------------------------------------------------------------
+ * Snapshots and single tensor pulls
+ *
+ * One tensor key (a model partition, psModelPartitionKey) at a time, one
+ * command each, with the engine's redirects and retries.
+ * ------------------------------------------------------------------------ */
+
+/* PS.SNAPSHOT key name: keeps the key's current values as snapshot 'name'
+ * (a later one of the same name replaces it). PS_OK or PS_ERR. */
+int psSnapshot(psClient *c, const char *key, const char *name);
+
+/* PS.PULL key [AT name]: the key's 'n' float32 values (of snapshot 'at';
+ * NULL: the current ones) into 'dst', and its version into *version (may be
+ * NULL). PS_ERR, with c->err PS_ERR_NOKEY for a missing key, when the key
+ * answers an error or does not hold exactly 'n' values. */
+int psTensorPull(psClient *c, const char *key, const char *at, float *dst, size_t n,
+                 uint64_t *version);
+
+/* Whether the server has the ps module loaded: 1 yes, 0 no (Redis does not
+ * know PS.PULL), PS_ERR on a connection error. It sends PS.PULL without
+ * arguments, which the module refuses (arity) before any ACL check and
+ * without running it, so a server without the module is left untouched. */
+int psModuleLoaded(psClient *c);
 
 #ifdef __cplusplus
 }
