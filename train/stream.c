@@ -26,6 +26,9 @@
  * entries, which X never journaled (so never pushed), and trains them as a
  * new batch of its own. A restart under the same --consumer name does the
  * same with its own journal and pending entries first.
+ * With --wait N the journal step ends in "WAIT N" on the stream's node and
+ * the batch is pushed only after it (journal_wait_send): a failover of that
+ * node then cannot lose a journal whose push stands.
  *
  * Accounting. Every batch also pushes [-events trained, -entries malformed]
  * into the job's tensor "stream_events" (SGD, LR 1) under the same push ID:
@@ -213,6 +216,9 @@ typedef struct streamWork {
     uint64_t resent;            /* retries + reconnects of the client when 'exact' was set */
     size_t oldlen, oldcap;
     redisReply *pre;            /* entries the journal step read for the next batch */
+    int jshort;                 /* the last journal WAIT came back short */
+    long long jshort_total;     /* journal WAITs answered short */
+    double jprobe;              /* degraded: when the journal WAITs again */
 } streamWork;
 
 static int sw_flush_hist(struct streamWork *w);
@@ -464,8 +470,64 @@ static int read_batch(struct streamWork *w, int want, int block_ms) {
  * of the one before). Returns 1 journaled, 0 fenced, -1 error (printed). */
 /* The commands of one journal step in flight (journal_send). */
 typedef struct journalStep {
-    psAsync *ack, *eval, *read;
+    psAsync *ack, *eval, *read, *wait;
 } journalStep;
+
+/* With --wait N: "WAIT N" on the stream's node, after the journal step. A
+ * batch is pushed only once its journal (and the XREADGROUP that made its
+ * entries pending) reached N replicas: otherwise a master killed before
+ * replicating them leaves a promoted replica that delivers the entries again
+ * as new, while the push that trained them (on another master, or WAITed
+ * there) stands: trained twice. NULL on error (errstr set). */
+static psAsync *journal_wait_send(struct streamWork *w) {
+    char n[24], ms[24];
+    snprintf(n, sizeof(n), "%d", w->o->wait);
+    snprintf(ms, sizeof(ms), "%d", PS_DEFAULT_WAIT_TIMEOUT_MS);
+    const char *x[] = {"WAIT", n, ms};
+    return psCommandArgvAsync(w->own.c, w->skey, 3, x, NULL);
+}
+
+/* The WAIT of a journal step answered 'r': 0 replicated (or short under
+ * --on-degraded degrade: counted, announced once per outage, and the next
+ * WAIT sent a probe interval later), -1 short under fail (printed). Under block the WAIT is repeated here until it is
+ * answered in full (or the worker is told to stop). */
+static int journal_waited(struct streamWork *w, redisReply *r) {
+    int pol = PS_DURABILITY_DEGRADE, lost;
+    tr_parse_policies(w->o, &pol, &lost);
+    for (;;) {
+        long long got = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        if (r && r->type == REDIS_REPLY_ERROR) {
+            tr_err(w->o, "[%s] WAIT %d on the stream's node: %s", w->me, w->o->wait, r->str);
+            freeReplyObject(r);
+            return -1;
+        }
+        if (r) freeReplyObject(r);
+        if (got >= w->o->wait) {
+            if (w->jshort) fprintf(stderr, "[%s] journal: WAIT %d answered in full again\n", w->me,
+                                   w->o->wait);
+            w->jshort = 0;
+            return 0;
+        }
+        w->jshort_total++;
+        if (!w->jshort)
+            fprintf(stderr, "[%s] journal: WAIT %d on the stream's node answered %lld (policy %s)\n",
+                    w->me, w->o->wait, got, w->o->on_degraded ? w->o->on_degraded : "degrade");
+        w->jshort = 1;
+        w->jprobe = tr_now() + PS_DEFAULT_PROBE_MS / 1000.0;
+        if (pol == PS_DURABILITY_FAIL) {
+            tr_err(w->o, "[%s] journal not replicated to %d replicas (--on-degraded fail)", w->me,
+                   w->o->wait);
+            return -1;
+        }
+        if (pol != PS_DURABILITY_BLOCK || tw_stop) return 0;
+        psAsync *a = journal_wait_send(w);
+        r = a ? psCommandWait(w->own.c, a) : NULL;
+        if (r == NULL) {
+            tr_err(w->o, "[%s] WAIT: %s", w->me, w->own.c->errstr);
+            return -1;
+        }
+    }
+}
 
 /* Sends, pipelined to the stream's node: the XACK of the batch journaled
  * before (its pushes were acknowledged), the fence-and-journal script of
@@ -519,6 +581,12 @@ static int journal_send(struct streamWork *w, const char *cid, uint64_t seq, jou
                            w->skey, ">"};
         if ((js->read = psCommandArgvAsync(w->own.c, w->skey, 9, x, NULL)) == NULL) goto fail;
     }
+    /* Degraded (a WAIT came back short; policy degrade): no WAIT until the
+     * next probe, as libps does for pushes, or every batch would pay its
+     * timeout. */
+    if (o->wait > 0 && (!w->jshort || tr_now() >= w->jprobe) &&
+        (js->wait = journal_wait_send(w)) == NULL)
+        goto fail;
     rc = 0;
     goto out;
 fail:
@@ -532,10 +600,10 @@ out:
 /* Waits for the commands of journal_send. Returns 1 journaled, 0 fenced,
  * -1 error (printed). The entries read go to w->pre (the next batch). */
 static int journal_wait(struct streamWork *w, journalStep *js) {
-    psAsync *as[3] = {js->ack, js->eval, js->read};
-    redisReply *rs[3] = {NULL, NULL, NULL};
+    psAsync *as[4] = {js->ack, js->eval, js->read, js->wait};
+    redisReply *rs[4] = {NULL, NULL, NULL, NULL};
     int rc = 1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         if (as[i] == NULL) continue;
         rs[i] = psCommandWait(w->own.c, as[i]);
         if ((rs[i] == NULL || rs[i]->type == REDIS_REPLY_ERROR) && rc == 1) {
@@ -545,6 +613,10 @@ static int journal_wait(struct streamWork *w, journalStep *js) {
         }
     }
     memset(js, 0, sizeof(*js));
+    if (as[3] && rc == 1) {
+        if (journal_waited(w, rs[3]) != 0) rc = -1;
+        rs[3] = NULL;               /* freed by journal_waited */
+    }
     if (rc == 1 && (rs[1] == NULL || rs[1]->type != REDIS_REPLY_INTEGER)) {
         tr_err(w->o, "[%s] journal %s: bad reply", w->me, w->jkey);
         rc = -1;
@@ -560,7 +632,7 @@ static int journal_wait(struct streamWork *w, journalStep *js) {
         w->pre = rs[2];             /* kept for the next batch */
         rs[2] = NULL;
     }
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (rs[i]) freeReplyObject(rs[i]);
     return rc;
 }
@@ -1078,8 +1150,9 @@ int tr_cmd_stream(const trainOpts *o) {
     if (journal(&w, w.cid, w.own_seq) < 0) goto out;
     print_progress_line(&w, 1);
     printf("STREAM worker=%s events=%lld malformed=%lld batches=%lld claimed=%lld replays=%lld "
-           "replayed=%lld fenced=%lld seconds=%.3f\n", w.me, w.trained, w.malformed, w.batches,
-           w.claimed, w.replays, w.replayed, w.fenced, tr_now() - w.t0);
+           "replayed=%lld fenced=%lld journal_wait_short=%lld seconds=%.3f\n", w.me, w.trained,
+           w.malformed, w.batches, w.claimed, w.replays, w.replayed, w.fenced, w.jshort_total,
+           tr_now() - w.t0);
     fflush(stdout);
     rc = tw_stop ? TR_EXIT_INTERRUPTED : TR_EXIT_OK;
 out:
