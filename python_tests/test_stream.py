@@ -261,17 +261,16 @@ def test_stream_master_killed_replica_promoted_exactly_once(cluster_r, data):
     trained exactly once (the counter, pushed under each batch's push ID, equals the
     stream's length; nothing pending)."""
     import psserver
-    cluster = cluster_r
     train, lines, _ = data
     part1, part2 = lines[:2000], lines[2000:6000]
-    seeds = ",".join(n.addr for n in cluster.nodes)
+    seeds = ",".join(n.addr for n in cluster_r.nodes)
     run(["init", "--addr", seeds, "--job", "s", "--model", "fm", "--train", train,
          "--table-lr", 0.1, "--seed", 3])
     counter_key = "s:stream_events:0"
-    victim = cluster.node_for_key(counter_key)
+    victim = cluster_r.node_for_key(counter_key)
     stream = next(s for s in ("ev%d" % i for i in range(1000))
-                  if cluster.node_for_key(s) is victim)
-    (replica,) = cluster.replicas_of(victim)
+                  if cluster_r.node_for_key(s) is victim)
+    (replica,) = cluster_r.replicas_of(victim)
     r = victim.client()
     common = ["--stream", stream, "--batch", 32, "--batch-ms", 20, "--claim-idle-ms", 500,
               "--wait", 1, "--idle-exit", 6000]
@@ -295,7 +294,7 @@ def test_stream_master_killed_replica_promoted_exactly_once(cluster_r, data):
     allout = "\n".join(o for _, o in outs)
     for code, out in outs:
         assert code == 0, allout
-    owner = live_owner(cluster, counter_key)
+    owner = live_owner(cluster_r, counter_key)
     assert owner is replica
     trained, malformed = counter(owner.client())
     assert (trained, malformed) == (len(part1) + len(part2), len(bad)), allout

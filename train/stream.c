@@ -40,7 +40,7 @@
  * worker keeps its last --auc-window (score, label) pairs (exact AUC and
  * logloss of the window) and adds a histogram of its scores (2048 buckets
  * of the logit over [-16, 16)) per label to a shared hash per 10 seconds
- * (psjob:{J}:sauc:<slot>, kept an hour); the global AUC of the last minute
+ * (psjob:{J}:sauc:<slot>, kept SW_KEEP_S); the global AUC of the last minute
  * over all workers is computed from the summed histograms, with its error
  * bound (pairs that share a bucket, counted half). */
 
@@ -160,10 +160,12 @@ static const char ClaimLua[] =
     "if #got == 0 then return {0} end\n"
     "return {2, '', '', got}\n";
 
-/* Adds pairs (field, count) to the hash KEYS[1] and keeps it an hour. */
+/* Adds pairs (field, count) to the hash KEYS[1] and keeps it SW_KEEP_S. */
+#define SW_STR_(x) #x
+#define SW_STR(x) SW_STR_(x)
 static const char HistLua[] =
     "for i = 1, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i+1]) end\n"
-    "redis.call('EXPIRE', KEYS[1], 3600)\n"
+    "redis.call('EXPIRE', KEYS[1], " SW_STR(SW_KEEP_S) ")\n"
     "return 1\n";
 
 /* The pieces of one worker's model: the job's table and dense tensors on
@@ -960,7 +962,7 @@ void tr_stream_status(const trainOpts *o, psClient *c) {
         memcpy(v, r->element[1]->str, sizeof(v));
         double bound;
         long long n;
-        double auc = sw_global_auc(c, o->job, 60, &bound, &n);
+        double auc = sw_global_auc(c, o->job, SW_AUC_S, &bound, &n);
         printf("stream: events trained %.0f, malformed entries %.0f (exactly once: tensor %s); "
                "global progressive AUC %.4f (+-%.4f) over the last 60 s (%lld events)\n",
                (double)v[0], (double)v[1], key, auc, bound, n);
@@ -975,7 +977,7 @@ static void print_progress_line(struct streamWork *w, int final) {
     long long n = w->wn < w->o->auc_window ? w->wn : w->o->auc_window;
     double auc = n ? ps_auc(w->wp, w->wy, (size_t)n) : NAN;
     double ll = n ? w->wloss / (double)n : NAN;
-    double bound, gauc = sw_global_auc(w->own.c, w->o->job, 60, &bound, NULL);
+    double bound, gauc = sw_global_auc(w->own.c, w->o->job, SW_AUC_S, &bound, NULL);
     double dt = now - w->last_print, rate = dt > 0 ? (w->trained - w->last_trained) / dt : 0;
     double el = now - w->t0;
     if (!w->quiet || final) {
