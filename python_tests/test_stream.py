@@ -67,7 +67,8 @@ def fill(r, lines, seed, pace=0.0, stream="ev"):
 
 
 def init_job(addr, train, job="s"):
-    run(["init", "--addr", addr, "--job", job, "--model", "fm", "--train", train,
+    """A stream job: no train file (init --stream); 'train' is not read."""
+    run(["init", "--addr", addr, "--job", job, "--model", "fm", "--stream", "ev",
          "--table-lr", 0.1, "--seed", 3])
 
 
@@ -147,6 +148,43 @@ def test_stream_two_workers_exactly_once(server, data, tmp_path):
     u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
     assert rc == 0 and "events=0 " in out and cpu < 0.5, (cpu, out)
+
+
+def test_stream_job_init_needs_no_train_file(server, data):
+    """init --stream makes a stream job without --train: no file read, no tasks; the config
+    records the stream; a worker trains it; `work` refuses it with the reason; a second
+    init naming another stream, or without --train on a file job, is refused (exit 2)."""
+    train, lines, _ = data
+    r = server.client()
+    addr = "127.0.0.1:%d" % server.port
+    p = run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "ev",
+             "--fields", 8, "--capacity", 100])
+    assert "a stream job: libsvm lines from stream ev" in p.out, p.out
+    cfg = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{s}:config").items()}
+    assert (cfg["train"], cfg["stream"], cfg["tasks"], cfg["state"]) == ("", "ev", "0", "ready")
+    assert cfg["fields"] == "8" and cfg["capacity"] == "100"
+    assert not r.exists("psjob:{s}:tasks")
+    assert run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "ev",
+                "--fields", 8, "--capacity", 100]).returncode == 0      # same settings: continues
+    p = run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "other"],
+            check=False)
+    assert p.returncode == 2 and "--stream other (job: ev)" in p.out, p.out
+    p = run(["work", "--addr", addr, "--job", "s"], check=False)
+    assert p.returncode == 1 and "a stream job (init --stream ev, no train file)" in p.out, p.out
+    p = run(["init", "--addr", addr, "--job", "f", "--model", "fm"], check=False)
+    assert p.returncode == 2 and "or --stream KEY" in p.out, p.out
+    run(["init", "--addr", addr, "--job", "f", "--model", "fm", "--train", train])
+    p = run(["init", "--addr", addr, "--job", "f", "--model", "fm", "--stream", "ev"], check=False)
+    assert p.returncode == 2 and "no --train (job: %s)" % train in p.out, p.out
+    p = r.pipeline(transaction=False)
+    for ln in lines[:500]:
+        p.xadd("ev", {"l": ln})
+    p.execute()
+    rc, out = finish(worker(addr, "--idle-exit", 300))
+    assert rc == 0 and "events=500 " in out, out
+    assert counter(r) == (500, 0)
+    st = run(["status", "--addr", addr, "--job", "s"]).out
+    assert "(stream job)" in st and "events trained 500" in st, st
 
 
 @pytest.mark.parametrize("rounds", [3])
