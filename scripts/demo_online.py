@@ -203,7 +203,7 @@ def run(a, d, servers, procs):
            "--init-std", 0 if a.table_optim == "ftrl" else 0.01, "--batch", a.batch, "--seed", 3]
     ps_train("init", "--addr", addr, "--job", "frozen", "--train", first, *job)
     ps_train("work", "--addr", addr, "--job", "frozen", "--progress", "none")
-    ps_train("init", "--addr", addr, "--job", "online", "--train", first, *job)
+    ps_train("init", "--addr", addr, "--job", "online", "--stream", "clicks", *job)  # no file
     for _ in range(400):      # the replica has synced and holds both models
         if replica.r.exists("online:emb:0{0}", "frozen:emb:0{0}") == 2:
             break
