@@ -184,7 +184,7 @@ $(B)/ps-train: $(call obj,$(TRAIN_SRC) $(filter-out ml/ctr_gen.c,$(ML_SRC))) $(B
 $(B)/ps-gen-ctr: $(call obj,tools/ps-gen-ctr.c $(ML_SRC) $(COMMON_SRC))
 	$(CC) $(SAN_FLAGS) -o $@ $^ -lopenblas -lz -lm
 
-$(B)/ps-export: $(call obj,tools/ps-export.c) $(B)/libps.a
+$(B)/ps-export: $(call obj,tools/ps-export.c tools/export_redis.c tools/export_file.c tools/export_util.c) $(B)/libps.a
 	$(CC) $(SAN_FLAGS) -o $@ $(filter %.o,$^) $(B)/libps.a $(CLIENT_LIBS)
 
 $(B)/ps-relay: $(call obj,$(RELAY_SRC)) $(B)/libps.a

@@ -17,7 +17,11 @@ meanwhile (INFO cpu).
 Both wall times include connecting and loading the job. The machine may be loaded: the
 figure to quote is the ratio of the medians measured in the same run, with `uptime`.
 
-    bench/stream_bench.py [--samples N] [--batch B] [--reps R]"""
+With --wait 1 the server gets a replica and both workers run with --wait 1 (every push
+WAITed; the stream worker also WAITs for its journal before each batch's push, so a
+failover of the stream's master cannot double an event): the same ratio with durability.
+
+    bench/stream_bench.py [--samples N] [--batch B] [--reps R] [--wait N]"""
 
 import argparse
 import os
@@ -56,6 +60,7 @@ def main():
     ap.add_argument("--samples", type=int, default=200000)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--wait", type=int, default=0, help="replicas to start and WAIT for")
     a = ap.parse_args()
     d = tempfile.mkdtemp(prefix="streambench-")
     prefix = os.path.join(d, "ctr")
@@ -63,7 +68,11 @@ def main():
          "--vocab", 10000, "--seed", 1])
     train = prefix + ".train.libsvm"
     srv = psserver.RedisServer(module=os.path.join(B, "ps.so"))
+    reps = []
+    wait = ["--wait", a.wait] if a.wait else []
     try:
+        for _ in range(a.wait):
+            reps.append(psserver.start_replica(srv, module=os.path.join(B, "ps.so")))
         r = srv.client()
         addr = "127.0.0.1:%d" % srv.port
         with open(train) as f:
@@ -85,7 +94,7 @@ def main():
             run(["ps-train", "init", "--addr", addr, "--job", "off%d" % k] + job)
             s0 = server_cpu()
             dt, _ = run(["ps-train", "work", "--addr", addr, "--job", "off%d" % k,
-                         "--progress", "none"])
+                         "--progress", "none"] + wait)
             offs.append(server_cpu() - s0)
             off.append(n / dt)
             offc.append(n / CPU[0])
@@ -93,7 +102,7 @@ def main():
             s0 = server_cpu()
             dt, out = run(["ps-train", "stream", "--addr", addr, "--job", "on%d" % k,
                            "--stream", "ev", "--group", "g%d" % k, "--max-events", n,
-                           "--progress", "none"])
+                           "--progress", "none"] + wait)
             ons.append(server_cpu() - s0)
             assert "events=%d " % n in out, out
             on.append(n / dt)
@@ -102,9 +111,10 @@ def main():
                   "online %.0f events/s (%.0f per worker CPU s, server CPU %.2f s)" %
                   (k, off[-1], offc[-1], offs[-1], on[-1], onc[-1], ons[-1]), flush=True)
         mo, mn = statistics.median(off), statistics.median(on)
-        print("events %d, batch %d: offline (ps-train work, file) median %.0f events/s; "
+        print("%sevents %d, batch %d: offline (ps-train work, file) median %.0f events/s; "
               "online (ps-train stream) median %.0f events/s; ratio %.2f" %
-              (n, a.batch, mo, mn, mn / mo))
+              ("--wait %d (%d replica%s): " % (a.wait, a.wait, "s" if a.wait > 1 else "")
+               if a.wait else "", n, a.batch, mo, mn, mn / mo))
         co, cn = statistics.median(offc), statistics.median(onc)
         print("per worker CPU second: offline median %.0f events, online median %.0f events; "
               "ratio %.2f" % (co, cn, cn / co))
@@ -114,6 +124,8 @@ def main():
         print("uptime:", subprocess.run(["uptime"], stdout=subprocess.PIPE,
                                         text=True).stdout.strip())
     finally:
+        for rp in reps:
+            rp.cleanup()
         srv.stop()
 
 

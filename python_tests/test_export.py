@@ -4,7 +4,9 @@ CAPACITY and PS.EVICT removals, an export leaves the target equal to the master'
 rounded to F16 (byte for byte: the module's F16 encoding) with the removed rows absent; a
 delta reads only what changed; a passed horizon re-bases; a replica serves as the source;
 SIGKILLs at random points of an export leave a target that the next run brings to the same
-rows; --every-ms follows training until SIGTERM."""
+rows; --every-ms follows training until SIGTERM; and end to end, a followed export of a
+`ps-train stream` job whose exporter is SIGKILLed inside passes while the stream trains, and
+restarted, converges to the master's rows with the evicted ones absent."""
 
 import json
 import os
@@ -261,3 +263,101 @@ def test_every_ms_follows_training_until_sigterm(make_server):
 def test_bad_usage_exits_2(args):
     p = subprocess.run([EXPORT, "--source", "127.0.0.1:1"] + args, capture_output=True, timeout=10)
     assert p.returncode == 2 and b"ps-export" in p.stderr
+
+
+def test_followed_export_of_a_stream_job_survives_sigkill_and_converges(make_server, tmp_path):
+    """The online path end to end: two `ps-train stream` workers train a stream into a job
+    with --capacity (rows evicted and re-created all along), `ps-export --every-ms 50`
+    follows the job's sharded table into another Redis; the exporter is SIGKILLed twice at
+    random moments while the stream trains and is restarted each time (resuming from the
+    target's progress). After the stream is done, the followed export reaches the table's
+    final versions: the target holds the master's rows exactly (F16), and none of the rows
+    evicted on the way."""
+    import random
+    import threading
+    from pshelpers import PS_TRAIN, run_ps_train
+    m, tgt = make_server(), make_server(module=None)
+    c, t = m.client(), tgt.client()
+    seed = tmp_path / "seed.libsvm"
+    seed.write_text("1 %d:1\n0 %d:1\n" % (1 << 56, 2 << 56))
+    run_ps_train(["init", "--addr", m.addr, "--job", "x", "--model", "fm", "--train", str(seed),
+                  "--capacity", 600, "--table-shards", 2, "--seed", 3])
+    keys = [redis_ps.embed.shard_key("x:emb", s, 2) for s in range(2)]
+    assert all(c.exists(k) for k in keys)
+    rng = random.Random(5)
+    lines = ["%d %s" % (rng.random() < 0.3, " ".join(
+        "%d:1" % ((f << 56) | rng.randrange(1500)) for f in range(6))) for _ in range(12000)]
+    ever = {int(x.split(":")[0]) for ln in lines for x in ln.split()[1:]}
+
+    def feed():
+        r = m.client()
+        for i in range(0, len(lines), 200):
+            p = r.pipeline(transaction=False)
+            for ln in lines[i:i + 200]:
+                p.xadd("ev", {"l": ln})
+            p.execute()
+            time.sleep(0.03)
+    feeder = threading.Thread(target=feed)
+    feeder.start()     # 12,000 events in about 2 s
+    ws = [subprocess.Popen([PS_TRAIN, "stream", "--addr", m.addr, "--job", "x", "--stream", "ev",
+                            "--consumer", "w%d" % i, "--batch", "64", "--idle-exit", "1500",
+                            "--progress", "none"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+          for i in range(2)]
+    follow = [EXPORT, "--source", m.addr, "--table", "x:emb", "--shards", "2", "--target", tgt.addr,
+              "--count", "16", "--log-json", "--every-ms"]
+    kills = mid_pass = 0
+    try:
+        # Killed while the stream trains, until a kill landed inside a pass (at most 8).
+        while kills < 8 and (kills < 2 or not mid_pass):
+            p = subprocess.Popen(follow + ["1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.05, 0.25))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            kills += 1
+            mid_pass += any(not (t.hget("ps:export:{x:emb}:meta", "state:%d" % s) or b"idle")
+                            .startswith(b"idle") for s in range(2))
+        assert feeder.is_alive(), "the kills did not land while the stream trained"
+        p = subprocess.Popen(follow + ["50"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        feeder.join()
+        for w in ws:
+            out = w.communicate(timeout=60)[0].decode(errors="replace")
+            assert w.returncode == 0, out
+
+        def caught_up():
+            return all(int(t.hget("ps:export:{x:emb}:meta", "version:%d" % s) or 0) >=
+                       int(info_of(c, k)["version"]) for s, k in enumerate(keys))
+        psserver.wait_until(caught_up, timeout=20, what="the followed export reaching the "
+                            "table's final versions")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=10)
+        assert p.returncode == 0, err
+    finally:
+        feeder.join()
+        for w in ws + [p]:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    _, v = pull_np_key(c, "x:stream_events:0")
+    assert int(v[0]) == len(lines)
+    want = {}
+    for k in keys:
+        want.update(master_f16(c, k))
+    evicted = sum(int(info_of(c, k)["evicted_capacity"]) for k in keys)
+    got = target_rows(t, "x:emb")
+    assert got == want
+    gone = ever - set(want)
+    assert evicted > 0 and len(gone) > 1000 and not gone & set(got)
+    passes = [json.loads(x) for x in out.decode().splitlines() if x.startswith("{")]
+    assert mid_pass >= 1 and passes[-1]["event"] == "done", (kills, mid_pass)
+    print("exporter kills %d, inside a pass %d; rows %d, evicted %d" % (kills, mid_pass, len(got),
+                                                                       evicted))
+
+
+def info_of(c, key):
+    v = c.execute_command("PS.INFO", key)
+    return {k.decode(): x for k, x in zip(v[::2], v[1::2])}
+
+
+def pull_np_key(c, key):
+    version, data = c.execute_command("PS.PULL", key, "FORMAT", "F32")
+    return version, np.frombuffer(data, dtype="<f4")

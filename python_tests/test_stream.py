@@ -43,7 +43,7 @@ def data(tmp_path_factory):
     return prefix + ".train.libsvm", lines, truth
 
 
-def fill(r, lines, seed, pace=0.0):
+def fill(r, lines, seed, pace=0.0, stream="ev"):
     """XADDs the lines as entries {l: line} with the MALFORMED entries at random places.
     Returns the ids of the malformed entries."""
     rng = random.Random(seed)
@@ -53,12 +53,12 @@ def fill(r, lines, seed, pace=0.0):
     p = r.pipeline(transaction=False)
     for i, ln in enumerate(lines):
         while k < len(at) and at[k] == i:
-            bad.append(r.xadd("ev", MALFORMED[k]) if not p.command_stack else None)
+            bad.append(r.xadd(stream, MALFORMED[k]) if not p.command_stack else None)
             if bad[-1] is None:
                 p.execute()
-                bad[-1] = r.xadd("ev", MALFORMED[k])
+                bad[-1] = r.xadd(stream, MALFORMED[k])
             k += 1
-        p.xadd("ev", {"l": ln})
+        p.xadd(stream, {"l": ln})
         if i % (200 if pace else 2000) == 0:
             p.execute()
             time.sleep(pace)
@@ -67,7 +67,8 @@ def fill(r, lines, seed, pace=0.0):
 
 
 def init_job(addr, train, job="s"):
-    run(["init", "--addr", addr, "--job", job, "--model", "fm", "--train", train,
+    """A stream job: no train file (init --stream); 'train' is not read."""
+    run(["init", "--addr", addr, "--job", job, "--model", "fm", "--stream", "ev",
          "--table-lr", 0.1, "--seed", 3])
 
 
@@ -147,6 +148,43 @@ def test_stream_two_workers_exactly_once(server, data, tmp_path):
     u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (u1.ru_utime - u0.ru_utime) + (u1.ru_stime - u0.ru_stime)
     assert rc == 0 and "events=0 " in out and cpu < 0.5, (cpu, out)
+
+
+def test_stream_job_init_needs_no_train_file(server, data):
+    """init --stream makes a stream job without --train: no file read, no tasks; the config
+    records the stream; a worker trains it; `work` refuses it with the reason; a second
+    init naming another stream, or without --train on a file job, is refused (exit 2)."""
+    train, lines, _ = data
+    r = server.client()
+    addr = "127.0.0.1:%d" % server.port
+    p = run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "ev",
+             "--fields", 8, "--capacity", 100])
+    assert "a stream job: libsvm lines from stream ev" in p.out, p.out
+    cfg = {k.decode(): v.decode() for k, v in r.hgetall("psjob:{s}:config").items()}
+    assert (cfg["train"], cfg["stream"], cfg["tasks"], cfg["state"]) == ("", "ev", "0", "ready")
+    assert cfg["fields"] == "8" and cfg["capacity"] == "100"
+    assert not r.exists("psjob:{s}:tasks")
+    assert run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "ev",
+                "--fields", 8, "--capacity", 100]).returncode == 0      # same settings: continues
+    p = run(["init", "--addr", addr, "--job", "s", "--model", "fm", "--stream", "other"],
+            check=False)
+    assert p.returncode == 2 and "--stream other (job: ev)" in p.out, p.out
+    p = run(["work", "--addr", addr, "--job", "s"], check=False)
+    assert p.returncode == 1 and "a stream job (init --stream ev, no train file)" in p.out, p.out
+    p = run(["init", "--addr", addr, "--job", "f", "--model", "fm"], check=False)
+    assert p.returncode == 2 and "or --stream KEY" in p.out, p.out
+    run(["init", "--addr", addr, "--job", "f", "--model", "fm", "--train", train])
+    p = run(["init", "--addr", addr, "--job", "f", "--model", "fm", "--stream", "ev"], check=False)
+    assert p.returncode == 2 and "no --train (job: %s)" % train in p.out, p.out
+    p = r.pipeline(transaction=False)
+    for ln in lines[:500]:
+        p.xadd("ev", {"l": ln})
+    p.execute()
+    rc, out = finish(worker(addr, "--idle-exit", 300))
+    assert rc == 0 and "events=500 " in out, out
+    assert counter(r) == (500, 0)
+    st = run(["status", "--addr", addr, "--job", "s"]).out
+    assert "(stream job)" in st and "events trained 500" in st, st
 
 
 @pytest.mark.parametrize("rounds", [3])
@@ -229,3 +267,84 @@ def test_stream_cluster_two_workers_one_killed_exactly_once(cluster, data):
     masters = {cluster.node_for_key(k).port for k in ("ev", key, "s:emb:0{3}", "s:emb:1{2}")}
     assert len(masters) >= 2, masters
     assert "replaying the journaled batch" in out2, out2
+
+
+@pytest.fixture
+def cluster_r(module_path):
+    """3 masters with 1 replica each (cluster-node-timeout 2000 ms: a killed master's
+    replica takes over in about 3 s)."""
+    import psserver
+    c = psserver.RedisClusterHelper(masters=3, replicas=1, node_timeout=2000)
+    yield c
+    c.cleanup()
+
+
+def live_owner(cluster, key):
+    """The master serving 'key' per a live node's CLUSTER SLOTS."""
+    import psserver
+    live = [n for n in cluster.nodes if n.is_alive()]
+    slot = psserver.key_slot(key)
+    for a, b, m, *_ in live[0].client().execute_command("CLUSTER", "SLOTS"):
+        if int(a) <= slot <= int(b):
+            return next(n for n in live if n.port == int(m[1]))
+    raise AssertionError("no owner of slot %d" % slot)
+
+
+@pytest.mark.slow
+def test_stream_master_killed_replica_promoted_exactly_once(cluster_r, data):
+    """Two workers with --wait 1 train a stream on 3 masters with a replica each; the master
+    that holds the stream, its consumer group, the journals and the stream_events counter
+    is SIGKILLed while they train (batches journaled, pushed, not yet XACKed), its replica
+    is promoted, the rest of the stream is XADDed to it, and the job finishes: every event
+    trained exactly once (the counter, pushed under each batch's push ID, equals the
+    stream's length; nothing pending)."""
+    import psserver
+    train, lines, _ = data
+    part1, part2 = lines[:2000], lines[2000:6000]
+    seeds = ",".join(n.addr for n in cluster_r.nodes)
+    run(["init", "--addr", seeds, "--job", "s", "--model", "fm", "--train", train,
+         "--table-lr", 0.1, "--seed", 3])
+    counter_key = "s:stream_events:0"
+    victim = cluster_r.node_for_key(counter_key)
+    stream = next(s for s in ("ev%d" % i for i in range(1000))
+                  if cluster_r.node_for_key(s) is victim)
+    (replica,) = cluster_r.replicas_of(victim)
+    r = victim.client()
+    common = ["--stream", stream, "--batch", 32, "--batch-ms", 20, "--claim-idle-ms", 500,
+              "--wait", 1, "--idle-exit", 6000]
+    ws = [worker(seeds, "--consumer", "w%d" % i, *common) for i in range(2)]
+    # Part 1 paced (about 1 s), the workers keeping up; the kill follows the last chunk's
+    # XADD at once, while its batches are being read, journaled and pushed.
+    for i in range(0, len(part1), 100):
+        p = r.pipeline(transaction=False)
+        for ln in part1[i:i + 100]:
+            p.xadd(stream, {"l": ln})
+        p.execute()
+        if i + 100 < len(part1):
+            time.sleep(0.05)
+    before = counter(r)[0]
+    victim.kill()
+    rc = replica.client()
+    psserver.wait_until(lambda: rc.info("replication")["role"] == "master", 30,
+                        what="the replica promoted")
+    bad = fill(rc, part2, 4, stream=stream)     # 5 malformed entries among them
+    outs = [finish(p, timeout=90) for p in ws]
+    allout = "\n".join(o for _, o in outs)
+    for code, out in outs:
+        assert code == 0, allout
+    owner = live_owner(cluster_r, counter_key)
+    assert owner is replica
+    trained, malformed = counter(owner.client())
+    assert (trained, malformed) == (len(part1) + len(part2), len(bad)), allout
+    assert rc.xpending(stream, "ps-train")["pending"] == 0
+    assert rc.xlen(stream) == len(part1) + len(part2) + len(bad)
+    stats = [dict(kv.split("=", 1) for kv in m.split())
+             for m in re.findall(r"^STREAM (.*)$", allout, re.M)]
+    assert len(stats) == 2
+    print("trained just before the kill: %d of %d; replays %d; fenced %s; journal WAITs "
+          "short %s" % (before, len(part1), allout.count("replaying the journaled batch"),
+                        [s["fenced"] for s in stats], [s["journal_wait_short"] for s in stats]))
+    assert 0 < before < len(part1)      # the kill landed mid-stream
+    # The promoted master has no replica: the journal's WAIT 1 came back short (policy
+    # degrade: counted, training went on).
+    assert sum(int(s["journal_wait_short"]) for s in stats) > 0, allout

@@ -14,7 +14,9 @@
   4. Freshness: every --probe-ms a probe click with an id no one has seen is XADDed; a
      poller scores that id alone on the master and on the replica every millisecond until
      its row exists (the push that trained on the probe was applied, and replicated):
-     XADD-to-served-score latency, p50 / p99.
+     XADD-to-served-score latency, p50 / p99. The same for the exported store: a plain
+     Redis that `ps-export --every-ms --export-ms` follows from the replica; a probe counts
+     once its row is there (a client scoring from that store reads it).
 It prints, per period, the planted truth's AUC and the online and frozen models' AUC on
 the held-out clicks, the training rate, and the freshness; it draws the AUCs into
 build/plots/online_auc.png when gnuplot is present. Exit 1 when the online model's AUC over
@@ -57,13 +59,16 @@ def free_port():
 class Server:
     """A redis-server with the module in its own directory, stopped by pid."""
 
-    def __init__(self, d, name, replicaof=None):
+    def __init__(self, d, name, replicaof=None, module=True):
         self.port = free_port()
+        self.addr = "127.0.0.1:%d" % self.port
         self.dir = os.path.join(d, name)
         os.makedirs(self.dir)
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                "--save", "", "--appendonly", "no", "--loadmodule", os.path.join(B, "ps.so"),
+                "--save", "", "--appendonly", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]
+        if module:
+            args += ["--loadmodule", os.path.join(B, "ps.so")]
         if replicaof:
             args += ["--replicaof", "127.0.0.1", str(replicaof)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -144,6 +149,8 @@ def main():
     ap.add_argument("--rate", type=float, default=60000, help="events/s the producer XADDs")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--probe-ms", type=int, default=100)
+    ap.add_argument("--export-ms", type=int, default=500,
+                    help="ps-export --every-ms: the exported store's pass interval")
     ap.add_argument("--max-gap", type=float, default=0.01)
     ap.add_argument("--plots", default=os.path.join(B, "plots"))
     a = ap.parse_args()
@@ -196,7 +203,7 @@ def run(a, d, servers, procs):
            "--init-std", 0 if a.table_optim == "ftrl" else 0.01, "--batch", a.batch, "--seed", 3]
     ps_train("init", "--addr", addr, "--job", "frozen", "--train", first, *job)
     ps_train("work", "--addr", addr, "--job", "frozen", "--progress", "none")
-    ps_train("init", "--addr", addr, "--job", "online", "--train", first, *job)
+    ps_train("init", "--addr", addr, "--job", "online", "--stream", "clicks", *job)  # no file
     for _ in range(400):      # the replica has synced and holds both models
         if replica.r.exists("online:emb:0{0}", "frozen:emb:0{0}") == 2:
             break
@@ -209,17 +216,33 @@ def run(a, d, servers, procs):
           % (a.periods, a.period_samples, a.model.upper(), FIELDS, a.vocab, 100 * a.drift_frac, a.table_optim,
              a.table_lr, a.workers, a.rate,
              os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])), flush=True)
+    workers = []
     for w in range(a.workers):
-        procs.append(subprocess.Popen(
+        workers.append(subprocess.Popen(
             [str(x) for x in [os.path.join(B, "ps-train"), "stream", "--addr", addr, "--job",
                               "online", "--stream", "clicks", "--consumer", "w%d" % w,
                               "--batch-ms", 20, "--idle-exit", 4000, "--progress", "none"]],
             stdout=open(os.path.join(d, "w%d.log" % w), "w"), stderr=subprocess.STDOUT))
+    procs.extend(workers)
+
+    # The exported store: a plain Redis that ps-export follows from the replica (a pass
+    # every --export-ms: the rows changed since the last pass as F16, the evicted ones
+    # deleted).
+    exported = Server(d, "exported", module=False)
+    servers.append(exported)
+    exporter = subprocess.Popen(
+        [str(x) for x in [os.path.join(B, "ps-export"), "--source", replica.addr, "--table",
+                          "online:emb", "--shards", 1, "--target", exported.addr,
+                          "--every-ms", a.export_ms, "--quiet"]],
+        stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, "export.log"), "w"))
+    procs.append(exporter)
+    rows_key = "ps:export:{online:emb}:rows"
 
     # Freshness probes: one id no click has, per probe (label 1). A poller per server
-    # scores each probe's id alone until its row exists there.
+    # scores each probe's id alone until its row exists there; on the exported store,
+    # until the probe's row is there (what a client scoring from that store reads).
     probe_t = {}
-    lat = {"master": [], "replica": []}
+    lat = {"master": [], "replica": [], "exported": []}
     stop = threading.Event()
     lock = threading.Lock()
 
@@ -236,16 +259,19 @@ def run(a, d, servers, procs):
                 if time.monotonic() > t_end:
                     return
             for k in pending:
-                z = score(r, "online", [(1, [k])])[0]
-                if k not in absent:
-                    absent[k] = z
-                elif z != absent[k]:
+                if name == "exported":
+                    there = r.hexists(rows_key, str(k))
+                else:
+                    z = score(r, "online", [(1, [k])])[0]
+                    there = k in absent and z != absent[k]
+                    absent.setdefault(k, z)
+                if there:
                     lat[name].append(time.monotonic() - probe_t[k])
                     seen.add(k)
             time.sleep(0.001)
 
-    polls = [threading.Thread(target=poller, args=(name, redis.Redis(port=srv.port)))
-             for name, srv in (("master", master), ("replica", replica))]
+    polls = [threading.Thread(target=poller, args=(name, redis.Redis(port=srv.port)), daemon=True)
+             for name, srv in (("master", master), ("replica", replica), ("exported", exported))]
     for t in polls:
         t.start()
 
@@ -290,7 +316,7 @@ def run(a, d, servers, procs):
                 time.sleep(lag)
     produced = time.monotonic() - t0
     rc = 0
-    for w in procs:
+    for w in workers:
         w.wait(120)
         rc |= w.returncode
     trained = time.monotonic() - t0
@@ -314,12 +340,18 @@ def run(a, d, servers, procs):
         oh = auc(online_s[q][h:], labels[q][h:])
         rows.append((q, ta, oa, fa, oh))
         print("demo-online: %6d  %9.4f  %10.4f  %10.4f  %15.4f" % (q, ta, oa, fa, oh))
-    for name in ("master", "replica"):
+    exporter.terminate()
+    if exporter.wait(10) != 0:
+        print(open(os.path.join(d, "export.log")).read()[-2000:])
+        sys.exit("demo-online: ps-export failed")
+    for name in ("master", "replica", "exported"):
         v = sorted(lat[name])
         if v:
-            print("demo-online: freshness on the %s: %d probes, XADD to served score p50 %.0f ms, "
-                  "p99 %.0f ms" % (name, len(v), 1000 * v[len(v) // 2],
-                                   1000 * v[min(len(v) - 1, int(len(v) * 0.99))]))
+            print("demo-online: freshness on the %s%s: %d of %d probes, XADD to served score "
+                  "p50 %.0f ms, p99 %.0f ms" % (
+                      name, " store (ps-export --every-ms %d from the replica)" % a.export_ms
+                      if name == "exported" else "", len(v), len(probe_t),
+                      1000 * v[len(v) // 2], 1000 * v[min(len(v) - 1, int(len(v) * 0.99))]))
         else:
             print("demo-online: freshness on the %s: no probe seen" % name)
     if shutil.which("gnuplot"):

@@ -32,7 +32,8 @@
  * a dense job). */
 typedef struct sparseConfig {
     char model[8];              /* lr | fm | mlp */
-    char train[512], test[512];
+    char train[512], test[512]; /* train "": a stream job (init --stream, no file) */
+    char stream[256];           /* init --stream: the stream it trains from ("" none) */
     char format[8];             /* libsvm | criteo */
     int dim, fields;
     char hidden[64];

@@ -132,8 +132,9 @@ static const flagDef Flags[] = {
     {"--max-tasks", F_INT, O(max_tasks), 1, INT_MAX, C_WORK, K_ALL, NULL, NULL, 0, "no limit",
      "N", "exit after N tasks (for tests)", NULL},
     /* stream: online training from a Redis Stream of events (stream.c) */
-    {"--stream", F_STR, O(stream), 0, 0, C_STREAM, K_SPARSE, NULL, NULL, 0, "required", "KEY",
-     "the Redis Stream of events (one libsvm or Criteo line per entry)", NULL},
+    {"--stream", F_STR, O(stream), 0, 0, C_INIT | C_STREAM, K_SPARSE, NULL, NULL, 0, "required",
+     "KEY", "the Redis Stream of events (one libsvm or Criteo line per entry); init: a job "
+     "trained from it, --train then optional (recorded, no tasks)", NULL},
     {"--group", F_STR, O(group), 0, 0, C_STREAM, K_SPARSE, "ps-train", NULL, 0, NULL, "NAME",
      "consumer group (made at the stream's start when missing)", NULL},
     {"--consumer", F_STR, O(consumer), 0, 0, C_STREAM, K_SPARSE, NULL, NULL, 0, "hostname-pid",

@@ -43,8 +43,9 @@ int tr_sparse_validate(const trainOpts *o, int init_or_run) {
         fprintf(stderr, "ps-train %s: --model: '%s' is not lr, fm or mlp\n", c, g->model);
         return -1;
     }
-    if (g->train == NULL) {
-        fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)\n", c);
+    if (g->train == NULL && !(o->stream && !strcmp(c, "init"))) {
+        fprintf(stderr, "ps-train %s: --model needs --train FILE (libsvm or Criteo)%s\n", c,
+                strcmp(c, "init") ? "" : ", or --stream KEY for a job trained from a stream");
         return -1;
     }
     if (!strcmp(c, "run") && g->test == NULL) {
@@ -98,6 +99,7 @@ int tr_sparse_field(jobConfig *cfg, const char *f, const redisReply *v) {
     if (!strcmp(f, "model")) copy_reply(sp->model, sizeof(sp->model), v);
     else if (!strcmp(f, "train")) copy_reply(sp->train, sizeof(sp->train), v);
     else if (!strcmp(f, "test")) copy_reply(sp->test, sizeof(sp->test), v);
+    else if (!strcmp(f, "stream")) copy_reply(sp->stream, sizeof(sp->stream), v);
     else if (!strcmp(f, "format")) copy_reply(sp->format, sizeof(sp->format), v);
     else if (!strcmp(f, "hidden")) copy_reply(sp->hidden, sizeof(sp->hidden), v);
     else if (!strcmp(f, "table_optim")) copy_reply(sp->table_optim, sizeof(sp->table_optim), v);
@@ -124,7 +126,7 @@ int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
 #define BAD(cond, ...) do { if (cond) { snprintf(err, errlen, __VA_ARGS__); return -1; } } while (0)
     BAD(ps_ctr_parse_model(sp->model) < 0, "model '%s'", sp->model);
     BAD(strcmp(sp->format, "libsvm") && strcmp(sp->format, "criteo"), "format '%s'", sp->format);
-    BAD(!sp->train[0], "train: empty");
+    BAD(!sp->train[0] && !sp->stream[0], "train: empty (and no stream)");
     BAD(!optim_ok, "table_optim '%s'", sp->table_optim);
     BAD(sp->dim < 1 || sp->dim > TR_SP_MAX_DIM, "dim %d", sp->dim);
     BAD(sp->fields < 1 || sp->fields > TR_SP_MAX_FIELDS, "fields %d", sp->fields);
@@ -134,7 +136,7 @@ int tr_sparse_check_config(const jobConfig *cfg, char *err, size_t errlen) {
     BAD(sp->capacity < 0 || sp->capacity > TR_SP_MAX_CAPACITY, "capacity %lld", sp->capacity);
     BAD(sp->shard_bytes < 1 || sp->shard_bytes > TR_SP_MAX_SHARD_BYTES, "shard_bytes %lld",
         sp->shard_bytes);
-    BAD(sp->train_bytes < 1, "train_bytes %lld", sp->train_bytes);
+    BAD(sp->train[0] && sp->train_bytes < 1, "train_bytes %lld", sp->train_bytes);
     BAD(!(sp->table_lr > 0 && sp->table_lr <= 1e6), "table_lr %g", sp->table_lr);
     BAD(!(sp->ftrl_beta > 0 && sp->ftrl_beta <= 1e6), "ftrl_beta %g", sp->ftrl_beta);
     BAD(!(sp->l1 >= 0 && sp->l1 <= 1e6), "l1 %g", sp->l1);
@@ -162,6 +164,10 @@ int tr_sparse_diff(const trainOpts *o, const jobConfig *cfg, char *out, size_t l
     if (!sp->model[0]) return n;
     SDIFF(tr_given(o, "--train") && strcmp(g->train, sp->train), "--train %s (job: %s)",
           g->train, sp->train);
+    SDIFF(!strcmp(o->cmd, "init") && tr_given(o, "--stream") && strcmp(o->stream, sp->stream),
+          "--stream %s (job: %s)", o->stream, sp->stream[0] ? sp->stream : "none");
+    SDIFF(!strcmp(o->cmd, "init") && !tr_given(o, "--train") && sp->train[0], "no --train (job: %s)",
+          sp->train);
     SDIFF(tr_given(o, "--test") && strcmp(g->test, sp->test), "--test %s (job: %s)", g->test,
           sp->test[0] ? sp->test : "none");
     SDIFF(tr_given(o, "--format") && strcmp(g->format, sp->format), "--format %s (job: %s)",

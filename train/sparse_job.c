@@ -225,7 +225,17 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     memset(&cfg, 0, sizeof(cfg));
     snprintf(sp->model, sizeof(sp->model), "%s", o->sparse.model);
     for (char *p = sp->model; *p; p++) *p = (char)(*p >= 'A' && *p <= 'Z' ? *p + 32 : *p);
-    snprintf(sp->train, sizeof(sp->train), "%s", o->sparse.train);
+    /* A stream job (--stream, no --train) has no file: its format, fields
+     * and model come from the flags alone, it has no tasks, and its entries
+     * are checked as they arrive (a malformed one is counted and skipped). */
+    snprintf(sp->train, sizeof(sp->train), "%s", o->sparse.train ? o->sparse.train : "");
+    if (o->stream) {
+        if (strlen(o->stream) >= sizeof(sp->stream)) {
+            tr_err(o, "--stream: at most %zu bytes", sizeof(sp->stream) - 1);
+            return TR_EXIT_USAGE;
+        }
+        snprintf(sp->stream, sizeof(sp->stream), "%s", o->stream);
+    }
     if (o->sparse.test) snprintf(sp->test, sizeof(sp->test), "%s", o->sparse.test);
     snprintf(sp->format, sizeof(sp->format), "%s", o->sparse.format);
     snprintf(sp->hidden, sizeof(sp->hidden), "%s", o->sparse.hidden);
@@ -268,7 +278,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
         return TR_EXIT_USAGE;
     }
     have_model = 1;
-    if ((sp->train_bytes = file_bytes(o, sp->train)) < 0) {
+    if (sp->train[0] && (sp->train_bytes = file_bytes(o, sp->train)) < 0) {
         status = TR_EXIT_USAGE;     /* like an unreadable --test: a bad flag value */
         goto out;
     }
@@ -283,7 +293,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
         status = TR_EXIT_USAGE;
         goto out;
     }
-    if (check_file(o, &cfg, &m, sp->train) != 0 ||
+    if ((sp->train[0] && check_file(o, &cfg, &m, sp->train) != 0) ||
         (sp->test[0] && check_file(o, &cfg, &m, sp->test) != 0)) {
         status = TR_EXIT_USAGE;
         goto out;
@@ -311,6 +321,7 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
         const char *argv[] = {"HSET", ckey, "optim", cfg.optim, "lr", nums[0], "batch", nums[1],
                               "epochs", nums[2], "seed", nums[3], "push_format", cfg.push_format,
                               "model", sp->model, "train", sp->train, "test", sp->test,
+                              "stream", sp->stream,
                               "format", sp->format, "hidden", sp->hidden,
                               "table_optim", sp->table_optim, "dim", nums[4], "fields", nums[5],
                               "table_lr", nums[6], "ftrl_beta", nums[7], "l1", nums[8],
@@ -336,16 +347,24 @@ int tr_sparse_init(const trainOpts *o, psClient *c) {
     }
     made = 1;
     if (create_keys(o, c, &cfg, e, dm) != 0) goto out;
-    if ((cfg.tasks = tr_fill_tasks(o, c, &cfg, 0, sp->train_bytes, sp->shard_bytes)) < 0) goto out;
+    if (sp->train[0] &&
+        (cfg.tasks = tr_fill_tasks(o, c, &cfg, 0, sp->train_bytes, sp->shard_bytes)) < 0)
+        goto out;
     char ntasks[32];
     snprintf(ntasks, sizeof(ntasks), "%lld", cfg.tasks);
     redisReply *r = tr_cmd_ok(o, c, ckey, "HSET %s tasks %s state ready", ckey, ntasks);
     if (r == NULL) goto out;
     freeReplyObject(r);
-    printf("ps-train %s: job %s: model %s (row dim %d), %s %s of %lld bytes, %d epochs, tasks "
-           "of %lld bytes -> %lld tasks; batch %d; dense tensors %s lr %g\n", o->cmd, o->job,
-           sp->model, ps_ctr_row_dim(&m), sp->format, sp->train, sp->train_bytes, cfg.epochs,
-           sp->shard_bytes, cfg.tasks, cfg.batch, cfg.optim, cfg.lr);
+    if (sp->train[0])
+        printf("ps-train %s: job %s: model %s (row dim %d), %s %s of %lld bytes, %d epochs, tasks "
+               "of %lld bytes -> %lld tasks; batch %d; dense tensors %s lr %g\n", o->cmd, o->job,
+               sp->model, ps_ctr_row_dim(&m), sp->format, sp->train, sp->train_bytes, cfg.epochs,
+               sp->shard_bytes, cfg.tasks, cfg.batch, cfg.optim, cfg.lr);
+    else
+        printf("ps-train %s: job %s: model %s (row dim %d), a stream job: %s lines from stream "
+               "%s (no train file, no tasks: ps-train stream trains it); batch %d; dense tensors "
+               "%s lr %g\n", o->cmd, o->job, sp->model, ps_ctr_row_dim(&m), sp->format,
+               sp->stream, cfg.batch, cfg.optim, cfg.lr);
     status = TR_EXIT_OK;
 out:
     if (status != TR_EXIT_OK && made) {
@@ -402,7 +421,8 @@ psModel *tr_sparse_status(const trainOpts *o, psClient *c, const jobConfig *cfg)
     }
     printf("sparse: model %s (row dim %d), %s %s (%lld bytes) in tasks of %lld bytes, test %s; "
            "table rows %s lr %g, admit %d, capacity %lld\n", sp->model, ps_ctr_row_dim(&m),
-           sp->format, sp->train, sp->train_bytes, sp->shard_bytes, sp->test[0] ? sp->test : "-",
+           sp->format, sp->train[0] ? sp->train : "(stream job)", sp->train_bytes, sp->shard_bytes,
+           sp->test[0] ? sp->test : "-",
            sp->table_optim, sp->table_lr, sp->admit, sp->capacity);
     /* Every setting init recorded, defaults included (opts.c has them). */
     printf("sparse settings: --dim %d --fields %d --hidden %s --table-shards %d --task-bytes %lld "

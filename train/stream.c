@@ -26,6 +26,9 @@
  * entries, which X never journaled (so never pushed), and trains them as a
  * new batch of its own. A restart under the same --consumer name does the
  * same with its own journal and pending entries first.
+ * With --wait N the journal step ends in "WAIT N" on the stream's node and
+ * the batch is pushed only after it (journal_wait_send): a failover of that
+ * node then cannot lose a journal whose push stands.
  *
  * Accounting. Every batch also pushes [-events trained, -entries malformed]
  * into the job's tensor "stream_events" (SGD, LR 1) under the same push ID:
@@ -37,7 +40,7 @@
  * worker keeps its last --auc-window (score, label) pairs (exact AUC and
  * logloss of the window) and adds a histogram of its scores (2048 buckets
  * of the logit over [-16, 16)) per label to a shared hash per 10 seconds
- * (psjob:{J}:sauc:<slot>, kept an hour); the global AUC of the last minute
+ * (psjob:{J}:sauc:<slot>, kept SW_KEEP_S); the global AUC of the last minute
  * over all workers is computed from the summed histograms, with its error
  * bound (pairs that share a bucket, counted half). */
 
@@ -50,50 +53,12 @@
 #include "cmds.h"
 #include "conn.h"
 #include "metrics.h"
-#include "sparse.h"
-#include "stream.h"
+#include "stream_work.h"
 #include "tasks.h"
 #include "util.h"
 #include "wirefmt.h"
 
 #define SJ_CHUNK "512"
-
-/* The journal: check that the consumer still owns every entry of the new
- * batch (a claim may have taken some: then the batch is "fenced") and
- * journal it. KEYS: stream, journal. ARGV: group, consumer, cid, seq, own,
- * exact, the entry ids joined by spaces, their count (0: the journal is
- * emptied). Returns 1 or -1 (fenced). With exact 0 the caller
- * knows its pending list holds nothing but this batch (see journal_send), so
- * an unchanged count of its pending entries (XPENDING summary) proves that
- * nothing was taken; otherwise, or when the count differs, every id is
- * looked up. The XACK of the batch journaled before and the XREADGROUP of
- * the next batch go in the same pipeline (journal_send). */
-static const char JournalLua[] =
-    "local S, J, G, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]\n"
-    "local n = tonumber(ARGV[8])\n"
-    "if n > 0 then\n"
-    "  local ok = false\n"
-    "  if ARGV[6] == '0' then\n"
-    "    local s = redis.call('XPENDING', S, G)\n"
-    "    for _, c in ipairs(s[4] or {}) do if c[1] == me then ok = tonumber(c[2]) == n end end\n"
-    "  end\n"
-    "  if not ok then\n"
-    "    local ids = {} for w in string.gmatch(ARGV[7], '%S+') do ids[#ids+1] = w end\n"
-    "    local p = redis.call('XPENDING', S, G, ids[1], ids[#ids], n + 256, me)\n"
-    "    local mine = {} for _, e in ipairs(p) do mine[e[1]] = true end\n"
-    "    ok = true\n"
-    "    for _, id in ipairs(ids) do if not mine[id] then ok = false break end end\n"
-    "    if not ok and #p >= n + 256 then\n"
-    "      ok = true\n"
-    "      for _, id in ipairs(ids) do\n"
-    "        if #redis.call('XPENDING', S, G, id, id, 1, me) == 0 then ok = false break end\n"
-    "      end\n"
-    "    end\n"
-    "  end\n"
-    "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return -1 end\n"
-    "end\n"
-    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', ARGV[7])\n"
-    "return 1\n";
 
 /* The claim: XACK the own journaled batch, then take over a batch.
  * KEYS: stream, own journal. ARGV: group, consumer, idle ms, count,
@@ -157,147 +122,6 @@ static const char ClaimLua[] =
     "if #got == 0 then return {0} end\n"
     "return {2, '', '', got}\n";
 
-/* Adds pairs (field, count) to the hash KEYS[1] and keeps it an hour. */
-static const char HistLua[] =
-    "for i = 1, #ARGV, 2 do redis.call('HINCRBY', KEYS[1], ARGV[i], ARGV[i+1]) end\n"
-    "redis.call('EXPIRE', KEYS[1], 3600)\n"
-    "return 1\n";
-
-/* The pieces of one worker's model: the job's table and dense tensors on
- * one client (the worker's own, or a replay's under another push ID). */
-typedef struct swModel {
-    psClient *c;
-    psEmbed *e;
-    psModel *dm;                /* the job's dense tensors */
-    psModel *cm;                /* stream_events: [trained, malformed] */
-} swModel;
-
-typedef struct streamWork {
-    const trainOpts *o;
-    jobConfig cfg;
-    ps_ctr_model m;
-    int have_model;
-    swModel own;
-    char me[128], cid[300], skey[256], jkey[512], jpre[512], sauc_pre[160];
-    uint64_t own_seq;           /* the last seq of this consumer's own batches */
-    ps_sparse_reader *lp;       /* the line parser */
-    ps_sparse_batch b;
-    ps_ctr_unique u;
-    float *rows, *grows;
-    size_t cap;
-    int ndense;
-    float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)];
-    float *dgrad[2 * (PS_CTR_MAX_HIDDEN + 1)];
-    /* The batch being built: its entry ids, space separated, and counts. */
-    char *ids;
-    size_t idlen, idcap;
-    int nent, nbad;
-    char first[48];
-    /* Totals of this run. */
-    long long trained, malformed, batches, fenced, replays, replayed, claimed, dups;
-    double t0, last_print, last_event, last_claim;
-    long long last_trained;
-    /* Progressive validation: the window ring and the histogram to flush. */
-    double *wp;
-    unsigned char *wy;
-    long long wn;               /* events ever put in the ring */
-    double wloss;               /* logloss summed over the ring */
-    double *wl;
-    long long *hpos, *hneg;
-    int hdirty;
-    runLog *log;
-    int tty, quiet;
-    int want;                   /* events the next batch may take (prefetch) */
-    char *old;                  /* the entry ids journaled last (space separated) */
-    int exact;                  /* the journal checks every id (journal_send) */
-    uint64_t resent;            /* retries + reconnects of the client when 'exact' was set */
-    size_t oldlen, oldcap;
-    redisReply *pre;            /* entries the journal step read for the next batch */
-} streamWork;
-
-static int sw_flush_hist(struct streamWork *w);
-
-/* ---------------------------------------------------------------------- */
-
-int sw_hist_bucket(double p) {
-    double z;
-    if (!(p > 0.0)) return 0;
-    if (!(p < 1.0)) return SW_BUCKETS - 1;
-    z = log(p) - log1p(-p);
-    int b = (int)floor((z + SW_LOGIT_MAX) * SW_BUCKETS / (2.0 * SW_LOGIT_MAX));
-    return b < 0 ? 0 : b >= SW_BUCKETS ? SW_BUCKETS - 1 : b;
-}
-
-double sw_hist_auc(const long long *pos, const long long *neg, double *bound) {
-    double P = 0, N = 0, below = 0, area = 0, ties = 0;
-    for (int b = 0; b < SW_BUCKETS; b++) {
-        P += (double)pos[b];
-        N += (double)neg[b];
-    }
-    if (bound) *bound = NAN;
-    if (P == 0 || N == 0) return NAN;
-    for (int b = 0; b < SW_BUCKETS; b++) {
-        area += (double)pos[b] * (below + (double)neg[b] / 2.0);
-        ties += (double)pos[b] * (double)neg[b];
-        below += (double)neg[b];
-    }
-    if (bound) *bound = ties / (2.0 * P * N);
-    return area / (P * N);
-}
-
-/* The stream's cluster slot: a prefix whose keys hash like 'stream'. 0, or
- * -1 when the name's braces make no hash tag and cannot be wrapped in one. */
-int sw_slot_prefix(const char *stream, char *out, size_t len) {
-    const char *l = strchr(stream, '{');
-    const char *r = l ? strchr(l + 1, '}') : NULL;
-    if (l && r && r > l + 1) {
-        snprintf(out, len, "%.*s:", (int)(r - stream + 1), stream);
-        return 0;
-    }
-    if (strchr(stream, '}')) return -1;
-    snprintf(out, len, "{%s}:", stream);
-    return 0;
-}
-
-/* ---------------------------------------------------------------------- */
-
-static void sw_model_free(swModel *sm) {
-    psModelFree(sm->cm);
-    psModelFree(sm->dm);
-    psEmbedFree(sm->e);
-    sm->cm = sm->dm = NULL;
-    sm->e = NULL;
-}
-
-/* The job's table, dense tensors and the counter tensor on client 'c'.
- * 0 or -1 (printed). */
-static int sw_model_open(struct streamWork *w, psClient *c, swModel *sm, int create) {
-    const trainOpts *o = w->o;
-    pushFormat pf;
-    psWireFormat pullf;
-    uint64_t two = 2;
-    memset(sm, 0, sizeof(*sm));
-    sm->c = c;
-    if ((sm->e = ts_table(o->job, &w->cfg, ps_ctr_row_dim(&w->m))) == NULL ||
-        (sm->dm = ts_dense_model(c, o->job, &w->m)) == NULL || (sm->cm = psModelNew(o->job)) == NULL ||
-        psModelAddTensor(sm->cm, "stream_events", 1, &two) < 0 || psModelLayout(c, sm->cm) != PS_OK) {
-        tr_err(o, "job %s: cannot lay out the table and tensors", o->job);
-        return -1;
-    }
-    if (create && psModelCreate(c, sm->cm, "INIT ZEROS OPTIM SGD LR 1", 1) < 0) {
-        tr_err(o, "PS.CREATE %s: %s", psModelPartitionKey(sm->cm, 0, 0), c->errstr);
-        return -1;
-    }
-    if (tr_parse_push(w->cfg.push_format[0] ? w->cfg.push_format : NULL, &pf) != 0 ||
-        tr_parse_wire(o->pull_format, 0, &pullf) != 0 || psEmbedSetPushFormat(sm->e, pf.fmt) != PS_OK ||
-        tr_push_apply(sm->dm, &pf) != PS_OK || psEmbedSetPullFormat(sm->e, pullf) != PS_OK ||
-        psModelSetPullFormat(sm->dm, pullf) != PS_OK) {
-        tr_err(o, "job %s: sparse jobs push f32, bf16 or f16 and pull f32, bf16 or f16", o->job);
-        return -1;
-    }
-    return 0;
-}
-
 /* ---------------------------------------------------------------------- */
 
 static void sw_free(struct streamWork *w) {
@@ -318,423 +142,6 @@ static void sw_free(struct streamWork *w) {
     runlog_close(w->log);
     if (w->pre) freeReplyObject(w->pre);
     free(w->old);
-}
-
-/* Remembers 'ids' (len bytes) as the batch journaled last. 0 or -1. */
-static int set_old(struct streamWork *w, const char *ids, size_t len) {
-    if (len + 1 > w->oldcap) {
-        char *n = realloc(w->old, len + 1);
-        if (n == NULL) return -1;
-        w->old = n;
-        w->oldcap = len + 1;
-    }
-    if (len) memcpy(w->old, ids, len);
-    w->oldlen = len;
-    w->old[len] = '\0';
-    return 0;
-}
-
-/* Appends the space-separated ids of s[0..len) to argv/argl from *argc on. */
-static void split_ids(const char *s, size_t len, const char **argv, size_t *argl, int *argc) {
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && s[i] == ' ') i++;
-        size_t j = i;
-        while (j < len && s[j] != ' ') j++;
-        if (j > i) {
-            argv[*argc] = s + i;
-            argl[(*argc)++] = j - i;
-        }
-        i = j;
-    }
-}
-
-static void batch_reset(struct streamWork *w) {
-    ps_sparse_batch_clear(&w->b);
-    w->idlen = 0;
-    if (w->ids) w->ids[0] = '\0';
-    w->nent = w->nbad = 0;
-    w->first[0] = '\0';
-}
-
-static int ids_add(struct streamWork *w, const char *id, size_t len) {
-    if (w->idlen + len + 2 > w->idcap) {
-        size_t cap = (w->idcap ? w->idcap * 2 : 1 << 14) + len;
-        char *n = realloc(w->ids, cap);
-        if (n == NULL) return -1;
-        w->ids = n;
-        w->idcap = cap;
-    }
-    if (w->idlen) w->ids[w->idlen++] = ' ';
-    memcpy(w->ids + w->idlen, id, len);
-    w->idlen += len;
-    w->ids[w->idlen] = '\0';
-    return 0;
-}
-
-/* Adds entry e = [id, [field, value, ...]] to the batch: its line parsed, or
- * counted malformed (logged with its id). 0, or -1 out of memory. */
-static int take_entry(struct streamWork *w, const redisReply *e) {
-    char err[512];
-    if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 2 ||
-        e->element[0]->type != REDIS_REPLY_STRING)
-        return 0;
-    const redisReply *id = e->element[0], *f = e->element[1];
-    if (ids_add(w, id->str, id->len) != 0) return -1;
-    if (!w->first[0]) snprintf(w->first, sizeof(w->first), "%s", id->str);
-    w->nent++;
-    const redisReply *line = NULL;
-    for (size_t i = 0; f->type == REDIS_REPLY_ARRAY && i + 1 < f->elements; i += 2)
-        if (f->element[i]->type == REDIS_REPLY_STRING && !strcmp(f->element[i]->str, w->o->field) &&
-            f->element[i + 1]->type == REDIS_REPLY_STRING)
-            line = f->element[i + 1];
-    if (line == NULL)
-        snprintf(err, sizeof(err), "no field '%s'", w->o->field);
-    else if (ps_sparse_add_line(w->lp, &w->b, line->str, line->len, err, sizeof(err)) == 0)
-        return 0;
-    w->nbad++;
-    fprintf(stderr, "[%s] malformed entry %s of %s: %s (skipped)\n", w->me, id->str, w->skey, err);
-    RUNLOG(w->log, "malformed", RL_STR("worker", w->me), RL_STR("stream", w->skey),
-           RL_STR("id", id->str), RL_STR("error", err));
-    return 0;
-}
-
-/* Reads up to --batch new entries: blocks until the first (at most
- * 'block_ms'), then until the batch is full or --batch-ms passed since.
- * Returns the entries taken (>= 0) or -1 (printed). */
-/* Takes the entries of an XREADGROUP reply [[stream, [entry, ...]]].
- * Returns how many, or -1 out of memory. */
-static int take_entries(struct streamWork *w, const redisReply *r) {
-    int got = 0;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 1 &&
-        r->element[0]->type == REDIS_REPLY_ARRAY && r->element[0]->elements == 2) {
-        const redisReply *es = r->element[0]->element[1];
-        for (size_t i = 0; es->type == REDIS_REPLY_ARRAY && i < es->elements; i++) {
-            if (take_entry(w, es->element[i]) != 0) return -1;
-            got++;
-        }
-    }
-    return got;
-}
-
-static int read_batch(struct streamWork *w, int want, int block_ms) {
-    const trainOpts *o = w->o;
-    double start = 0;
-    if (w->pre) {
-        int got = take_entries(w, w->pre);
-        freeReplyObject(w->pre);
-        w->pre = NULL;
-        if (got < 0) {
-            tr_err(o, "out of memory");
-            return -1;
-        }
-        if (got > 0) start = tr_now();
-    }
-    while (w->nent < want && !tw_stop) {
-        int ms = block_ms;
-        if (w->nent > 0) {
-            ms = o->batch_ms - (int)((tr_now() - start) * 1000.0);
-            if (ms < 1) break;
-        }
-        char count[24], block[24];
-        snprintf(count, sizeof(count), "%d", want - w->nent);
-        snprintf(block, sizeof(block), "%d", ms);
-        const char *argv[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", count, "BLOCK",
-                              block, "STREAMS", w->skey, ">"};
-        redisReply *r = psCommandArgv(w->own.c, w->skey, 11, argv, NULL);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            tr_err(o, "[%s] XREADGROUP %s: %s", w->me, w->skey, r ? r->str : w->own.c->errstr);
-            if (r) freeReplyObject(r);
-            return -1;
-        }
-        int got = take_entries(w, r);
-        freeReplyObject(r);
-        if (got < 0) {
-            tr_err(o, "out of memory");
-            return -1;
-        }
-        if (got && start == 0) start = tr_now();
-        if (!got && w->nent == 0) break; /* blocked block_ms for nothing */
-        if (!got) break;                 /* --batch-ms passed */
-    }
-    return w->nent;
-}
-
-/* Runs the journal script for the batch built (ids "" : none, just the XACK
- * of the one before). Returns 1 journaled, 0 fenced, -1 error (printed). */
-/* The commands of one journal step in flight (journal_send). */
-typedef struct journalStep {
-    psAsync *ack, *eval, *read;
-} journalStep;
-
-/* Sends, pipelined to the stream's node: the XACK of the batch journaled
- * before (its pushes were acknowledged), the fence-and-journal script of
- * the batch built, and (w->want > 0) a non-blocking XREADGROUP of the next
- * batch's entries. 0, or -1 (printed; what was sent is waited for). */
-static int journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js) {
-    const trainOpts *o = w->o;
-    char s_seq[24], s_own[24], s_want[24];
-    int nold = 4, nnew = 14, k = 0, rc = -1;
-    memset(js, 0, sizeof(*js));
-    snprintf(s_seq, sizeof(s_seq), "%llu", (unsigned long long)seq);
-    snprintf(s_own, sizeof(s_own), "%llu", (unsigned long long)w->own_seq);
-    snprintf(s_want, sizeof(s_want), "%d", w->want);
-    for (size_t i = 0; i < w->oldlen; i++) nold += w->old[i] == ' ';
-    for (size_t i = 0; i < w->idlen; i++) nnew += w->ids[i] == ' ';
-    int cap = nold > nnew ? nold : nnew;
-    const char **av = malloc((size_t)cap * sizeof(char *));
-    size_t *al = malloc((size_t)cap * sizeof(size_t));
-    if (av == NULL || al == NULL) {
-        tr_err(o, "out of memory");
-        goto out;
-    }
-    if (w->oldlen) {
-        const char *x[] = {"XACK", w->skey, o->group};
-        for (k = 0; k < 3; k++) {
-            av[k] = x[k];
-            al[k] = strlen(x[k]);
-        }
-        split_ids(w->old, w->oldlen, av, al, &k);
-        if ((js->ack = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
-    }
-    {
-        /* Exact unless this consumer's pending list is known to hold only this
-         * batch: after a fence (its rest stays pending here), a resent command (a
-         * lost XREADGROUP reply delivers entries this process never saw) or
-         * before the restart's own pending entries were all taken back. */
-        uint64_t resent = w->own.c->stats.retries + w->own.c->stats.reconnects;
-        int exact = w->exact || resent != w->resent;
-        char s_n[24];
-        snprintf(s_n, sizeof(s_n), "%d", w->idlen ? nnew - 13 : 0);
-        const char *x[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, o->group, w->me, cid,
-                           s_seq, s_own, exact ? "1" : "0", w->ids ? w->ids : "", s_n};
-        for (k = 0; k < 13; k++) {
-            av[k] = x[k];
-            al[k] = k == 11 ? w->idlen : strlen(x[k]);
-        }
-        if ((js->eval = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
-    }
-    if (w->want > 0 && w->idlen && !w->pre) {
-        const char *x[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", s_want, "STREAMS",
-                           w->skey, ">"};
-        if ((js->read = psCommandArgvAsync(w->own.c, w->skey, 9, x, NULL)) == NULL) goto fail;
-    }
-    rc = 0;
-    goto out;
-fail:
-    tr_err(o, "[%s] journal %s: %s", w->me, w->jkey, w->own.c->errstr);
-out:
-    free(av);
-    free(al);
-    return rc;
-}
-
-/* Waits for the commands of journal_send. Returns 1 journaled, 0 fenced,
- * -1 error (printed). The entries read go to w->pre (the next batch). */
-static int journal_wait(struct streamWork *w, journalStep *js) {
-    psAsync *as[3] = {js->ack, js->eval, js->read};
-    redisReply *rs[3] = {NULL, NULL, NULL};
-    int rc = 1;
-    for (int i = 0; i < 3; i++) {
-        if (as[i] == NULL) continue;
-        rs[i] = psCommandWait(w->own.c, as[i]);
-        if ((rs[i] == NULL || rs[i]->type == REDIS_REPLY_ERROR) && rc == 1) {
-            tr_err(w->o, "[%s] journal %s: %s", w->me, w->jkey,
-                   rs[i] ? rs[i]->str : w->own.c->errstr);
-            rc = -1;
-        }
-    }
-    memset(js, 0, sizeof(*js));
-    if (rc == 1 && (rs[1] == NULL || rs[1]->type != REDIS_REPLY_INTEGER)) {
-        tr_err(w->o, "[%s] journal %s: bad reply", w->me, w->jkey);
-        rc = -1;
-    }
-    if (rc == 1) {
-        rc = rs[1]->integer == 1;
-        if (set_old(w, rc ? w->ids : "", rc ? w->idlen : 0) != 0) {
-            tr_err(w->o, "out of memory");
-            rc = -1;
-        }
-    }
-    if (rs[2] && rs[2]->type == REDIS_REPLY_ARRAY && !w->pre) {
-        w->pre = rs[2];             /* kept for the next batch */
-        rs[2] = NULL;
-    }
-    for (int i = 0; i < 3; i++)
-        if (rs[i]) freeReplyObject(rs[i]);
-    return rc;
-}
-
-/* One journal step, waited for. */
-static int journal(struct streamWork *w, const char *cid, uint64_t seq) {
-    journalStep js;
-    if (journal_send(w, cid, seq, &js) != 0) {
-        journal_wait(w, &js);
-        return -1;
-    }
-    return journal_wait(w, &js);
-}
-
-/* ---------------------------------------------------------------------- */
-
-static void record_scores(struct streamWork *w) {
-    int n = w->b.n, N = w->o->auc_window;
-    for (int i = 0; i < n; i++) {
-        double p = w->m.p[i];
-        int y = w->b.label[i] > 0.5f;
-        double q = p < 1e-7 ? 1e-7 : p > 1 - 1e-7 ? 1 - 1e-7 : p;
-        double l = y ? -log(q) : -log(1 - q);
-        long long k = w->wn % N;
-        if (w->wn >= N) w->wloss -= w->wl[k];
-        w->wp[k] = p;
-        w->wy[k] = (unsigned char)y;
-        w->wl[k] = l;
-        w->wloss += l;
-        w->wn++;
-        int b = sw_hist_bucket(p);
-        if (y)
-            w->hpos[b]++;
-        else
-            w->hneg[b]++;
-        w->hdirty = 1;
-    }
-}
-
-/* Trains the batch built on model 'sm', pushing under seq 'seq' (the push
- * identity of sm->c). own: a batch of this consumer (journaled here); else a
- * replay (journaled by the claim). Returns 1 trained, 0 fenced, -1 error. */
-/* Makes the model take batches of 'n' rows (a claimed or replayed batch may
- * be larger than --batch: another worker's). 0 or -1 (printed). */
-static int model_rows(struct streamWork *w, int n) {
-    ps_ctr_config mc;
-    char err[256];
-    if (n <= w->m.c.max_batch) return 0;
-    if (ts_ctr_config(&w->cfg, n, &mc, err, sizeof(err)) != 0) goto fail;
-    ps_ctr_free(&w->m);
-    w->have_model = 0;
-    if (ps_ctr_init(&w->m, &mc, w->cfg.seed, err, sizeof(err)) != 0) goto fail;
-    w->have_model = 1;
-    ts_dense_arrays(&w->m, 0, w->dense);
-    ts_dense_arrays(&w->m, 1, w->dgrad);
-    return 0;
-fail:
-    tr_err(w->o, "[%s] a batch of %d events: %s", w->me, n, err);
-    return -1;
-}
-
-static int train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq) {
-    const trainOpts *o = w->o;
-    size_t dim = (size_t)ps_ctr_row_dim(&w->m);
-    char err[256];
-    int n = w->b.n;
-    if (model_rows(w, n) != 0) return -1;
-    if (ps_ctr_unique_build(&w->u, &w->b) != 0) goto oom;
-    size_t need = (w->u.n ? w->u.n : 1) * dim;
-    if (need > w->cap) {
-        free(w->rows);
-        free(w->grows);
-        w->rows = malloc(need * sizeof(float));
-        w->grows = malloc(need * sizeof(float));
-        w->cap = w->rows && w->grows ? need : 0;
-        if (!w->cap) goto oom;
-    }
-    int pulled = 0;
-    if (n > 0) {
-        if (psModelPullAsync(sm->c, sm->dm, w->dense) != PS_OK) {
-            tr_err(o, "[%s] pull: %s", w->me, sm->c->errstr);
-            return -1;
-        }
-        if (psEmbedPullAsync(sm->c, sm->e, w->u.ids, w->u.n, w->rows) != PS_OK) {
-            tr_err(o, "[%s] pull: %s", w->me, sm->c->errstr);
-            psModelPullWait(sm->c, sm->dm, NULL);
-            return -1;
-        }
-        pulled = 1;
-    }
-    /* The batch before is acknowledged; then the journal step XACKs it,
-     * records this one and reads the next one: its round trip overlaps the
-     * pulls and the gradient. */
-    int jr = 1;
-    journalStep js;
-    memset(&js, 0, sizeof(js));
-    if (psDrain(w->own.c) != PS_OK) {
-        tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
-        jr = -1;
-    } else if (own && journal_send(w, cid, seq, &js) != 0) {
-        jr = -1;
-    }
-    if (pulled) {
-        int e1 = psEmbedPullWait(sm->c, sm->e), e2 = psModelPullWait(sm->c, sm->dm, NULL);
-        if ((e1 != PS_OK || e2 != PS_OK) && jr == 1) {
-            tr_err(o, "[%s] pull: %s", w->me, sm->c->errstr);
-            jr = -1;
-        }
-    }
-    double loss = 0;
-    if (jr == 1 && n > 0 &&
-        ps_ctr_grad(&w->m, &w->b, &w->u, w->rows, w->grows, &loss, err, sizeof(err)) != 0) {
-        tr_err(o, "[%s] %s", w->me, err);
-        jr = -1;
-    }
-    if (own) {
-        int r = journal_wait(w, &js);
-        if (jr == 1) jr = r;
-    }
-    if (jr != 1) {
-        if (jr == 0) {
-            w->fenced++;
-            w->exact = 1;
-            fprintf(stderr, "[%s] batch %s.. (%d entries) was claimed by another consumer before "
-                            "it was journaled: dropped here\n", w->me, w->first, w->nent);
-        }
-        return jr;
-    }
-    if (n > 0) record_scores(w);
-    float cnt[2] = {-(float)n, -(float)w->nbad};
-    const float *cg[1] = {cnt};
-    psSetPushSeq(sm->c, seq);
-    int rc = PS_OK;
-    if (n > 0 && (psEmbedPush(sm->c, sm->e, w->u.ids, w->u.n, w->grows, 0) != PS_OK ||
-                  psModelPush(sm->c, sm->dm, (const float *const *)w->dgrad, NULL, 1.0f) != PS_OK))
-        rc = PS_ERR;
-    if (rc == PS_OK && psModelPush(sm->c, sm->cm, cg, NULL, 1.0f) != PS_OK) rc = PS_ERR;
-    psSetPushSeq(sm->c, 0);
-    if (rc != PS_OK) {
-        tr_err(o, "[%s] push: %s", w->me, sm->c->errstr);
-        return -1;
-    }
-    w->trained += n;
-    w->malformed += w->nbad;
-    w->batches++;
-    w->last_event = tr_now();
-    return 1;
-oom:
-    tr_err(o, "[%s] out of memory", w->me);
-    return -1;
-}
-
-/* Trains the batch built under another push identity (a journaled batch a
- * claim took over): a client of its own whose pushes carry 'cid'. */
-static int replay_batch(struct streamWork *w, const char *cid, uint64_t seq) {
-    swModel sm;
-    if (psDrain(w->own.c) != PS_OK) {
-        tr_err(w->o, "[%s] push: %s", w->me, w->own.c->errstr);
-        return -1;
-    }
-    int rc = -1;
-    if (!strcmp(cid, w->cid)) return train_batch(w, &w->own, 0, cid, seq);
-    psClient *c = tr_connect_as(w->o, w->o->window, w->o->wait, cid);
-    if (c == NULL) return -1;
-    if (sw_model_open(w, c, &sm, 0) == 0) {
-        rc = train_batch(w, &sm, 0, cid, seq);
-        if (rc == 1 && psDrain(c) != PS_OK) {
-            tr_err(w->o, "[%s] replayed push: %s", w->me, c->errstr);
-            rc = -1;
-        }
-    }
-    sw_model_free(&sm);
-    psClientFree(c);
-    return rc;
 }
 
 /* One claim (self: this consumer's own pending entries after a restart).
@@ -765,10 +172,10 @@ static int claim_once(struct streamWork *w, int self) {
         freeReplyObject(r);
         return 0;
     }
-    batch_reset(w);
+    sw_batch_reset(w);
     const redisReply *es = r->element[3];
     for (size_t i = 0; es->type == REDIS_REPLY_ARRAY && i < es->elements; i++)
-        if (take_entry(w, es->element[i]) != 0) {
+        if (sw_take_entry(w, es->element[i]) != 0) {
             freeReplyObject(r);
             tr_err(o, "out of memory");
             return -1;
@@ -781,12 +188,12 @@ static int claim_once(struct streamWork *w, int self) {
         printf("[%s] replaying the journaled batch %s.. (%d entries) of %s, seq %llu\n", w->me,
                w->first, w->nent, cid, (unsigned long long)seq);
         fflush(stdout);
-        if (set_old(w, w->ids ? w->ids : "", w->idlen) != 0) {
+        if (sw_set_old(w, w->ids ? w->ids : "", w->idlen) != 0) {
             freeReplyObject(r);
             tr_err(o, "out of memory");
             return -1;
         }
-        rc = replay_batch(w, cid, seq);
+        rc = sw_replay_batch(w, cid, seq);
         if (rc == 1) {
             w->replays++;
             w->replayed += w->nent;
@@ -795,131 +202,12 @@ static int claim_once(struct streamWork *w, int self) {
         uint64_t seq = tr_wall() * 1e6 > w->own_seq + 1 ? (uint64_t)(tr_wall() * 1e6)
                                                         : w->own_seq + 1;
         w->own_seq = seq;
-        rc = train_batch(w, &w->own, 1, w->cid, seq);
+        rc = sw_train_batch(w, &w->own, 1, w->cid, seq);
         if (rc == 1) w->claimed += w->nent;
         if (rc == 0) rc = 1;
     }
     freeReplyObject(r);
     return rc < 0 ? -1 : 1;
-}
-
-/* ---------------------------------------------------------------------- */
-
-/* Adds the histogram counted since the last flush to this 10 s slot's hash. */
-static int sw_flush_hist(struct streamWork *w) {
-    if (!w->hdirty) return 0;
-    char key[256];
-    long long slot = (long long)(tr_wall() / SW_SLOT_S);
-    snprintf(key, sizeof(key), "%s%lld", w->sauc_pre, slot);
-    int n = 0;
-    for (int b = 0; b < SW_BUCKETS; b++) n += (w->hpos[b] != 0) + (w->hneg[b] != 0);
-    const char **argv = malloc((size_t)(4 + 2 * n) * sizeof(char *));
-    char(*num)[24] = malloc((size_t)(2 * n + 1) * 24);
-    if (argv == NULL || num == NULL) {
-        free(argv);
-        free(num);
-        return -1;
-    }
-    int a = 0, k = 0;
-    argv[a++] = "EVAL";
-    argv[a++] = HistLua;
-    argv[a++] = "1";
-    argv[a++] = key;
-    for (int b = 0; b < SW_BUCKETS; b++) {
-        for (int y = 1; y >= 0; y--) {
-            long long v = y ? w->hpos[b] : w->hneg[b];
-            if (!v) continue;
-            snprintf(num[k], 24, "%c%d", y ? 'p' : 'n', b);
-            argv[a++] = num[k++];
-            snprintf(num[k], 24, "%lld", v);
-            argv[a++] = num[k++];
-        }
-    }
-    redisReply *r = psCommandArgv(w->own.c, key, a, argv, NULL);
-    int rc = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
-    if (rc) fprintf(stderr, "[%s] AUC histogram %s: %s\n", w->me, key, r ? r->str : w->own.c->errstr);
-    if (r) freeReplyObject(r);
-    free(argv);
-    free(num);
-    memset(w->hpos, 0, SW_BUCKETS * sizeof(long long));
-    memset(w->hneg, 0, SW_BUCKETS * sizeof(long long));
-    w->hdirty = 0;
-    return rc;
-}
-
-double sw_global_auc(psClient *c, const char *job, int seconds, double *bound, long long *events) {
-    char pre[160], key[200];
-    long long *pos = calloc(SW_BUCKETS, sizeof(long long));
-    long long *neg = calloc(SW_BUCKETS, sizeof(long long));
-    double auc = NAN;
-    if (bound) *bound = NAN;
-    if (events) *events = 0;
-    if (pos == NULL || neg == NULL) goto done;
-    tr_key(pre, sizeof(pre), job, "sauc:");
-    long long now = (long long)(tr_wall() / SW_SLOT_S);
-    for (long long s = now - (seconds + SW_SLOT_S - 1) / SW_SLOT_S + 1; s <= now; s++) {
-        snprintf(key, sizeof(key), "%s%lld", pre, s);
-        redisReply *r = psCommand(c, key, "HGETALL %s", key);
-        for (size_t i = 0; r && r->type == REDIS_REPLY_ARRAY && i + 1 < r->elements; i += 2) {
-            const char *f = r->element[i]->str;
-            int b = atoi(f + 1);
-            long long v = atoll(r->element[i + 1]->str);
-            if (b < 0 || b >= SW_BUCKETS) continue;
-            if (f[0] == 'p') pos[b] += v;
-            if (f[0] == 'n') neg[b] += v;
-            if (events) *events += v;
-        }
-        if (r) freeReplyObject(r);
-    }
-    auc = sw_hist_auc(pos, neg, bound);
-done:
-    free(pos);
-    free(neg);
-    return auc;
-}
-
-void tr_stream_status(const trainOpts *o, psClient *c) {
-    char key[160];
-    snprintf(key, sizeof(key), "%s:stream_events:0", o->job);
-    float v[2];
-    if (psTensorPull(c, key, NULL, v, 2, NULL) == PS_OK) {
-        double bound;
-        long long n;
-        double auc = sw_global_auc(c, o->job, 60, &bound, &n);
-        printf("stream: events trained %.0f, malformed entries %.0f (exactly once: tensor %s); "
-               "global progressive AUC %.4f (+-%.4f) over the last 60 s (%lld events)\n",
-               (double)v[0], (double)v[1], key, auc, bound, n);
-    }
-}
-
-static void print_progress_line(struct streamWork *w, int final) {
-    double now = tr_now();
-    if (!final && now - w->last_print < w->o->interval_ms / 1000.0) return;
-    sw_flush_hist(w);
-    long long n = w->wn < w->o->auc_window ? w->wn : w->o->auc_window;
-    double auc = n ? ps_auc(w->wp, w->wy, (size_t)n) : NAN;
-    double ll = n ? w->wloss / (double)n : NAN;
-    double bound, gauc = sw_global_auc(w->own.c, w->o->job, 60, &bound, NULL);
-    double dt = now - w->last_print, rate = dt > 0 ? (w->trained - w->last_trained) / dt : 0;
-    double el = now - w->t0;
-    if (!w->quiet || final) {
-        printf("%s[%s] %.1fs events %lld (%.0f/s) batches %lld malformed %lld claimed %lld "
-               "replayed %lld fenced %lld auc %.4f logloss %.4f (last %lld) global_auc %.4f "
-               "(+-%.4f, last 60 s)%s",
-               w->tty && !final ? "\r" : "", w->me, el, w->trained, rate, w->batches,
-               w->malformed, w->claimed, w->replayed, w->fenced, auc, ll, n, gauc, bound,
-               w->tty && !final ? "" : "\n");
-        fflush(stdout);
-    }
-    RUNLOG(w->log, final ? "stream_done" : "progress", RL_STR("worker", w->me),
-           RL_INT("samples", w->trained), RL_INT("batches", w->batches),
-           RL_INT("malformed", w->malformed), RL_INT("claimed", w->claimed),
-           RL_INT("replayed", w->replayed), RL_INT("fenced", w->fenced), RL_NUM("auc", auc),
-           RL_NUM("loss", ll), RL_INT("window", n), RL_NUM("global_auc", gauc),
-           RL_NUM("global_auc_bound", bound), RL_NUM("events_per_s", rate),
-           RL_NUM("elapsed_s", el));
-    w->last_print = now;
-    w->last_trained = w->trained;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -1031,11 +319,11 @@ int tr_cmd_stream(const trainOpts *o) {
             int k = claim_once(&w, 0);
             if (k < 0) goto out;
             if (k > 0) {
-                print_progress_line(&w, 0);
+                sw_progress(&w, 0);
                 continue;
             }
         }
-        batch_reset(&w);
+        sw_batch_reset(&w);
         int want = batch;
         if (o->max_events && o->max_events - w.trained - w.malformed < want)
             want = (int)(o->max_events - w.trained - w.malformed);
@@ -1045,11 +333,11 @@ int tr_cmd_stream(const trainOpts *o) {
             if (left < block) block = left < 1 ? 1 : left;
         }
         if (claim_every * 1000 < block) block = (int)(claim_every * 1000) + 1;
-        int got = read_batch(&w, want, block);
+        int got = sw_read_batch(&w, want, block);
         if (got < 0) goto out;
         if (got == 0) {
             if (o->idle_exit && (tr_now() - w.last_event) * 1000.0 >= o->idle_exit) break;
-            print_progress_line(&w, 0);
+            sw_progress(&w, 0);
             continue;
         }
         uint64_t seq = (uint64_t)(tr_wall() * 1e6);
@@ -1062,20 +350,21 @@ int tr_cmd_stream(const trainOpts *o) {
             long long left = o->max_events - w.trained - w.malformed - w.nent;
             w.want = left < 0 ? 0 : left < batch ? (int)left : batch;
         }
-        if (train_batch(&w, &w.own, 1, w.cid, seq) < 0) goto out;
-        print_progress_line(&w, 0);
+        if (sw_train_batch(&w, &w.own, 1, w.cid, seq) < 0) goto out;
+        sw_progress(&w, 0);
     }
     /* Drain, then XACK the last batch (a journal of none). */
     if (psDrain(w.own.c) != PS_OK) {
         tr_err(o, "[%s] push: %s", w.me, w.own.c->errstr);
         goto out;
     }
-    batch_reset(&w);
-    if (journal(&w, w.cid, w.own_seq) < 0) goto out;
-    print_progress_line(&w, 1);
+    sw_batch_reset(&w);
+    if (sw_journal(&w, w.cid, w.own_seq) < 0) goto out;
+    sw_progress(&w, 1);
     printf("STREAM worker=%s events=%lld malformed=%lld batches=%lld claimed=%lld replays=%lld "
-           "replayed=%lld fenced=%lld seconds=%.3f\n", w.me, w.trained, w.malformed, w.batches,
-           w.claimed, w.replays, w.replayed, w.fenced, tr_now() - w.t0);
+           "replayed=%lld fenced=%lld journal_wait_short=%lld seconds=%.3f\n", w.me, w.trained,
+           w.malformed, w.batches, w.claimed, w.replays, w.replayed, w.fenced, w.jshort_total,
+           tr_now() - w.t0);
     fflush(stdout);
     rc = tw_stop ? TR_EXIT_INTERRUPTED : TR_EXIT_OK;
 out:

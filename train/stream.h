@@ -8,6 +8,10 @@
 #define SW_BUCKETS 2048     /* histogram buckets of the logit ... */
 #define SW_LOGIT_MAX 16.0   /* ... over [-16, 16): 1/64 wide */
 #define SW_SLOT_S 10        /* seconds per shared histogram hash */
+#define SW_AUC_S 60         /* the global AUC covers the last minute ... */
+#define SW_KEEP_S 120       /* ... so a slot's hash is kept 2 minutes (older ones
+                               are never read: memory stays flat on an endless
+                               stream) */
 
 /* The histogram bucket of probability 'p'. */
 int sw_hist_bucket(double p);

@@ -36,6 +36,11 @@ static const trainer *load_job(workCtx *w) {
         tr_err(o, "--job %s: init has not finished (state %s)", o->job, w->cfg.state);
         return NULL;
     }
+    if (w->cfg.sp.model[0] && !w->cfg.sp.train[0]) {
+        tr_err(o, "--job %s: a stream job (init --stream %s, no train file): train it with "
+               "ps-train stream", o->job, w->cfg.sp.stream);
+        return NULL;
+    }
     return tr_trainer_of(&w->cfg);
 }
 

@@ -1,0 +1,96 @@
+/* stream_work.h -- one `ps-train stream` worker's state and the functions
+ * its files share (internal to train/):
+ *   stream.c          setup, claims and the worker's loop (the design notes)
+ *   stream_batch.c    the model's pieces, entries into a batch, training one
+ *   stream_journal.c  the journal step (XACK, fence-and-journal, WAIT)
+ *   stream_auc.c      progressive validation: window, histograms, global AUC */
+#ifndef PS_TRAIN_STREAM_WORK_H
+#define PS_TRAIN_STREAM_WORK_H
+
+#include <stdint.h>
+
+#include "redis-ps/ps.h"
+#include "sparse.h"
+#include "stream.h"
+
+/* The pieces of one worker's model: the job's table and dense tensors on
+ * one client (the worker's own, or a replay's under another push ID). */
+typedef struct swModel {
+    psClient *c;
+    psEmbed *e;
+    psModel *dm;                /* the job's dense tensors */
+    psModel *cm;                /* stream_events: [trained, malformed] */
+} swModel;
+
+typedef struct streamWork {
+    const trainOpts *o;
+    jobConfig cfg;
+    ps_ctr_model m;
+    int have_model;
+    swModel own;
+    char me[128], cid[300], skey[256], jkey[512], jpre[512], sauc_pre[160];
+    uint64_t own_seq;           /* the last seq of this consumer's own batches */
+    ps_sparse_reader *lp;       /* the line parser */
+    ps_sparse_batch b;
+    ps_ctr_unique u;
+    float *rows, *grows;
+    size_t cap;
+    int ndense;
+    float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)];
+    float *dgrad[2 * (PS_CTR_MAX_HIDDEN + 1)];
+    /* The batch being built: its entry ids, space separated, and counts. */
+    char *ids;
+    size_t idlen, idcap;
+    int nent, nbad;
+    char first[48];
+    /* Totals of this run. */
+    long long trained, malformed, batches, fenced, replays, replayed, claimed, dups;
+    double t0, last_print, last_event, last_claim;
+    long long last_trained;
+    /* Progressive validation: the window ring and the histogram to flush. */
+    double *wp;
+    unsigned char *wy;
+    long long wn;               /* events ever put in the ring */
+    double wloss;               /* logloss summed over the ring */
+    double *wl;
+    long long *hpos, *hneg;
+    int hdirty;
+    runLog *log;
+    int tty, quiet;
+    int want;                   /* events the next batch may take (prefetch) */
+    char *old;                  /* the entry ids journaled last (space separated) */
+    int exact;                  /* the journal checks every id (journal_send) */
+    uint64_t resent;            /* retries + reconnects of the client when 'exact' was set */
+    size_t oldlen, oldcap;
+    redisReply *pre;            /* entries the journal step read for the next batch */
+    int jshort;                 /* the last journal WAIT came back short */
+    long long jshort_total;     /* journal WAITs answered short */
+    double jprobe;              /* degraded: when the journal WAITs again */
+} streamWork;
+
+/* The commands of one journal step in flight (sw_journal_send). */
+typedef struct journalStep {
+    psAsync *ack, *eval, *read, *wait;
+} journalStep;
+
+/* stream_batch.c */
+int sw_model_open(struct streamWork *w, psClient *c, swModel *sm, int create);
+void sw_model_free(swModel *sm);
+void sw_batch_reset(struct streamWork *w);
+int sw_take_entry(struct streamWork *w, const redisReply *e);
+int sw_read_batch(struct streamWork *w, int want, int block_ms);
+int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq);
+int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq);
+
+/* stream_journal.c */
+int sw_set_old(struct streamWork *w, const char *ids, size_t len);
+int sw_journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js);
+int sw_journal_wait(struct streamWork *w, journalStep *js);
+int sw_journal(struct streamWork *w, const char *cid, uint64_t seq);
+
+/* stream_auc.c */
+void sw_record_scores(struct streamWork *w);
+int sw_flush_hist(struct streamWork *w);
+void sw_progress(struct streamWork *w, int final);
+
+#endif
