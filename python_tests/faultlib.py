@@ -218,3 +218,23 @@ def cluster_versions(cluster, job):
         port = next(int(m[1]) for a, b, m, *_ in slots if int(a) <= slot <= int(b))
         out[k] = tensor_version(next(n for n in live if n.port == port).client(), k)[0]
     return out
+
+
+def kill_holding_a_task(pid, client, job, consumer):
+    """SIGKILLs worker 'pid' (consumer 'consumer' of job 'job') while it holds a task it has
+    not acked, and returns the ids of what it held. A kill right after a progress count
+    moves can land between a worker's ack and its next read (it then holds nothing, which a
+    loaded machine makes likely): so the worker is stopped, its pending list read, and killed
+    if it holds a task, else let go on for a moment."""
+    held = []
+    for _ in range(500):
+        os.kill(pid, signal.SIGSTOP)
+        held = [e["message_id"].decode() for e in
+                client.xpending_range("psjob:{%s}:tasks" % job, "workers", "-", "+", 10,
+                                      consumer)]
+        if held:
+            break
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    return held

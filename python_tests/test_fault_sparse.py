@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from faultlib import now, progress_acked, report, wait_until, workers  # noqa: F401
+from faultlib import kill_holding_a_task, now, progress_acked, report, wait_until, workers  # noqa: F401,E501
 from pshelpers import PS_TRAIN, run_gen_ctr, run_ps_train as run
 # 3 masters + 1 replica each (node timeout 2 s), and the live owner of a key.
 from test_fault_cluster import cluster, owner  # noqa: F401
@@ -82,11 +82,10 @@ def test_worker_killed_mid_run_its_byte_range_is_claimed_and_trained_once(
     b = workers(server.addr, job, "B", "--lease-ms", 1500)
     wait_until(lambda: int(admin.hget("psjob:{%s}:progress" % job, "w:A:tasks") or 0) >= 5,
                60, "worker A acking 5 tasks")
-    os.kill(a.proc.pid, signal.SIGKILL)
+    held = kill_holding_a_task(a.proc.pid, admin, job, "A")
     a.proc.wait(timeout=10)
-    held = [e["message_id"].decode() for e in
-            admin.xpending_range("psjob:{%s}:tasks" % job, "workers", "-", "+", 10, "A")]
     b.wait(timeout=180)
+    claimed = re.findall(r"claimed task (\S+) \(", b.out)
     done = {k.decode(): int(v) for k, v in admin.hgetall("psjob:{%s}:done" % job).items()}
     pending = admin.xpending("psjob:{%s}:tasks" % job, "workers")["pending"]
     versions = shard_versions(admin, job)
@@ -95,7 +94,7 @@ def test_worker_killed_mid_run_its_byte_range_is_claimed_and_trained_once(
     report("sparse-worker-kill", tasks=ntasks, held_by_dead=len(held), done=len(done),
            samples=samples_trained(admin, job), versions=versions, b_pushes=b_pushes, auc=got)
     assert len(held) == 1, held                         # A died holding one byte range
-    assert "claimed task %s" % held[0] in b.out, b.out
+    assert claimed == held, (claimed, held, b.out)      # which B claimed, once
     assert pending == 0 and len(done) == ntasks and set(done.values()) == {1}, done
     # Every line of the file trained once per epoch (the dead worker's range counted once,
     # by the survivor that finished it).

@@ -4,12 +4,10 @@ and the model is checked): the dead worker's unacked shard is claimed by the sur
 its lease runs out, every shard of every epoch is acked exactly once, and the accuracy is
 within 1 point of a fault-free run."""
 
-import signal
-import os
-
 import pytest
 
-from faultlib import (ACC_TOLERANCE, evaluate, init, job_done, keys, progress_acked, ps_train,
+from faultlib import (ACC_TOLERANCE, evaluate, init, job_done, keys, kill_holding_a_task,
+                      progress_acked, ps_train,
                       reference_accuracy, report, tensor_version, wait_until,
                       workers)  # noqa: F401
 
@@ -28,10 +26,8 @@ def test_worker_killed_mid_epoch_its_shards_are_claimed_and_acked_once(
     # Kill A in the first epoch, holding a task it has not acked.
     wait_until(lambda: int(admin.hget("psjob:{%s}:progress" % job, "w:A:tasks") or 0) >= 5,
                60, "worker A acking 5 tasks")
-    os.kill(a.proc.pid, signal.SIGKILL)
+    held = kill_holding_a_task(a.proc.pid, admin, job, "A")
     a.proc.wait(timeout=10)
-    held = [e["message_id"].decode() for e in
-            admin.xpending_range("psjob:{%s}:tasks" % job, "workers", "-", "+", 10, "A")]
     acked_before = progress_acked(admin, job)
 
     res = b.wait(timeout=180)

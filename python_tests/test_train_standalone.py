@@ -13,6 +13,7 @@ import time
 import pytest
 
 import psserver
+from faultlib import kill_holding_a_task
 from pshelpers import PS_TRAIN, ps_train  # noqa: F401 (a fixture; test_train_cluster.py imports it from here)
 from pshelpers import run_ps_train as run
 
@@ -84,7 +85,7 @@ def test_killed_worker_shards_are_claimed_and_acked_exactly_once(ps_train, serve
         # Let A finish a few tasks and be in the middle of another, then kill it.
         psserver.wait_until(lambda: int(r.hget("psjob:{kill}:progress", "w:A:tasks") or 0) >= 3,
                             timeout=30, interval=0.01, what="worker A acking 3 tasks")
-        os.kill(a.pid, signal.SIGKILL)
+        kill_holding_a_task(a.pid, r, "kill", "A")
         a.wait(timeout=10)
         pend = r.xpending_range("psjob:{kill}:tasks", "workers", "-", "+", 10)
         assert [e["consumer"] for e in pend] == [b"A"], pend   # A died holding one task
