@@ -621,3 +621,65 @@ def test_ring_group_leaves_for_good(groups, tmp_path):
         for s in srv[:2]:
             np.testing.assert_array_equal(values(s)[k], want, err_msg=k)
     check_accounting(srv[:2], "ab")
+
+
+def test_ring_group_whose_workers_sit_behind_a_tree_relay(groups, tmp_path, make_server):
+    """Star and tree compose (issue 22): group b's two workers push to a local server, and a
+    ps-relay tree relay forwards their summed rounds to b's server, where b's ring agent runs;
+    a and c are plain. After the barrier every group holds exactly start - every worker's
+    gradients: the relay's rounds are taken by the ring like any worker's pushes (nothing lost
+    or doubled), and the relay's local mirror carries the other groups' change back to b's
+    workers."""
+    srv, spec, new_agent = groups(3)
+    local = make_server()
+    relay_out = os.path.join(str(tmp_path), "relay-b.out")
+    with open(relay_out, "ab") as f:
+        relay = subprocess.Popen([RELAY, "--local", local.addr, "--upstream", srv[1].addr,
+                                  "--name", "relay-b", "--match", "m:*", "--every-ms", "10",
+                                  "--progress-ms", "0"], stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+    psserver._register(relay)
+    try:
+        ags = [new_agent(i) for i in range(3)]
+        wait_tracked(srv, "abc")
+        lc = local.client()
+        psserver.wait_until(lambda: all(lc.exists(k) for k in SHAPES), timeout=10,
+                            what="the relay created b's local tensors")
+        n = 60
+        # b's workers (ids w1, w11) behind the relay; a's and c's on their servers
+        ps = [Pusher(srv[0].port, 0, n), Pusher(local.port, 1, n), Pusher(local.port, 11, n),
+              Pusher(srv[2].port, 2, n)]
+        for p in ps:
+            p.start()
+        for p in ps:
+            p.join(30)
+        assert all(p.done == n and p.error is None for p in ps), [(p.done, p.error) for p in ps]
+        # The other groups' change reaches b's workers through the relay's mirror.
+        # (b's own change in the mirror is -(b1 + b11); a's and c's add about -60 each per
+        # element, past the 0.05 threshold: more than 20 of it must have arrived everywhere)
+        own_b = -pushed_sum(1, n, "m:w:0") - pushed_sum(11, n, "m:w:0")
+        psserver.wait_until(lambda: np.all(pull_np(lc, "m:w:0")[1] - START["m:w:0"] <=
+                                           own_b - 20), timeout=10,
+                            what="a's and c's change in the relay's local mirror")
+        time.sleep(0.2)
+        os.kill(relay.pid, signal.SIGTERM)  # forwards what is summed, then exits 0
+        assert relay.wait(20) == 0, open(relay_out).read()
+        for k in SHAPES:
+            li = info(lc, k)
+            assert (li["accum_pushes"], li["pending_pushes"]) == (0, 0), (k, li)
+        for a in ags:
+            assert a.stop() == 0, a.output()
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        psserver._unregister(relay)
+    rc, out = run_agent(tmp_path, spec, "b", "--barrier")
+    assert rc == 0 and "values bit-identical" in out, out
+    for k in SHAPES:
+        want = START[k] - sum(pushed_sum(g, n, k) for g in (0, 1, 11, 2))
+        for g, s in enumerate(srv):
+            np.testing.assert_array_equal(values(s)[k], want, err_msg="group %s %s" % ("abc"[g], k))
+    check_accounting(srv, "abc")
+    # b's server got the workers' pushes as the relay's rounds: fewer pushes than 2 n
+    assert 0 < info(srv[1].client(), "m:w:0")["version"] < 2 * n
