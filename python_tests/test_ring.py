@@ -683,3 +683,90 @@ def test_ring_group_whose_workers_sit_behind_a_tree_relay(groups, tmp_path, make
     check_accounting(srv, "abc")
     # b's server got the workers' pushes as the relay's rounds: fewer pushes than 2 n
     assert 0 < info(srv[1].client(), "m:w:0")["version"] < 2 * n
+
+
+class BusyWorker(threading.Thread):
+    """A group's worker pushing grad(group, seq) until stopped (BACKLOG: waits, resends)."""
+
+    def __init__(self, port, group):
+        super().__init__(daemon=True)
+        self.port, self.group, self.halt, self.done = port, group, threading.Event(), 0
+
+    def run(self):
+        c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        seq = 0
+        while not self.halt.is_set():
+            seq += 1
+            for k in SHAPES:
+                while not self.halt.is_set():
+                    try:
+                        c.execute_command("PS.PUSHGRAD", k, f32(grad(self.group, seq, k)),
+                                          "ID", "busy%d" % self.group, seq)
+                        break
+                    except redis.ResponseError as e:
+                        assert str(e).startswith("BACKLOG"), e
+                        time.sleep(0.005)
+            self.done = seq
+            time.sleep(0.002)
+
+    def stop(self):
+        self.halt.set()
+        self.join(10)
+
+
+def pick(spec, tmp_path, *extra):
+    p = subprocess.run([RELAY, "--ring", spec, "--pick", "--load-ms", "400",
+                        "--log-json", os.path.join(str(tmp_path), "pick.jsonl")] + list(extra),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
+    return p.stdout.strip(), p.stderr
+
+
+def test_ring_worker_told_to_join_the_least_loaded_group(groups, tmp_path):
+    """--pick measures each group's PS.PUSHGRAD rate (and workers, CPU) from real pushes and
+    names the least-loaded group's address; the running agents print and log the same loads
+    and the least-loaded group. a has 2 busy workers, b 1, c none: c is picked; then a's
+    workers stop and c gets 2: a is picked (the load, not the --ring order, decides)."""
+    srv, spec, new_agent = groups(3)
+    ags = [new_agent(i, ["--progress-ms", "300", "--load-ms", "300"]) for i in range(3)]
+    wait_tracked(srv, "abc")
+    busy_a = [BusyWorker(srv[0].port, 0), BusyWorker(srv[0].port, 10)]
+    busy_b = [BusyWorker(srv[1].port, 1)]
+    for w in busy_a + busy_b:
+        w.start()
+    try:
+        addr, table = pick(spec, tmp_path)
+        assert addr == srv[2].addr, (addr, table)
+        loads = dict(re.findall(r"pick: (\w): ([\d.]+) pushes/s", table))
+        assert float(loads["a"]) > float(loads["b"]) > float(loads["c"]) == 0, table
+        assert re.search(r"pick: a: [\d.]+ pushes/s, 2 workers", table), table
+        # the agents measure the same: c is the least-loaded live group
+        psserver.wait_until(lambda: "least-loaded group: c" in ags[0].output(), timeout=10,
+                            what="agent a names c least loaded")
+        psserver.wait_until(lambda: re.search(r"load a: [\d.]+ pushes/s, 2 workers",
+                                              ags[1].output()), timeout=10,
+                            what="agent b prints a's load")
+        for w in busy_a:
+            w.stop()
+        busy_c = [BusyWorker(srv[2].port, 2), BusyWorker(srv[2].port, 12)]
+        for w in busy_c:
+            w.start()
+        addr, table = pick(spec, tmp_path)
+        assert addr == srv[0].addr, (addr, table)
+        psserver.wait_until(lambda: "least-loaded group: a" in ags[2].output(), timeout=10,
+                            what="agent c names a least loaded")
+    finally:
+        for w in busy_a + busy_b + locals().get("busy_c", []):
+            w.stop()
+    assert all(w.done > 20 for w in busy_a + busy_b + busy_c)
+    log = open(os.path.join(str(tmp_path), "ring-b.jsonl")).read()
+    assert '"event": "load"' in log and '"event": "least_loaded"' in log, log[-2000:]
+    picks = open(os.path.join(str(tmp_path), "pick.jsonl")).read()
+    assert picks.count('"event": "pick"') == 2 and '"pushes_per_s"' in picks, picks
+    for a in ags:
+        assert a.stop() == 0, a.output()
+    # --pick with a group that does not answer: it is skipped, the others still compared
+    srv[2].stop()
+    addr, table = pick(spec, tmp_path)
+    assert addr in (srv[0].addr, srv[1].addr) and "c: no load measured" in table, table
