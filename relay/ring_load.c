@@ -3,7 +3,8 @@
  * told to join the least-loaded group").
  *
  * A group's load is read from its server (the node a keyless command
- * reaches: a cluster group's first seed) with one INFO and one CLIENT LIST:
+ * reaches: a cluster group's first seed) with one INFO and one CLIENT LIST,
+ * pipelined (one round trip, a few KB):
  *   pushes/s  PS.PUSHGRAD calls that succeeded (commandstats: calls minus
  *             failed_calls and rejected_calls) over the window, per second
  *   workers   connections whose last command was PS.PUSHGRAD or PS.PULL, at
@@ -52,37 +53,38 @@ static double stat_field(const char *line, const char *k) {
     return 0;
 }
 
-/* One reading of group g's counters: 0, or -1 when it does not answer. */
+/* One reading of group g's counters (INFO and CLIENT LIST pipelined: one
+ * round trip): 0, or -1 when it does not answer. */
 static int read_counters(ring *r, ringGroup *g, double *pushes, double *cpu_s, long *workers,
                          long *clients) {
     if (ring_ensure_conn(r, g, agent_mono_ms()) != 0) return -1;
-    redisReply *rep = psCommand(g->c, NULL, "INFO cpu clients commandstats");
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
-        if (rep) freeReplyObject(rep);
-        else ring_conn_failed(g);
-        return -1;
+    static const char *info[] = {"INFO", "cpu", "clients", "commandstats"};
+    static const char *list[] = {"CLIENT", "LIST"};
+    const char **const argvs[2] = {info, list};
+    const size_t *const lens[2] = {NULL, NULL};
+    const char *const keys[2] = {NULL, NULL};
+    const int argcs[2] = {4, 2};
+    redisReply *rep[2] = {NULL, NULL};
+    psCommandBatchArgv(g->c, 2, keys, argcs, argvs, lens, rep);
+    int rc = -1;
+    if (!rep[0] || !rep[1]) {
+        ring_conn_failed(g);
+        goto out;
     }
-    *cpu_s = info_field(rep->str, "used_cpu_user") + info_field(rep->str, "used_cpu_sys");
-    *clients = (long)info_field(rep->str, "connected_clients");
-    const char *ps = strstr(rep->str, "cmdstat_ps.pushgrad:");
+    if (rep[0]->type != REDIS_REPLY_STRING) goto out; /* INFO refused: no load */
+    *cpu_s = info_field(rep[0]->str, "used_cpu_user") + info_field(rep[0]->str, "used_cpu_sys");
+    *clients = (long)info_field(rep[0]->str, "connected_clients");
+    const char *ps = strstr(rep[0]->str, "cmdstat_ps.pushgrad:");
     *pushes = ps ? stat_field(ps, "calls") - stat_field(ps, "failed_calls") -
                        stat_field(ps, "rejected_calls")
                  : 0;
-    freeReplyObject(rep);
-    rep = psCommand(g->c, NULL, "CLIENT LIST");
+    rc = 0;
     *workers = -1; /* unknown: CLIENT LIST refused (an ACL without +client|list) */
-    if (!rep) {
-        ring_conn_failed(g);
-        return -1;
-    }
-    if (rep->type != REDIS_REPLY_STRING) {
-        freeReplyObject(rep);
-        return 0;
-    }
+    if (rep[1]->type != REDIS_REPLY_STRING) goto out;
     /* a worker: its last command a push or pull, at most 2 s (and the window) ago */
     long recent = 2 + r->o->load_ms / 1000;
     *workers = 0;
-    for (const char *line = rep->str; line && *line;) {
+    for (const char *line = rep[1]->str; line && *line;) {
         const char *e = strchr(line, '\n'), *cmd = strstr(line, " cmd="),
                    *idle = strstr(line, " idle=");
         line = e ? e + 1 : NULL;
@@ -91,8 +93,10 @@ static int read_counters(ring *r, ringGroup *g, double *pushes, double *cpu_s, l
             strtol(idle + 6, NULL, 10) <= recent)
             (*workers)++;
     }
-    freeReplyObject(rep);
-    return 0;
+out:
+    for (int i = 0; i < 2; i++)
+        if (rep[i]) freeReplyObject(rep[i]);
+    return rc;
 }
 
 /* Samples group g; the rates are over the time since its previous sample. */
@@ -139,7 +143,7 @@ static int least_loaded(const ring *r, int live) {
 
 static void say_load(ring *r, const ringGroup *g, FILE *out, const char *prefix) {
     if (!g->load.ok) {
-        fprintf(out, "%s%s: no load measured (does not answer)\n", prefix, g->name);
+        fprintf(out, "%s%s: no load measured (no answer to INFO)\n", prefix, g->name);
         return;
     }
     fprintf(out, "%s%s: %.1f pushes/s, %ld workers, cpu %.1f%%, %ld clients\n", prefix, g->name,
