@@ -779,3 +779,7 @@ def test_ring_worker_told_to_join_the_least_loaded_group(groups, tmp_path):
     srv[2].stop()
     addr, table = pick(spec, tmp_path)
     assert addr in (srv[0].addr, srv[1].addr) and "c: no load measured" in table, table
+    # usage: --pick is a query, not an agent
+    p = subprocess.run([RELAY, "--ring", spec, "--pick", "--match", "m:*"], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 2 and "--pick takes only" in p.stderr and not p.stdout, p
