@@ -621,3 +621,165 @@ def test_ring_group_leaves_for_good(groups, tmp_path):
         for s in srv[:2]:
             np.testing.assert_array_equal(values(s)[k], want, err_msg=k)
     check_accounting(srv[:2], "ab")
+
+
+def test_ring_group_whose_workers_sit_behind_a_tree_relay(groups, tmp_path, make_server):
+    """Star and tree compose (issue 22): group b's two workers push to a local server, and a
+    ps-relay tree relay forwards their summed rounds to b's server, where b's ring agent runs;
+    a and c are plain. After the barrier every group holds exactly start - every worker's
+    gradients: the relay's rounds are taken by the ring like any worker's pushes (nothing lost
+    or doubled), and the relay's local mirror carries the other groups' change back to b's
+    workers."""
+    srv, spec, new_agent = groups(3)
+    local = make_server()
+    relay_out = os.path.join(str(tmp_path), "relay-b.out")
+    with open(relay_out, "ab") as f:
+        relay = subprocess.Popen([RELAY, "--local", local.addr, "--upstream", srv[1].addr,
+                                  "--name", "relay-b", "--match", "m:*", "--every-ms", "10",
+                                  "--progress-ms", "0"], stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+    psserver._register(relay)
+    try:
+        ags = [new_agent(i) for i in range(3)]
+        wait_tracked(srv, "abc")
+        lc = local.client()
+        psserver.wait_until(lambda: all(lc.exists(k) for k in SHAPES), timeout=10,
+                            what="the relay created b's local tensors")
+        n = 60
+        # b's workers (ids w1, w11) behind the relay; a's and c's on their servers
+        ps = [Pusher(srv[0].port, 0, n), Pusher(local.port, 1, n), Pusher(local.port, 11, n),
+              Pusher(srv[2].port, 2, n)]
+        for p in ps:
+            p.start()
+        for p in ps:
+            p.join(30)
+        assert all(p.done == n and p.error is None for p in ps), [(p.done, p.error) for p in ps]
+        # The other groups' change reaches b's workers through the relay's mirror.
+        # (b's own change in the mirror is -(b1 + b11); a's and c's add about -60 each per
+        # element, past the 0.05 threshold: more than 20 of it must have arrived everywhere)
+        own_b = -pushed_sum(1, n, "m:w:0") - pushed_sum(11, n, "m:w:0")
+        psserver.wait_until(lambda: np.all(pull_np(lc, "m:w:0")[1] - START["m:w:0"] <=
+                                           own_b - 20), timeout=10,
+                            what="a's and c's change in the relay's local mirror")
+        time.sleep(0.2)
+        os.kill(relay.pid, signal.SIGTERM)  # forwards what is summed, then exits 0
+        assert relay.wait(20) == 0, open(relay_out).read()
+        for k in SHAPES:
+            li = info(lc, k)
+            assert (li["accum_pushes"], li["pending_pushes"]) == (0, 0), (k, li)
+        for a in ags:
+            assert a.stop() == 0, a.output()
+    finally:
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait(10)
+        psserver._unregister(relay)
+    rc, out = run_agent(tmp_path, spec, "b", "--barrier")
+    assert rc == 0 and "values bit-identical" in out, out
+    for k in SHAPES:
+        want = START[k] - sum(pushed_sum(g, n, k) for g in (0, 1, 11, 2))
+        for g, s in enumerate(srv):
+            np.testing.assert_array_equal(values(s)[k], want, err_msg="group %s %s" % ("abc"[g], k))
+    check_accounting(srv, "abc")
+    # b's server got its workers' pushes as the relay's rounds: one push per round, fewer
+    # than the workers' 2 n
+    for k in SHAPES:
+        bi, li = info(srv[1].client(), k), info(lc, k)
+        assert bi["pushes"] == li["relay_rounds"] and 0 < bi["pushes"] < 2 * n, (k, bi, li)
+
+
+class BusyWorker(threading.Thread):
+    """A group's worker pushing grad(group, seq) until stopped (BACKLOG: waits, resends)."""
+
+    def __init__(self, port, group):
+        super().__init__(daemon=True)
+        self.port, self.group, self.halt, self.done = port, group, threading.Event(), 0
+
+    def run(self):
+        c = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        seq = 0
+        while not self.halt.is_set():
+            seq += 1
+            for k in SHAPES:
+                while not self.halt.is_set():
+                    try:
+                        c.execute_command("PS.PUSHGRAD", k, f32(grad(self.group, seq, k)),
+                                          "ID", "busy%d" % self.group, seq)
+                        break
+                    except redis.ResponseError as e:
+                        assert str(e).startswith("BACKLOG"), e
+                        time.sleep(0.005)
+            self.done = seq
+            time.sleep(0.002)
+
+    def stop(self):
+        self.halt.set()
+        self.join(10)
+
+
+def pick(spec, tmp_path, *extra):
+    p = subprocess.run([RELAY, "--ring", spec, "--pick", "--load-ms", "400",
+                        "--log-json", os.path.join(str(tmp_path), "pick.jsonl")] + list(extra),
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
+    return p.stdout.strip(), p.stderr
+
+
+def least(agent):
+    """The least-loaded group an agent printed last, or None."""
+    found = re.findall(r"least-loaded group: (\w+)", agent.output())
+    return found[-1] if found else None
+
+
+def test_ring_worker_told_to_join_the_least_loaded_group(groups, tmp_path):
+    """--pick measures each group's PS.PUSHGRAD rate (and workers, CPU) from real pushes and
+    names the least-loaded group's address; the running agents print and log the same loads
+    and the least-loaded group. a has 2 busy workers, b 1, c none: c is picked; then a's
+    workers stop and c gets 2: a is picked (the load, not the --ring order, decides)."""
+    srv, spec, new_agent = groups(3)
+    ags = [new_agent(i, ["--progress-ms", "300", "--load-ms", "300"]) for i in range(3)]
+    wait_tracked(srv, "abc")
+    busy_a = [BusyWorker(srv[0].port, 0), BusyWorker(srv[0].port, 10)]
+    busy_b = [BusyWorker(srv[1].port, 1)]
+    for w in busy_a + busy_b:
+        w.start()
+    try:
+        addr, table = pick(spec, tmp_path)
+        assert addr == srv[2].addr, (addr, table)
+        loads = dict(re.findall(r"pick: (\w): ([\d.]+) pushes/s", table))
+        assert float(loads["a"]) > 0 and float(loads["b"]) > 0 and float(loads["c"]) == 0, table
+        assert re.search(r"pick: a: [\d.]+ pushes/s, 2 workers", table), table
+        # the agents measure the same: c is the least-loaded live group
+        psserver.wait_until(lambda: least(ags[0]) == "c", timeout=10,
+                            what="agent a names c least loaded")
+        psserver.wait_until(lambda: re.search(r"load a: [\d.]+ pushes/s, 2 workers",
+                                              ags[1].output()), timeout=10,
+                            what="agent b prints a's load")
+        for w in busy_a:
+            w.stop()
+        busy_c = [BusyWorker(srv[2].port, 2), BusyWorker(srv[2].port, 12)]
+        for w in busy_c:
+            w.start()
+        addr, table = pick(spec, tmp_path)
+        assert addr == srv[0].addr, (addr, table)
+        psserver.wait_until(lambda: least(ags[2]) == "a", timeout=10,
+                            what="agent c names a least loaded")
+    finally:
+        for w in busy_a + busy_b + locals().get("busy_c", []):
+            w.stop()
+    assert all(w.done > 20 for w in busy_a + busy_b + busy_c)
+    log = open(os.path.join(str(tmp_path), "ring-b.jsonl")).read()
+    assert '"event": "load"' in log and '"event": "least_loaded"' in log, log[-2000:]
+    picks = open(os.path.join(str(tmp_path), "pick.jsonl")).read()
+    assert picks.count('"event": "pick"') == 2 and '"pushes_per_s"' in picks, picks
+    for a in ags:
+        assert a.stop() == 0, a.output()
+    # --pick with a group that does not answer: it is skipped, the others still compared
+    srv[2].stop()
+    addr, table = pick(spec, tmp_path)
+    assert addr in (srv[0].addr, srv[1].addr) and "c: no load measured" in table, table
+    # usage: --pick is a query, not an agent
+    p = subprocess.run([RELAY, "--ring", spec, "--pick", "--match", "m:*"], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode == 2 and "--pick takes only" in p.stderr and not p.stdout, p

@@ -8,7 +8,8 @@
  *   ps-relay --status --local HOST:PORT (--keys K1,K2 | --match PATTERN)
  *   ps-relay --ring NAME=HOST:PORT,... --self NAME (--keys K1,K2 | --match PATTERN)
  *            [--threshold R] [--every-ms T] [--dead-after-ms D] [--barrier] [--join]
- *            [--adapt] [--reorder] [--log-json FILE] [--max-queue B]   (ring.h)
+ *            [--adapt] [--reorder] [--log-json FILE] [--max-queue B] [--load-ms T]   (ring.h)
+ *   ps-relay --ring NAME=HOST:PORT,... --pick [--load-ms T] [--log-json FILE]
  *
  * Exit codes: 0 stopped by SIGINT/SIGTERM after forwarding what was summed,
  * 1 runtime failure, 2 usage error or tensors that do not fit, 3 stopped
@@ -98,7 +99,14 @@ static void usage(FILE *out) {
             "  --mesh                  send each take straight to every group and acknowledge\n"
             "                          it on their replies (no forwarding, no polling: one hop)\n"
             "  --log-json FILE         append one JSON line per event (start, group_dead,\n"
-            "                          group_live, threshold, order, link, progress, ...)\n\n"
+            "                          group_live, threshold, order, link, load,\n"
+            "                          least_loaded, progress, ...)\n"
+            "  --load-ms T             load window: each group's PS.PUSHGRAD/s, workers and\n"
+            "                          CPU measured over T ms (1000); on the progress lines\n"
+            "  --pick                  no agent: measure every group's load over --load-ms,\n"
+            "                          print each on stderr and the least-loaded group's\n"
+            "                          address on stdout (fewest pushes/s, then workers,\n"
+            "                          then CPU), for ps-train work --addr \"$(...)\"\n\n"
             "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
             "docs/operations.md (\"A relay\").\n");
 }
@@ -129,7 +137,7 @@ static double fnum(const char *flag, const char *s, double lo, double hi) {
 
 int main(int argc, char **argv) {
     ringOpts ro = {.threshold = 0.01, .dead_ms = 3000, .barrier_timeout_ms = 60000,
-                   .maxqueue = -1, .maxlag = 16};
+                   .maxqueue = -1, .maxlag = 16, .load_ms = 1000};
     int ring = 0;
     relayOpts o = {.round_timeout_ms = 2000, .every_ms = 100, .pull_ms = 200, .poll_ms = 100,
                    .progress_ms = 2000, .max_backlog = -1, .max_round = -1,
@@ -137,7 +145,8 @@ int main(int argc, char **argv) {
     enum { O_LOCAL = 256, O_UP, O_NAME, O_KEYS, O_MATCH, O_SYNC, O_WORKERS, O_RTO, O_EVERY,
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
            O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
-           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE, O_STOPTO };
+           O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE, O_STOPTO,
+           O_LOADMS, O_PICK };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -156,6 +165,7 @@ int main(int argc, char **argv) {
         {"log-json", 1, 0, O_LOGJSON},   {"max-queue", 1, 0, O_MAXQ},
         {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
         {"leave", 0, 0, O_LEAVE},        {"stop-timeout-ms", 1, 0, O_STOPTO},
+        {"load-ms", 1, 0, O_LOADMS},     {"pick", 0, 0, O_PICK},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -193,6 +203,8 @@ int main(int argc, char **argv) {
         case O_MAXLAG: ro.maxlag = num("--max-lag", optarg, 0, 1L << 40); break;
         case O_MESH: ro.mesh = 1; break;
         case O_LEAVE: ro.leave = 1; break;
+        case O_LOADMS: ro.load_ms = num("--load-ms", optarg, 10, 600000); break;
+        case O_PICK: ro.pick = 1; break;
         case 'h':
         case O_HELP: usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -202,9 +214,14 @@ int main(int argc, char **argv) {
     if (ring) {
         ro.keys = o.keys, ro.match = o.match;
         ro.every_ms = o.every_ms, ro.progress_ms = o.progress_ms;
+        if (ro.pick && !ro.self) ro.self = "pick";
         if (optind < argc) why = "unexpected argument";
+        else if (ro.pick && (ro.keys || ro.match || ro.barrier || ro.join || ro.leave ||
+                             ro.mesh || ro.adapt || ro.reorder))
+            why = "--pick takes only --ring, --load-ms and --log-json";
         else if (!ro.self || !*ro.self) why = "--ring needs --self NAME";
-        else if (!ro.keys == !ro.match) why = "give exactly one of --keys and --match";
+        else if (!ro.pick && !ro.keys == !ro.match)
+            why = "give exactly one of --keys and --match";
         else if (o.local || o.upstream || o.name || o.sync || o.status)
             why = "--ring takes no --local/--upstream/--name/--sync/--status (see --help)";
         else if (ro.barrier + ro.join + ro.leave > 1)
@@ -214,7 +231,7 @@ int main(int argc, char **argv) {
                     optind < argc ? ": " : "", optind < argc ? argv[optind] : "");
             return 2;
         }
-        return ring_run(&ro);
+        return ro.pick ? ring_pick(&ro) : ring_run(&ro);
     }
     if (optind < argc) why = "unexpected argument";
     else if (!o.local) why = "--local is required";

@@ -43,6 +43,7 @@ static void ring_progress(ring *r, const char *what) {
                          ", \"resends\": %" PRIu64 ", \"bytes_sent\": %" PRIu64
                          ", \"threshold\": %g",
           r->st.takes, r->st.acks, r->st.forwarded, r->st.resends, r->st.bytes_sent, r->threshold);
+    ring_load_print(r);
     fflush(stdout);
 }
 
@@ -52,6 +53,7 @@ int ring_run(const ringOpts *o) {
     memset(r, 0, sizeof(*r));
     r->o = o;
     r->threshold = o->threshold;
+    r->least = -1;
     r->fault = getenv("PS_RING_FAULT");
     r->start_ms = r->last_progress_ms = agent_mono_ms();
     agent_catch_signals();
@@ -94,6 +96,7 @@ int ring_run(const ringOpts *o) {
         r->round++;
         r->round_send_s = 0;
         ring_probe_all(r);
+        if (!o->barrier && !o->leave) ring_load_update(r);
         if (o->leave) {
             /* Leaving: done once this group has nothing pending or
              * accumulated (every group has all of its change). What its

@@ -48,11 +48,18 @@ typedef struct ringOpts {
     int adapt;               /* adapt the threshold to the link (Gaia-style) */
     int reorder;             /* ring order by measured RTTs (G <= 6) */
     const char *log_json;    /* append one JSON line per event to this file */
+    long load_ms;            /* load window: pushes/s and CPU over this many ms (1000) */
+    int pick;                /* print the least-loaded group's address and exit */
 } ringOpts;
 
 /* Runs the agent until SIGINT/SIGTERM (or, --barrier, until every group is
  * drained). Exit code: 0 stopped or drained, 1 runtime failure, 2 usage or
  * groups that do not fit (model shape, optimizer or values differ). */
 int ring_run(const ringOpts *o);
+
+/* --pick: samples every group's load twice, load_ms apart, prints each on
+ * stderr and the least-loaded group's address on stdout. Exit code: 0, 1 no
+ * group answers, 2 usage. */
+int ring_pick(const ringOpts *o);
 
 #endif /* PS_RING_H */

@@ -8,6 +8,8 @@
  *   ring_round.c    one round of a key: take, send, ack, forward; GAP
  *   ring_barrier.c  --barrier: drained, and the groups' values compared
  *   ring_adapt.c    --adapt (threshold) and --reorder (ring order by RTT)
+ *   ring_load.c     each group's load (pushes/s, workers, CPU), the least
+ *                   loaded group; --pick
  * Sees libps's public header and common/ only. */
 
 #ifndef PS_RING_INT_H
@@ -23,6 +25,16 @@
 
 #define RING_MAX_GROUPS 64
 #define RING_FWD_PER_ROUND 256 /* forward-queue entries one round moves per key */
+
+/* A group's load (ring_load.c): the last reading and the rates over the
+ * window before it. */
+typedef struct ringLoad {
+    int ok;                   /* the rates below are measured */
+    double t;                 /* monotonic s of the last reading (0: none) */
+    double pushes, cpu_s;     /* counters at the last reading */
+    double pushes_s, cpu_pct; /* over the last window */
+    long workers, clients;    /* at the last reading */
+} ringLoad;
 
 typedef struct ringGroup {
     char name[PS_RING_ORIGIN_MAX + 1];
@@ -45,6 +57,7 @@ typedef struct ringGroup {
     uint64_t bytes_to_last;   /* at the last progress line */
     double send_s_last;
     psKeyInfo *info;          /* per key: the last probe's PS.INFO */
+    ringLoad load;
 } ringGroup;
 
 typedef struct ringKey {
@@ -74,7 +87,8 @@ typedef struct ring {
     double round_send_s;          /* seconds this round spent sending deltas */
     ringStats st;
     FILE *log;
-    long long start_ms, last_progress_ms, last_probe_ms;
+    long long start_ms, last_progress_ms, last_probe_ms, last_load_ms;
+    int least;                    /* the least-loaded live group last printed (-1: none) */
     const char *fault;            /* PS_RING_FAULT "phase:n": SIGKILL itself (tests) */
 } ring;
 
@@ -138,5 +152,13 @@ int ring_compare_groups(ring *r);
 void ring_adapt_threshold(ring *r);
 void ring_publish_rtts(ring *r);
 void ring_reorder(ring *r);
+
+/* ---- ring_load.c ---- */
+
+/* Samples every group's load every --load-ms; prints and logs a change of
+ * the least-loaded live group. */
+void ring_load_update(ring *r);
+/* One "load" line (and JSON event) per group. */
+void ring_load_print(ring *r);
 
 #endif /* PS_RING_INT_H */

@@ -54,7 +54,7 @@ int ring_parse_groups(ring *r) {
         ring_say(r, "--ring needs at least 2 groups");
         return -1;
     }
-    if (r->self < 0) {
+    if (r->self < 0 && !r->o->pick) {
         ring_say(r, "--self %s is not one of the --ring groups", r->o->self);
         return -1;
     }
