@@ -143,6 +143,11 @@ def test_reorder_two_sites(make_server, tmp_path, agents, proxies):
         agents.append(ag[me])
         ag[me].start()
     wait_tracked([srv[n] for n in names], names)
+    # the workers push across the change of order (about 2.5 s of pushes; the order
+    # changes about 1-2 s in): deltas in flight then must still arrive once
+    pushers = [Pusher(srv[n].port, i, 20, pause=0.12) for i, n in enumerate(names)]
+    for p in pushers:
+        p.start()
     logs = {n: os.path.join(str(tmp_path), "ring-%s.jsonl" % n) for n in names}
 
     def settled():
@@ -150,12 +155,11 @@ def test_reorder_two_sites(make_server, tmp_path, agents, proxies):
         return all(v and crossings(v, site) == 2 for v in last.values())
     psserver.wait_until(settled, timeout=20, interval=0.1, what="every agent reordered: %s" % {
         n: [e["ring"] for e in events(logs[n], "order")] for n in names})
-    pushers = [Pusher(srv[n].port, i, 15, pause=0.01) for i, n in enumerate(names)]
-    for p in pushers:
-        p.start()
+    changed = max(events(logs[n], "order")[-1]["t"] for n in names)
     for p in pushers:
         p.join(30)
-        assert p.error is None and p.done == 15
+        assert p.error is None and p.done == 20
+    last_push = time.time()
     time.sleep(0.5)  # any later flip would show up now; the last deltas go round
     final = {n: events(logs[n], "order")[-1]["ring"] for n in names}
     assert set(final.values()) == {"a -> b -> c -> d -> a"}, final
@@ -164,10 +168,11 @@ def test_reorder_two_sites(make_server, tmp_path, agents, proxies):
         if n == "d":
             # d's list started it on d -> b -> a -> c, as cheap (the cut crossed twice) but
             # not the cycle the others pick: it adopts the common choice anyway
-            assert 2 * 30 < e["was_ms"] < 4 * 30 and 2 * 30 < e["rtt_sum_ms"] < 4 * 30, e
+            assert e["was_ms"] <= 1.2 * e["rtt_sum_ms"] + 1 and e["rtt_sum_ms"] > 2 * 30, e
             continue
-        # measured, not assumed: the old order paid four slow links, the new one two
-        assert e["was_ms"] > 4 * 30 and e["rtt_sum_ms"] < 0.75 * e["was_ms"], (n, e)
+        # measured, not assumed: the old order paid four slow links (40 ms and more of
+        # RTT each), the new one two
+        assert e["was_ms"] > 4 * 30 and e["was_ms"] > 1.5 * e["rtt_sum_ms"], (n, e)
         assert "ring order by RTT" in ag[n].output(), ag[n].output()
     takes = 0
     for n in names:
@@ -175,11 +180,12 @@ def test_reorder_two_sites(make_server, tmp_path, agents, proxies):
         m = re.findall(r"stopped after .* takes (\d+) acked (\d+)", ag[n].output())
         assert m, ag[n].output()
         takes += int(m[-1][1])
-    assert takes > 0  # the reordered ring carried deltas (over the proxies), not only the barrier
+    assert takes > 0  # the ring carried deltas (over the proxies), not only the barrier
+    assert changed < last_push, (changed, last_push)  # the order changed while pushing
     rc, out = run_agent(tmp_path, direct, "a", "--barrier")
     assert rc == 0, out
     for k in SHAPES:
-        want = START[k] - sum(pushed_sum(i, 15, k) for i in range(len(names)))
+        want = START[k] - sum(pushed_sum(i, 20, k) for i in range(len(names)))
         for n in names:
             assert np.array_equal(pull_np(srv[n].client(), k)[1], want.ravel()), (n, k)
     check_accounting([srv[n] for n in names], names)
@@ -263,6 +269,9 @@ def test_adapt_threshold_follows_capped_link(make_server, tmp_path, agents, prox
         p.halt.set()
         p.join(20)
         assert p.error is None and p.done > 0, p.error
+    # the load gone: idle rounds halve it down to --threshold / 8
+    psserver.wait_until(lambda: events(log, "threshold")[-1]["to"] == 0.0002 / 8, timeout=10,
+                        interval=0.1, what="a's threshold at its floor: %s" % events(log, "threshold")[-1])
     for n in names:
         assert ag[n].stop() == 0, ag[n].output()
     assert "threshold 0.0002 -> 0.0004" in ag["a"].output(), ag["a"].output()

@@ -45,6 +45,17 @@ void ring_adapt_threshold(ring *r) {
  * when its current order is no longer within the tolerance of the cheapest. */
 
 #define RTT_KEY "ps-ring:rtt:"
+
+/* Rounds over slow links last long (a pending take polls every group), so
+ * the period is also bounded in time: a change of link shows within ~1 s. */
+int ring_reorder_due(const ring *r) {
+    static uint64_t last_round;
+    static long long last_ms;
+    long long now = agent_mono_ms();
+    if (last_round && r->round - last_round < 20 && now - last_ms < 1000) return 0;
+    last_round = r->round, last_ms = now;
+    return 1;
+}
 #define RTT_ROW_CAP (RING_MAX_GROUPS * (PS_RING_ORIGIN_MAX + 20))
 
 void ring_publish_rtts(ring *r) {
