@@ -54,34 +54,38 @@ async def pump(reader, writer, link, max_buffer):
     """Reads from 'reader', delivers to 'writer' through 'link', in order."""
     q = asyncio.Queue()
     queued = [0]
+    dead = [False]  # the receiving side failed: stop reading too
     room = asyncio.Event()
     room.set()
 
     async def deliver():
         loop = asyncio.get_running_loop()
-        while True:
-            at, data = await q.get()
-            wait = at - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if data is None:
-                break
-            writer.write(data)
-            await writer.drain()
-            queued[0] -= len(data)
-            if queued[0] <= max_buffer:
-                room.set()
         try:
+            while True:
+                at, data = await q.get()
+                wait = at - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                if data is None:
+                    break
+                writer.write(data)
+                await writer.drain()
+                queued[0] -= len(data)
+                if queued[0] <= max_buffer:
+                    room.set()
             if writer.can_write_eof():
                 writer.write_eof()
-        except OSError:
-            pass
+        except (ConnectionError, OSError):
+            dead[0] = True
+            room.set()
 
     task = asyncio.ensure_future(deliver())
     loop = asyncio.get_running_loop()
     try:
         while True:
             await room.wait()
+            if dead[0]:
+                break
             data = await reader.read(65536)
             if not data:
                 break
