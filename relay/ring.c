@@ -133,7 +133,7 @@ int ring_run(const ringOpts *o) {
             for (int k = 0; k < r->nkeys; k++) work |= ring_act_key(r, i, k);
         }
         if (o->adapt && !o->barrier) ring_adapt_threshold(r);
-        if (o->reorder && r->round % 20 == 1) {
+        if (o->reorder && ring_reorder_due(r)) {
             ring_publish_rtts(r);
             ring_reorder(r);
         }

@@ -30,21 +30,43 @@ void ring_adapt_threshold(ring *r) {
 }
 
 /* ---- ring order from measured RTTs (--reorder) ---------------------------
- * Each agent publishes its row of RTTs (ms to every group) on its own server
- * (a plain string key "ps-ring:rtt:<name>") and reads the others' rows: all
- * agents see the same matrix (up to timing) and pick the same cheapest
- * cycle of the live groups (G <= 6: every permutation with the first group
- * fixed, ties by the lowest permutation). */
+ * Each agent publishes its row of RTTs (ms to every group, as name=ms pairs:
+ * the agents' --ring lists may name the groups in different orders and by
+ * different addresses, e.g. a proxy for a slow link) on its own server (a
+ * plain string key "ps-ring:rtt:<name>") and reads the others' rows, so all
+ * agents see the same matrix, up to when each row was last published. A
+ * link's cost is the larger of its two directions' RTTs. Every agent then
+ * makes the same choice from it: of the cycles of the live groups (G <= 6:
+ * every permutation with the first name fixed) the first in name order whose
+ * RTT sum is within a tolerance of the cheapest (max(1 ms, 20%)), so near
+ * ties (a cycle and its reverse; two equally good ways across a cut) do not
+ * split the agents on timing noise. An agent adopts that cycle the first
+ * time it can (the --ring lists' orders need not agree) and afterwards only
+ * when its current order is no longer within the tolerance of the cheapest. */
 
 #define RTT_KEY "ps-ring:rtt:"
 
+/* Rounds over slow links last long (a pending take polls every group), so
+ * the period is also bounded in time: a change of link shows within ~1 s. */
+int ring_reorder_due(const ring *r) {
+    static uint64_t last_round;
+    static long long last_ms;
+    long long now = agent_mono_ms();
+    if (last_round && r->round - last_round < 20 && now - last_ms < 1000) return 0;
+    last_round = r->round, last_ms = now;
+    return 1;
+}
+#define RTT_ROW_CAP (RING_MAX_GROUPS * (PS_RING_ORIGIN_MAX + 20))
+
 void ring_publish_rtts(ring *r) {
     ringGroup *me = &r->g[r->self];
-    char row[RING_MAX_GROUPS * 16], key[96];
+    static char row[RTT_ROW_CAP];
+    char key[96];
     size_t o = 0;
     if (!me->c) return;
-    for (int i = 0; i < r->ng && o + 16 < sizeof(row); i++)
-        o += (size_t)snprintf(row + o, sizeof(row) - o, "%s%.3f", i ? " " : "",
+    row[0] = '\0';
+    for (int i = 0; i < r->ng && o + PS_RING_ORIGIN_MAX + 20 < sizeof(row); i++)
+        o += (size_t)snprintf(row + o, sizeof(row) - o, "%s%s=%.3f", i ? " " : "", r->g[i].name,
                               i == r->self ? 0.0 : r->g[i].rtt_ms);
     snprintf(key, sizeof(key), RTT_KEY "%s", me->name);
     redisReply *rep = psCommand(me->c, key, "SET %s %s", key, row);
@@ -69,50 +91,83 @@ static int next_perm(int *a, int n) {
     return 1;
 }
 
+/* Row 'a' of m from group live[a]'s published "name=ms ..." (-1: not there). 0 or -1. */
+static int read_row(ring *r, const int *live, int n, int a, double m[][RING_MAX_GROUPS]) {
+    ringGroup *g = &r->g[live[a]];
+    char key[96];
+    snprintf(key, sizeof(key), RTT_KEY "%s", g->name);
+    redisReply *rep = g->c ? psCommand(g->c, key, "GET %s", key) : NULL;
+    if (!rep || rep->type != REDIS_REPLY_STRING) {
+        if (rep) freeReplyObject(rep);
+        return -1;
+    }
+    for (int b = 0; b < n; b++) m[a][b] = -1;
+    for (const char *p = rep->str; *p;) {
+        while (*p == ' ') p++;
+        const char *eq = strchr(p, '='), *sp = strchr(p, ' ');
+        if (!eq || (sp && sp < eq)) break;
+        char *e;
+        double v = strtod(eq + 1, &e);
+        for (int b = 0; b < n && e != eq + 1; b++)
+            if (strlen(r->g[live[b]].name) == (size_t)(eq - p) &&
+                !memcmp(r->g[live[b]].name, p, (size_t)(eq - p)))
+                m[a][b] = v;
+        p = e == eq + 1 ? (sp ? sp : eq + 1 + strlen(eq + 1)) : e;
+    }
+    freeReplyObject(rep);
+    return 0;
+}
+
+static const ring *by_name_ring;
+static int by_name(const void *x, const void *y) {
+    return strcmp(by_name_ring->g[*(const int *)x].name, by_name_ring->g[*(const int *)y].name);
+}
+
 void ring_reorder(ring *r) {
-    static double m[RING_MAX_GROUPS][RING_MAX_GROUPS];
+    static double m[RING_MAX_GROUPS][RING_MAX_GROUPS], c[RING_MAX_GROUPS][RING_MAX_GROUPS];
+    static int chosen_once; /* one ring per process */
     int live[RING_MAX_GROUPS], n = 0;
     for (int i = 0; i < r->ng; i++)
         if (r->g[i].live) live[n++] = i;
     if (n < 4 || n > 6) return; /* 3 groups: every cycle costs the same (both directions) */
-    for (int a = 0; a < n; a++) {
-        ringGroup *g = &r->g[live[a]];
-        char key[96];
-        snprintf(key, sizeof(key), RTT_KEY "%s", g->name);
-        redisReply *rep = g->c ? psCommand(g->c, key, "GET %s", key) : NULL;
-        if (!rep || rep->type != REDIS_REPLY_STRING) {
-            if (rep) freeReplyObject(rep);
-            return;
-        }
-        char *p = rep->str;
-        for (int i = 0; i < r->ng; i++) {
-            char *e;
-            double v = strtod(p, &e);
-            if (e == p) v = -1;
-            p = e;
-            for (int b = 0; b < n; b++)
-                if (live[b] == i) m[a][b] = v;
-        }
-        freeReplyObject(rep);
-    }
-    /* A link's cost: the larger of its two directions' RTTs (an unmeasured one: skip). */
-    double c[RING_MAX_GROUPS][RING_MAX_GROUPS];
+    by_name_ring = r;
+    qsort(live, (size_t)n, sizeof(int), by_name); /* positions 0..n-1 in name order */
+    for (int a = 0; a < n; a++)
+        if (read_row(r, live, n, a, m) != 0) return;
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) {
-            if (m[a][b] < 0 || m[b][a] < 0) return;
+            if (a == b) {
+                c[a][b] = 0;
+                continue;
+            }
+            if (m[a][b] < 0 || m[b][a] < 0) return; /* not measured yet */
             c[a][b] = fmax(m[a][b], m[b][a]);
         }
-    int perm[RING_MAX_GROUPS], best[RING_MAX_GROUPS], cur[RING_MAX_GROUPS], nc = 0;
-    for (int i = 0; i < n; i++) perm[i] = i;
+    int perm[RING_MAX_GROUPS], best[RING_MAX_GROUPS], cur[RING_MAX_GROUPS], nc = 0, at0 = 0;
     for (int i = 0; i < r->ng; i++)
         for (int b = 0; b < n; b++)
             if (r->order[i] == live[b]) cur[nc++] = b;
-    double bestc = 1e300, curc = cycle_cost(c, cur, n);
+    /* The current cycle from name 0 on, to compare it with the choice. */
+    while (cur[at0] != 0) at0++;
+    int curcyc[RING_MAX_GROUPS];
+    for (int i = 0; i < n; i++) curcyc[i] = cur[(at0 + i) % n];
+    double minc = 1e300, curc = cycle_cost(c, cur, n);
+    for (int i = 0; i < n; i++) perm[i] = i;
+    do minc = fmin(minc, cycle_cost(c, perm, n));
+    while (next_perm(perm, n));
+    double tol = fmax(1.0, 0.2 * minc), bestc = 0;
+    for (int i = 0; i < n; i++) perm[i] = i;
     do {
         double x = cycle_cost(c, perm, n);
-        if (x < bestc) bestc = x, memcpy(best, perm, sizeof(int) * (size_t)n);
+        if (x <= minc + tol) {
+            bestc = x, memcpy(best, perm, sizeof(int) * (size_t)n);
+            break;
+        }
     } while (next_perm(perm, n));
-    if (!(bestc < 0.8 * curc)) return;
+    int same = !memcmp(best, curcyc, sizeof(int) * (size_t)n);
+    int first = !chosen_once;
+    chosen_once = 1;
+    if (same || (!first && curc <= minc + tol)) return;
     /* New order: the live groups as 'best', the dead ones after them. */
     int no = 0, neworder[RING_MAX_GROUPS];
     for (int i = 0; i < n; i++) neworder[no++] = live[best[i]];
@@ -126,4 +181,5 @@ void ring_reorder(ring *r) {
            buf);
     ring_event(r, "order", ", \"ring\": \"%s\", \"rtt_sum_ms\": %.3f, \"was_ms\": %.3f", buf, bestc,
           curc);
+    fflush(stdout);
 }

@@ -150,6 +150,8 @@ int ring_compare_groups(ring *r);
 /* ---- ring_adapt.c ---- */
 
 void ring_adapt_threshold(ring *r);
+/* --reorder's period: 1 at the first round, then after 20 rounds or 1 s. */
+int ring_reorder_due(const ring *r);
 void ring_publish_rtts(ring *r);
 void ring_reorder(ring *r);
 

@@ -39,7 +39,11 @@
 # DEMO_RING_THRESHOLD (0.02), DEMO_RING_MAX_LAG (32), DEMO_RING_EVERY_MS (200),
 # DEMO_RING_FLAGS (more ps-relay --ring flags, e.g. --mesh or --adapt),
 # DEMO_RING_STAR_SAMPLES (6000), DEMO_RING_RUNS ("lan star tree ring"), DEMO_RING_SHOW
-# (lines of each agent's log to print), REDIS_SERVER.
+# (lines of each agent's log to print), REDIS_SERVER, DEMO_RING_DELAY_MS (0: with D > 0,
+# every connection that crosses the WAN -- star workers to the central server, tree relays
+# to it, ring agents to the other groups -- goes through a bench/delay_proxy.py in the
+# connecting group's namespace adding D ms each way: a fixed latency, no loss and no
+# jitter; the tbf shaping stays as it is).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +60,7 @@ MAX_LAG=${DEMO_RING_MAX_LAG:-32}
 RING_FLAGS=${DEMO_RING_FLAGS:-}
 STAR_SAMPLES=${DEMO_RING_STAR_SAMPLES:-6000}
 RUNS=${DEMO_RING_RUNS:-"lan star tree ring"}
+DELAY_MS=${DEMO_RING_DELAY_MS:-0}
 G=3
 PER=2
 for f in "$PS_TRAIN" "$PS_RELAY" "$MODULE"; do
@@ -132,6 +137,25 @@ eval_acc() {
     ip netns exec "$1" "$PS_TRAIN" eval --addr "$2" --job "$3" 2>>"$DIR/eval.log" | tee -a "$DIR/eval.log" |
         sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' | tail -1
 }
+# wan_addr NS HOST:PORT -> WA: the address a process in namespace NS connects to for
+# HOST:PORT across the WAN: itself, or with DEMO_RING_DELAY_MS a delaying proxy started
+# in NS (its pid in PIDS: stopped with the servers; so not called in a subshell).
+NPROXY=0
+wan_addr() {
+    WA=$2
+    [ "$DELAY_MS" = 0 ] && return
+    NPROXY=$((NPROXY + 1))
+    local ready="$DIR/proxy-$NPROXY.port"
+    ip netns exec "$1" python3 "$REPO/bench/delay_proxy.py" --listen 0 --to "$2" \
+        --delay-ms "$DELAY_MS" --ready-file "$ready" >"$DIR/proxy-$NPROXY.log" 2>&1 </dev/null &
+    PIDS+=($!)
+    for _ in $(seq 100); do
+        [ -s "$ready" ] && { WA="127.0.0.1:$(cat "$ready")"; return; }
+        sleep 0.05
+    done
+    echo "demo-ring: delay proxy to $2 did not start" >&2
+    exit 1
+}
 now() { date +%s.%N; }
 declare -A SPS BPS ACC
 report() {   # NAME SAMPLES SECONDS BYTES ACC
@@ -187,7 +211,9 @@ star)
     ip netns exec "$WAN" "$PS_TRAIN" init --addr "$A" --job star "${JOB_FLAGS[@]}" --epochs 1 \
         --limit "$STAR_SAMPLES" --task-samples 500 >/dev/null
     b0=$(wan_bytes); t0=$(now)
-    run_workers star "$A" "$A" "$A"
+    SA=()
+    for g in $(seq $G); do wan_addr "$(gns "$g")" "$A"; SA+=("$WA"); done
+    run_workers star "${SA[@]}"
     t1=$(now); b1=$(wan_bytes)
     report star "$STAR_SAMPLES" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" \
         $((b1 - b0)) "(short run)"
@@ -200,7 +226,8 @@ tree)
     R=()
     for g in $(seq $G); do
         start_server "$(gns "$g")" "tree-g$g" 6380 127.0.0.1
-        ip netns exec "$(gns "$g")" "$PS_RELAY" --local 127.0.0.1:6380 --upstream "$UP" --name "relay-$g" \
+        wan_addr "$(gns "$g")" "$UP"
+        ip netns exec "$(gns "$g")" "$PS_RELAY" --local 127.0.0.1:6380 --upstream "$WA" --name "relay-$g" \
             --match 'tree:*' --sync --workers "$PER" --round-timeout-ms 5000 --progress-ms 5000 \
             >"$DIR/relay-$g.log" 2>&1 &
         R+=($!); PIDS+=($!)
@@ -233,10 +260,26 @@ ring)
     done
     A=()
     for g in $(seq $G); do
-        ip netns exec "$(gns "$g")" "$PS_RELAY" --ring "$RING" --self "g$g" --match 'ring:*' \
+        # group g's view of the ring: the others through delaying proxies (DEMO_RING_DELAY_MS)
+        VIEW=
+        for h in $(seq $G); do
+            WA=10.77.0.1$h:6379
+            [ "$h" = "$g" ] || wan_addr "$(gns "$g")" "$WA"
+            VIEW+="${VIEW:+,}g$h=$WA"
+        done
+        ip netns exec "$(gns "$g")" "$PS_RELAY" --ring "$VIEW" --self "g$g" --match 'ring:*' \
             --threshold "$THRESHOLD" --every-ms "$EVERY_MS" --max-lag "$MAX_LAG" $RING_FLAGS \
             >"$DIR/agent-$g.log" 2>&1 &
         A+=($!); PIDS+=($!)
+    done
+    # Workers start once every agent has passed its start check (which compares the
+    # groups' values: a push before would fail it; over delayed links the check is slow).
+    for g in $(seq $G); do
+        for _ in $(seq 400); do
+            grep -q '] exchanging ' "$DIR/agent-$g.log" 2>/dev/null && break
+            kill -0 "${A[$((g - 1))]}" 2>/dev/null || { echo "demo-ring: agent g$g exited:" >&2; cat "$DIR/agent-$g.log" >&2; exit 1; }
+            sleep 0.05
+        done
     done
     b0=$(wan_bytes); t0=$(now)
     run_workers ring 127.0.0.1:6379 127.0.0.1:6379 127.0.0.1:6379
