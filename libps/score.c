@@ -18,16 +18,19 @@ _Static_assert(PS_SCORE_MODEL_LR == PS_SCORE_LR && PS_SCORE_MODEL_FM == PS_SCORE
                "ps.h's model codes are common/ctr_score.h's");
 _Static_assert(PS_SCORE_MAX_FIELDS == PS_CTR_POOL_MAX_FIELDS, "one field limit");
 
-/* One PS.SCORE on the table's only shard; the reply's n logits into 'out'. */
+/* One PS.SCORE on the table's only shard (MODEL 'model'; the MLP's 'fields'
+ * and 'nf', else NULL and 0); its reply blob, which must be 'want' bytes,
+ * into 'out'. */
 static int score_on_server(psClient *c, psEmbed *e, int model, float bias, size_t n,
                            const uint32_t *counts, const uint64_t *ids, size_t nids,
-                           const float *vals, double *out) {
+                           const float *vals, const uint32_t *fields, uint32_t nf, void *out,
+                           size_t want) {
     const char *argv[PS_WIRE_SCORE_MAXARGS];
     size_t argl[PS_WIRE_SCORE_MAXARGS];
-    char biasbuf[32];
+    char numbuf[32];
     const char *key = psEmbedShardKey(e, 0);
-    int argc = ps_wire_score_argv(key, strlen(key), model, counts, n, ids, nids, vals, bias, NULL,
-                                  0, biasbuf, sizeof(biasbuf), argv, argl);
+    int argc = ps_wire_score_argv(key, strlen(key), model, counts, n, ids, nids, vals, bias, fields,
+                                  nf, numbuf, sizeof(numbuf), argv, argl);
     redisReply *r = psCommandArgv(c, key, argc, argv, argl);
     if (r == NULL) return PS_ERR;
     int rc = PS_OK;
@@ -36,11 +39,11 @@ static int score_on_server(psClient *c, psEmbed *e, int model, float bias, size_
         psi_set_error(c, nokey ? PS_ERR_NOKEY : PS_ERR_SERVER, "%s: %s", key, r->str);
         rc = PS_ERR;
     } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-               r->element[1]->type != REDIS_REPLY_STRING || r->element[1]->len != 8 * n) {
+               r->element[1]->type != REDIS_REPLY_STRING || r->element[1]->len != want) {
         psi_set_error(c, PS_ERR_PROTOCOL, "%s: unexpected PS.SCORE reply", key);
         rc = PS_ERR;
     } else {
-        memcpy(out, r->element[1]->str, 8 * n);
+        memcpy(out, r->element[1]->str, want);
     }
     freeReplyObject(r);
     return rc;
@@ -63,7 +66,8 @@ int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint
     size_t nids = 0;
     for (size_t i = 0; i < n; i++) nids += counts[i];
     if (psEmbedShards(e) == 1)
-        return score_on_server(c, e, model, bias, n, counts, ids, nids, vals, out);
+        return score_on_server(c, e, model, bias, n, counts, ids, nids, vals, NULL, 0, out,
+                               8 * n);
     float *rows = malloc((nids ? nids : 1) * (size_t)dim * sizeof(float));
     double *s = malloc((size_t)dim * sizeof(double));
     if (rows == NULL || s == NULL) {
@@ -77,36 +81,6 @@ int psScore(psClient *c, psEmbed *e, int model, float bias, size_t n, const uint
         out[i] = ps_ctr_score_logit(bias, rows, (uint32_t)dim, NULL, vals, off, off + counts[i], s);
     free(rows);
     free(s);
-    return rc;
-}
-
-/* One PS.SCORE MODEL MLP on the table's only shard; the reply's n x nf x
- * dim floats into 'out'. */
-static int pool_on_server(psClient *c, psEmbed *e, uint32_t nf, size_t n, const uint32_t *counts,
-                          const uint64_t *ids, size_t nids, const float *vals,
-                          const uint32_t *fields, float *out) {
-    const char *argv[PS_WIRE_SCORE_MAXARGS];
-    size_t argl[PS_WIRE_SCORE_MAXARGS];
-    char nfbuf[32];
-    const char *key = psEmbedShardKey(e, 0);
-    int argc = ps_wire_score_argv(key, strlen(key), PS_SCORE_MLP, counts, n, ids, nids, vals,
-                                  0.0f, fields, nf, nfbuf, sizeof(nfbuf), argv, argl);
-    size_t want = 4 * n * (size_t)nf * (size_t)psEmbedDim(e);
-    redisReply *r = psCommandArgv(c, key, argc, argv, argl);
-    if (r == NULL) return PS_ERR;
-    int rc = PS_OK;
-    if (r->type == REDIS_REPLY_ERROR) {
-        int nokey = psi_reply_error(r) == PS_PROTO_ERR_NOKEY;
-        psi_set_error(c, nokey ? PS_ERR_NOKEY : PS_ERR_SERVER, "%s: %s", key, r->str);
-        rc = PS_ERR;
-    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
-               r->element[1]->type != REDIS_REPLY_STRING || r->element[1]->len != want) {
-        psi_set_error(c, PS_ERR_PROTOCOL, "%s: unexpected PS.SCORE reply", key);
-        rc = PS_ERR;
-    } else {
-        memcpy(out, r->element[1]->str, want);
-    }
-    freeReplyObject(r);
     return rc;
 }
 
@@ -129,7 +103,8 @@ int psScorePool(psClient *c, psEmbed *e, uint32_t nfields, size_t n, const uint3
         }
     }
     if (psEmbedShards(e) == 1)
-        return pool_on_server(c, e, nfields, n, counts, ids, nids, vals, fields, out);
+        return score_on_server(c, e, PS_SCORE_MLP, 0.0f, n, counts, ids, nids, vals, fields,
+                               nfields, out, 4 * n * (size_t)nfields * (size_t)dim);
     float *rows = malloc((nids ? nids : 1) * (size_t)dim * sizeof(float));
     if (rows == NULL) {
         psi_set_error(c, PS_ERR_OOM, "psScorePool: out of memory for %zu rows of dim %d", nids,
