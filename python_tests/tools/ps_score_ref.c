@@ -44,6 +44,36 @@ static int write_file(const char *prefix, const char *ext, const void *p, size_t
 
 static int mlp_main(int argc, char **argv);
 
+/* What both references start with: the first 'nmax' samples of DATA (argv[5]),
+ * a connection to ADDRS (argv[1]) and the row dim of table '<job>:emb' (shard
+ * 0's PS.INFO). 0, or the exit status: 3 unreadable data, 2 a server error
+ * (printed as the JSON line). */
+static int load(char **argv, const ps_sparse_opts *so, int nmax, int shards, const char *job,
+                ps_sparse_batch *b, psClient **cp, char *name, size_t namecap, int *dim) {
+    char err[256];
+    ps_sparse_reader *rd = ps_sparse_open(argv[5], so, err, sizeof(err));
+    if (rd == NULL || ps_sparse_read(rd, b, nmax, err, sizeof(err)) < 1) {
+        fprintf(stderr, "ps_score_ref: %s\n", err);
+        return 3;
+    }
+    ps_sparse_close(rd);
+    psOptions opt = {0};
+    psClient *c = psConnect(argv[1], &opt);
+    if (c == NULL) return 2;
+    *cp = c;
+    snprintf(name, namecap, "%s:emb", job);
+    psKeyInfo ki;
+    psEmbed *probe = psEmbedNew(name, 1, shards);
+    int ok = !c->err && probe && psInfo(c, psEmbedShardKey(probe, 0), &ki) == PS_OK;
+    psEmbedFree(probe);
+    if (!ok) {
+        printf("{\"ok\": false, \"error\": \"%s\"}\n", c->errstr);
+        return 2;
+    }
+    *dim = ki.dim;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 10 && strcmp(argv[3], "mlp") == 0) return mlp_main(argc, argv);
     if (argc != 8) {
@@ -56,23 +86,9 @@ int main(int argc, char **argv) {
     if ((model != PS_CTR_LR && model != PS_CTR_FM) || shards < 1 || nmax < 1) return 3;
 
     ps_sparse_batch b = {0};
-    ps_sparse_reader *rd = ps_sparse_open(argv[5], NULL, err, sizeof(err));
-    if (rd == NULL || ps_sparse_read(rd, &b, nmax, err, sizeof(err)) < 1) {
-        fprintf(stderr, "ps_score_ref: %s\n", err);
-        return 3;
-    }
-    ps_sparse_close(rd);
-
-    psOptions opt = {0};
-    psClient *c = psConnect(argv[1], &opt);
-    if (c == NULL) return 2;
-    if (c->err) goto fail;
-    snprintf(name, sizeof(name), "%s:emb", job);
-    psKeyInfo ki;
-    psEmbed *probe = psEmbedNew(name, 1, shards);
-    if (probe == NULL || psInfo(c, psEmbedShardKey(probe, 0), &ki) != PS_OK) goto fail;
-    psEmbedFree(probe);
-    int dim = ki.dim;
+    psClient *c = NULL;
+    int dim, st = load(argv, NULL, nmax, shards, job, &b, &c, name, sizeof(name), &dim);
+    if (st) return st;
     psEmbed *e = psEmbedNew(name, dim, shards);
     psModel *dm = psModelNew(job);
     uint64_t one = 1;
@@ -142,23 +158,9 @@ static int mlp_main(int argc, char **argv) {
 
     ps_sparse_batch b = {0};
     ps_sparse_opts so = {.format = PS_SPARSE_LIBSVM, .field_bits = PS_SPARSE_FIELD_BITS};
-    ps_sparse_reader *rd = ps_sparse_open(argv[5], &so, err, sizeof(err));
-    if (rd == NULL || ps_sparse_read(rd, &b, nmax, err, sizeof(err)) < 1) {
-        fprintf(stderr, "ps_score_ref: %s\n", err);
-        return 3;
-    }
-    ps_sparse_close(rd);
-
-    psOptions opt = {0};
-    psClient *c = psConnect(argv[1], &opt);
-    if (c == NULL) return 2;
-    if (c->err) goto fail;
-    snprintf(name, sizeof(name), "%s:emb", job);
-    psKeyInfo ki;
-    psEmbed *probe = psEmbedNew(name, 1, shards);
-    if (probe == NULL || psInfo(c, psEmbedShardKey(probe, 0), &ki) != PS_OK) goto fail;
-    psEmbedFree(probe);
-    int dim = ki.dim;
+    psClient *c = NULL;
+    int dim, st = load(argv, &so, nmax, shards, job, &b, &c, name, sizeof(name), &dim);
+    if (st) return st;
     cfg.emb_dim = dim;
     cfg.ndense = b.ndense;
     cfg.max_batch = b.n;
