@@ -252,13 +252,19 @@ size_t ps_wire_accum_wait(const char *key, size_t keylen, uint64_t mincount, uin
     return o.len;
 }
 
-size_t ps_wire_accum_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap) {
+/* "CMD key seq": the acknowledgement of a take (PS.TAKEACK, PS.DELTAACK). */
+static size_t key_seq_cmd(const char *cmd, const char *key, size_t keylen, uint64_t seq,
+                          char *buf, size_t cap) {
     out o = {buf, cap, 0};
     put_header(&o, '*', 3);
-    put_str(&o, "PS.TAKEACK");
+    put_str(&o, cmd);
     put_arg(&o, key, keylen);
     put_u64(&o, seq);
     return o.len;
+}
+
+size_t ps_wire_accum_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap) {
+    return key_seq_cmd("PS.TAKEACK", key, keylen, seq, buf, cap);
 }
 
 size_t ps_wire_accum_mirror_head(const char *key, size_t keylen, uint64_t version,
@@ -424,12 +430,7 @@ size_t ps_wire_delta_take(const char *key, size_t keylen, uint64_t seqfloor, dou
 }
 
 size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf, size_t cap) {
-    out o = {buf, cap, 0};
-    put_header(&o, '*', 3);
-    put_str(&o, "PS.DELTAACK");
-    put_arg(&o, key, keylen);
-    put_u64(&o, seq);
-    return o.len;
+    return key_seq_cmd("PS.DELTAACK", key, keylen, seq, buf, cap);
 }
 
 size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *origin, uint64_t seq,
