@@ -340,14 +340,7 @@ class Model:
             if any(tok.upper() == "INIT" for tok in toks):
                 raise ValueError("INIT and data are exclusive: use opts without INIT")
             for name, v in data.items():
-                t = self._tensor(name)
-                flat = codec.as_f32(v)
-                if flat.size != t.elements:
-                    raise SchemaError("data of %s has %d elements; the tensor has %d"
-                                      % (name, flat.size, t.elements), name)
-                if not np.isfinite(flat).all():
-                    raise SchemaError("data of %s holds NaN or Inf" % name, name)
-                flats[name] = flat
+                flats[name] = self._checked_f32(name, v, "data")[1]
         exists = {} if checked else self.check(optimizer=optim)
         if not nx:
             for key, ex in exists.items():
@@ -705,6 +698,18 @@ class Model:
             if isinstance(rep, PSError):
                 raise rep
 
+    def _checked_f32(self, name: str, v: ArrayLike, what: str):
+        """(tensor, v as flat F32) after checking v has the tensor's size and is finite;
+        'what' names v in the SchemaError ("data", "values")."""
+        t = self._tensor(name)
+        flat = codec.as_f32(v)
+        if flat.size != t.elements:
+            raise SchemaError("%s of %s: %d elements; the tensor has %d"
+                              % (what, name, flat.size, t.elements), name)
+        if not np.isfinite(flat).all():
+            raise SchemaError("%s of %s: NaN or Inf" % (what, name), name)
+        return t, flat
+
     def set_values(self, values: Mapping[str, ArrayLike]) -> List[int]:
         """PS.SET every partition of the tensors in 'values' (name -> array of the tensor's
         size, F32), one pipeline, optimizer state kept; everything is checked before
@@ -712,14 +717,7 @@ class Model:
         self.layout()
         flats = []
         for name, v in values.items():
-            t = self._tensor(name)
-            flat = codec.as_f32(v)
-            if flat.size != t.elements:
-                raise SchemaError("values of %s have %d elements; the tensor has %d"
-                                  % (name, flat.size, t.elements), name)
-            if not np.isfinite(flat).all():
-                raise SchemaError("values of %s hold NaN or Inf" % name, name)
-            flats.append((t, flat))
+            flats.append(self._checked_f32(name, v, "values"))
         cmds = [(p, ["PS.SET", p.key, flat[p.offset:p.offset + p.elements].tobytes()])
                 for t, flat in flats for p in t.parts]
         with deferred_interrupts():
