@@ -498,7 +498,8 @@ check-deps:
 # `--static` adds the private -lm for a link against libps.a (docs/reference.md).
 PREFIX ?= /usr/local
 INSTALL_FILES = lib/redis-ps/ps.so bin/ps-train bin/ps-gen-ctr bin/ps-relay bin/ps-export lib/libps.a lib/$(LIBPS_SO) \
-                lib/$(LIBPS_SONAME) lib/libps.so include/redis-ps/ps.h lib/pkgconfig/libps.pc
+                lib/$(LIBPS_SONAME) lib/libps.so include/redis-ps/ps.h include/redis-ps/ps_topology.h \
+                include/redis-ps/ps_serve.h lib/pkgconfig/libps.pc
 
 $(B)/libps.pc: Makefile
 	@mkdir -p $(dir $@)
@@ -521,7 +522,8 @@ install: all $(B)/libps.pc ## install module, ps-train, ps-relay, ps-export, lib
 	install -m 0755 $(B)/$(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SO)
 	ln -sf $(LIBPS_SO) $(DESTDIR)$(PREFIX)/lib/$(LIBPS_SONAME)
 	ln -sf $(LIBPS_SONAME) $(DESTDIR)$(PREFIX)/lib/libps.so
-	install -m 0644 libps/include/redis-ps/ps.h $(DESTDIR)$(PREFIX)/include/redis-ps/ps.h
+	install -m 0644 libps/include/redis-ps/ps.h libps/include/redis-ps/ps_topology.h \
+	  libps/include/redis-ps/ps_serve.h $(DESTDIR)$(PREFIX)/include/redis-ps/
 	install -m 0644 $(B)/libps.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/libps.pc
 
 # Removes what install put there (same PREFIX and DESTDIR), and the redis-ps

@@ -19,6 +19,7 @@ ROOT = psserver.REPO_ROOT
 EXAMPLE = os.path.join(ROOT, "examples", "libps_hello.c")
 INSTALLED = ["lib/redis-ps/ps.so", "bin/ps-train", "bin/ps-gen-ctr", "bin/ps-relay", "bin/ps-export", "lib/libps.a",
              "lib/libps.so.0.1.0", "lib/libps.so.0", "lib/libps.so", "include/redis-ps/ps.h",
+             "include/redis-ps/ps_topology.h", "include/redis-ps/ps_serve.h",
              "lib/pkgconfig/libps.pc"]
 DOC = os.path.join(ROOT, "docs", "reference.md")
 
@@ -111,8 +112,10 @@ def test_shared_libps_has_a_soname_and_exports_only_the_public_api():
     syms = subprocess.run(["nm", "-D", "--defined-only", so], stdout=subprocess.PIPE, text=True,
                           check=True).stdout.split()
     names = [w for w in syms if not re.fullmatch(r"[0-9a-f]{8,}|[A-Za-z]", w)]
-    with open(os.path.join(ROOT, "libps", "include", "redis-ps", "ps.h")) as f:
-        header = f.read()
+    header = ""
+    for h in ("ps.h", "ps_topology.h", "ps_serve.h"):     # ps.h includes the other two
+        with open(os.path.join(ROOT, "libps", "include", "redis-ps", h)) as f:
+            header += f.read()
     declared = set(re.findall(r"\b(ps[A-Z]\w*)\s*\(", header))
     assert names and all(re.fullmatch(r"ps[A-Z]\w*", n) for n in names), names
     missing = declared - set(names) - {"psEventFn"}
