@@ -46,6 +46,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B = os.path.join(REPO, "build")
 FIELDS = 10
 MODEL = ["FM"]
+IDLE_EXIT_MS = 4000  # a stream worker exits after this long without an entry
 
 
 def free_port():
@@ -221,7 +222,7 @@ def run(a, d, servers, procs):
         workers.append(subprocess.Popen(
             [str(x) for x in [os.path.join(B, "ps-train"), "stream", "--addr", addr, "--job",
                               "online", "--stream", "clicks", "--consumer", "w%d" % w,
-                              "--batch-ms", 20, "--idle-exit", 4000, "--progress", "none"]],
+                              "--batch-ms", 20, "--idle-exit", IDLE_EXIT_MS, "--progress", "none"]],
             stdout=open(os.path.join(d, "w%d.log" % w), "w"), stderr=subprocess.STDOUT))
     procs.extend(workers)
 
@@ -315,6 +316,11 @@ def run(a, d, servers, procs):
             if lag > 0:
                 time.sleep(lag)
     produced = time.monotonic() - t0
+    # The training load while the producer ran (the freshness probes were measured under
+    # it): entries the consumer group had delivered and the workers had acknowledged
+    # (trained and pushed) when the last event was XADDed.
+    g = r.xinfo_groups("clicks")[0]
+    trained_live = (g.get("entries-read") or 0) - g["pending"]
     rc = 0
     for w in workers:
         w.wait(120)
@@ -329,7 +335,10 @@ def run(a, d, servers, procs):
         sys.exit("demo-online: a stream worker failed")
     n_events = r.xlen("clicks")
     print("demo-online: %d events produced in %.1f s, trained by %.1f s: %.0f events/s"
-          % (n_events, produced, trained, n_events / trained))
+          " (workers exit %.0f s after the stream ends); training load while producing: "
+          "%d events trained in %.1f s, %.0f events/s"
+          % (n_events, produced, trained, n_events / trained, IDLE_EXIT_MS / 1000.0, trained_live, produced,
+             trained_live / produced))
     print("demo-online: period  truth AUC  online AUC  frozen AUC  online 2nd half  (held-out clicks"
           " of the period, scored while it streamed)")
     rows = []
