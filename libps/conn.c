@@ -37,12 +37,6 @@ void psi_clear_error(psClient *c) {
 
 int64_t psi_mono_ms(void) { return ps_mono_ms(); }
 
-/* Sleeps all of 'ms', signals or not. */
-void psi_sleep_ms(long ms) {
-    while ((ms = ps_sleep_ms(ms)) > 0) {
-    }
-}
-
 /* Split "host:port" (the last ':' separates, "[v6]:port" allowed) into a
  * malloc'ed host and a port. Returns 0 or -1. */
 int psi_parse_addr(const char *addr, size_t len, char **host, int *port) {

@@ -195,7 +195,6 @@ int psi_reply_error(const redisReply *r);
  * is none. */
 int psi_format(psWireFormat w, ps_format *out);
 int64_t psi_mono_ms(void);
-void psi_sleep_ms(long ms);
 /* Split "host:port" into a malloc'ed host and a port. 0 or -1. */
 int psi_parse_addr(const char *addr, size_t len, char **host, int *port);
 /* The topology part of 'c' from its options (timeouts, credentials), with
