@@ -4,7 +4,9 @@ routed to each master), its workers are the most any one master counts. Read fro
 only (the one a keyless command reaches), a cluster group whose workers push to partitions
 on its other masters would look idle and be picked for every new worker."""
 
+import os
 import re
+import subprocess
 import threading
 import time
 
@@ -12,7 +14,8 @@ import redis
 
 import psserver
 from pshelpers import f32
-from test_ring import pick  # noqa: F401 (ps-relay --ring SPEC --pick --load-ms 400)
+from test_ring import RELAY
+from test_ring_acl import PASSWORD, PICK_RULES, set_user
 
 
 class Pounder(threading.Thread):
@@ -40,6 +43,16 @@ class Pounder(threading.Thread):
         self.join(10)
 
 
+def pick_as(spec, tmp_path, user):
+    """ps-relay --ring SPEC --pick as ACL user 'user': (address, the load table)."""
+    p = subprocess.run([RELAY, "--ring", spec, "--pick", "--load-ms", "400",
+                        "--log-json", os.path.join(str(tmp_path), "pick.jsonl")],
+                       capture_output=True, text=True, timeout=30,
+                       env=dict(os.environ, PS_USER=user, PS_PASSWORD=PASSWORD))
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    return p.stdout.strip(), p.stderr
+
+
 def loads(table):
     """{group: (pushes/s, workers, rest of the line)} from --pick's stderr."""
     return {g: (float(p), int(w), rest) for g, p, w, rest in
@@ -50,7 +63,8 @@ def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
     """Group a is a 3-master cluster, b and c standalone servers with one worker each. Two
     workers push to a partition on one master of a at a time, each master in turn (the one
     a keyless command reaches, then the two it does not): --pick must count them every
-    time (a's pushes/s above b's and c's, 2 workers, 3 masters) and so never pick a."""
+    time (a's pushes/s above b's and c's, 2 workers, 3 masters) and so never pick a. --pick
+    runs as a user with exactly the documented `ring pick` role (docs/operations.md)."""
     cl = psserver.RedisClusterHelper(masters=3, module=module_path)
     workers = []
     try:
@@ -63,6 +77,8 @@ def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
         b, c = make_server(), make_server()
         for s in (b, c):
             s.client().execute_command("PS.CREATE", "load:x", "SHAPE", 4, "OPTIM", "SGD")
+        for s in cl.nodes + [b, c]:
+            set_user(s, "picker", ["resetkeys", "resetchannels", "-@all"] + PICK_RULES)
         spec = "a=%s,b=%s,c=%s" % ("+".join(n.addr for n in cl.nodes), b.addr, c.addr)
         for s in (b, c):
             workers.append(Pounder(s.port, "load:x"))
@@ -72,7 +88,7 @@ def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
             for w in on_a:
                 w.start()
             time.sleep(0.3)  # both pushing before the first sample
-            addr, table = pick(spec, tmp_path)
+            addr, table = pick_as(spec, tmp_path, "picker")
             for w in on_a:
                 w.stop()
                 assert w.error is None and w.done > 0, w.error
@@ -84,6 +100,9 @@ def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
             assert wa == 2 and ", 3 masters" in rest, (m.addr, table)
         for w in workers:
             assert w.error is None and w.done > 0, w.error
+        for s in cl.nodes + [b, c]:  # nothing was refused
+            log = s.client().execute_command("ACL", "LOG")
+            assert not log, (s.addr, log)
     finally:
         for w in workers:
             w.stop()

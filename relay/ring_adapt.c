@@ -58,6 +58,17 @@ int ring_reorder_due(const ring *r) {
 }
 #define RTT_ROW_CAP (RING_MAX_GROUPS * (PS_RING_ORIGIN_MAX + 20))
 
+/* A refused SET or GET of an RTT row (an ACL without +set/+get or the key
+ * pattern ps-ring:rtt:*, which stops the agent: ring_noperm; OOM), said once
+ * per command. */
+static void say_refused(ring *r, const char *cmd, const char *key, const ringGroup *g,
+                        const char *err) {
+    static int said_set, said_get;
+    int *said = cmd[0] == 'S' ? &said_set : &said_get;
+    if ((*said)++) return;
+    ring_say(r, "--reorder: %s %s on %s (%s): %s", cmd, key, g->name, g->addr, err);
+}
+
 void ring_publish_rtts(ring *r) {
     ringGroup *me = &r->g[r->self];
     static char row[RTT_ROW_CAP];
@@ -70,6 +81,7 @@ void ring_publish_rtts(ring *r) {
                               i == r->self ? 0.0 : r->g[i].rtt_ms);
     snprintf(key, sizeof(key), RTT_KEY "%s", me->name);
     redisReply *rep = psCommand(me->c, key, "SET %s %s", key, row);
+    if (rep && rep->type == REDIS_REPLY_ERROR) say_refused(r, "SET", key, me, rep->str);
     if (rep) freeReplyObject(rep);
 }
 
@@ -98,6 +110,7 @@ static int read_row(ring *r, const int *live, int n, int a, double m[][RING_MAX_
     snprintf(key, sizeof(key), RTT_KEY "%s", g->name);
     redisReply *rep = g->c ? psCommand(g->c, key, "GET %s", key) : NULL;
     if (!rep || rep->type != REDIS_REPLY_STRING) {
+        if (rep && rep->type == REDIS_REPLY_ERROR) say_refused(r, "GET", key, g, rep->str);
         if (rep) freeReplyObject(rep);
         return -1;
     }

@@ -23,7 +23,9 @@
  * after a failed read; a window in which they changed gives no rate.
  * The least loaded live group: fewest pushes/s; two groups within 10% (or
  * 2/s) of each other count as equal and the one with fewer workers wins,
- * then the lower CPU, then the earlier one in --ring.
+ * then the lower CPU (by more than 5 points or 20%), then the earlier one in
+ * --ring; the agent keeps the least-loaded group it printed last until
+ * another one is less loaded than it by this rule (no flapping on noise).
  *
  * The agent samples every group every --load-ms (it already holds a
  * connection to each), prints the loads on its progress lines, logs them
@@ -305,12 +307,15 @@ static void sample(ring *r, int gi) {
     g->load.t = t;
 }
 
-/* a is less loaded than b (the rule at the top of this file). */
+/* a is less loaded than b (the rule at the top of this file); CPU within 5
+ * points (or 20%) counts as equal: idle servers' CPU is noise, and a noise
+ * difference would move the least-loaded group back and forth. */
 static int less_loaded(const ringLoad *a, const ringLoad *b) {
     double d = fabs(a->pushes_s - b->pushes_s);
     if (d > fmax(2.0, 0.1 * fmax(a->pushes_s, b->pushes_s))) return a->pushes_s < b->pushes_s;
     if (a->workers != b->workers) return a->workers < b->workers;
-    return a->cpu_pct < b->cpu_pct;
+    d = fabs(a->cpu_pct - b->cpu_pct);
+    return d > fmax(5.0, 0.2 * fmax(a->cpu_pct, b->cpu_pct)) && a->cpu_pct < b->cpu_pct;
 }
 
 /* The least-loaded group with a measured load (live ones only when 'live'), or -1. */
@@ -356,6 +361,10 @@ void ring_load_update(ring *r) {
         }
     }
     int best = least_loaded(r, 1);
+    /* the one printed last stays while no live group is less loaded than it */
+    if (best >= 0 && r->least >= 0 && r->g[r->least].live && r->g[r->least].load.ok &&
+        !less_loaded(&r->g[best].load, &r->g[r->least].load))
+        best = r->least;
     if (best >= 0 && best != r->least) {
         const ringGroup *g = &r->g[best];
         printf("[ring %s] least-loaded group: %s (%s): %.1f pushes/s, %ld workers, cpu %.1f%%\n",

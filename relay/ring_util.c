@@ -15,14 +15,22 @@
 #include "clock.h"
 #include "ring_int.h"
 
+static int Noperm; /* a message quoted an ACL refusal (ring_noperm) */
+
 void ring_say(const ring *r, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "ps-relay ring %s: ", r->o->self);
+    char msg[1024];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "ps-relay ring %s: %s\n", r->o->self, msg);
+    if (strstr(msg, "NOPERM") && !Noperm++)
+        fprintf(stderr, "ps-relay ring %s: the ACL user lacks a permission the ring agent needs "
+                "(named above; the role: docs/operations.md \"A ring agent\"): stopping\n",
+                r->o->self);
 }
+
+int ring_noperm(void) { return Noperm; }
 
 /* One JSON line: {"t": wall seconds, "group": self, "event": ev, <fields>}.
  * 'fields' is a printf format producing the rest of the object's members
