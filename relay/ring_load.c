@@ -3,7 +3,8 @@
  * told to join the least-loaded group").
  *
  * A group's load is read from its server with one INFO and one CLIENT LIST,
- * pipelined (one round trip, a few KB); a group that is a Redis Cluster is
+ * pipelined (one round trip, a few KB; every group's at once, so a sample
+ * costs the slowest link's round trip); a group that is a Redis Cluster is
  * read on every master (its masters from CLUSTER SLOTS, each reached through
  * a routing key that CLUSTER KEYSLOT places in one of its slots; both
  * commands pipelined to all masters, still one round trip) and summed:
@@ -202,26 +203,38 @@ static long count_workers(const char *list, long recent) {
     return n;
 }
 
-/* One reading of group gi's counters: INFO and CLIENT LIST pipelined to its
- * server, or to every master of a cluster group (one round trip), summed as
- * the top of this file says. 0, 1 when the masters changed since the last
- * reading (no rate over this window), or -1 when it does not answer (Why[gi]
- * says why). */
-static int read_counters(ring *r, int gi, double *pushes, double *cpu_s, long *workers,
-                         long *clients) {
+/* One reading of a group's counters, in two halves so that every group's
+ * commands are in flight at once (a sample of all groups costs the slowest
+ * link's round trip, not the sum of them): send_counters sends INFO and
+ * CLIENT LIST to its server, or to every master of a cluster group;
+ * recv_counters reads the replies and sums them as the top of this file says. */
+typedef struct loadReading {
+    int nn;      /* nodes asked (0: nothing sent) */
+    int changed; /* the masters changed since the last reading: no rate this window */
+    psAsync *q[2 * LOAD_MAX_MASTERS];
+} loadReading;
+static loadReading Reading[RING_MAX_GROUPS];
+
+/* 0 sent, -1 not (Why[gi] says why). */
+static int send_counters(ring *r, int gi) {
     ringGroup *g = &r->g[gi];
     loadNodes *ln = &Nodes[gi];
+    loadReading *rd = &Reading[gi];
+    static const char *info[] = {"INFO", "cpu", "clients", "commandstats"};
+    static const char *list[] = {"CLIENT", "LIST"};
     Why[gi][0] = '\0';
+    rd->nn = rd->changed = 0;
     if (ring_ensure_conn(r, g, agent_mono_ms()) != 0) {
         snprintf(Why[gi], sizeof(Why[gi]), "no connection");
         return -1;
     }
-    int changed = 0, nn = 1;
+    int nn = 1;
     if (g->c->cluster) {
         if (ln->n == 0 || ++ln->samples >= RELOAD_SAMPLES) {
             ln->samples = 0;
-            if ((changed = read_masters(r, gi)) < 0) {
+            if ((rd->changed = read_masters(r, gi)) < 0) {
                 ln->n = 0;
+                rd->changed = 0;
                 return -1;
             }
         }
@@ -229,40 +242,46 @@ static int read_counters(ring *r, int gi, double *pushes, double *cpu_s, long *w
     } else {
         ln->n = 0;
     }
-    static const char *info[] = {"INFO", "cpu", "clients", "commandstats"};
-    static const char *list[] = {"CLIENT", "LIST"};
-    const char **argvs[2 * LOAD_MAX_MASTERS];
-    const size_t *lens[2 * LOAD_MAX_MASTERS];
-    const char *keys[2 * LOAD_MAX_MASTERS];
-    int argcs[2 * LOAD_MAX_MASTERS];
-    redisReply *rep[2 * LOAD_MAX_MASTERS];
     for (int j = 0; j < nn; j++) {
-        argvs[2 * j] = info, argcs[2 * j] = 4;
-        argvs[2 * j + 1] = list, argcs[2 * j + 1] = 2;
-        keys[2 * j] = keys[2 * j + 1] = g->c->cluster ? ln->m[j].key : NULL;
-        lens[2 * j] = lens[2 * j + 1] = NULL;
-        rep[2 * j] = rep[2 * j + 1] = NULL;
+        const char *key = g->c->cluster ? ln->m[j].key : NULL;
+        rd->q[2 * j] = psCommandArgvAsync(g->c, key, 4, info, NULL);
+        rd->q[2 * j + 1] = psCommandArgvAsync(g->c, key, 2, list, NULL);
     }
-    psCommandBatchArgv(g->c, 2 * nn, keys, argcs, (const char **const *)argvs, lens, rep);
-    int rc = -1;
+    rd->nn = nn;
+    return 0;
+}
+
+/* The replies of send_counters: 0, 1 when the masters changed (no rate over
+ * this window), -1 when it does not answer (Why[gi] says why). */
+static int recv_counters(ring *r, int gi, double *pushes, double *cpu_s, long *workers,
+                         long *clients) {
+    ringGroup *g = &r->g[gi];
+    loadNodes *ln = &Nodes[gi];
+    loadReading *rd = &Reading[gi];
+    int nn = rd->nn, rc = rd->changed;
+    redisReply *rep[2 * LOAD_MAX_MASTERS];
+    if (nn == 0) return -1;
+    for (int i = 0; i < 2 * nn; i++) rep[i] = rd->q[i] ? psCommandWait(g->c, rd->q[i]) : NULL;
+    rd->nn = 0;
     /* a worker: its last command a push or pull, at most 2 s (and the window) ago */
     long recent = 2 + r->o->load_ms / 1000;
     *pushes = *cpu_s = 0;
     *clients = 0;
     *workers = 0;
-    for (int j = 0; j < nn; j++) {
+    for (int j = 0; j < nn && rc >= 0; j++) {
         const redisReply *in = rep[2 * j], *cl = rep[2 * j + 1];
         const char *node = g->c->cluster ? ln->m[j].addr : g->addr;
         if (!in || !cl) {
             snprintf(Why[gi], sizeof(Why[gi]), "%.80s: %.200s", node, g->c->errstr);
-            ring_conn_failed(g);
             ln->n = 0; /* read the masters again */
-            goto out;
+            rc = -2;
+            break;
         }
         if (in->type != REDIS_REPLY_STRING) { /* INFO refused: no load */
             snprintf(Why[gi], sizeof(Why[gi]), "INFO on %.80s: %.200s", node,
                      in->type == REDIS_REPLY_ERROR ? in->str : "not a text");
-            goto out;
+            rc = -1;
+            break;
         }
         *cpu_s += info_field(in->str, "used_cpu_user") + info_field(in->str, "used_cpu_sys");
         *clients += (long)info_field(in->str, "connected_clients");
@@ -274,19 +293,21 @@ static int read_counters(ring *r, int gi, double *pushes, double *cpu_s, long *w
         long w = cl->type == REDIS_REPLY_STRING ? count_workers(cl->str, recent) : -1;
         if (j == 0 || (*workers >= 0 && (w < 0 || w > *workers))) *workers = w;
     }
-    rc = changed;
-out:
     for (int i = 0; i < 2 * nn; i++)
         if (rep[i]) freeReplyObject(rep[i]);
+    if (rc == -2) { /* after the replies are freed: the connection goes */
+        ring_conn_failed(g);
+        rc = -1;
+    }
     return rc;
 }
 
-/* Samples group g; the rates are over the time since its previous sample. */
-static void sample(ring *r, int gi) {
+/* Group gi's rates over the time since its previous reading (recv_counters). */
+static void sample_recv(ring *r, int gi) {
     ringGroup *g = &r->g[gi];
     double pushes, cpu_s, t = ps_mono_s();
     long workers, clients;
-    int rc = read_counters(r, gi, &pushes, &cpu_s, &workers, &clients);
+    int rc = recv_counters(r, gi, &pushes, &cpu_s, &workers, &clients);
     if (rc < 0) {
         g->load.ok = 0;
         g->load.t = 0;
@@ -305,6 +326,19 @@ static void sample(ring *r, int gi) {
     g->load.workers = workers;
     g->load.clients = clients;
     g->load.t = t;
+}
+
+/* Samples every group with 'use[i]' set, all in flight at once; the others
+ * have no load this window. */
+static void sample_all(ring *r, const int *use) {
+    for (int i = 0; i < r->ng; i++)
+        if (!use[i] || send_counters(r, i) != 0) {
+            r->g[i].load.ok = 0;
+            r->g[i].load.t = 0;
+            if (!use[i]) snprintf(Why[i], sizeof(Why[i]), "no connection");
+        }
+    for (int i = 0; i < r->ng; i++)
+        if (Reading[i].nn) sample_recv(r, i);
 }
 
 /* a is less loaded than b (the rule at the top of this file); CPU within 5
@@ -349,17 +383,11 @@ void ring_load_update(ring *r) {
     long long now = agent_mono_ms();
     if (r->last_load_ms && now - r->last_load_ms < r->o->load_ms) return;
     r->last_load_ms = now;
-    for (int i = 0; i < r->ng; i++) {
-        ringGroup *g = &r->g[i];
-        if (g->c) {
-            sample(r, i);
-        } else { /* its connection failed: no command that could wait for a timeout
-                  * (the probes reconnect it) */
-            g->load.ok = 0;
-            g->load.t = 0;
-            snprintf(Why[i], sizeof(Why[i]), "no connection");
-        }
-    }
+    /* a group whose connection failed: no command that could wait for a
+     * timeout (the probes reconnect it) */
+    int use[RING_MAX_GROUPS];
+    for (int i = 0; i < r->ng; i++) use[i] = r->g[i].c != NULL;
+    sample_all(r, use);
     int best = least_loaded(r, 1);
     /* the one printed last stays while no live group is less loaded than it */
     if (best >= 0 && r->least >= 0 && r->g[r->least].live && r->g[r->least].load.ok &&
@@ -394,9 +422,11 @@ int ring_pick(const ringOpts *o) {
     int rc = 2;
     if (ring_parse_groups(r) != 0) goto out;
     for (int i = 0; i < r->ng; i++) r->g[i].live = 1;
-    for (int i = 0; i < r->ng; i++) sample(r, i);
+    int use[RING_MAX_GROUPS];
+    for (int i = 0; i < r->ng; i++) use[i] = 1;
+    sample_all(r, use);
     agent_sleep_ms(o->load_ms);
-    for (int i = 0; i < r->ng; i++) sample(r, i);
+    sample_all(r, use);
     /* the table on stderr, the answer alone on stdout */
     for (int i = 0; i < r->ng; i++) say_load(r, i, stderr, "ps-relay pick: ");
     int best = least_loaded(r, 0);
