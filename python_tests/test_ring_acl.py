@@ -14,8 +14,7 @@ import pytest
 import psserver
 from pshelpers import pull_np
 from test_ring import (SHAPES, START, Agent, Pusher, agents, check_accounting, grad,  # noqa: F401
-                       pushed_sum,
-                       wait_tracked)
+                       pushed_sum, wait_tracked)
 
 # The role of docs/operations.md "A ring agent", for the model's keys m:* (the documented
 # rules, word for word: test_roles_are_the_documented_ones checks that).

@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 
+import pytest
 import redis
 
 import psserver
@@ -59,6 +60,9 @@ def loads(table):
             re.findall(r"pick: (\w): ([\d.]+) pushes/s, (-?\d+) workers(.*)", table)}
 
 
+# nosan: the agent's reading of INFO/CLIENT LIST is under test; the module code it drives
+# (PS.CREATE, PS.PUSHGRAD on a cluster) runs under the sanitizers in test_cluster.py
+@pytest.mark.nosan
 def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
     """Group a is a 3-master cluster, b and c standalone servers with one worker each. Two
     workers push to a partition on one master of a at a time, each master in turn (the one
