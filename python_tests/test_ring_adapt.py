@@ -373,10 +373,11 @@ def hub_ring(make_server, tmp_path, agents, proxies, names, order, extra):
 
 
 def last_ring(log):
-    """The ring an agent runs now: its last order change, or the last ring its log names
-    (a group out or in: the order of the rest stays)."""
+    """The ring an agent runs now: the last ring its log names (its start, an order change,
+    a group out or in: the order of the rest stays)."""
     ring = None
-    for e in events(log, "order") + events(log, "group_dead") + events(log, "group_live"):
+    for e in (events(log, "start") + events(log, "order") + events(log, "group_dead") +
+              events(log, "group_live")):
         if ring is None or e["t"] >= ring[0]:
             ring = (e["t"], e["ring"])
     return ring and ring[1]
@@ -513,3 +514,43 @@ def test_reorder_after_a_group_dies(make_server, tmp_path, agents, proxies):
             rows = {r[0].decode(): (int(r[1]), int(r[2]))
                     for r in info(srv[n].client(), k).get("ring_origins") or []}
             assert rows.get(victim) == (taken[k], taken[k]), (n, k, rows, taken)
+
+
+def test_reorder_three_groups_agree_on_one_direction(make_server, tmp_path, agents):
+    """Three groups on loopback (every link alike): both cycles cost the same, but the
+    agents' --ring lists run both ways (a -> b -> c and a -> c -> b): with --reorder they
+    all settle on the first in name order, a -> b -> c -> a, and the deltas still arrive
+    once (exact sums after the barrier)."""
+    names = "abc"
+    srv = new_groups(make_server, names, SHAPES, START)
+    lists = {"a": "abc", "b": "bac", "c": "cba"}  # b's and c's: a -> c -> b
+    ag = {}
+    for n in names:
+        spec = ",".join("%s=%s" % (m, srv[m].addr) for m in lists[n])
+        ag[n] = Agent(tmp_path, spec, n, ["--reorder", "--threshold", "0"])
+        agents.append(ag[n])
+        ag[n].start()
+    wait_tracked([srv[n] for n in names], names)
+    logs = {n: os.path.join(str(tmp_path), "ring-%s.jsonl" % n) for n in names}
+    pushers = [Pusher(srv[n].port, i, 15) for i, n in enumerate(names)]
+    for p in pushers:
+        p.start()
+    psserver.wait_until(lambda: {last_ring(logs[n]) for n in names} == {"a -> b -> c -> a"},
+                        timeout=10, interval=0.1,
+                        what="one direction: %s" % {n: last_ring(logs[n]) for n in names})
+    for n in "bc":
+        assert "ring order by RTT" in ag[n].output(), ag[n].output()
+    assert not events(logs["a"], "order")  # a's list ran that way already
+    for p in pushers:
+        p.join(30)
+        assert p.error is None and p.done == 15
+    for n in names:
+        assert ag[n].stop() == 0, ag[n].output()
+    direct = ",".join("%s=%s" % (n, srv[n].addr) for n in names)
+    rc, out = run_agent(tmp_path, direct, "a", "--barrier")
+    assert rc == 0, out
+    for k in SHAPES:
+        want = START[k] - sum(pushed_sum(i, 15, k) for i in range(3))
+        for n in names:
+            assert np.array_equal(pull_np(srv[n].client(), k)[1], want.ravel()), (n, k)
+    check_accounting([srv[n] for n in names], names)
