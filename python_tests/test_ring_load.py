@@ -15,7 +15,7 @@ import redis
 
 import psserver
 from pshelpers import f32
-from test_ring import RELAY
+from test_ring import RELAY, Agent, agents  # noqa: F401
 from test_ring_acl import PASSWORD, PICK_RULES, set_user
 
 
@@ -111,3 +111,22 @@ def test_pick_sums_a_cluster_groups_masters(make_server, tmp_path, module_path):
         for w in workers:
             w.stop()
         cl.cleanup()
+
+
+def test_least_loaded_does_not_flap_on_noise(make_server, tmp_path, agents):
+    """Three idle groups (no worker anywhere): their loads differ only by CPU noise, so each
+    agent names a least-loaded group once and keeps it (a new one only when it is less loaded
+    by the rule: CPU apart by more than 5 points or 20%), however many samples it takes."""
+    srv = [make_server() for _ in range(3)]
+    for s in srv:
+        s.client().execute_command("PS.CREATE", "m:x:0", "SHAPE", 4, "OPTIM", "SGD")
+    spec = ",".join("%s=%s" % (n, s.addr) for n, s in zip("abc", srv))
+    ags = [Agent(tmp_path, spec, n, ["--load-ms", "300"]) for n in "abc"]
+    for a in ags:
+        agents.append(a)
+        a.start()
+    time.sleep(2.5)  # about 8 samples each
+    for a in ags:
+        assert a.stop() == 0, a.output()
+        named = re.findall(r"least-loaded group: (\w+)", a.output())
+        assert len(named) == 1, a.output()
