@@ -7,6 +7,11 @@ direction: netem is not available on these machines).
   a -> c -> b -> d (the slow cut crossed four times) and are not even in the same order
   for every agent; they must all settle on the same cycle that crosses the cut twice
   (a -> b -> c -> d), from the RTT rows they publish.
+- --reorder at three sites: six groups, a hub site (a, b, c) and two spokes (d, e; f) 10 ms
+  from the hub and 40 ms from each other: every agent settles on one cycle that never
+  crosses the slow spoke-to-spoke link (the hub links twice each, the minimum); then the
+  hub group that joins the two spokes in that cycle dies mid-run and the survivors, whose
+  remaining order would cross the slow link, move to one cheapest cycle of their own.
 - --adapt: two groups; group a's agent reaches b through a proxy capped at 48 KB/s, so
   a round's send of a dense delta takes several periods: a's threshold must rise; with
   the cap lifted (the workers still pushing) it must fall again. The barrier then leaves
@@ -15,6 +20,7 @@ direction: netem is not available on these machines).
 
 Exact sums: SGD LR 1 and gradients that are small multiples of 1/4."""
 
+import itertools
 import json
 import os
 import re
@@ -39,7 +45,7 @@ PROXY = os.path.join(psserver.REPO_ROOT, "bench", "delay_proxy.py")
 class Proxy:
     """bench/delay_proxy.py in front of 'target' (host:port), started and stopped by pid."""
 
-    def __init__(self, d, target, delay_ms=0.0, rate=0, tag="p"):
+    def __init__(self, d, target, delay_ms=0.0, rate=0, tag="p", wait=True):
         self.ready = os.path.join(str(d), "proxy-%s.port" % tag)
         self.out = os.path.join(str(d), "proxy-%s.out" % tag)
         cmd = [sys.executable, PROXY, "--listen", "0", "--to", target,
@@ -48,6 +54,12 @@ class Proxy:
             self.proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         psserver._register(self.proc)
+        self.port = self.addr = None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self):
+        """Waits until it listens (a few tenths of a second: a Python start)."""
         psserver.wait_until(lambda: os.path.exists(self.ready) or self.proc.poll() is not None,
                             timeout=10, what="delay proxy ready")
         assert self.proc.poll() is None, self.output()
@@ -290,3 +302,255 @@ def test_adapt_threshold_follows_capped_link(make_server, tmp_path, agents, prox
         assert rows.get(n) == (takes[n], takes[n]), (n, other, takes, rows)
     up, down = cap.stop()
     assert up > 32768, (up, down)  # a's deltas did cross the proxy
+
+
+# ---- three sites: a hub and two spokes ---------------------------------------------------
+# Site X (a, b, c) is the hub; Y (d, e) and Z (f) are reached from it over 10 ms (one way),
+# but Y <-> Z over 40 ms. The cheapest cycles cross the slow Y-Z link not at all, and X-Y and
+# X-Z twice each (a spoke is entered once and left once, through the hub): about 4 x 20 ms
+# of RTT, where any cycle that uses Y-Z costs at least 20 + 20 + 80. A cycle that keeps Y and
+# Z next to each other (a -> d -> f -> ... ) is what the --ring lists start with.
+HUB_SITE = {"a": "X", "b": "X", "c": "X", "d": "Y", "e": "Y", "f": "Z"}
+HUB_DELAY = {frozenset("XY"): 10, frozenset("XZ"): 10, frozenset("YZ"): 40}
+
+
+def site_links(ring, site):
+    """{frozenset of two sites: how many links of the cycle join them}."""
+    g = [x.strip() for x in ring.split("->")]
+    out = {}
+    for x, y in zip(g, g[1:]):
+        if site[x] != site[y]:
+            k = frozenset((site[x], site[y]))
+            out[k] = out.get(k, 0) + 1
+    return out
+
+
+def best_cost(names, site, delay):
+    """The cheapest cycle's RTT sum over 'names' by the model (one-way delays x 2)."""
+    names = sorted(names)
+
+    def c(x, y):
+        return 0 if site[x] == site[y] else 2 * delay[frozenset((site[x], site[y]))]
+    return min(sum(c(p[i], p[(i + 1) % len(p)]) for i in range(len(p)))
+               for p in ((names[0],) + q for q in itertools.permutations(names[1:])))
+
+
+def cycle_cost(ring, site, delay):
+    g = [x.strip() for x in ring.split("->")]
+    return sum(0 if site[x] == site[y] else 2 * delay[frozenset((site[x], site[y]))]
+               for x, y in zip(g, g[1:]))
+
+
+def hub_ring(make_server, tmp_path, agents, proxies, names, order, extra):
+    """The groups of HUB_SITE in 'names', each server behind one delay proxy per other
+    delay its other sites see it with; each agent's --ring lists the groups in 'order'
+    (rotated to start at itself), the other sites' through their proxies."""
+    srv = new_groups(make_server, names, SHAPES, START)
+    prox = {}
+    for n in names:
+        for m in names:
+            if HUB_SITE[m] != HUB_SITE[n]:
+                d = HUB_DELAY[frozenset((HUB_SITE[m], HUB_SITE[n]))]
+                if (n, d) not in prox:  # started together, waited for below
+                    prox[(n, d)] = Proxy(tmp_path, srv[n].addr, delay_ms=d, tag="%s%d" % (n, d),
+                                         wait=False)
+                    proxies.append(prox[(n, d)])
+    for p in prox.values():
+        p.wait_ready()
+    ag = {}
+    for me in names:
+        i = order.index(me)
+        spec = ",".join("%s=%s" % (n, srv[n].addr if HUB_SITE[n] == HUB_SITE[me] else
+                                   prox[(n, HUB_DELAY[frozenset((HUB_SITE[n], HUB_SITE[me]))])].addr)
+                        for n in order[i:] + order[:i])
+        ag[me] = Agent(tmp_path, spec, me, ["--reorder", "--max-lag", "0"] + list(extra))
+        agents.append(ag[me])
+        ag[me].start()
+    wait_tracked([srv[n] for n in names], names)
+    direct = ",".join("%s=%s" % (n, srv[n].addr) for n in names)
+    logs = {n: os.path.join(str(tmp_path), "ring-%s.jsonl" % n) for n in names}
+    return srv, ag, direct, logs
+
+
+def last_ring(log):
+    """The ring an agent runs now: the last ring its log names (its start, an order change,
+    a group out or in: the order of the rest stays)."""
+    ring = None
+    for e in (events(log, "start") + events(log, "order") + events(log, "group_dead") +
+              events(log, "group_live")):
+        if ring is None or e["t"] >= ring[0]:
+            ring = (e["t"], e["ring"])
+    return ring and ring[1]
+
+
+# nosan: the agent's choice of order is under test; the module code it runs (PS.RING,
+# deltas) is what test_ring.py runs under the sanitizers already
+@pytest.mark.nosan
+def test_reorder_three_sites_six_groups(make_server, tmp_path, agents, proxies):
+    """Six groups at three sites (a hub and two spokes, the spokes 40 ms apart and 10 ms from
+    the hub): every agent, whatever the order of its --ring list, settles on one cycle of
+    the cheapest class: the slow Y-Z link never crossed, X-Y and X-Z twice each (the
+    minimum: a spoke is entered and left once). The deltas still arrive once: exact sums."""
+    names = "abcdef"
+    order = "adfbec"  # a -> d -> f -> b -> e -> c: Y-Z once, X-Y three times, X-Z twice
+    srv, ag, direct, logs = hub_ring(make_server, tmp_path, agents, proxies, names, order,
+                                     ["--threshold", "0.005"])
+    pushers = [Pusher(srv[n].port, i, 12, pause=0.1) for i, n in enumerate(names)]
+    for p in pushers:
+        p.start()
+    want = {frozenset("XY"): 2, frozenset("XZ"): 2}
+
+    def settled():
+        rings = {n: last_ring(logs[n]) for n in names}
+        return len(set(rings.values())) == 1 and all(
+            r and site_links(r, HUB_SITE) == want for r in rings.values())
+    psserver.wait_until(settled, timeout=20, interval=0.1, what="every agent on one cheapest "
+                        "cycle: %s" % {n: last_ring(logs[n]) for n in names})
+    for p in pushers:
+        p.join(30)
+        assert p.error is None and p.done == 12
+    time.sleep(0.5)  # a later flip would show now
+    final = {n: last_ring(logs[n]) for n in names}
+    assert len(set(final.values())) == 1, final
+    ring = final["a"]
+    assert site_links(ring, HUB_SITE) == want, ring
+    assert cycle_cost(ring, HUB_SITE, HUB_DELAY) == best_cost(names, HUB_SITE, HUB_DELAY) == 80
+    # measured, not assumed: the --ring order paid Y-Z's 80 ms and an extra X-Y crossing
+    for n in names:
+        e = events(logs[n], "order")[-1]
+        assert e["was_ms"] > e["rtt_sum_ms"] + 60 and e["rtt_sum_ms"] > 4 * 20, (n, e)
+    for n in names:
+        assert ag[n].stop() == 0, ag[n].output()
+    rc, out = run_agent(tmp_path, direct, "a", "--barrier")
+    assert rc == 0, out
+    for k in SHAPES:
+        want_v = START[k] - sum(pushed_sum(i, 12, k) for i in range(len(names)))
+        for n in names:
+            assert np.array_equal(pull_np(srv[n].client(), k)[1], want_v.ravel()), (n, k)
+    check_accounting([srv[n] for n in names], names)
+
+
+# nosan: the agent's choice of order is under test; the module code it runs (PS.RING,
+# deltas) is what test_ring.py runs under the sanitizers already
+@pytest.mark.nosan
+def test_reorder_after_a_group_dies(make_server, tmp_path, agents, proxies):
+    """The same six groups; once they run the cheapest cycle, the hub group that joins the two
+    spokes in it dies for good mid-run (server and agent), its change delivered first. The
+    order of the rest would put the spokes next to each other (the slow Y-Z link, +40 ms of
+    RTT): the survivors re-form the ring without it and all move to one cheapest cycle of
+    the five (Y-Z still never crossed), and after the barrier they hold exactly start minus
+    every gradient (the dead group's included), each delta applied once."""
+    names = "abcdef"
+    srv, ag, direct, logs = hub_ring(make_server, tmp_path, agents, proxies, names, "adfbec",
+                                     ["--threshold", "0"])
+    want = {frozenset("XY"): 2, frozenset("XZ"): 2}
+
+    def agreed(group_names):
+        rings = {n: last_ring(logs[n]) for n in group_names}
+        return len(set(rings.values())) == 1 and all(
+            r and site_links(r, HUB_SITE) == want for r in rings.values())
+    psserver.wait_until(lambda: agreed(names), timeout=20, interval=0.1,
+                        what="one cheapest cycle: %s" % {n: last_ring(logs[n]) for n in names})
+    ring = [x.strip() for x in last_ring(logs["a"]).split("->")][:-1]
+    # the hub group between the two spokes: its death leaves Y next to Z
+    victim = [g for i, g in enumerate(ring) if HUB_SITE[g] == "X" and
+              {HUB_SITE[ring[i - 1]], HUB_SITE[ring[(i + 1) % len(ring)]]} == {"Y", "Z"}]
+    assert len(victim) == 1, ring
+    victim = victim[0]
+    rest = [n for n in names if n != victim]
+    pushers = {n: Pusher(srv[n].port, i, 25 if n != victim else 6, pause=0.06)
+               for i, n in enumerate(names)}
+    pushers[victim].start()
+    pushers[victim].join(30)
+    assert pushers[victim].error is None and pushers[victim].done == 6
+    vs = srv[victim].client()
+
+    def victim_delivered():
+        takes = {}
+        for k in SHAPES:
+            i = info(vs, k)
+            if int(i["ring_pending_seq"]) or int(i["ring_accumulated"]):
+                return False
+            takes[k] = int(i["ring_take_seq"])
+        return all(dict((r[0].decode(), int(r[1])) for r in
+                        info(srv[n].client(), k).get("ring_origins") or []).get(victim) ==
+                   takes[k] for n in rest for k in SHAPES) and takes
+    psserver.wait_until(victim_delivered, timeout=15, interval=0.05,
+                        what="the victim's change delivered")
+    taken = victim_delivered()
+    for n in rest:  # the survivors push across the death (the victim forwards their deltas)
+        pushers[n].start()
+    time.sleep(0.3)
+    assert all(pushers[n].is_alive() for n in rest)
+    ag[victim].kill()
+    srv[victim].kill()
+    killed = time.time()
+    # without the victim the old order joins the spokes: the survivors must move off it
+    psserver.wait_until(lambda: all(victim not in (last_ring(logs[n]) or victim) for n in rest)
+                        and agreed(rest), timeout=15, interval=0.1,
+                        what="the survivors on one cheapest cycle without %s: %s" % (
+                            victim, {n: last_ring(logs[n]) for n in rest}))
+    for n in rest:
+        assert any(e["t"] > killed for e in events(logs[n], "order")), (n, events(logs[n], "order"))
+    for n in rest:
+        pushers[n].join(30)
+        assert pushers[n].error is None and pushers[n].done == 25, n
+    time.sleep(0.5)
+    final = {n: last_ring(logs[n]) for n in rest}
+    assert len(set(final.values())) == 1, final
+    ring = final[rest[0]]
+    assert cycle_cost(ring, HUB_SITE, HUB_DELAY) == best_cost(rest, HUB_SITE, HUB_DELAY) == 80
+    for n in rest:
+        assert ag[n].stop() == 0, ag[n].output()
+    rc, out = run_agent(tmp_path, direct, "a" if victim != "a" else "b", "--barrier")
+    assert rc == 0, out
+    for k in SHAPES:
+        want_v = START[k] - sum(pushed_sum(i, pushers[n].done, k) for i, n in enumerate(names))
+        for n in rest:
+            assert np.array_equal(pull_np(srv[n].client(), k)[1], want_v.ravel()), (n, k)
+    check_accounting([srv[n] for n in rest], rest)
+    for n in rest:  # the victim's deltas: each applied once at every survivor
+        for k in SHAPES:
+            rows = {r[0].decode(): (int(r[1]), int(r[2]))
+                    for r in info(srv[n].client(), k).get("ring_origins") or []}
+            assert rows.get(victim) == (taken[k], taken[k]), (n, k, rows, taken)
+
+
+def test_reorder_three_groups_agree_on_one_direction(make_server, tmp_path, agents):
+    """Three groups on loopback (every link alike): both cycles cost the same, but the
+    agents' --ring lists run both ways (a -> b -> c and a -> c -> b): with --reorder they
+    all settle on the first in name order, a -> b -> c -> a, and the deltas still arrive
+    once (exact sums after the barrier)."""
+    names = "abc"
+    srv = new_groups(make_server, names, SHAPES, START)
+    lists = {"a": "abc", "b": "bac", "c": "cba"}  # b's and c's: a -> c -> b
+    ag = {}
+    for n in names:
+        spec = ",".join("%s=%s" % (m, srv[m].addr) for m in lists[n])
+        ag[n] = Agent(tmp_path, spec, n, ["--reorder", "--threshold", "0"])
+        agents.append(ag[n])
+        ag[n].start()
+    wait_tracked([srv[n] for n in names], names)
+    logs = {n: os.path.join(str(tmp_path), "ring-%s.jsonl" % n) for n in names}
+    pushers = [Pusher(srv[n].port, i, 15) for i, n in enumerate(names)]
+    for p in pushers:
+        p.start()
+    psserver.wait_until(lambda: {last_ring(logs[n]) for n in names} == {"a -> b -> c -> a"},
+                        timeout=10, interval=0.1,
+                        what="one direction: %s" % {n: last_ring(logs[n]) for n in names})
+    for n in "bc":
+        assert "ring order by RTT" in ag[n].output(), ag[n].output()
+    assert not events(logs["a"], "order")  # a's list ran that way already
+    for p in pushers:
+        p.join(30)
+        assert p.error is None and p.done == 15
+    for n in names:
+        assert ag[n].stop() == 0, ag[n].output()
+    direct = ",".join("%s=%s" % (n, srv[n].addr) for n in names)
+    rc, out = run_agent(tmp_path, direct, "a", "--barrier")
+    assert rc == 0, out
+    for k in SHAPES:
+        want = START[k] - sum(pushed_sum(i, 15, k) for i in range(3))
+        for n in names:
+            assert np.array_equal(pull_np(srv[n].client(), k)[1], want.ravel()), (n, k)
+    check_accounting([srv[n] for n in names], names)

@@ -107,8 +107,8 @@ static void usage(FILE *out) {
             "                          print each on stderr and the least-loaded group's\n"
             "                          address on stdout (fewest pushes/s, then workers,\n"
             "                          then CPU), for ps-train work --addr \"$(...)\"\n\n"
-            "ACL: the user in PS_USER/PS_PASSWORD is used on both sides; its role is in\n"
-            "docs/operations.md (\"A relay\").\n");
+            "ACL: the user in PS_USER/PS_PASSWORD is used on both sides (--ring: on every\n"
+            "group); its role is in docs/operations.md (\"A relay\", \"A ring agent\").\n");
 }
 
 /* Strict integer in [lo, hi]; exits 2 with a message otherwise. */

@@ -126,6 +126,7 @@ int ring_run(const ringOpts *o) {
                 o->barrier_timeout_ms);
             goto out;
         }
+        if (ring_noperm()) { rc = 2; goto out; } /* a role without what the agent needs */
         if (AgentStop && !o->barrier && !o->leave) break;
         int work = 0;
         for (int i = 0; i < r->ng; i++) {

@@ -36,7 +36,7 @@ void ring_adapt_threshold(ring *r) {
  * plain string key "ps-ring:rtt:<name>") and reads the others' rows, so all
  * agents see the same matrix, up to when each row was last published. A
  * link's cost is the larger of its two directions' RTTs. Every agent then
- * makes the same choice from it: of the cycles of the live groups (G <= 6:
+ * makes the same choice from it: of the cycles of the live groups (3 <= G <= 6:
  * every permutation with the first name fixed) the first in name order whose
  * RTT sum is within a tolerance of the cheapest (max(1 ms, 20%)), so near
  * ties (a cycle and its reverse; two equally good ways across a cut) do not
@@ -47,16 +47,34 @@ void ring_adapt_threshold(ring *r) {
 #define RTT_KEY "ps-ring:rtt:"
 
 /* Rounds over slow links last long (a pending take polls every group), so
- * the period is also bounded in time: a change of link shows within ~1 s. */
+ * the period is also bounded in time: a change of link shows within ~1 s.
+ * A change of the live groups (one out of the ring, or back: the epoch moved
+ * other than by a reorder of this agent) is due at once: the ring that is
+ * left may cross a slow link the best cycle of the rest avoids. */
+static uint64_t reorder_epoch; /* r->epoch after this agent's last reorder check */
+
 int ring_reorder_due(const ring *r) {
     static uint64_t last_round;
     static long long last_ms;
     long long now = agent_mono_ms();
-    if (last_round && r->round - last_round < 20 && now - last_ms < 1000) return 0;
+    if (last_round && r->round - last_round < 20 && now - last_ms < 1000 &&
+        r->epoch == reorder_epoch)
+        return 0;
     last_round = r->round, last_ms = now;
     return 1;
 }
 #define RTT_ROW_CAP (RING_MAX_GROUPS * (PS_RING_ORIGIN_MAX + 20))
+
+/* A refused SET or GET of an RTT row (an ACL without +set/+get or the key
+ * pattern ps-ring:rtt:*, which stops the agent: ring_noperm; OOM), said once
+ * per command. */
+static void say_refused(ring *r, const char *cmd, const char *key, const ringGroup *g,
+                        const char *err) {
+    static int said_set, said_get;
+    int *said = cmd[0] == 'S' ? &said_set : &said_get;
+    if ((*said)++) return;
+    ring_say(r, "--reorder: %s %s on %s (%s): %s", cmd, key, g->name, g->addr, err);
+}
 
 void ring_publish_rtts(ring *r) {
     ringGroup *me = &r->g[r->self];
@@ -70,6 +88,7 @@ void ring_publish_rtts(ring *r) {
                               i == r->self ? 0.0 : r->g[i].rtt_ms);
     snprintf(key, sizeof(key), RTT_KEY "%s", me->name);
     redisReply *rep = psCommand(me->c, key, "SET %s %s", key, row);
+    if (rep && rep->type == REDIS_REPLY_ERROR) say_refused(r, "SET", key, me, rep->str);
     if (rep) freeReplyObject(rep);
 }
 
@@ -91,18 +110,11 @@ static int next_perm(int *a, int n) {
     return 1;
 }
 
-/* Row 'a' of m from group live[a]'s published "name=ms ..." (-1: not there). 0 or -1. */
-static int read_row(ring *r, const int *live, int n, int a, double m[][RING_MAX_GROUPS]) {
-    ringGroup *g = &r->g[live[a]];
-    char key[96];
-    snprintf(key, sizeof(key), RTT_KEY "%s", g->name);
-    redisReply *rep = g->c ? psCommand(g->c, key, "GET %s", key) : NULL;
-    if (!rep || rep->type != REDIS_REPLY_STRING) {
-        if (rep) freeReplyObject(rep);
-        return -1;
-    }
+/* Row 'a' of m from group live[a]'s published "name=ms ..." in 'str'. */
+static void parse_row(const ring *r, const int *live, int n, int a, const char *str,
+                      double m[][RING_MAX_GROUPS]) {
     for (int b = 0; b < n; b++) m[a][b] = -1;
-    for (const char *p = rep->str; *p;) {
+    for (const char *p = str; *p;) {
         while (*p == ' ') p++;
         const char *eq = strchr(p, '='), *sp = strchr(p, ' ');
         if (!eq || (sp && sp < eq)) break;
@@ -114,8 +126,33 @@ static int read_row(ring *r, const int *live, int n, int a, double m[][RING_MAX_
                 m[a][b] = v;
         p = e == eq + 1 ? (sp ? sp : eq + 1 + strlen(eq + 1)) : e;
     }
-    freeReplyObject(rep);
-    return 0;
+}
+
+/* Every live group's row into m (-1: not there): the GETs sent to all of
+ * them first, then the replies read, so a check costs the slowest link's
+ * round trip, not the sum of them. 0, or -1 when a row is missing. */
+static int read_rows(ring *r, const int *live, int n, double m[][RING_MAX_GROUPS]) {
+    char keys[RING_MAX_GROUPS][96];
+    psAsync *q[RING_MAX_GROUPS];
+    int rc = 0;
+    for (int a = 0; a < n; a++) {
+        ringGroup *g = &r->g[live[a]];
+        snprintf(keys[a], sizeof(keys[a]), RTT_KEY "%s", g->name);
+        const char *argv[2] = {"GET", keys[a]};
+        q[a] = g->c ? psCommandArgvAsync(g->c, keys[a], 2, argv, NULL) : NULL;
+    }
+    for (int a = 0; a < n; a++) {
+        ringGroup *g = &r->g[live[a]];
+        redisReply *rep = q[a] ? psCommandWait(g->c, q[a]) : NULL;
+        if (rep && rep->type == REDIS_REPLY_STRING) {
+            parse_row(r, live, n, a, rep->str, m);
+        } else {
+            if (rep && rep->type == REDIS_REPLY_ERROR) say_refused(r, "GET", keys[a], g, rep->str);
+            rc = -1;
+        }
+        if (rep) freeReplyObject(rep);
+    }
+    return rc;
 }
 
 static const ring *by_name_ring;
@@ -129,11 +166,13 @@ void ring_reorder(ring *r) {
     int live[RING_MAX_GROUPS], n = 0;
     for (int i = 0; i < r->ng; i++)
         if (r->g[i].live) live[n++] = i;
-    if (n < 4 || n > 6) return; /* 3 groups: every cycle costs the same (both directions) */
+    reorder_epoch = r->epoch;
+    /* 3 groups: both cycles cost the same, but the agents still agree on one
+     * (the first in name order): their --ring lists may run either way */
+    if (n < 3 || n > 6) return;
     by_name_ring = r;
     qsort(live, (size_t)n, sizeof(int), by_name); /* positions 0..n-1 in name order */
-    for (int a = 0; a < n; a++)
-        if (read_row(r, live, n, a, m) != 0) return;
+    if (read_rows(r, live, n, m) != 0) return;
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++) {
             if (a == b) {
@@ -175,6 +214,7 @@ void ring_reorder(ring *r) {
         if (!r->g[r->order[i]].live) neworder[no++] = r->order[i];
     memcpy(r->order, neworder, sizeof(int) * (size_t)r->ng);
     r->epoch++;
+    reorder_epoch = r->epoch; /* this agent's own change: not a reason to look again */
     char buf[1024];
     ring_order_str(r, buf, sizeof(buf));
     printf("[ring %s] ring order by RTT (sum %.2f ms, was %.2f ms): %s\n", r->o->self, bestc, curc,

@@ -96,6 +96,8 @@ typedef struct ring {
 
 /* A message on stderr: "ps-relay ring <self>: ..." */
 void ring_say(const ring *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A message of ring_say quoted an ACL refusal (NOPERM): the agent stops (exit 2). */
+int ring_noperm(void);
 /* One JSON line: {"t": wall seconds, "group": self, "event": ev, <fields>}.
  * 'fields' is a printf format producing the rest of the object's members
  * (starting with a comma) or "". */

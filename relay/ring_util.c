@@ -13,16 +13,35 @@
 
 #include "agent.h"
 #include "clock.h"
+#include "protocol.h"
 #include "ring_int.h"
+
+static int Noperm; /* a message quoted an ACL refusal (ring_noperm) */
+
+/* A word of 'msg' (after a space, or a space and '(') starts an error reply
+ * of class NOPERM: the messages quote the replies they report. */
+static int quotes_noperm(const char *msg) {
+    for (const char *p = msg; (p = strchr(p, ' ')) != NULL;) {
+        p += p[1] == '(' ? 2 : 1;
+        if (ps_proto_error_class(p, strlen(p)) == PS_PROTO_ERR_NOPERM) return 1;
+    }
+    return 0;
+}
 
 void ring_say(const ring *r, const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "ps-relay ring %s: ", r->o->self);
+    char msg[1024];
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    fprintf(stderr, "ps-relay ring %s: %s\n", r->o->self, msg);
+    if (quotes_noperm(msg) && !Noperm++)
+        fprintf(stderr, "ps-relay ring %s: the ACL user lacks a permission the ring agent needs "
+                "(named above; the role: docs/operations.md \"A ring agent\"): stopping\n",
+                r->o->self);
 }
+
+int ring_noperm(void) { return Noperm; }
 
 /* One JSON line: {"t": wall seconds, "group": self, "event": ev, <fields>}.
  * 'fields' is a printf format producing the rest of the object's members
