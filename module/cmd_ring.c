@@ -627,7 +627,7 @@ void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n) {
     *n += 2;
     ps_reply_pair_ll(ctx, "ring_take_seq", (long long)r->take_seq, n);
     ps_reply_pair_ll(ctx, "ring_pending_seq", (long long)(r->pend ? r->pend->seq : 0), n);
-    ps_reply_pair_ll(ctx, "ring_pending_rows", (long long)(r->pend ? r->pend->rows : 0), n);
+    ps_reply_pair_ll(ctx, "ring_pending_elems", (long long)(r->pend ? r->pend->rows : 0), n);
     ps_reply_pair_ll(ctx, "ring_accumulated", (long long)PSRingTable_Accumulated(r, v->t), n);
     ps_reply_pair_ll(ctx, "ring_base_rows", (long long)r->n, n);
     ps_reply_pair_ll(ctx, "ring_fwd_entries", (long long)r->fwd_len, n);

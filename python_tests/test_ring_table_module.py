@@ -73,7 +73,7 @@ def test_take_sends_changed_rows_pending_until_acked_nothing_dropped(r):
     assert list(from_f32(vals2)) == [-1, 0, 0, 0, -1, 0, 0, 0]
     i = ring_info(r)
     assert (i["ring_origin"], i["ring_take_seq"], i["ring_pending_seq"]) == (b"g0", 10, 10)
-    assert (i["ring_pending_rows"], i["ring_accumulated"], i["ring_base_rows"]) == (2, 0, 0)
+    assert (i["ring_pending_elems"], i["ring_accumulated"], i["ring_base_rows"]) == (2, 0, 0)
     # A threshold relative to |w| keeps small changes accumulated.
     assert r.execute_command("PS.DELTAACK", "e", 10) == 1
     push(r, [3], [[0.01, 2, 0, 0]])                     # w[3] = (-1.01, -7, 0, 2)
