@@ -4,6 +4,11 @@
  * entries) and the embedding core, linked against a fake RedisModuleIO that
  * serves the fuzz input.
  *
+ * From PS_EMBED_ENCVER_RING the value ends with a table's ring state
+ * (module/ring_table_io.c, PSRingTable_Deserialize: hostile bytes), which
+ * the same invariants cover (the seed of optimizer 0 is ring-tracked: base
+ * rows, a pending take, marks, a forward entry).
+ *
  * Input: an RDB value of the latest encoding version, else of an older one
  * (the corpus's seed-N files are of the first, seed-v2-N of the second), in
  * the fake encoding below (an unsigned = 8 bytes
@@ -30,6 +35,7 @@
 
 #include "embed_glue.h"
 #include "fuzz_util.h"
+#include "ring_table.h"
 
 /* Defined by module/glue.c in the module. */
 RedisModuleType *PSEmbedType = NULL;
@@ -294,12 +300,27 @@ static void write_seeds(const char *dir) {
         PSEmbed *t = PSEmbed_New(&c, NULL);
         FZ_CHECK(t != NULL);
         PSEmbedValue *v = PSEmbedValue_New(t, -1, 4);
+        int st;
+        if (opt == 0) FZ_CHECK((v->ring = PSRingTable_New(t, "g1", 2, 1u << 20, &st)) != NULL);
         for (uint64_t p = 0; p < 8; p++) {
             uint64_t ids[3] = {p % 5, (p * 7) % 11, p % 5};
             float g[3 * 3];
             for (int i = 0; i < 9; i++) g[i] = (float)((int)(p + (uint64_t)i) % 5 - 2) / 4;
+            uint64_t mark = 0;
+            if (v->ring)
+                FZ_CHECK(PSRingTable_BeforePush(v->ring, t, (const unsigned char *)ids, 3, &mark) ==
+                         PS_RING_OK);
             FZ_CHECK(PSEmbed_Push(t, (const unsigned char *)ids, 3, (const unsigned char *)g, NULL) ==
                      PSE_OK);
+            if (v->ring) PSRingTable_AfterPush(v->ring, 1, mark);
+            if (v->ring && p == 4) {
+                const PSRingTakeOpts o = {0, 0.0, 2};
+                FZ_CHECK(PSRingTable_Take(v->ring, t, &o) == PS_RING_TAKE_NEW);
+                const uint64_t rid[2] = {3, 40};
+                const float rv[2] = {0.5f, -1.0f};
+                FZ_CHECK(PSRingTable_Apply(v->ring, t, "g0", 2, 4, 0, (const unsigned char *)rid, 2,
+                                           (const unsigned char *)rv, sizeof(rv), 1) == 1);
+            }
             char id[8];
             snprintf(id, sizeof(id), "w%d", (int)(p % 3));
             PSDedupSet_Record(&v->dd, id, strlen(id), p + 1, 0, PSEmbed_Version(t));

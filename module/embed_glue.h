@@ -185,6 +185,9 @@ int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsign
                               size_t k, uint64_t *mark);
 void ps_ring_table_after_push(PSEmbedValue *v, int applied, uint64_t mark);
 void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n);
+/* (ring_table_io.c) Attaches the state of 'len' serialized bytes to 'v'
+ * (replacing any): NULL or why not (nothing changed). */
+const char *ps_ring_table_attach(PSEmbedValue *v, const unsigned char *b, size_t len);
 void ps_ring_table_save(RedisModuleIO *io, const PSEmbedValue *v);
 const char *ps_ring_table_load(RedisModuleIO *io, PSEmbedValue *v);
 void ps_ring_table_aof(RedisModuleIO *aof, RedisModuleString *key, const PSEmbedValue *v);
