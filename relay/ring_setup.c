@@ -261,8 +261,8 @@ int ring_setup(ring *r) {
                     if (!r->g[i].c || (pass == 0) != (i == r->self)) continue;
                     uint64_t h;
                     if (start_hash(r, i, k, &h) != 0) {
-                        ring_say(r, "%s %s on %s: %s", r->keys[k].dim ? "PS.SCANROWS" : "PS.RING STATE",
-                                 r->keys[k].name, r->g[i].name, r->g[i].c->errstr);
+                        ring_say(r, "reading %s on %s for the start check: %s", r->keys[k].name,
+                                 r->g[i].name, r->g[i].c->errstr);
                         return r->g[i].c->err == PS_ERR_SERVER ? 2 : 1;
                     }
                     if (i == r->self) mine = h;

@@ -15,6 +15,7 @@
 #include <redis-ps/ps.h>
 
 #include "agent.h"
+#include "protocol.h"
 #include "ring_int.h"
 
 int ring_key_take(const ringKey *key, psClient *c, uint64_t seqfloor, double thr, psDelta *d) {
@@ -48,10 +49,11 @@ uint64_t ring_delta_bytes(const ringKey *key, const psDelta *d) {
 int ring_table_fit(ring *r, int k) {
     const psKeyInfo *s = &r->g[r->self].info[k];
     const char *key = r->keys[k].name;
-    if (!strcmp(s->optimizer, "ftrl") || s->capacity || s->ttl) {
+    const int ftrl = ps_proto_optim_parse(s->optimizer, strlen(s->optimizer)) == PS_PROTO_OPT_FTRL;
+    if (ftrl || s->capacity || s->ttl) {
         ring_say(r, "%s is a table with %s: the ring tracks tables without eviction (CAPACITY, "
                     "TTL) and not FTRL; refusing to start",
-                 key, !strcmp(s->optimizer, "ftrl") ? "optimizer ftrl" : "eviction");
+                 key, ftrl ? "optimizer FTRL" : "eviction");
         return 2;
     }
     for (int i = 0; i < r->ng; i++) {
