@@ -400,7 +400,8 @@ int ps_table_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSEmbedValue *v
                            .seq = a->seq, .has_version = a->has_version, .version = a->version};
     PSEmbedPushResult r;
     uint64_t ring_mark = 0;
-    if (v->ring && ps_ring_table_before_push(ctx, v, a->ids, k, &ring_mark)) return REDISMODULE_OK;
+    if (v->ring && ps_ring_table_before_push(ctx, v, a->ids, k, a->id, a->idlen, a->seq, &ring_mark))
+        return REDISMODULE_OK;
     const int st = PSEmbed_PushOnce(t, &v->dd, v->maxstale, &p, &r);
     if (v->ring) ps_ring_table_after_push(v, st == PSE_OK, ring_mark);
     switch (st) {

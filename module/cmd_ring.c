@@ -600,9 +600,11 @@ void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
  * ====================================================================== */
 
 int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
-                              size_t k, uint64_t *mark) {
+                              size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark) {
     PSRingTable *r = v->ring;
-    if (PSRingTable_LagFull(r)) {
+    /* A duplicate (an ID seq already applied) is still answered as one. */
+    const PSDedupEntry *e = id ? PSDedupSet_Find(&v->dd, id, idlen) : NULL;
+    if (PSRingTable_LagFull(r) && !(e && PSDedupEntry_Seen(e, seq))) {
         v->ring_lag_refusals++;
         ps_reply_errorf(ctx, PSERR_RING_LAG_F, (unsigned long long)PSRingTable_Lag(r),
                         (unsigned long long)r->maxlag);

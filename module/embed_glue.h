@@ -178,11 +178,12 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 int PSTombstones_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
 /* Ring tracking of a table (cmd_ring.c): the push hooks (before: replies
- * and returns -1 when MAXLAG refuses the push; after: with whether the push
+ * and returns -1 when MAXLAG refuses the push, which a duplicate ID seq is
+ * not: it is answered as one; after: with whether the push
  * was applied), PS.INFO fields, and the value's ring state in an RDB, an
  * AOF rewrite (PS._RESTORE key ERING offset total piece), a digest, a copy. */
 int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
-                              size_t k, uint64_t *mark);
+                              size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark);
 void ps_ring_table_after_push(PSEmbedValue *v, int applied, uint64_t mark);
 void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n);
 /* (ring_table_io.c) Attaches the state of 'len' serialized bytes to 'v'

@@ -171,10 +171,13 @@ def test_forward_queue_and_maxlag(r):
     assert r.execute_command("PS.DELTAFWDACK", "e", "g0", 1) == 1
     assert r.execute_command("PS.DELTAFWD", "e") is None
     push(r, [1], np.ones((1, DIM)))
-    push(r, [2], np.ones((1, DIM)))
+    v2 = r.execute_command("PS.PUSHGRAD", "e", one, "IDS", ids_blob([2]), "ID", "w", 1)
     before = digest(r)
     assert err(r, "PS.PUSHGRAD", "e", one, "IDS", ids_blob([3])).startswith("BACKLOG")
     assert digest(r) == before and info(r, "e")["ring_lag_refusals"] == 1
+    # A duplicate is answered as one (the version its push made), not refused.
+    assert r.execute_command("PS.PUSHGRAD", "e", one, "IDS", ids_blob([2]), "ID", "w", 1) == v2
+    assert digest(r) == before
     seq = r.execute_command("PS.DELTATAKE", "e")[0]
     assert r.execute_command("PS.DELTAACK", "e", seq) == 1
     assert info(r, "e")["ring_lag"] == 0
