@@ -47,6 +47,26 @@ static const float *row_values(const PSEmbed *t, uint64_t id, float *scratch) {
     return scratch;
 }
 
+/* The map's rows' slots in the table (-1: no row), looked up in one batch
+ * (pse_lookup_ids prefetches): the take reads each row's values three times.
+ * NULL on OOM. */
+static int64_t *map_slots(const PSRingTable *r, const PSEmbed *t) {
+    int64_t *slots = rt_alloc((size_t)(r->n ? r->n : 1) * sizeof(int64_t));
+    if (slots && r->n) pse_lookup_ids(t, r->ids, (size_t)r->n, slots);
+    return slots;
+}
+
+/* The values of the map's row at 'slot' (from map_slots), or its initial
+ * values in 'scratch' (no row, or a dead one: as row_values). */
+static const float *slot_values(const PSEmbed *t, int64_t slot, uint64_t id, float *scratch) {
+    if (slot >= 0) {
+        const unsigned char *rec = pse_rec(t, (uint64_t)slot);
+        if (!pse_dead(t, rec)) return (const float *)(const void *)(rec + t->hdr_bytes);
+    }
+    PSEmbed_InitRow(&t->cfg, id, scratch);
+    return scratch;
+}
+
 /* ------------------------------------------------------------------------
  * Deltas
  * ---------------------------------------------------------------------- */
@@ -314,11 +334,13 @@ static int cmp_id(const void *a, const void *b) {
 }
 
 /* Removes every entry whose change is zero in every element (downwards, so
- * the entry moved into a hole was checked already). */
-static void purge_zero(PSRingTable *r, const PSEmbed *t, float *scratch) {
+ * the entry moved into a hole was checked already, and slots[p] is still the
+ * slot of entry p when it is read). */
+static void purge_zero(PSRingTable *r, const PSEmbed *t, const int64_t *slots, float *scratch) {
     const uint32_t dim = r->dim;
     for (uint64_t p = r->n; p-- > 0;) {
-        const float *v = row_values(t, r->ids[p], scratch), *b = r->base + (size_t)p * dim;
+        const float *v = slot_values(t, slots[p], r->ids[p], scratch);
+        const float *b = r->base + (size_t)p * dim;
         uint32_t nz = 0;
         for (uint32_t j = 0; j < dim; j++) nz |= (v[j] - b[j]) != 0.0f;
         if (!nz) map_remove(r, p);
@@ -327,14 +349,20 @@ static void purge_zero(PSRingTable *r, const PSEmbed *t, float *scratch) {
 
 uint64_t PSRingTable_Accumulated(const PSRingTable *r, const PSEmbed *t) {
     float *scratch = rt_alloc((size_t)r->dim * sizeof(float));
-    if (!scratch) return 0;
+    int64_t *slots = scratch ? map_slots(r, t) : NULL;
+    if (!slots) {
+        rt_free(scratch);
+        return 0;
+    }
     uint64_t k = 0;
     for (uint64_t p = 0; p < r->n; p++) {
-        const float *v = row_values(t, r->ids[p], scratch), *b = r->base + (size_t)p * r->dim;
+        const float *v = slot_values(t, slots[p], r->ids[p], scratch);
+        const float *b = r->base + (size_t)p * r->dim;
         uint32_t nz = 0;
         for (uint32_t j = 0; j < r->dim; j++) nz |= (v[j] - b[j]) != 0.0f;
         k += nz;
     }
+    rt_free(slots);
     rt_free(scratch);
     return k;
 }
@@ -344,13 +372,16 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
     const uint32_t dim = r->dim;
     float *scratch = rt_alloc((size_t)dim * sizeof(float));
     Cand *c = scratch ? rt_alloc((size_t)(r->n ? r->n : 1) * sizeof(Cand)) : NULL;
-    if (!c) {
+    int64_t *slots = c ? map_slots(r, t) : NULL;
+    if (!slots) {
+        rt_free(c);
         rt_free(scratch);
         return -PS_RING_EOOM;
     }
     uint64_t nc = 0;
     for (uint64_t p = 0; p < r->n; p++) {
-        const float *v = row_values(t, r->ids[p], scratch), *b = r->base + (size_t)p * dim;
+        const float *v = slot_values(t, slots[p], r->ids[p], scratch);
+        const float *b = r->base + (size_t)p * dim;
         float top = -1.0f;
         for (uint32_t j = 0; j < dim; j++)
             if (PSRing_Significant(v[j], b[j], o->threshold) && fabsf(v[j] - b[j]) > top)
@@ -370,7 +401,7 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
         } else {
             /* Nothing to send: every own push is as good as acknowledged. */
             r->acked_own = r->own_pushes;
-            purge_zero(r, t, scratch);
+            purge_zero(r, t, slots, scratch);
             ret = PS_RING_TAKE_NONE_CAUGHTUP;
         }
         goto out;
@@ -393,7 +424,7 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
     }
     /* Nothing can fail from here. */
     for (uint64_t k = 0; k < m; k++) {
-        const float *v = row_values(t, c[k].id, scratch);
+        const float *v = slot_values(t, slots[c[k].pos], c[k].id, scratch);
         float *b = r->base + (size_t)c[k].pos * dim, *out = d->val + (size_t)k * dim;
         d->ids[k] = c[k].id;
         for (uint32_t j = 0; j < dim; j++) {
@@ -405,12 +436,13 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
             }
         }
     }
-    purge_zero(r, t, scratch);
+    purge_zero(r, t, slots, scratch);
     r->pend = d;
     r->take_seq = seq;
     r->pend_own = r->own_pushes;
     ret = PS_RING_TAKE_NEW;
 out:
+    rt_free(slots);
     rt_free(c);
     rt_free(scratch);
     return ret;
