@@ -181,12 +181,12 @@ static int map_reserve(PSRingTable *r, uint64_t extra) {
     return PS_RING_OK;
 }
 
-/* Appends (room reserved). */
-static void map_insert(PSRingTable *r, uint64_t id, const float *vals) {
+/* Appends 'id' (not in the map; room reserved) whose empty bucket is 'b'. */
+static void map_put_at(PSRingTable *r, uint64_t b, uint64_t id, const float *vals) {
     const uint64_t pos = r->n++;
     r->ids[pos] = id;
     memcpy(r->base + (size_t)pos * r->dim, vals, (size_t)r->dim * sizeof(float));
-    r->index[map_bucket(r, id)] = (uint32_t)(pos + 1);
+    r->index[b] = (uint32_t)(pos + 1);
 }
 
 /* Empties bucket i, shifting back the entries of its run that may move. */
@@ -289,17 +289,17 @@ size_t PSRingTable_MemUsage(const PSRingTable *r) {
 int PSRingTable_BeforePush(PSRingTable *r, const PSEmbed *t, const unsigned char *ids, size_t k,
                            uint64_t *mark) {
     *mark = r->n;
-    uint64_t fresh = 0;
-    for (size_t i = 0; i < k; i++) fresh += map_find(r, ld64(ids, i)) < 0;
-    if (!fresh) return PS_RING_OK;
+    /* Room for every id first (an upper bound: spare room changes nothing
+     * observable), then one lookup per id. */
     float *scratch = rt_alloc((size_t)r->dim * sizeof(float));
-    if (!scratch || map_reserve(r, fresh) != PS_RING_OK) {
+    if (!scratch || map_reserve(r, k) != PS_RING_OK) {
         rt_free(scratch);
         return PS_RING_EOOM;
     }
     for (size_t i = 0; i < k; i++) {
         const uint64_t id = ld64(ids, i);
-        if (map_find(r, id) < 0) map_insert(r, id, row_values(t, id, scratch));
+        const uint64_t b = map_bucket(r, id);
+        if (!r->index[b]) map_put_at(r, b, id, row_values(t, id, scratch));
     }
     rt_free(scratch);
     return PS_RING_OK;
@@ -774,11 +774,13 @@ PSRingTable *PSRingTable_Deserialize(const PSEmbed *t, const unsigned char *p, s
     for (uint64_t i = 0; i < n; i++) {
         const uint64_t id = r64(&rd);
         const unsigned char *b = rbytes(&rd, (uint64_t)dim * 4);
-        if (rd.bad || map_find(r, id) >= 0) goto bad;
-        r->ids[r->n] = id;
-        memcpy(r->base + (size_t)r->n * dim, b, (size_t)dim * 4);
-        r->index[map_bucket(r, id)] = (uint32_t)(r->n + 1);
-        r->n++;
+        if (rd.bad) goto bad;
+        const uint64_t bk = map_bucket(r, id);
+        if (r->index[bk]) goto bad; /* a duplicate id */
+        const uint64_t pos = r->n++;
+        r->ids[pos] = id;
+        memcpy(r->base + (size_t)pos * dim, b, (size_t)dim * 4); /* any alignment */
+        r->index[bk] = (uint32_t)(pos + 1);
     }
     const uint64_t hasp = r64(&rd);
     *why = "bad ring pending take";
