@@ -289,12 +289,19 @@ size_t PSRingTable_MemUsage(const PSRingTable *r) {
 int PSRingTable_BeforePush(PSRingTable *r, const PSEmbed *t, const unsigned char *ids, size_t k,
                            uint64_t *mark) {
     *mark = r->n;
-    /* Room for every id first (an upper bound: spare room changes nothing
-     * observable), then one lookup per id. */
+    /* Room for every new id first (spare room changes nothing observable),
+     * then one lookup per id. When the room for k more entries is there
+     * already, that is all; else the new ids are counted first, so that a
+     * large push to rows in the map allocates nothing. */
     float *scratch = rt_alloc((size_t)r->dim * sizeof(float));
-    if (!scratch || map_reserve(r, k) != PS_RING_OK) {
-        rt_free(scratch);
-        return PS_RING_EOOM;
+    if (!scratch) return PS_RING_EOOM;
+    if (r->cap - r->n < k || 2 * (r->n + k) >= r->isize) {
+        uint64_t fresh = 0;
+        for (size_t i = 0; i < k; i++) fresh += map_find(r, ld64(ids, i)) < 0;
+        if (map_reserve(r, fresh) != PS_RING_OK) {
+            rt_free(scratch);
+            return PS_RING_EOOM;
+        }
     }
     for (size_t i = 0; i < k; i++) {
         const uint64_t id = ld64(ids, i);
