@@ -7,7 +7,9 @@
  * From PS_EMBED_ENCVER_RING the value ends with a table's ring state
  * (module/ring_table_io.c, PSRingTable_Deserialize: hostile bytes), which
  * the same invariants cover (the seed of optimizer 0 is ring-tracked: base
- * rows, a pending take, marks, a forward entry).
+ * rows, a pending take, marks, a forward entry); on a tracked table a delta
+ * cut from the input is applied or refused without a change, and a take
+ * answers ascending rows (check_ring).
  *
  * Input: an RDB value of the latest encoding version, else of an older one
  * (the corpus's seed-N files are of the first, seed-v2-N of the second), in
@@ -217,6 +219,42 @@ static void check_tombstones(const PSEmbed *t) {
     }
 }
 
+/* A loaded ring-tracked table: a delta made of the input's first bytes
+ * (ids and values as they come: unsorted, repeated, not finite, the wrong
+ * size) is applied or refused, and a refused one changes nothing (digest);
+ * a take and its ack keep save -> load exact. */
+static void check_ring(PSEmbedValue *v, const uint8_t *data, size_t size) {
+    const uint32_t dim = PSEmbed_Config(v->t)->dim;
+    const size_t rows = size >= 16 ? 1 + data[0] % 3 : 0;
+    if (rows && size >= rows * 8 + 1 && (uint64_t)dim <= 64) {
+        size_t vlen = size - 1 - rows * 8;
+        if (vlen > rows * dim * 4 + 4) vlen = rows * dim * 4 + (data[1] & 1) * 4;
+        unsigned char *buf = malloc(rows * 8 + vlen + 1);
+        FZ_CHECK(buf != NULL);
+        memcpy(buf, data + 1, rows * 8 + vlen);
+        const uint64_t before = digest_of(v);
+        const int rc = PSRingTable_Apply(v->ring, v->t, "fz", 2, 1 + data[1] % 4, data[2] % 2,
+                                         buf, rows, buf + rows * 8, vlen, data[3] % 3);
+        FZ_CHECK(rc == 1 || rc <= 0);
+        if (rc <= 0) FZ_CHECK(digest_of(v) == before);
+        free(buf);
+    }
+    const PSRingTakeOpts o = {0, (double)(size % 4) / 100, size % 5};
+    const int tk = PSRingTable_Take(v->ring, v->t, &o);
+    FZ_CHECK(tk >= 0 || tk == -PS_RING_EOOM || tk == -PS_RING_ESEQ);
+    if (tk == PS_RING_TAKE_NEW || tk == PS_RING_TAKE_AGAIN) {
+        FZ_CHECK(v->ring->pend->rows >= 1);
+        for (uint64_t i = 1; i < v->ring->pend->rows; i++)
+            FZ_CHECK(v->ring->pend->ids[i] > v->ring->pend->ids[i - 1]);
+        if (size % 2) PSRingTable_Ack(v->ring, v->ring->pend->seq);
+    }
+    RedisModuleIO s = save(v);
+    PSEmbedValue *w = load(s.buf, s.used);
+    FZ_CHECK(w != NULL && digest_of(w) == digest_of(v));
+    TM.free(w);
+    free(s.buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The input as the latest encoding, else as each older one (salt 0
      * before PS_EMBED_ENCVER_SALT, the default tombstone log before
@@ -238,6 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     TM.aof_rewrite(NULL, NULL, v);
     FZ_CHECK(TM.mem_usage(v) >= PSEmbed_MemUsage(v->t));
+    if (v->ring) check_ring(v, data, size);
     /* A loaded table keeps working: push the rows it has (and a new id),
      * pull them; save -> load of the result keeps its digest. */
     const uint32_t dim = PSEmbed_Config(v->t)->dim;
