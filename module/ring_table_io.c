@@ -106,7 +106,7 @@ void ps_ring_table_digest(RedisModuleDigest *md, const PSEmbedValue *v) {
 }
 
 size_t ps_ring_table_mem(const PSEmbedValue *v) {
-    return PSRingTable_MemUsage(v->ring) + v->ringload_len;
+    return PSRingTable_MemUsage(v->ring) + v->ringload_have; /* received, not claimed */
 }
 
 void ps_ring_table_free(PSEmbedValue *v) {
