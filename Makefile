@@ -356,7 +356,7 @@ $(FUZZ_B)/fuzz_header: fuzz/fuzz_header.c module/type.c $(MODULE_CORE_SRC) $(FUZ
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 
 # The ps-embeds RDB loader (module/type_embed.c) against a fake RedisModuleIO.
-$(FUZZ_B)/fuzz_embed: fuzz/fuzz_embed.c module/type_embed.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
+$(FUZZ_B)/fuzz_embed: fuzz/fuzz_embed.c module/type_embed.c module/ring_table_io.c $(MODULE_CORE_SRC) $(FUZZ_DEPS)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $(filter %.c,$^) -lm
 

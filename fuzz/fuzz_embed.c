@@ -4,6 +4,13 @@
  * entries) and the embedding core, linked against a fake RedisModuleIO that
  * serves the fuzz input.
  *
+ * From PS_EMBED_ENCVER_RING the value ends with a table's ring state
+ * (module/ring_table_io.c, PSRingTable_Deserialize: hostile bytes), which
+ * the same invariants cover (the seed of optimizer 0 is ring-tracked: base
+ * rows, a pending take, marks, a forward entry); on a tracked table a delta
+ * cut from the input is applied or refused without a change, and a take
+ * answers ascending rows (check_ring).
+ *
  * Input: an RDB value of the latest encoding version, else of an older one
  * (the corpus's seed-N files are of the first, seed-v2-N of the second), in
  * the fake encoding below (an unsigned = 8 bytes
@@ -30,6 +37,7 @@
 
 #include "embed_glue.h"
 #include "fuzz_util.h"
+#include "ring_table.h"
 
 /* Defined by module/glue.c in the module. */
 RedisModuleType *PSEmbedType = NULL;
@@ -211,6 +219,42 @@ static void check_tombstones(const PSEmbed *t) {
     }
 }
 
+/* A loaded ring-tracked table: a delta made of the input's first bytes
+ * (ids and values as they come: unsorted, repeated, not finite, the wrong
+ * size) is applied or refused, and a refused one changes nothing (digest);
+ * a take and its ack keep save -> load exact. */
+static void check_ring(PSEmbedValue *v, const uint8_t *data, size_t size) {
+    const uint32_t dim = PSEmbed_Config(v->t)->dim;
+    const size_t rows = size >= 16 ? 1 + data[0] % 3 : 0;
+    if (rows && size >= rows * 8 + 1 && (uint64_t)dim <= 64) {
+        size_t vlen = size - 1 - rows * 8;
+        if (vlen > rows * dim * 4 + 4) vlen = rows * dim * 4 + (data[1] & 1) * 4;
+        unsigned char *buf = malloc(rows * 8 + vlen + 1);
+        FZ_CHECK(buf != NULL);
+        memcpy(buf, data + 1, rows * 8 + vlen);
+        const uint64_t before = digest_of(v);
+        const int rc = PSRingTable_Apply(v->ring, v->t, "fz", 2, 1 + data[1] % 4, data[2] % 2,
+                                         buf, rows, buf + rows * 8, vlen, data[3] % 3);
+        FZ_CHECK(rc == 1 || rc <= 0);
+        if (rc <= 0) FZ_CHECK(digest_of(v) == before);
+        free(buf);
+    }
+    const PSRingTakeOpts o = {0, (double)(size % 4) / 100, size % 5};
+    const int tk = PSRingTable_Take(v->ring, v->t, &o);
+    FZ_CHECK(tk >= 0 || tk == -PS_RING_EOOM || tk == -PS_RING_ESEQ);
+    if (tk == PS_RING_TAKE_NEW || tk == PS_RING_TAKE_AGAIN) {
+        FZ_CHECK(v->ring->pend->rows >= 1);
+        for (uint64_t i = 1; i < v->ring->pend->rows; i++)
+            FZ_CHECK(v->ring->pend->ids[i] > v->ring->pend->ids[i - 1]);
+        if (size % 2) PSRingTable_Ack(v->ring, v->ring->pend->seq);
+    }
+    RedisModuleIO s = save(v);
+    PSEmbedValue *w = load(s.buf, s.used);
+    FZ_CHECK(w != NULL && digest_of(w) == digest_of(v));
+    TM.free(w);
+    free(s.buf);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The input as the latest encoding, else as each older one (salt 0
      * before PS_EMBED_ENCVER_SALT, the default tombstone log before
@@ -232,6 +276,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     TM.aof_rewrite(NULL, NULL, v);
     FZ_CHECK(TM.mem_usage(v) >= PSEmbed_MemUsage(v->t));
+    if (v->ring) check_ring(v, data, size);
     /* A loaded table keeps working: push the rows it has (and a new id),
      * pull them; save -> load of the result keeps its digest. */
     const uint32_t dim = PSEmbed_Config(v->t)->dim;
@@ -294,12 +339,27 @@ static void write_seeds(const char *dir) {
         PSEmbed *t = PSEmbed_New(&c, NULL);
         FZ_CHECK(t != NULL);
         PSEmbedValue *v = PSEmbedValue_New(t, -1, 4);
+        int st;
+        if (opt == 0) FZ_CHECK((v->ring = PSRingTable_New(t, "g1", 2, 1u << 20, &st)) != NULL);
         for (uint64_t p = 0; p < 8; p++) {
             uint64_t ids[3] = {p % 5, (p * 7) % 11, p % 5};
             float g[3 * 3];
             for (int i = 0; i < 9; i++) g[i] = (float)((int)(p + (uint64_t)i) % 5 - 2) / 4;
+            uint64_t mark = 0;
+            if (v->ring)
+                FZ_CHECK(PSRingTable_BeforePush(v->ring, t, (const unsigned char *)ids, 3, &mark) ==
+                         PS_RING_OK);
             FZ_CHECK(PSEmbed_Push(t, (const unsigned char *)ids, 3, (const unsigned char *)g, NULL) ==
                      PSE_OK);
+            if (v->ring) PSRingTable_AfterPush(v->ring, 1, mark);
+            if (v->ring && p == 4) {
+                const PSRingTakeOpts o = {0, 0.0, 2};
+                FZ_CHECK(PSRingTable_Take(v->ring, t, &o) == PS_RING_TAKE_NEW);
+                const uint64_t rid[2] = {3, 40};
+                const float rv[2] = {0.5f, -1.0f};
+                FZ_CHECK(PSRingTable_Apply(v->ring, t, "g0", 2, 4, 0, (const unsigned char *)rid, 2,
+                                           (const unsigned char *)rv, sizeof(rv), 1) == 1);
+            }
             char id[8];
             snprintf(id, sizeof(id), "w%d", (int)(p % 3));
             PSDedupSet_Record(&v->dd, id, strlen(id), p + 1, 0, PSEmbed_Version(t));

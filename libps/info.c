@@ -17,7 +17,8 @@
     X(backlog_refusals) X(pending_parts) X(relay_takes) X(relay_rounds) X(relay_forwarded)         \
     X(relay_round_min) X(relay_round_max) X(ring_take_seq) X(ring_pending_seq)                     \
     X(ring_pending_elems) X(ring_accumulated) X(ring_fwd_entries) X(ring_fwd_bytes)                \
-    X(ring_maxqueue) X(ring_applied) X(ring_maxlag) X(ring_lag) X(ring_lag_refusals)
+    X(ring_maxqueue) X(ring_applied) X(ring_maxlag) X(ring_lag) X(ring_lag_refusals) X(seed)      \
+    X(ttl)
 
 static const struct {
     const char *name;
@@ -75,6 +76,11 @@ int psInfoParse(const redisReply *r, psKeyInfo *out) {
         } else if (!strcmp(name, "lr")) {
             /* A double: RESP2 answers it as a bulk string. */
             if (v->type == REDIS_REPLY_STRING) sscanf(v->str, "%lf", &out->lr);
+        } else if (!strcmp(name, "init")) {
+            str_value(v, out->init, sizeof(out->init));
+        } else if (!strcmp(name, "init_a") || !strcmp(name, "init_b")) {
+            if (v->type == REDIS_REPLY_STRING)
+                sscanf(v->str, "%lf", name[5] == 'a' ? &out->init_a : &out->init_b);
         } else {
             for (size_t k = 0; k < sizeof(U64Fields) / sizeof(U64Fields[0]); k++) {
                 if (strcmp(name, U64Fields[k].name) || v->type != REDIS_REPLY_INTEGER) continue;

@@ -314,11 +314,113 @@ int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq
     return zero_one(c, ring_send(c, key, cmd, len), "DELTAFWDACK");
 }
 
+/* A table delta's blobs: 'rows' ascending u64 ids and rows x dim F32. */
+static int rows_ok(const redisReply *ib, const redisReply *vb, uint64_t rows, uint32_t dim) {
+    if (!is_str(ib) || !is_str(vb) || rows < 1 || ib->len != rows * sizeof(uint64_t) ||
+        vb->len != rows * dim * sizeof(float))
+        return 0;
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < rows; i++) {
+        uint64_t x;
+        memcpy(&x, ib->str + i * sizeof(x), sizeof(x));
+        if (i && x <= prev) return 0;
+        prev = x;
+    }
+    return 1;
+}
+
+int psDeltaTakeRows(psClient *c, const char *key, uint32_t dim, uint64_t seqfloor,
+                    double threshold, uint64_t maxrows, psDelta *out) {
+    psi_clear_error(c);
+    psDeltaRelease(out);
+    memset(out, 0, sizeof(*out));
+    if (!key || dim == 0 || !(threshold >= 0)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaTakeRows needs a key, dim > 0 and a threshold >= 0");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len,
+                ps_wire_delta_take(key, strlen(key), seqfloor, threshold, maxrows, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (is_int(r) && r->integer == 0) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || !is_int(r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[4]) || r->element[0]->integer < 1 ||
+        r->element[4]->integer < 0 || r->element[1]->integer < 1 ||
+        !rows_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, dim))
+        return bad_reply(c, r, "DELTATAKE");
+    out->seq = (uint64_t)r->element[0]->integer;
+    out->count = (uint64_t)r->element[1]->integer;
+    out->ids = (const uint64_t *)(const void *)r->element[2]->str;
+    out->vals = (const float *)(const void *)r->element[3]->str;
+    out->dim = dim;
+    out->accumulated = (uint64_t)r->element[4]->integer;
+    out->priv_ = r;
+    return 1;
+}
+
+int psDeltaApplyRows(psClient *c, const char *key, const char *origin, uint64_t seq,
+                     uint64_t prev, const uint64_t *ids, const float *vals, size_t rows,
+                     uint32_t dim, int64_t hops) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin) || rows == 0 || dim == 0 || !ids || !vals ||
+        (prev && prev >= seq)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaApplyRows needs a key, an origin, rows >= 1, "
+                                     "dim >= 1 and prev < seq");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_apply_delta_blobs(key, strlen(key), origin, seq, ids,
+                                                    rows * sizeof(uint64_t), vals,
+                                                    rows * dim * sizeof(float), hops, prev, buf,
+                                                    cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "APPLYDELTA");
+}
+
+int psDeltaFwdRows(psClient *c, const char *key, uint32_t dim, psDelta *out) {
+    psi_clear_error(c);
+    psDeltaRelease(out);
+    memset(out, 0, sizeof(*out));
+    if (!key || dim == 0) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaFwdRows needs a key and dim > 0");
+        return PS_ERR;
+    }
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_delta_fwd(key, strlen(key), buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return 0;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || copy_name(out->origin, r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
+        r->element[2]->integer < 0 || !is_str(r->element[3]) ||
+        !rows_ok(r->element[3], r->element[4], r->element[3]->len / sizeof(uint64_t), dim))
+        return bad_reply(c, r, "DELTAFWD");
+    out->seq = (uint64_t)r->element[1]->integer;
+    out->hops = (uint64_t)r->element[2]->integer;
+    out->count = r->element[3]->len / sizeof(uint64_t);
+    out->ids = (const uint64_t *)(const void *)r->element[3]->str;
+    out->vals = (const float *)(const void *)r->element[4]->str;
+    out->dim = dim;
+    out->priv_ = r;
+    return 1;
+}
+
 void psDeltaRelease(psDelta *d) {
     if (!d) return;
     if (d->priv_) freeReplyObject(d->priv_);
     d->priv_ = NULL;
     d->idx = NULL;
+    d->ids = NULL;
     d->vals = NULL;
     d->count = 0;
+    d->dim = 0;
 }

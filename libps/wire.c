@@ -436,6 +436,13 @@ size_t ps_wire_delta_ack(const char *key, size_t keylen, uint64_t seq, char *buf
 size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *origin, uint64_t seq,
                                 const uint32_t *idx, const float *vals, size_t count,
                                 int64_t hops, uint64_t prev, char *buf, size_t cap) {
+    return ps_wire_apply_delta_blobs(key, keylen, origin, seq, idx, count * sizeof(uint32_t), vals,
+                                     count * sizeof(float), hops, prev, buf, cap);
+}
+
+size_t ps_wire_apply_delta_blobs(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                                 const void *idx, size_t idxlen, const void *vals, size_t vlen,
+                                 int64_t hops, uint64_t prev, char *buf, size_t cap) {
     out o = {buf, cap, 0};
     put_header(&o, '*', 7 + (hops >= 0 ? 2 : 0) + (prev ? 2 : 0));
     put_str(&o, "PS.APPLYDELTA");
@@ -444,8 +451,8 @@ size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *orig
     put_str(&o, origin);
     put_u64(&o, seq);
     /* little-endian host (codec.h) */
-    put_arg(&o, (const char *)(const void *)idx, count * sizeof(uint32_t));
-    put_arg(&o, (const char *)(const void *)vals, count * sizeof(float));
+    put_arg(&o, (const char *)idx, idxlen);
+    put_arg(&o, (const char *)vals, vlen);
     if (hops >= 0) {
         put_str(&o, "HOPS");
         put_u64(&o, (uint64_t)hops);

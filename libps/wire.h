@@ -218,6 +218,13 @@ size_t ps_wire_apply_delta_prev(const char *key, size_t keylen, const char *orig
                                 const uint32_t *idx, const float *vals, size_t count,
                                 int64_t hops, uint64_t prev, char *buf, size_t cap);
 
+/* The same with the delta's two blobs as they go on the wire: 'idx' of
+ * 'idxlen' bytes (u32 element indices of a tensor, or u64 row ids of a
+ * table) and 'vals' of 'vlen' bytes (F32). */
+size_t ps_wire_apply_delta_blobs(const char *key, size_t keylen, const char *origin, uint64_t seq,
+                                 const void *idx, size_t idxlen, const void *vals, size_t vlen,
+                                 int64_t hops, uint64_t prev, char *buf, size_t cap);
+
 /* The same without PREV. */
 static inline size_t ps_wire_apply_delta(const char *key, size_t keylen, const char *origin,
                                          uint64_t seq, const uint32_t *idx, const float *vals,

@@ -399,7 +399,11 @@ int ps_table_push(RedisModuleCtx *ctx, RedisModuleString **argv, PSEmbedValue *v
     const PSEmbedPush p = {.ids = a->ids, .k = k, .grad = g, .id = a->id, .idlen = a->idlen,
                            .seq = a->seq, .has_version = a->has_version, .version = a->version};
     PSEmbedPushResult r;
+    uint64_t ring_mark = 0;
+    if (v->ring && ps_ring_table_before_push(ctx, v, a->ids, k, a->id, a->idlen, a->seq, &ring_mark))
+        return REDISMODULE_OK;
     const int st = PSEmbed_PushOnce(t, &v->dd, v->maxstale, &p, &r);
+    if (v->ring) ps_ring_table_after_push(v, st == PSE_OK, ring_mark);
     switch (st) {
     case PSE_OK: break;
     case PSE_DUPLICATE:
@@ -481,6 +485,7 @@ int ps_table_info(RedisModuleCtx *ctx, PSEmbedValue *v) {
     ps_reply_pair_ll(ctx, "dedup_hits", (long long)v->dedup_hits, &n);
     ps_reply_pair_ll(ctx, "stale_rejects", (long long)v->stale_rejects, &n);
     ps_reply_pair_ll(ctx, "nonfinite_rejects", (long long)v->nonfinite_rejects, &n);
+    ps_ring_table_info(ctx, v, &n);
     RedisModule_ReplySetArrayLength(ctx, n);
     return REDISMODULE_OK;
 }
@@ -500,6 +505,7 @@ int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSE
         if (r < 0) return REDISMODULE_OK;
         if (r == 0) return ps_reply_errorf(ctx, PSERR_EMBED_PARAM_F, RedisModule_StringPtrLen(a, NULL));
     }
+    if (v->ring && (c.capacity || c.ttl)) return RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE_EVICT);
     const char *err;
     const int rc = PSEmbed_Reconfigure(v->t, &c, &err);
     if (rc == PSE_ERR_OOM) return RedisModule_ReplyWithError(ctx, PSERR_OOM);
@@ -713,6 +719,10 @@ int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModuleKey *key;
     PSEmbedValue *v = open_or_reply(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE, &key);
     if (!v) return REDISMODULE_OK;
+    if (v->ring) { /* a tracked table keeps its rows (ring_table.h) */
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE_EVICT);
+    }
     /* Room in the tombstone log for every row first (no partial state). */
     if (PSEmbed_TombReserve(v->t, PSEmbed_Rows(v->t)) != PSE_OK) {
         RedisModule_CloseKey(key);

@@ -8,6 +8,7 @@
  *   PS._RESTORE key EEND                         the rebuild is complete
  *   PS._RESTORE key EDEDUP id seq window version an exactly-once entry
  *   PS._RESTORE key ETOMBS blob                  tombstone log entries, oldest first
+ *   PS._RESTORE key ERING offset total piece     the ring state (cmd_ring.c), in order
  *
  * Every part goes through the validators of the RDB loader (header decode,
  * PSEmbed_LoadBegin / LoadRow / LoadEnd); a bad part answers an error. Until
@@ -119,6 +120,10 @@ static const char *restore_part(RedisModuleCtx *ctx, RedisModuleString **argv, i
         size_t len;
         const char *p = RedisModule_StringPtrLen(argv[3], &len);
         return PSEmbed_LoadTombBlock(v->t, (const unsigned char *)p, len, UINT64_MAX);
+    }
+    if (ps_arg_is(sub, "ERING") && argc == 6) {
+        if (!v->t || v->restoring) return "ring state outside a restored table";
+        return ps_ring_table_restore(v, argv, argc);
     }
     (void)ctx;
     return "syntax error";

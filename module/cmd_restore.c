@@ -166,7 +166,8 @@ int PSRestore_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
     RedisModuleString *sub = argv[2];
     /* The parts of a table (type_embed.c) start with E. */
     if (ps_arg_is(sub, "EMBED") || ps_arg_is(sub, "EFILTER") || ps_arg_is(sub, "EROWS") ||
-        ps_arg_is(sub, "EEND") || ps_arg_is(sub, "EDEDUP") || ps_arg_is(sub, "ETOMBS"))
+        ps_arg_is(sub, "EEND") || ps_arg_is(sub, "EDEDUP") || ps_arg_is(sub, "ETOMBS") ||
+        ps_arg_is(sub, "ERING"))
         return PSEmbedRestore_RedisCommand(ctx, argv, argc);
     if (argc < 4) return RedisModule_WrongArity(ctx);
     if (ps_arg_is(sub, "HEADER")) return restore_header(ctx, argv, argc);

@@ -18,15 +18,20 @@
  * something, and not at all when it did not (a take answered again, an ack
  * of another seq, a duplicate delta, STATE, DELTAFWD).
  *
- * Tables are not ring-tracked yet: every ring command on a table key
- * answers PSERR_RING_TABLE. */
+ * On a table key (ring_table.h) the same commands work on rows: deltas are
+ * u64 ids and rows x dim F32 values; PS.RING STATE answers no copy (nil) and
+ * JOIN is refused (a table joins by copying a neighbour's rows: not in this
+ * version). The table's ring state persists with the value (the helpers at
+ * the end: RDB, AOF rewrite, digest, copy). */
 
 #include <limits.h>
 #include <math.h>
 #include <string.h>
 
+#include "embed_glue.h"
 #include "ps_module.h"
 #include "ring.h"
+#include "ring_table.h"
 
 /* The reply of a failed ring operation (status PS_RING_E*). */
 static int reply_ring_error(RedisModuleCtx *ctx, int st) {
@@ -47,22 +52,41 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RING_EROUND: e = PSERR_ROUND_OPEN; break;
     case PS_RING_BACKLOG: e = PSERR_RING_BACKLOG; break;
     case PS_RING_EGAP: e = PSERR_RING_GAP; break;
+    case PS_RINGT_EEVICT: e = PSERR_RING_TABLE_EVICT; break;
+    case PS_RINGT_EFTRL: e = PSERR_RING_TABLE_FTRL; break;
+    case PS_RINGT_ESIZE: e = PSERR_RING_ROWSIZE; break;
     default: e = PSERR_INTERNAL; break;
     }
     return RedisModule_ReplyWithError(ctx, e);
 }
 
-/* Opens the tensor at 'kn', or replies the error (no such key, WRONGTYPE, a
- * table: not tracked yet) and returns NULL with the key closed. */
-static PSTensor *open_ring(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
-                           RedisModuleKey **key) {
+/* Opens the tensor or the table at 'kn': returns the tensor, or NULL with
+ * *tab the table, or NULL with *tab NULL after replying the error (no such
+ * key, WRONGTYPE, a table being restored) with the key closed. */
+static PSTensor *open_ring2(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
+                            RedisModuleKey **key, PSEmbedValue **tab) {
     *key = RedisModule_OpenKey(ctx, kn, mode);
+    *tab = NULL;
     const PSKeyKind kind = ps_key_kind(*key);
     if (kind == PS_KIND_TENSOR) return RedisModule_ModuleTypeGetValue(*key);
-    if (kind == PS_KIND_TABLE) RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE);
-    else ps_reply_kind(ctx, kind);
+    if (kind == PS_KIND_TABLE) {
+        PSEmbedValue *v = RedisModule_ModuleTypeGetValue(*key);
+        if (v->t && !v->restoring) {
+            *tab = v;
+            return NULL;
+        }
+        RedisModule_ReplyWithError(ctx, PSERR_EMBED_RESTORING);
+    } else {
+        ps_reply_kind(ctx, kind);
+    }
     RedisModule_CloseKey(*key);
     return NULL;
+}
+
+/* A table's tracked state, or NULL after replying UNTRACKED. */
+static PSRingTable *table_ring(RedisModuleCtx *ctx, PSEmbedValue *v) {
+    if (!v->ring) reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    return v->ring;
 }
 
 #define RW (REDISMODULE_READ | REDISMODULE_WRITE)
@@ -99,8 +123,43 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v) {
+        int r = 0, changed = 0;
+        if (!v->ring) {
+            int st;
+            v->ring = PSRingTable_New(v->t, origin, ol, has_mq ? (uint64_t)mq : PS_RING_DEFAULT_MAXQUEUE,
+                                      &st);
+            if (!v->ring) {
+                reply_ring_error(ctx, st);
+                goto tdone;
+            }
+            r = changed = 1;
+        } else if (!PSRing_OriginValid(origin, ol)) {
+            reply_ring_error(ctx, PS_RING_EORIGIN);
+            goto tdone;
+        } else if (v->ring->originlen != ol || memcmp(v->ring->origin, origin, ol) != 0) {
+            reply_ring_error(ctx, PS_RING_EOTHER);
+            goto tdone;
+        } else if (has_mq && v->ring->maxqueue != (uint64_t)mq) {
+            v->ring->maxqueue = (uint64_t)mq;
+            changed = 1;
+        }
+        if (has_ml && v->ring->maxlag != (uint64_t)ml) {
+            v->ring->maxlag = (uint64_t)ml;
+            changed = 1;
+        }
+        if (changed) {
+            RedisModule_ReplicateVerbatim(ctx);
+            ps_notify(ctx, "ps.ringtrack", argv[1]);
+        }
+        RedisModule_ReplyWithLongLong(ctx, r);
+    tdone:
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
     const uint64_t before = t->ring ? t->ring->maxqueue : 0;
     const uint64_t lag_before = t->ring ? t->ring->maxlag : 0;
     const int r = PSRing_Track(t, origin, ol, has_mq, (uint64_t)mq);
@@ -128,8 +187,32 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!t) return REDISMODULE_OK;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v) { /* no copy: a table's rows are read with the scan calls */
+        const PSRingTable *r = v->ring;
+        RedisModule_ReplyWithArray(ctx, 4);
+        RedisModule_ReplyWithNull(ctx);
+        RedisModule_ReplyWithLongLong(ctx, (long long)PSEmbed_Version(v->t));
+        if (r) RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+        else RedisModule_ReplyWithNull(ctx);
+        RedisModule_ReplyWithArray(ctx, r ? r->norigins + 1 : 0);
+        if (r) {
+            RedisModule_ReplyWithArray(ctx, 3);
+            RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+            RedisModule_ReplyWithLongLong(ctx, (long long)r->take_seq);
+            RedisModule_ReplyWithLongLong(ctx, 0);
+            for (uint32_t i = 0; i < r->norigins; i++) {
+                RedisModule_ReplyWithArray(ctx, 3);
+                RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);
+                RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].hwm);
+                RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].applied);
+            }
+        }
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
     const PSRing *r = t->ring;
     const float *copy = r ? r->base->v : t->data->v;
     RedisModule_ReplyWithArray(ctx, 4);
@@ -178,8 +261,13 @@ static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v) {
+        RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE_JOIN);
+        goto done;
+    }
     if (t->round_count) {
         RedisModule_ReplyWithError(ctx, PSERR_ROUND_OPEN);
         goto done;
@@ -202,9 +290,17 @@ done:
 static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
-    const int dropped = PSRing_Untrack(t);
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    int dropped;
+    if (v) {
+        dropped = v->ring != NULL;
+        PSRingTable_Free(v->ring);
+        v->ring = NULL;
+    } else {
+        dropped = PSRing_Untrack(t);
+    }
     if (dropped) {
         RedisModule_ReplicateVerbatim(ctx);
         ps_notify(ctx, "ps.ringuntrack", argv[1]);
@@ -238,6 +334,19 @@ static void reply_take(RedisModuleCtx *ctx, const PSTensor *t) {
     PSStats.bytes_out += d->count * 8;
 }
 
+/* A table's take: [seq, rows, ids u64 blob, values F32 blob (rows x dim),
+ * rows still accumulated] */
+static void reply_take_rows(RedisModuleCtx *ctx, const PSRingTable *r, const PSEmbed *t) {
+    const PSRingRows *d = r->pend;
+    RedisModule_ReplyWithArray(ctx, 5);
+    RedisModule_ReplyWithLongLong(ctx, (long long)d->seq);
+    RedisModule_ReplyWithLongLong(ctx, (long long)d->rows);
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->ids, (size_t)d->rows * 8);
+    RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->val, (size_t)d->rows * d->dim * 4);
+    RedisModule_ReplyWithLongLong(ctx, (long long)PSRingTable_Accumulated(r, t));
+    PSStats.bytes_out += d->rows * (8 + 4 * (uint64_t)d->dim);
+}
+
 /* PS.DELTATAKE key [SEQFLOOR s] [THRESHOLD r] [MAXELEMS m] */
 int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 2 || argc % 2) return RedisModule_WrongArity(ctx);
@@ -264,9 +373,15 @@ int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
         }
     }
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
-    const int r = PSRing_Take(t, &o);
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    PSRingTable *rt = NULL;
+    if (v && !(rt = table_ring(ctx, v))) {
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
+    const int r = rt ? PSRingTable_Take(rt, v->t, &o) : PSRing_Take(t, &o);
     if (r < 0) {
         reply_ring_error(ctx, -r);
     } else if (r == PS_RING_TAKE_NONE || r == PS_RING_TAKE_NONE_CAUGHTUP) {
@@ -280,7 +395,8 @@ int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
             RedisModule_ReplicateVerbatim(ctx);
             ps_notify(ctx, "ps.deltatake", argv[1]);
         }
-        reply_take(ctx, t);
+        if (rt) reply_take_rows(ctx, rt, v->t);
+        else reply_take(ctx, t);
     }
     RedisModule_CloseKey(key);
     return REDISMODULE_OK;
@@ -292,12 +408,13 @@ int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     uint64_t seq;
     if (ps_arg_u64(ctx, argv[2], "seq", &seq) != REDISMODULE_OK) return REDISMODULE_OK;
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
-    if (!t->ring) {
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v ? !v->ring : !t->ring) {
         reply_ring_error(ctx, PS_RING_EUNTRACKED);
     } else {
-        const int dropped = PSRing_Ack(t, seq);
+        const int dropped = v ? PSRingTable_Ack(v->ring, seq) : PSRing_Ack(t, seq);
         if (dropped) {
             RedisModule_ReplicateVerbatim(ctx);
             ps_notify(ctx, "ps.deltaack", argv[1]);
@@ -339,14 +456,26 @@ int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
     const unsigned char *idx = (const unsigned char *)RedisModule_StringPtrLen(argv[5], &il);
     const unsigned char *val = (const unsigned char *)RedisModule_StringPtrLen(argv[6], &vl);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
-    if (il % 4 || il != vl) {
-        reply_ring_error(ctx, PS_RING_ECOUNT);
-        goto done;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    int r;
+    if (v) {
+        if (!table_ring(ctx, v)) goto done;
+        if (il % 8) {
+            reply_ring_error(ctx, PS_RINGT_ESIZE);
+            goto done;
+        }
+        r = PSRingTable_Apply(v->ring, v->t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, il / 8,
+                              val, vl, (uint64_t)hops);
+    } else {
+        if (il % 4 || il != vl) {
+            reply_ring_error(ctx, PS_RING_ECOUNT);
+            goto done;
+        }
+        r = PSRing_ApplyPrev(t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, val, il / 4,
+                             (uint64_t)hops);
     }
-    const int r = PSRing_ApplyPrev(t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, val, il / 4,
-                                   (uint64_t)hops);
     if (r < 0) {
         reply_ring_error(ctx, -r);
         goto done;
@@ -367,8 +496,28 @@ done:
 int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], REDISMODULE_READ, &key);
-    if (!t) return REDISMODULE_OK;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v) {
+        const PSRingRows *d = v->ring ? PSRingTable_FwdPeek(v->ring) : NULL;
+        if (!v->ring) {
+            reply_ring_error(ctx, PS_RING_EUNTRACKED);
+        } else if (!d) {
+            RedisModule_ReplyWithNull(ctx);
+        } else {
+            RedisModule_ReplyWithArray(ctx, 5);
+            RedisModule_ReplyWithStringBuffer(ctx, d->origin, d->originlen);
+            RedisModule_ReplyWithLongLong(ctx, (long long)d->seq);
+            RedisModule_ReplyWithLongLong(ctx, (long long)d->hops);
+            RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->ids, (size_t)d->rows * 8);
+            RedisModule_ReplyWithStringBuffer(ctx, (const char *)d->val,
+                                              (size_t)d->rows * d->dim * 4);
+            PSStats.bytes_out += d->rows * (8 + 4 * (uint64_t)d->dim);
+        }
+        RedisModule_CloseKey(key);
+        return REDISMODULE_OK;
+    }
     const PSRingDelta *d = PSRing_FwdPeek(t);
     if (!t->ring) {
         reply_ring_error(ctx, PS_RING_EUNTRACKED);
@@ -395,12 +544,14 @@ int PSDeltaFwdAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[2], &ol);
     RedisModuleKey *key;
-    PSTensor *t = open_ring(ctx, argv[1], RW, &key);
-    if (!t) return REDISMODULE_OK;
-    if (!t->ring) {
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (v ? !v->ring : !t->ring) {
         reply_ring_error(ctx, PS_RING_EUNTRACKED);
     } else {
-        const int popped = PSRing_FwdAck(t, origin, ol, seq);
+        const int popped = v ? PSRingTable_FwdAck(v->ring, origin, ol, seq)
+                             : PSRing_FwdAck(t, origin, ol, seq);
         if (popped) {
             RedisModule_ReplicateVerbatim(ctx);
             ps_notify(ctx, "ps.deltafwdack", argv[1]);
@@ -443,3 +594,94 @@ void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
     }
     *n += 2;
 }
+
+/* ========================================================================
+ * Tables: the push hooks, PS.INFO fields, persistence of the ring state
+ * ====================================================================== */
+
+int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
+                              size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark) {
+    PSRingTable *r = v->ring;
+    /* A duplicate (an ID seq already applied) is still answered as one. */
+    const PSDedupEntry *e = id ? PSDedupSet_Find(&v->dd, id, idlen) : NULL;
+    if (PSRingTable_LagFull(r) && !(e && PSDedupEntry_Seen(e, seq))) {
+        v->ring_lag_refusals++;
+        ps_reply_errorf(ctx, PSERR_RING_LAG_F, (unsigned long long)PSRingTable_Lag(r),
+                        (unsigned long long)r->maxlag);
+        return -1;
+    }
+    if (PSRingTable_BeforePush(r, v->t, ids, k, mark) != PS_RING_OK) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+        return -1;
+    }
+    return 0;
+}
+
+void ps_ring_table_after_push(PSEmbedValue *v, int applied, uint64_t mark) {
+    PSRingTable_AfterPush(v->ring, applied, mark);
+}
+
+void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n) {
+    const PSRingTable *r = v->ring;
+    if (!r) return;
+    RedisModule_ReplyWithCString(ctx, "ring_origin");
+    RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
+    *n += 2;
+    ps_reply_pair_ll(ctx, "ring_take_seq", (long long)r->take_seq, n);
+    ps_reply_pair_ll(ctx, "ring_pending_seq", (long long)(r->pend ? r->pend->seq : 0), n);
+    ps_reply_pair_ll(ctx, "ring_pending_elems", (long long)(r->pend ? r->pend->rows : 0), n);
+    ps_reply_pair_ll(ctx, "ring_accumulated", (long long)PSRingTable_Accumulated(r, v->t), n);
+    ps_reply_pair_ll(ctx, "ring_base_rows", (long long)r->n, n);
+    ps_reply_pair_ll(ctx, "ring_fwd_entries", (long long)r->fwd_len, n);
+    ps_reply_pair_ll(ctx, "ring_fwd_bytes", (long long)r->fwd_bytes, n);
+    ps_reply_pair_ll(ctx, "ring_maxqueue", (long long)r->maxqueue, n);
+    ps_reply_pair_ll(ctx, "ring_applied", (long long)r->applied, n);
+    ps_reply_pair_ll(ctx, "ring_maxlag", (long long)r->maxlag, n);
+    ps_reply_pair_ll(ctx, "ring_lag", (long long)PSRingTable_Lag(r), n);
+    ps_reply_pair_ll(ctx, "ring_own_pushes", (long long)r->own_pushes, n);
+    ps_reply_pair_ll(ctx, "ring_lag_refusals", (long long)v->ring_lag_refusals, n);
+    RedisModule_ReplyWithCString(ctx, "ring_origins");
+    RedisModule_ReplyWithArray(ctx, r->norigins);
+    for (uint32_t i = 0; i < r->norigins; i++) {
+        RedisModule_ReplyWithArray(ctx, 3);
+        RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].hwm);
+        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].applied);
+    }
+    *n += 2;
+}
+
+/* ERING offset total piece on a restored table: pieces in order; the last
+ * one attaches the state. The buffer grows with the pieces received. */
+const char *ps_ring_table_restore(PSEmbedValue *v, RedisModuleString **argv, int argc) {
+    (void)argc;
+    long long off, total;
+    size_t len;
+    const char *p = RedisModule_StringPtrLen(argv[5], &len);
+    if (RedisModule_StringToLongLong(argv[3], &off) != REDISMODULE_OK ||
+        RedisModule_StringToLongLong(argv[4], &total) != REDISMODULE_OK || total < 1 || off < 0 ||
+        len == 0 || (uint64_t)len > (uint64_t)total - (uint64_t)(off < total ? off : total))
+        return "bad ring state chunk";
+    if (off == 0) { /* a new state begins */
+        RedisModule_Free(v->ringload);
+        v->ringload = NULL;
+        v->ringload_len = (size_t)total;
+        v->ringload_have = 0;
+    }
+    if ((size_t)total != v->ringload_len || (size_t)off != v->ringload_have)
+        return "bad ring state chunk";
+    unsigned char *nb = RedisModule_TryAlloc(v->ringload_have + len);
+    if (!nb) return "out of memory";
+    if (v->ringload_have) memcpy(nb, v->ringload, v->ringload_have);
+    memcpy(nb + v->ringload_have, p, len);
+    RedisModule_Free(v->ringload);
+    v->ringload = nb;
+    v->ringload_have += len;
+    if (v->ringload_have < v->ringload_len) return NULL;
+    const char *why = ps_ring_table_attach(v, v->ringload, v->ringload_have);
+    RedisModule_Free(v->ringload);
+    v->ringload = NULL;
+    v->ringload_len = v->ringload_have = 0;
+    return why;
+}
+

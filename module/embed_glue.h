@@ -29,7 +29,10 @@ extern RedisModuleType *PSEmbedType;
 #define PS_EMBED_ENCVER_TOMBS 3 /* the header ends with TOMBSTONES, the log's horizon and total;
                                   the log's entries follow the exactly-once entries (before:
                                   the default size, horizon at the version, empty) */
-#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_TOMBS
+#define PS_EMBED_ENCVER_RING 4  /* after the tombstones: the ring state's length (0: not
+                                  tracked) and its serialization (ring_table.h) in
+                                  PS_EMBED_CHUNK_BYTES pieces (before: not tracked) */
+#define PS_EMBED_ENCVER_LATEST PS_EMBED_ENCVER_RING
 
 /* Hyper-parameters of a table: PS.CREATE / PS.CONFIG keyword, PSEmbedConfig
  * member. Parsing, the replicated PS.CREATE, PS.INFO and the saved header are
@@ -108,8 +111,12 @@ typedef struct PSEmbedValue {
     int restoring;            /* rows still arriving: commands refuse the key */
     int64_t maxstale;         /* -1 = none: a push VERSION older than this is STALE */
     PSDedupSet dd;            /* exactly-once table (dedup.h), bound dd.max */
+    struct PSRingTable *ring; /* ring tracking (ring_table.h, cmd_ring.c), or NULL */
+    unsigned char *ringload;  /* PS._RESTORE ERING: the ring state's bytes so far */
+    size_t ringload_len, ringload_have;
     /* Not persisted, not digested (pulls move them). */
-    uint64_t pushes, pulls, ids_pulled, dedup_hits, stale_rejects, nonfinite_rejects;
+    uint64_t pushes, pulls, ids_pulled, dedup_hits, stale_rejects, nonfinite_rejects,
+        ring_lag_refusals;
 } PSEmbedValue;
 
 /* A new value around 't' (owned), NULL on OOM. */
@@ -169,6 +176,27 @@ int ps_table_config(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, PSE
 int PSScanRows_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSEvict_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 int PSTombstones_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+/* Ring tracking of a table (cmd_ring.c): the push hooks (before: replies
+ * and returns -1 when MAXLAG refuses the push, which a duplicate ID seq is
+ * not: it is answered as one; after: with whether the push
+ * was applied), PS.INFO fields, and the value's ring state in an RDB, an
+ * AOF rewrite (PS._RESTORE key ERING offset total piece), a digest, a copy. */
+int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
+                              size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark);
+void ps_ring_table_after_push(PSEmbedValue *v, int applied, uint64_t mark);
+void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n);
+/* (ring_table_io.c) Attaches the state of 'len' serialized bytes to 'v'
+ * (replacing any): NULL or why not (nothing changed). */
+const char *ps_ring_table_attach(PSEmbedValue *v, const unsigned char *b, size_t len);
+void ps_ring_table_save(RedisModuleIO *io, const PSEmbedValue *v);
+const char *ps_ring_table_load(RedisModuleIO *io, PSEmbedValue *v);
+void ps_ring_table_aof(RedisModuleIO *aof, RedisModuleString *key, const PSEmbedValue *v);
+const char *ps_ring_table_restore(PSEmbedValue *v, RedisModuleString **argv, int argc);
+void ps_ring_table_digest(RedisModuleDigest *md, const PSEmbedValue *v);
+size_t ps_ring_table_mem(const PSEmbedValue *v);
+void ps_ring_table_free(PSEmbedValue *v);
+int ps_ring_table_copy(PSEmbedValue *dst, const PSEmbedValue *src);
 
 /* INFO ps counters of tables. */
 typedef struct PSEmbedModuleStats {

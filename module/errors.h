@@ -81,7 +81,10 @@
 #define PSERR_TAKEWAIT_GONE "ERR the key was deleted while PS.TAKEWAIT waited"
 #define PSERR_ACCUM_SYNC "ERR an ACCUM tensor takes no SYNC (the relay forms the rounds)"
 /* Ring tracking (cmd_ring.c, ring.h): one text per PS_RING_E* status. */
-#define PSERR_RING_TABLE "ERR ring tracking covers tensors only: embedding tables are not ring-tracked yet (issue #22)"
+#define PSERR_RING_TABLE_EVICT "ERR a ring-tracked table keeps its rows: no CAPACITY, TTL or PS.EVICT while tracked (PS.RING key UNTRACK first; TRACK refuses a table with CAPACITY or TTL)"
+#define PSERR_RING_TABLE_FTRL "ERR an FTRL table is not ring-tracked (its values are a function of z and n, a received delta cannot move them)"
+#define PSERR_RING_ROWSIZE "ERR a table delta is ids (8 bytes each, strictly ascending) and rows x dim F32 values"
+#define PSERR_RING_TABLE_JOIN "ERR PS.RING JOIN copies a tensor only: a table joins by copying a neighbour's rows (not in this version)"
 #define PSERR_RING_SUB_F "ERR unknown PS.RING subcommand '%s' (TRACK, STATE, JOIN, UNTRACK)"
 #define PSERR_RING_ID "ERR PS.APPLYDELTA needs ID origin seq after the key"
 #define PSERR_RING_UNTRACKED "ERR the tensor is not ring-tracked (PS.RING key TRACK origin)"

@@ -62,6 +62,7 @@ void PSEmbedValue_Free(PSEmbedValue *v) {
     PSEmbed_Free(v->t);
     PSEmbedPending_Free(v->pending);
     PSDedupSet_Free(&v->dd);
+    ps_ring_table_free(v);
     RedisModule_Free(v);
 }
 
@@ -336,6 +337,7 @@ static void PSEmbedType_RdbSave(RedisModuleIO *io, void *value) {
     RedisModule_SaveUnsigned(io, v->t ? PSEmbed_TombLen(v->t) : 0);
     if (for_each_tomb_block(v, rdb_block, io) != 0)
         RedisModule_LogIOError(io, "warning", "ps-embeds: out of memory saving tombstones");
+    ps_ring_table_save(io, v);
 }
 
 /* Loads the tombstone log (PS_EMBED_ENCVER_TOMBS). Returns NULL or why not. */
@@ -467,6 +469,7 @@ static void *PSEmbedType_RdbLoad(RedisModuleIO *io, int encver) {
     t = NULL;
     if ((why = load_dedup(io, v)) != NULL) goto bad;
     if (encver >= PS_EMBED_ENCVER_TOMBS && (why = load_tombs(io, v)) != NULL) goto bad;
+    if (encver >= PS_EMBED_ENCVER_RING && (why = ps_ring_table_load(io, v)) != NULL) goto bad;
     return v;
 bad:
     RedisModule_LogIOError(io, "warning", "ps-embeds: refusing to load value: %s", why);
@@ -521,6 +524,7 @@ static void PSEmbedType_AofRewrite(RedisModuleIO *aof, RedisModuleString *key, v
     AofBlock tb = {aof, key};
     if (for_each_tomb_block(v, aof_tomb_block, &tb) != 0)
         RedisModule_LogIOError(aof, "warning", "ps-embeds: out of memory rewriting tombstones");
+    ps_ring_table_aof(aof, key, v);
 }
 
 /* Turns a pending value whose filter is complete into a table under
@@ -560,6 +564,7 @@ static void PSEmbedType_Digest(RedisModuleDigest *md, void *value) {
         RedisModule_DigestAddLongLong(md, (long long)e->window);
         RedisModule_DigestAddLongLong(md, (long long)e->version);
     }
+    ps_ring_table_digest(md, v); /* only when tracked: other digests stay */
     RedisModule_DigestEndSequence(md);
 }
 
@@ -568,7 +573,7 @@ static size_t PSEmbedType_MemUsage(const void *value) {
     size_t n = sizeof(*v) + PSDedupSet_MemUsage(&v->dd);
     if (v->t) n += PSEmbed_MemUsage(v->t);
     if (v->pending) n += sizeof(*v->pending) + v->pending->filter_len;
-    return n;
+    return n + ps_ring_table_mem(v);
 }
 
 static void PSEmbedType_Free(void *value) { PSEmbedValue_Free(value); }
@@ -587,7 +592,7 @@ static void *PSEmbedType_Copy(RedisModuleString *from, RedisModuleString *to, co
         PSEmbed_Free(t);
         return NULL;
     }
-    if (PSDedupSet_CopyInto(&c->dd, &v->dd) != PS_DEDUP_OK) {
+    if (PSDedupSet_CopyInto(&c->dd, &v->dd) != PS_DEDUP_OK || ps_ring_table_copy(c, v) != 0) {
         PSEmbedValue_Free(c);
         return NULL;
     }

@@ -208,9 +208,10 @@ def tomb(id_, version):
     return struct.pack("<QQ", id_, version)
 
 
-def payload(words, strings=(), tail_words=(0,), encver=1, after=()):
+def payload(words, strings=(), tail_words=(0,), encver=1, after=(), last_words=()):
     """A RESTORE payload: header words, filter and row strings, the exactly-once count
-    (and, from encoding 3, the tombstone count) as tail words, then the tombstone blocks."""
+    (and, from encoding 3, the tombstone count) as tail words, then the tombstone blocks,
+    then 'last_words' (from encoding 4: the ring state's length, 0 when untracked)."""
     out = bytearray([RDB_TYPE_MODULE_2]) + b"\x81" + struct.pack(">Q", module_id("ps-embeds", encver))
     for w in words:
         out += bytes([OP_UINT]) + enc_len(w)
@@ -220,6 +221,8 @@ def payload(words, strings=(), tail_words=(0,), encver=1, after=()):
         out += bytes([OP_UINT]) + enc_len(w)
     for s in after:
         out += bytes([OP_STRING]) + enc_len(len(s)) + s
+    for w in last_words:
+        out += bytes([OP_UINT]) + enc_len(w)
     out += bytes([OP_EOF]) + struct.pack("<H", RDB_VERSION)
     return reseal(out)
 
@@ -235,7 +238,10 @@ CRAFTED = [
     ("rows-without-version", payload(header(version=0, nrows=1), [row(1)])),
     ("duplicate-ids", payload(header(version=2, nrows=2), [row(5) + row(5, 2)])),
     ("row-version-beyond-table", payload(header(version=1, nrows=1), [row(5, 7)])),
-    ("row-pushes-zero", payload(header(version=1, nrows=1), [row(5, 1, 0)])),
+    # push count 0 is a row a ring delta created (docs/design.md "Ring state"): its
+    # optimizer state must still be zero
+    ("row-pushes-zero-with-state", payload(header(optim=2, version=1, nrows=1),
+                                           [row(5, 1, 0, vals=(0.0, 0.0, 1.0, 0.0))])),
     ("rowadagrad-nan-accumulator", payload(header(optim=3, version=1, nrows=1),
                                            [row(5, acc=float("nan"))])),
     ("adam-nan-second-moment", payload(header(optim=4, version=1, nrows=1),
@@ -253,7 +259,14 @@ CRAFTED = [
     ("version-2^64-1", payload(header(version=2**64 - 1, nrows=1), [row(5)])),
     ("dedup-count-huge", payload(header(), [], tail_words=(2**40,))),
     ("dedup-max-huge", payload(header(dedup_max=2**40))),
-    ("encver-from-the-future", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0), encver=4)),
+    ("encver-from-the-future", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0, 0),
+                                       encver=5)),
+    ("ring-state-claimed-huge", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0, 2**40),
+                                        encver=4)),
+    ("ring-state-garbage", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0, 10),
+                                   after=[b"x" * 10], encver=4)),
+    ("ring-state-short-chunk", payload(header(salt=0, tombs=(8, 0, 0)), tail_words=(0, 0, 10),
+                                       after=[b"x" * 9], encver=4)),
     ("encver-3-without-tombstone-words", payload(header(salt=0), tail_words=(0, 0), encver=3)),
     ("tombstones-more-than-TOMBSTONES", payload(header(version=3, salt=0, tombs=(1, 0, 2)),
                                                 tail_words=(0, 2), after=[tomb(5, 1) + tomb(6, 2)], encver=3)),
@@ -297,13 +310,13 @@ def test_rows_a_push_can_overflow_to_inf_and_nan_restore(srv):
     p = payload(header(optim=3, version=2, nrows=2, created=2),
                 [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))])
     assert c.restore("x", 0, p) == b"OK"
-    # an encoding-1 payload loads with salt 0 and dumps as encoding 3 with salt 0 and the
-    # default tombstone log, empty, its horizon at the loaded version
+    # an encoding-1 payload loads with salt 0 and dumps as encoding 4 with salt 0, the
+    # default tombstone log, empty, its horizon at the loaded version, and no ring state
     assert salt_of(c, "x") == 0
     assert c.dump("x") == payload(header(optim=3, version=2, nrows=2, created=2, salt=0,
                                          tombs=(65536, 3, 0)),
                                   [row(5, 1, acc=inf, vals=(nan, -inf)) + row(9, 2, vals=(inf, 1.0))],
-                                  tail_words=(0, 0), encver=3)
+                                  tail_words=(0, 0, 0), encver=4)
     c.execute_command("PS.CREATE", "s", "EMBEDDING", "DIM", 2, "LR", 1e30)
     ids = struct.pack("<Q", 7)
     for g in (3e38, -3e38, 3e38):
@@ -326,7 +339,7 @@ def test_a_payload_built_from_scratch_restores(srv):
     # And a DUMP of it gives back a payload of the latest layout, salt 0 and the tombstone
     # log's words included.
     assert c.dump("ok") == payload(header(version=2, nrows=2, created=2, salt=0, tombs=(65536, 3, 0)),
-                                   [row(5, 1) + row(9, 2)], tail_words=(0, 0), encver=3)
+                                   [row(5, 1) + row(9, 2)], tail_words=(0, 0, 0), encver=4)
 
 
 @pytest.mark.parametrize("name,p", CRAFTED, ids=[x[0] for x in CRAFTED])

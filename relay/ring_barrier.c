@@ -31,6 +31,11 @@ int ring_drained(const ring *r) {
 int ring_compare_groups(ring *r) {
     int differ = 0;
     for (int k = 0; k < r->nkeys; k++) {
+        if (r->keys[k].dim) { /* a table: its rows (ring_table.c) */
+            int t = ring_table_compare(r, k);
+            if (t > differ) differ = t;
+            continue;
+        }
         psRingSnapshot ref;
         int have = 0;
         double maxd = 0, maxabs = 0;

@@ -10,6 +10,8 @@
  *   ring_adapt.c    --adapt (threshold) and --reorder (ring order by RTT)
  *   ring_load.c     each group's load (pushes/s, workers, CPU), the least
  *                   loaded group; --pick
+ *   ring_table.c    tables: the take / forward / apply of rows, a table's
+ *                   start check and hash, its barrier comparison
  * Sees libps's public header and common/ only. */
 
 #ifndef PS_RING_INT_H
@@ -62,7 +64,8 @@ typedef struct ringGroup {
 
 typedef struct ringKey {
     char *name;
-    size_t n;
+    size_t n;                 /* a tensor's elements */
+    uint32_t dim;             /* a table's floats per row (0: a tensor) */
     uint64_t seqfloor;        /* this group's SEQFLOOR (0: none) */
     /* per acting group: the pending take last sent, when and in which epoch */
     uint64_t sent_seq[RING_MAX_GROUPS];
@@ -164,5 +167,22 @@ void ring_reorder(ring *r);
 void ring_load_update(ring *r);
 /* One "load" line (and JSON event) per group. */
 void ring_load_print(ring *r);
+
+/* ---- ring_table.c ---- */
+
+/* The take, forward-queue read and apply of key k, for a tensor (elements)
+ * or a table (rows): the libps call of its kind. */
+int ring_key_take(const ringKey *key, psClient *c, uint64_t seqfloor, double thr, psDelta *d);
+int ring_key_fwd(const ringKey *key, psClient *c, psDelta *e);
+int ring_key_apply(const ringKey *key, psClient *c, const char *origin, uint64_t seq,
+                   uint64_t prev, const psDelta *d, int64_t hops);
+/* Bytes of a delta on the wire (ids or indices and values). */
+uint64_t ring_delta_bytes(const ringKey *key, const psDelta *d);
+/* check_fit of a table key: 0, or 2 (refused). */
+int ring_table_fit(ring *r, int k);
+/* FNV-1a of a table's rows in id order (the start check). 0 or -1. */
+int ring_table_hash(psClient *c, const char *key, uint32_t dim, uint64_t *h);
+/* ring_compare_groups of a table key. */
+int ring_table_compare(ring *r, int k);
 
 #endif /* PS_RING_INT_H */

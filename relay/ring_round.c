@@ -57,13 +57,13 @@ static void gap_seen(ring *r, int to, int k, const char *origin, uint64_t seq, u
  * without it from then on (its first answer to a PREV is an error that a
  * resend without PREV does not give). */
 static int send_delta(ring *r, int to, int k, const char *origin, uint64_t seq,
-                      const uint32_t *idx, const float *vals, uint64_t count, int64_t hops) {
+                      const psDelta *d, int64_t hops) {
     ringGroup *g = &r->g[to];
     const char *key = r->keys[k].name;
     if (!g->c) return -1;
     double t0 = ps_mono_s();
     uint64_t prev = g->noprev ? 0 : seq - 1;
-    int rc = psDeltaApplyPrev(g->c, key, origin, seq, prev, idx, vals, (size_t)count, hops);
+    int rc = ring_key_apply(&r->keys[k], g->c, origin, seq, prev, d, hops);
     if (rc == PS_ERR && prev && g->c->err == PS_ERR_SERVER) {
         const ps_proto_error cls = ps_proto_error_class(g->c->errstr, strlen(g->c->errstr));
         if (cls == PS_PROTO_ERR_GAP) {
@@ -73,7 +73,7 @@ static int send_delta(ring *r, int to, int k, const char *origin, uint64_t seq,
         if (cls == PS_PROTO_ERR_ERR || cls == PS_PROTO_ERR_UNKNOWN_OPT) {
             char why[256];
             snprintf(why, sizeof(why), "%s", g->c->errstr);
-            rc = psDeltaApply(g->c, key, origin, seq, idx, vals, (size_t)count, hops);
+            rc = ring_key_apply(&r->keys[k], g->c, origin, seq, 0, d, hops);
             if (rc != PS_ERR) {
                 g->noprev = 1;
                 ring_say(r, "group %s's module has no PS.APPLYDELTA ... PREV (%s): sending without it "
@@ -88,12 +88,12 @@ static int send_delta(ring *r, int to, int k, const char *origin, uint64_t seq,
         ring_conn_failed(g);
         return -1;
     }
-    uint64_t bytes = count * 8;
+    uint64_t bytes = ring_delta_bytes(&r->keys[k], d);
     g->bytes_to += bytes;
     g->send_s += dt;
     r->round_send_s += dt;
     r->st.bytes_sent += bytes;
-    r->st.elems_sent += count;
+    r->st.elems_sent += d->count;
     if (rc == 0) r->st.dups++;
     return rc;
 }
@@ -123,7 +123,7 @@ int ring_act_key(ring *r, int gi, int k) {
     if (!me->c) return 0;
     psDelta d;
     memset(&d, 0, sizeof(d));
-    int rc = psDeltaTake(me->c, key->name, key->n, gi == r->self ? key->seqfloor : 0, thr, 0, &d);
+    int rc = ring_key_take(key, me->c, gi == r->self ? key->seqfloor : 0, thr, &d);
     if (rc == PS_ERR) {
         ring_say(r, "PS.DELTATAKE %s on %s: %s", key->name, me->name, me->c->errstr);
         ring_conn_failed(me);
@@ -142,7 +142,7 @@ int ring_act_key(ring *r, int gi, int k) {
         for (int i = 0; i < r->ng; i++) {
             uint64_t bit = 1ULL << i;
             if (i == gi || !waits_for(r, i) || (key->confirmed[gi] & bit)) continue;
-            if (send_delta(r, i, k, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0) {
+            if (send_delta(r, i, k, me->name, d.seq, &d, 0) >= 0) {
                 key->confirmed[gi] |= bit;
                 r->st.sent++;
                 agent_fault_point(r->fault, "send");
@@ -164,8 +164,7 @@ int ring_act_key(ring *r, int gi, int k) {
         agent_fault_point(r->fault, "take");
         if (d.seq != key->sent_seq[gi]) {
             r->st.takes++;
-            if (succ >= 0 && send_delta(r, succ, k, me->name, d.seq, d.idx, d.vals, d.count,
-                                        L - 2) >= 0) {
+            if (succ >= 0 && send_delta(r, succ, k, me->name, d.seq, &d, L - 2) >= 0) {
                 key->sent_seq[gi] = d.seq;
                 key->sent_round[gi] = r->round;
                 key->sent_epoch[gi] = r->epoch;
@@ -203,7 +202,7 @@ int ring_act_key(ring *r, int gi, int k) {
                 if (i == gi || !waits_for(r, i)) continue;
                 const psRingOrigin *row = ring_origin_row(&r->g[i].info[k], me->name);
                 if (row && row->hwm >= d.seq) continue;
-                if (send_delta(r, i, k, me->name, d.seq, d.idx, d.vals, d.count, 0) >= 0)
+                if (send_delta(r, i, k, me->name, d.seq, &d, 0) >= 0)
                     r->st.resends++;
             }
             key->sent_round[gi] = r->round;
@@ -215,7 +214,7 @@ int ring_act_key(ring *r, int gi, int k) {
     for (int n = 0; n < RING_FWD_PER_ROUND && !AgentStop && me->c; n++) {
         psDelta e;
         memset(&e, 0, sizeof(e));
-        rc = psDeltaFwd(me->c, key->name, key->n, &e);
+        rc = ring_key_fwd(key, me->c, &e);
         if (rc == PS_ERR) {
             ring_say(r, "PS.DELTAFWD %s on %s: %s", key->name, me->name, me->c->errstr);
             ring_conn_failed(me);
@@ -223,8 +222,7 @@ int ring_act_key(ring *r, int gi, int k) {
         }
         if (rc == 0) break;
         int ok = succ < 0 ? 0
-                          : send_delta(r, succ, k, e.origin, e.seq, e.idx, e.vals,
-                                       e.count, (int64_t)e.hops);
+                          : send_delta(r, succ, k, e.origin, e.seq, &e, (int64_t)e.hops);
         if (ok >= 0) {
             if (psDeltaFwdAck(me->c, key->name, e.origin, e.seq) == PS_ERR) {
                 ring_say(r, "PS.DELTAFWDACK %s on %s: %s", key->name, me->name, me->c->errstr);

@@ -41,10 +41,13 @@ int ring_find_keys(ring *r, psClient *c) {
                    "give --keys");
             return -1;
         }
+        /* Tensors, then tables (ring_table.c). */
+        static const char *const types[2] = {"ps-tensor", "ps-embeds"};
+        for (int ty = 0; ty < 2; ty++) {
         char cursor[32] = "0";
         do {
-            redisReply *rep =
-                psCommand(c, NULL, "SCAN %s MATCH %s TYPE ps-tensor COUNT 1000", cursor, o->match);
+            redisReply *rep = psCommand(c, NULL, "SCAN %s MATCH %s TYPE %s COUNT 1000", cursor,
+                                        o->match, types[ty]);
             if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
                 ring_say(r, "SCAN on %s: %s", r->g[r->self].addr,
                     rep && rep->type == REDIS_REPLY_ERROR ? rep->str : c->errstr);
@@ -60,9 +63,10 @@ int ring_find_keys(ring *r, psClient *c) {
                 }
             freeReplyObject(rep);
         } while (strcmp(cursor, "0") != 0);
+        }
     }
     if (r->nkeys == 0) {
-        ring_say(r, "no tensor keys %s%s on %s", o->keys ? "in --keys" : "match ",
+        ring_say(r, "no tensor or table keys %s%s on %s", o->keys ? "in --keys" : "match ",
             o->keys ? "" : o->match, r->g[r->self].addr);
         return -1;
     }
@@ -77,15 +81,22 @@ static uint64_t fnv1a(const void *p, size_t n) {
     return h;
 }
 
+/* The start check's hash of key k on group i: a tensor's values (PS.RING
+ * STATE), a table's rows (ring_table.c). 0 or -1. */
+static int start_hash(ring *r, int i, int k, uint64_t *h) {
+    if (r->keys[k].dim) return ring_table_hash(r->g[i].c, r->keys[k].name, r->keys[k].dim, h);
+    psRingSnapshot s;
+    if (psRingState(r->g[i].c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) return -1;
+    *h = fnv1a(s.values, s.n * sizeof(float));
+    psRingStateFree(&s);
+    return 0;
+}
+
 /* Key k's shape, optimizer and lr on every reachable group must be self's.
  * 0, or 2 (refused). */
 static int check_fit(ring *r, int k) {
     const psKeyInfo *s = &r->g[r->self].info[k];
-    if (s->is_table) {
-        ring_say(r, "%s is an embedding table: the ring carries tensors only in this version",
-            r->keys[k].name);
-        return 2;
-    }
+    if (s->is_table) return ring_table_fit(r, k);
     for (int i = 0; i < r->ng; i++) {
         const psKeyInfo *x = &r->g[i].info[k];
         if (i == r->self || !r->g[i].c || (x->version == 0 && x->ndim == 0)) continue;
@@ -130,6 +141,12 @@ int ring_rejoin(ring *r, const char *why, int lacking) {
         return -1;
     }
     ringGroup *g = &r->g[from];
+    for (int k = 0; k < r->nkeys; k++)
+        if (r->keys[k].dim) { /* PS.RING JOIN copies tensors only */
+            ring_say(r, "%s: %s is a table: a table cannot copy the ring in this version (start the "
+                        "group from a copy of a neighbour's RDB instead)", why, r->keys[k].name);
+            return -1;
+        }
     for (int k = 0; k < r->nkeys; k++) {
         psRingSnapshot s;
         if (psRingState(g->c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) {
@@ -207,6 +224,7 @@ int ring_setup(ring *r) {
     for (int k = 0; k < r->nkeys; k++) {
         if (check_fit(r, k)) return 2;
         r->keys[k].n = me->info[k].elements;
+        r->keys[k].dim = me->info[k].is_table ? (uint32_t)me->info[k].dim : 0;
         for (int i = 0; i < r->ng; i++) {
             const psKeyInfo *x = &r->g[i].info[k];
             if (r->g[i].c && x->ring_origin[0] && strcmp(x->ring_origin, r->g[i].name)) {
@@ -241,14 +259,12 @@ int ring_setup(ring *r) {
             for (int pass = 0; pass < 2; pass++)
                 for (int i = 0; i < r->ng; i++) {
                     if (!r->g[i].c || (pass == 0) != (i == r->self)) continue;
-                    psRingSnapshot s;
-                    if (psRingState(r->g[i].c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) {
-                        ring_say(r, "PS.RING STATE %s on %s: %s", r->keys[k].name, r->g[i].name,
-                            r->g[i].c->errstr);
+                    uint64_t h;
+                    if (start_hash(r, i, k, &h) != 0) {
+                        ring_say(r, "reading %s on %s for the start check: %s", r->keys[k].name,
+                                 r->g[i].name, r->g[i].c->errstr);
                         return r->g[i].c->err == PS_ERR_SERVER ? 2 : 1;
                     }
-                    uint64_t h = fnv1a(s.values, s.n * sizeof(float));
-                    psRingStateFree(&s);
                     if (i == r->self) mine = h;
                     else if (h != mine) {
                         ring_say(r, "group %s's %s holds other values than this group's (hash %016" PRIx64

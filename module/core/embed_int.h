@@ -1,7 +1,8 @@
 /* embed_int.h -- the layout of an embedding table, shared by embed.c (rows,
  * index, lookup, pull), embed_tomb.c (the tombstone log), embed_push.c
  * (push, admission, eviction) and embed_io.c (scan, serialization, copy,
- * digest). Private to those files.
+ * digest), and ring_table.c (a received ring delta added to rows). Private
+ * to those files.
  *
  * Rows are records in chunks, dense in slots 0 .. nrows-1:
  *   id u64 | last_version u32 | pushes u32 | [rowacc f32] | dim values |

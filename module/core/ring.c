@@ -212,13 +212,8 @@ int PSRing_Untrack(PSTensor *t) {
  * TAKE / ACK
  * ---------------------------------------------------------------------- */
 
-/* Whether element i is significant: a finite nonzero change above the
- * threshold relative to the value (in double, the same bits everywhere). */
-static int significant(float v, float b, double thr) {
-    const float d = v - b;
-    if (d == 0.0f || !isfinite(d)) return 0;
-    return fabs((double)d) > thr * fabs((double)v);
-}
+/* Whether element i is significant (PSRing_Significant, ring.h). */
+#define significant PSRing_Significant
 
 static int cmp_u64(const void *a, const void *b) {
     const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -327,6 +322,37 @@ int PSRing_CheckDelta(const PSTensor *t, const unsigned char *idx, const unsigne
     return bad ? PS_RING_ENONFINITE : PS_RING_OK;
 }
 
+int PSRing_Admit(const char *own, uint32_t ownlen, PSRingOrigin *origins, uint32_t n,
+                 const char *origin, size_t len, uint64_t seq, uint64_t prev, PSRingOrigin **entry) {
+    *entry = NULL;
+    if (!PSRing_OriginValid(origin, len)) return -PS_RING_EORIGIN;
+    if (seq < 1 || seq > PS_RING_MAX_SEQ || prev >= seq) return -PS_RING_ESEQ;
+    if (name_eq(own, ownlen, origin, len)) return 0; /* came full circle */
+    PSRingOrigin *e = NULL;
+    for (uint32_t i = 0; i < n && !e; i++)
+        if (name_eq(origins[i].name, origins[i].len, origin, len)) e = &origins[i];
+    if (e && seq <= e->hwm) return 0; /* a resend or a duplicate */
+    /* Per origin, deltas apply in seq order without a gap: the origin's
+     * delta before this one (PREV) must be here already. Applying past a
+     * gap would move the mark over the missing delta, which would then be
+     * ignored as a duplicate for good. */
+    if (prev > (e ? e->hwm : 0)) return -PS_RING_EGAP;
+    if (!e && n >= PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
+    *entry = e;
+    return 1;
+}
+
+void PSRing_Record(PSRingOrigin *origins, uint32_t *n, PSRingOrigin *e, const char *origin,
+                   size_t len, uint64_t seq) {
+    if (!e) {
+        e = &origins[(*n)++];
+        memset(e, 0, sizeof(*e));
+        set_name(e->name, &e->len, origin, len);
+    }
+    e->hwm = seq;
+    e->applied++;
+}
+
 int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
                  const unsigned char *idx, const unsigned char *val, uint64_t count,
                  uint64_t hops) {
@@ -342,15 +368,9 @@ int PSRing_ApplyPrev(PSTensor *t, const char *origin, size_t len, uint64_t seq, 
     if (seq < 1 || seq > PS_RING_MAX_SEQ || prev >= seq) return -PS_RING_ESEQ;
     int st = PSRing_CheckDelta(t, idx, val, count);
     if (st != PS_RING_OK) return -st;
-    if (name_eq(r->origin, r->originlen, origin, len)) return 0; /* came full circle */
-    PSRingOrigin *e = find_origin(r, origin, len);
-    if (e && seq <= e->hwm) return 0; /* a resend or a duplicate */
-    /* Per origin, deltas apply in seq order without a gap: the origin's
-     * delta before this one (PREV) must be here already. Applying past a
-     * gap would move the mark over the missing delta, which would then be
-     * ignored as a duplicate for good. */
-    if (prev > (e ? e->hwm : 0)) return -PS_RING_EGAP;
-    if (!e && r->norigins >= PS_RING_MAX_ORIGINS) return -PS_RING_EORIGINS;
+    PSRingOrigin *e;
+    st = PSRing_Admit(r->origin, r->originlen, r->origins, r->norigins, origin, len, seq, prev, &e);
+    if (st <= 0) return st;
     /* An open sync round's pushes carry the current version: the round
      * closes first (as for PS.SET). */
     if (t->round_count) return -PS_RING_EROUND;
@@ -383,13 +403,7 @@ int PSRing_ApplyPrev(PSTensor *t, const char *origin, size_t len, uint64_t seq, 
         wv[i] = wv[i] + x;
         wb[i] = wb[i] + x;
     }
-    if (!e) {
-        e = &r->origins[r->norigins++];
-        memset(e, 0, sizeof(*e));
-        set_name(e->name, &e->len, origin, len);
-    }
-    e->hwm = seq;
-    e->applied++;
+    PSRing_Record(r->origins, &r->norigins, e, origin, len, seq);
     r->applied++;
     if (fe) fwd_push(r, fe);
     t->version++;

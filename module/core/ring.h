@@ -51,6 +51,7 @@
 #define PS_RING_H
 
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "tensor.h"
@@ -127,6 +128,15 @@ typedef struct PSRing {
     uint64_t pend_own;   /* own_pushes recorded by the pending take (0 when none) */
 } PSRing;
 
+/* Whether an element is significant for a take: a finite nonzero change
+ * v - b above the threshold relative to the value (in double, the same bits
+ * everywhere). Tensors and tables (ring_table.h) share it. */
+static inline int PSRing_Significant(float v, float b, double thr) {
+    const float d = v - b;
+    if (d == 0.0f || !isfinite(d)) return 0;
+    return fabs((double)d) > thr * fabs((double)v);
+}
+
 /* Whether 'p' (len bytes) is a valid origin name. */
 int PSRing_OriginValid(const char *p, size_t len);
 
@@ -200,6 +210,20 @@ int PSRing_Apply(PSTensor *t, const char *origin, size_t len, uint64_t seq,
 int PSRing_ApplyPrev(PSTensor *t, const char *origin, size_t len, uint64_t seq, uint64_t prev,
                      const unsigned char *idx, const unsigned char *val, uint64_t count,
                      uint64_t hops);
+
+/* The dedup and order rules of an apply, shared by tensors and tables
+ * (ring_table.h), on a mark table 'origins' (n entries) of a group whose own
+ * origin is 'own': -PS_RING_EORIGIN (a bad origin name), -PS_RING_ESEQ (seq
+ * not in 1..PS_RING_MAX_SEQ, prev >= seq), 0 (ignore: own origin, or seq at
+ * or below the origin's mark), -PS_RING_EGAP (prev above the mark),
+ * -PS_RING_EORIGINS (a new origin, table full), else 1 with *entry the
+ * origin's entry (NULL: a new origin). */
+int PSRing_Admit(const char *own, uint32_t ownlen, PSRingOrigin *origins, uint32_t n,
+                 const char *origin, size_t len, uint64_t seq, uint64_t prev, PSRingOrigin **entry);
+/* After an admitted delta was applied: the origin's entry (added when new)
+ * records seq as its mark and counts the delta. */
+void PSRing_Record(PSRingOrigin *origins, uint32_t *n, PSRingOrigin *entry, const char *origin,
+                   size_t len, uint64_t seq);
 
 /* The oldest forward entry, or NULL. */
 const PSRingDelta *PSRing_FwdPeek(const PSTensor *t);

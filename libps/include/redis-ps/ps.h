@@ -374,6 +374,9 @@ typedef struct psKeyInfo {
     uint64_t pushes, pulls, sets, stale_rejects, dedup_hits, nonfinite_rejects;
     /* table */
     uint64_t rows, memory, capacity, created, dropped, ids_pulled;
+    uint64_t seed, ttl;       /* the rows' initializer: PS.CREATE SEED, INIT kind and its */
+    char init[16];            /* two parameters (a row's initial values are a function of */
+    double init_a, init_b;    /* these and the id); TTL */
     uint64_t evicted_ttl, evicted_capacity, evicted_explicit;
     /* ACCUM tensor (a relay's; module/core/accum.h) */
     uint64_t accum_pushes, pending_pushes, relay_seq, takes, take_acks;

@@ -111,7 +111,12 @@ typedef struct psDelta {
     const uint32_t *idx;      /* ascending element indices */
     const float *vals;        /* their changes */
     uint64_t hops;            /* fwd: hops left */
-    uint64_t accumulated;     /* take: nonzero elements still accumulated */
+    uint64_t accumulated;     /* take: nonzero elements still accumulated (a table: rows) */
+    /* A table's delta (psDeltaTakeRows, psDeltaFwdRows): 'count' rows, their
+     * ascending ids, and 'vals' count x dim floats (elements not sent: 0);
+     * 'idx' NULL. A tensor's: ids NULL, dim 0. */
+    const uint64_t *ids;
+    uint32_t dim;
     void *priv_;
 } psDelta;
 
@@ -170,6 +175,16 @@ int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out);
 
 /* PS.DELTAFWDACK key origin seq: 1 (popped), 0 (not the oldest), PS_ERR. */
 int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq);
+
+/* The same three on a ring-tracked embedding table of 'dim' floats per row
+ * (docs/commands.md "Ring commands"): a delta is rows, ids ascending.
+ * psDeltaTakeRows: 'maxrows' bounds the rows (MAXELEMS; 0: none). */
+int psDeltaTakeRows(psClient *c, const char *key, uint32_t dim, uint64_t seqfloor,
+                    double threshold, uint64_t maxrows, psDelta *out);
+int psDeltaApplyRows(psClient *c, const char *key, const char *origin, uint64_t seq,
+                     uint64_t prev, const uint64_t *ids, const float *vals, size_t rows,
+                     uint32_t dim, int64_t hops);
+int psDeltaFwdRows(psClient *c, const char *key, uint32_t dim, psDelta *out);
 
 /* Frees what a psDelta keeps. Zeroed or released deltas are fine. */
 void psDeltaRelease(psDelta *d);

@@ -6,8 +6,9 @@ version, from python_tests/:
     /usr/bin/python3 golden/embed/make_golden_embed.py v1   # -> golden/embed/v1/
 
 Never regenerate an existing version's files. The tables cover every optimizer, admission
-(filter bytes), TTL and CAPACITY evictions, explicit eviction, exactly-once entries and (from
-v3) tombstone logs."""
+(filter bytes), TTL and CAPACITY evictions, explicit eviction, exactly-once entries, (from
+v3) tombstone logs and (from v4) a ring-tracked table (base rows, a pending take, marks, a
+forward entry, MAXLAG, a row a delta created)."""
 
 import json
 import os
@@ -32,7 +33,10 @@ OPTS = {
     "g:ftrl": (2, ["OPTIM", "FTRL", "ALPHA", 0.1, "BETA", 1, "L1", 0.05, "L2", 0.01]),
     # from v3: a tombstone log smaller than the removals (its horizon has moved)
     "g:tombs": (2, ["OPTIM", "SGD", "LR", 0.5, "CAPACITY", 4, "TOMBSTONES", 3, "SEED", 6]),
+    # from v4: ring tracking (PS.RING TRACK; no eviction on a tracked table)
+    "g:ring": (3, ["OPTIM", "ADAM", "INIT", "NORMAL", 0, 0.2, "SEED", 8]),
 }
+RING = "g:ring"
 IDS = [1, 2, 3, 5, 8, 13, 21, 2**63 + 7]
 
 
@@ -51,11 +55,20 @@ def main():
         rng = np.random.default_rng(7)
         for key, (dim, opts) in OPTS.items():
             c.execute_command("PS.CREATE", key, "EMBEDDING", "DIM", dim, *opts)
+            if key == RING:
+                c.execute_command("PS.RING", key, "TRACK", "g1", "MAXQUEUE", 1 << 20, "MAXLAG", 100)
             for k in range(12):
                 ids = [IDS[int(x)] for x in rng.integers(0, len(IDS), 5)]
                 g = rng.standard_normal(5 * dim).astype("<f4").tobytes()
                 c.execute_command("PS.PUSHGRAD", key, g, "IDS", blob(ids), "ID", "w%d" % (k % 4), k + 1)
-            c.execute_command("PS.EVICT", key, "AGE", 9)
+            if key != RING:
+                c.execute_command("PS.EVICT", key, "AGE", 9)
+                continue
+            c.execute_command("PS.DELTATAKE", key, "MAXELEMS", 2)
+            c.execute_command("PS.APPLYDELTA", key, "ID", "g0", 3, blob([2, 99]),
+                              rng.standard_normal(2 * dim).astype("<f4").tobytes(), "HOPS", 1)
+            c.execute_command("PS.APPLYDELTA", key, "ID", "g2", 5, blob([1]),
+                              rng.standard_normal(dim).astype("<f4").tobytes())
         c.save()
         shutil.copy(os.path.join(s.dir, "dump.rdb"), os.path.join(out, "dump.rdb"))
         expected = {}
