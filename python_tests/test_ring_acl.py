@@ -20,7 +20,7 @@ from test_ring import (SHAPES, START, Agent, Pusher, agents, check_accounting, g
 # rules, word for word: test_roles_are_the_documented_ones checks that).
 AGENT_RULES = ["resetkeys", "~m:*", "~ps-ring:rtt:*", "resetchannels", "-@all",
                "+ps.info", "+ps.ring", "+ps.deltatake", "+ps.deltaack", "+ps.applydelta",
-               "+ps.deltafwd", "+ps.deltafwdack", "+scan", "+get", "+set",
+               "+ps.deltafwd", "+ps.deltafwdack", "+ps.scanrows", "+scan", "+get", "+set",
                "+info", "+client|list", "+cluster|slots", "+cluster|keyslot"]
 # --pick's role (no keys): test_ring_load.py runs --pick under it
 PICK_RULES = ["+info", "+client|list", "+cluster|slots", "+cluster|keyslot"]
