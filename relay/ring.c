@@ -14,6 +14,7 @@
 #include <redis-ps/ps.h>
 
 #include "agent.h"
+#include "clock.h"
 #include "ring_int.h"
 
 static void ring_progress(ring *r, const char *what) {
@@ -44,6 +45,7 @@ static void ring_progress(ring *r, const char *what) {
                          ", \"threshold\": %g",
           r->st.takes, r->st.acks, r->st.forwarded, r->st.resends, r->st.bytes_sent, r->threshold);
     ring_load_print(r);
+    ring_timing_print(r);
     fflush(stdout);
 }
 
@@ -69,6 +71,11 @@ int ring_run(const ringOpts *o) {
         goto out;
     }
     if (ring_find_keys(r, r->g[r->self].c) != 0) goto out;
+    if (ring_wave_init(r) != 0) {
+        ring_say(r, "out of memory");
+        rc = 1;
+        goto out;
+    }
     if ((rc = ring_setup(r)) != 0) goto out;
     rc = 1;
     /* Every group is in the ring until it has not answered for --dead-after-ms:
@@ -93,10 +100,15 @@ int ring_run(const ringOpts *o) {
     int quiet = 0;
     for (;;) {
         long long t0 = agent_mono_ms();
+        double tr = ps_mono_s();
         r->round++;
         r->round_send_s = 0;
+        double tp = ps_mono_s();
         ring_probe_all(r);
+        double tl = ps_mono_s();
+        r->tm.s[RING_PH_PROBE] += tl - tp;
         if (!o->barrier && !o->leave) ring_load_update(r);
+        r->tm.s[RING_PH_LOAD] += ps_mono_s() - tl;
         if (o->leave) {
             /* Leaving: done once this group has nothing pending or
              * accumulated (every group has all of its change). What its
@@ -130,7 +142,7 @@ int ring_run(const ringOpts *o) {
         int work = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
-            for (int k = 0; k < r->nkeys; k++) work |= ring_act_key(r, i, k);
+            work |= ring_act(r, i);
         }
         if (o->adapt && !o->barrier) ring_adapt_threshold(r);
         if (o->reorder && ring_reorder_due(r)) {
@@ -150,7 +162,11 @@ int ring_run(const ringOpts *o) {
          * once (a tenth of the period): its workers may be waiting on the lag
          * bound, and the next hop on this forward queue. */
         long long left = (work ? o->every_ms / 10 : o->every_ms) - (agent_mono_ms() - t0);
+        double ts = ps_mono_s();
         if (left > 0 && !((o->barrier || o->leave) && quiet)) agent_sleep_ms(left);
+        r->tm.sleep_s += ps_mono_s() - ts;
+        r->tm.round_s += ps_mono_s() - tr;
+        r->tm.rounds++;
     }
     ring_progress(r, o->barrier ? "drained after " : "stopped after ");
     if (o->leave) {
@@ -185,6 +201,7 @@ out:
     }
     for (int k = 0; k < r->nkeys; k++) free(r->keys[k].name);
     free(r->keys);
+    ring_wave_free(r);
     if (r->log) fclose(r->log);
     return rc;
 }
