@@ -140,6 +140,7 @@ int ring_run(const ringOpts *o) {
         }
         if (AgentStop && !o->barrier && !o->leave) break;
         int work = 0;
+        r->awaiting = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
             work |= ring_act(r, i);
@@ -160,8 +161,11 @@ int ring_run(const ringOpts *o) {
         }
         /* A round that acknowledged or forwarded something is followed at
          * once (a tenth of the period): its workers may be waiting on the lag
-         * bound, and the next hop on this forward queue. */
-        long long left = (work ? o->every_ms / 10 : o->every_ms) - (agent_mono_ms() - t0);
+         * bound, and the next hop on this forward queue. One that left a take
+         * out waiting for its acks looks again after a quarter of it (the
+         * groups' marks are read only then: 1.2 KB per key and group). */
+        long long period = work ? o->every_ms / 10 : r->awaiting ? o->every_ms / 4 : o->every_ms;
+        long long left = period - (agent_mono_ms() - t0);
         double ts = ps_mono_s();
         if (left > 0 && !((o->barrier || o->leave) && quiet)) agent_sleep_ms(left);
         r->tm.sleep_s += ps_mono_s() - ts;

@@ -67,9 +67,11 @@ typedef struct ringKey {
     uint64_t seqfloor;        /* this group's SEQFLOOR (0: none) */
     /* per acting group: the pending take last sent, when and in which epoch */
     uint64_t sent_seq[RING_MAX_GROUPS];
-    uint64_t sent_round[RING_MAX_GROUPS];
+    long long sent_ms[RING_MAX_GROUPS];  /* monotonic ms (late: (L+2) periods after) */
     uint64_t sent_epoch[RING_MAX_GROUPS];
-    uint64_t confirmed[RING_MAX_GROUPS]; /* --mesh: groups (bits) that answered sent_seq */
+    uint64_t confirmed[RING_MAX_GROUPS]; /* groups (bits) known to hold sent_seq: they answered
+                                            its APPLYDELTA (1, or 0 a repeat), or a PS.INFO
+                                            read after it showed their mark at it */
 } ringKey;
 
 /* Where a round's time goes (progress lines, --log-json "rounds"): per
@@ -111,6 +113,7 @@ typedef struct ring {
     ringStats st;
     ringTiming tm, tm_last;       /* since the start; at the last progress line */
     int ph;                       /* the phase a send_delta counts in (RING_PH_*) */
+    int awaiting;                 /* this round left a sent take waiting for its acks */
     ringWave w;
     FILE *log;
     long long start_ms, last_progress_ms, last_probe_ms, last_load_ms;

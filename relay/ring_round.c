@@ -278,8 +278,9 @@ static void wave_results(ring *r, int gi, keyRound *kr) {
                 }
             } else if (rc >= 0) {
                 key->sent_seq[gi] = op->seq;
-                key->sent_round[gi] = r->round;
+                key->sent_ms[gi] = agent_mono_ms();
                 key->sent_epoch[gi] = r->epoch;
+                key->confirmed[gi] = 1ULL << i; /* the answer is the proof it is there */
                 r->st.sent++;
                 agent_fault_point(r->fault, "send");
             }
@@ -339,10 +340,8 @@ int ring_act(ring *r, int gi) {
         if (x->d.seq != key->sent_seq[gi]) {
             r->st.takes++;
             x->fresh = 1;
-            if (mesh) {
-                key->sent_seq[gi] = x->d.seq;
-                key->confirmed[gi] = 0;
-            }
+            if (mesh) key->sent_seq[gi] = x->d.seq;
+            key->confirmed[gi] = 0;
         }
     }
     r->tm.s[RING_PH_TAKE] += ps_mono_s() - t0;
@@ -369,11 +368,16 @@ int ring_act(ring *r, int gi) {
         }
     }
     queue_heads(r, succ, kr);
+    /* The marks of the groups not known to hold a take sent before (one
+     * sent now reaches the successor only: its answer tells, and the
+     * others have it only after the successor's agent passed it on). */
     if (!mesh && !r->o->barrier)
         for (int k = 0; k < nk; k++) {
-            if (!kr[k].have) continue;
+            if (!kr[k].have || kr[k].fresh) continue;
             for (int i = 0; i < r->ng; i++) {
-                if (i == gi || !waits_for(r, i) || !r->g[i].c) continue;
+                if (i == gi || !waits_for(r, i) || !r->g[i].c ||
+                    (r->keys[k].confirmed[gi] & (1ULL << i)))
+                    continue;
                 psRingOp *op = ring_wave_op(r, i, k, TAG_INFO, PS_RING_OP_INFO);
                 if (op) op->info = &r->g[i].info[k];
             }
@@ -393,26 +397,35 @@ int ring_act(ring *r, int gi) {
             if (x->all) work |= ack_take(r, gi, k, x->d.seq);
             continue;
         }
+        /* (a group's mark, once read at the take, stays known: a server
+         * that loses what it applied is a group that rejoins) */
         int lacking = 0;
         for (int i = 0; i < r->ng; i++) {
-            if (i == gi || !waits_for(r, i)) continue;
+            if (i == gi || !waits_for(r, i) || (key->confirmed[gi] & (1ULL << i))) continue;
             const psRingOrigin *row = ring_origin_row(&r->g[i].info[k], me->name);
-            if (!row || row->hwm < x->d.seq) lacking++;
+            if (!row || row->hwm < x->d.seq)
+                lacking++;
+            else if (key->sent_seq[gi] == x->d.seq)
+                key->confirmed[gi] |= 1ULL << i;
         }
         if (!lacking) {
             work |= ack_take(r, gi, k, x->d.seq);
-        } else if (key->sent_seq[gi] == x->d.seq &&
-                   (key->sent_epoch[gi] != r->epoch ||
-                    r->round - key->sent_round[gi] > (uint64_t)L + 2)) {
+            continue;
+        }
+        if (key->sent_seq[gi] == x->d.seq) r->awaiting = 1;
+        if (key->sent_seq[gi] == x->d.seq &&
+            (key->sent_epoch[gi] != r->epoch ||
+             agent_mono_ms() - key->sent_ms[gi] > (long long)(L + 2) * r->o->every_ms)) {
             /* The ring re-formed (or the delta is late): straight to whoever lacks it. */
             for (int i = 0; i < r->ng; i++) {
-                if (i == gi || !waits_for(r, i)) continue;
-                const psRingOrigin *row = ring_origin_row(&r->g[i].info[k], me->name);
-                if (row && row->hwm >= x->d.seq) continue;
-                if (send_delta(r, i, k, me->name, x->d.seq, x->d.idx, x->d.vals, x->d.count, 0) >= 0)
+                if (i == gi || !waits_for(r, i) || (key->confirmed[gi] & (1ULL << i))) continue;
+                if (send_delta(r, i, k, me->name, x->d.seq, x->d.idx, x->d.vals, x->d.count, 0) >=
+                    0) {
                     r->st.resends++;
+                    key->confirmed[gi] |= 1ULL << i;
+                }
             }
-            key->sent_round[gi] = r->round;
+            key->sent_ms[gi] = agent_mono_ms();
             key->sent_epoch[gi] = r->epoch;
         }
     }
