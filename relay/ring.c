@@ -24,9 +24,10 @@ static void ring_progress(ring *r, const char *what) {
     ring_order_str(r, buf, sizeof(buf));
     printf("[ring %s] %s%.1fs: ring %s, threshold %g, takes %" PRIu64 " acked %" PRIu64
            " forwarded %" PRIu64 " resent %" PRIu64 " repeats %" PRIu64 ", %" PRIu64
-           " elements / %.2f MB sent\n",
+           " elements / %.2f MB sent, %" PRIu64 " flushes\n",
            r->o->self, what, el, buf, r->threshold, r->st.takes, r->st.acks, r->st.forwarded,
-           r->st.resends, r->st.dups, r->st.elems_sent, (double)r->st.bytes_sent / 1e6);
+           r->st.resends, r->st.dups, r->st.elems_sent, (double)r->st.bytes_sent / 1e6,
+           r->st.flushes);
     for (int i = 0; i < r->ng; i++) {
         ringGroup *g = &r->g[i];
         if (i == r->self) continue;
@@ -77,6 +78,7 @@ int ring_run(const ringOpts *o) {
         goto out;
     }
     if ((rc = ring_setup(r)) != 0) goto out;
+    for (int k = 0; k < r->nkeys; k++) r->keys[k].flushed_ms = agent_mono_ms();
     rc = 1;
     /* Every group is in the ring until it has not answered for --dead-after-ms:
      * origins wait for a group whose agent starts late. */
@@ -88,11 +90,11 @@ int ring_run(const ringOpts *o) {
     char buf[1024];
     ring_order_str(r, buf, sizeof(buf));
     printf("[ring %s] %s %d keys, %s %s, threshold %g%s, every %ld ms, a group out after %ld ms, "
-           "max lag %lld pushes%s\n",
+           "max lag %lld pushes%s%s\n",
            o->self, o->barrier ? "barrier over" : "exchanging", r->nkeys,
            o->mesh ? "mesh of" : "ring", buf, o->barrier ? 0.0 : r->threshold,
            o->adapt ? " (adapted)" : "", o->every_ms, o->dead_ms, o->maxlag,
-           o->maxlag ? "" : " (no bound)");
+           o->maxlag ? "" : " (no bound)", o->flush_ms ? ", every change taken at least every --flush-ms" : "");
     ring_event(r, "start", ", \"ring\": \"%s\", \"keys\": %d, \"threshold\": %g, \"barrier\": %d", buf,
           r->nkeys, r->threshold, o->barrier);
     fflush(stdout);

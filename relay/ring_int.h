@@ -65,6 +65,7 @@ typedef struct ringKey {
     char *name;
     size_t n;
     uint64_t seqfloor;        /* this group's SEQFLOOR (0: none) */
+    long long flushed_ms;     /* --flush-ms: monotonic ms of the last take with THRESHOLD 0 */
     /* per acting group: the pending take last sent, when and in which epoch */
     uint64_t sent_seq[RING_MAX_GROUPS];
     long long sent_ms[RING_MAX_GROUPS];  /* monotonic ms (late: (L+2) periods after) */
@@ -97,7 +98,7 @@ typedef struct ringWave {
 } ringWave;
 
 typedef struct ringStats {
-    uint64_t takes, acks, sent, resends, forwarded, dups, elems_sent, bytes_sent;
+    uint64_t takes, acks, sent, resends, forwarded, dups, elems_sent, bytes_sent, flushes;
 } ringStats;
 
 typedef struct ring {

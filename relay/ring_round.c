@@ -325,9 +325,19 @@ int ring_act(ring *r, int gi) {
     for (int k = 0; k < nk && me->c; k++) {
         ringKey *key = &r->keys[k];
         keyRound *x = &kr[k];
+        /* --flush-ms: the whole accumulated change, now and then (what stays under
+         * the threshold is change the other groups never see until then: each
+         * group's own, summed at the end, overshoots) */
+        long long now = agent_mono_ms();
+        int flush = r->o->flush_ms > 0 && gi == r->self && thr > 0 &&
+                    now - key->flushed_ms >= r->o->flush_ms;
         ring_count_rt(r, gi, RING_PH_TAKE, 1);
-        int rc = psDeltaTake(me->c, key->name, key->n, gi == r->self ? key->seqfloor : 0, thr, 0,
-                             &x->d);
+        int rc = psDeltaTake(me->c, key->name, key->n, gi == r->self ? key->seqfloor : 0,
+                             flush ? 0 : thr, 0, &x->d);
+        if (flush && rc != PS_ERR && (rc == 0 || x->d.seq != key->sent_seq[gi])) {
+            key->flushed_ms = now; /* a new take (or nothing at all) took everything */
+            if (rc == 1) r->st.flushes++;
+        }
         if (rc == PS_ERR) {
             ring_say(r, "PS.DELTATAKE %s on %s: %s", key->name, me->name, me->c->errstr);
             ring_conn_failed(me);
