@@ -6,9 +6,13 @@ one WAN round trip however many keys there are; before, it cost several per key 
 sent, a PS.INFO per group, a forward entry: 20 per round with 4 keys at 20 ms). Counted
 by the agent itself ("rounds" events of --log-json), not timed. The exchange stays exact:
 SGD LR 1 and integer gradients, every group ends at start - (every gradient), each take
-applied once at every other group."""
+applied once at every other group.
+
+--flush-ms: a key's change under the significance threshold still travels at least every
+T ms (else each group makes it for itself and the barrier's sum overshoots)."""
 
 import os
+import re
 import threading
 import time
 
@@ -113,3 +117,40 @@ def test_ring_round_costs_one_wan_round_trip_for_all_keys(make_server, tmp_path,
     for n in names:
         up, down = slow[n].stop()
         assert up > 0 and down > 0, (n, up, down)
+
+
+def test_ring_flush_ms_ships_what_stays_under_the_threshold(make_server, tmp_path, agents):
+    """--flush-ms: with a threshold nothing passes (a change must pass 500; the pushes add
+    at most 2 per element and push), each key's change still reaches the other group, at
+    least every 300 ms, without a barrier: exact sums at both groups."""
+    names = "ab"
+    srv = {}
+    for n in names:
+        s = make_server()
+        s.client().execute_command("PS.CREATE", KEYS[0], "SHAPE", N, "DATA", f32(START),
+                                   "OPTIM", "SGD", "LR", 1)
+        srv[n] = s
+    spec = ",".join("%s=%s" % (n, srv[n].addr) for n in names)
+    ag = {}
+    for me in names:
+        ag[me] = Agent(tmp_path, spec, me, ["--max-lag", "0", "--flush-ms", "300"])
+        i = ag[me].cmd.index("--threshold")
+        ag[me].cmd[i + 1] = "0.5"
+        agents.append(ag[me])
+        ag[me].start()
+    for n in names:
+        s = srv[n]
+        psserver.wait_until(lambda: (info(s.client(), KEYS[0]).get("ring_origin") or b"")
+                            == n.encode(), timeout=10, what="agent %s tracking" % n)
+    for g, n in enumerate(names):
+        c = srv[n].client()
+        for seq in range(1, 21):
+            c.execute_command("PS.PUSHGRAD", KEYS[0], f32(grad(g, seq, 0)), "ID", "w%d" % g, seq)
+    want = START - sum(grad(g, s, 0) for g in range(2) for s in range(1, 21))
+    psserver.wait_until(lambda: all(np.array_equal(pull_np(srv[n].client(), KEYS[0])[1], want)
+                                    for n in names), timeout=10, interval=0.05,
+                        what="both groups hold every change (no barrier)")
+    for n in names:
+        assert ag[n].stop() == 0, ag[n].output()
+        m = re.findall(r"stopped after .* takes (\d+) acked (\d+).* (\d+) flushes", ag[n].output())
+        assert m and int(m[-1][2]) >= 1, ag[n].output()
