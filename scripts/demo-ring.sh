@@ -33,13 +33,14 @@
 # accumulated change exceeds DEMO_RING_THRESHOLD of its value. Measured (docs/benchmarks.md
 # "Ring topology"): without the lag bound the groups ended 13 points below the LAN star
 # (they trained whole epochs before the ring shipped anything). Since an agent's round costs
-# one WAN round trip (pipelined), a tight bound costs little speed: lag 8 / threshold 0.05
-# (the default) ends within a point of the LAN star after 1 epoch too, where 32 / 0.02
-# ended 5-30 points below it (one epoch is ~300 pushes per group: 32 of them is a lot).
+# one WAN round trip (pipelined), a tight bound costs little speed: with lag 8 / threshold
+# 0.05 and --flush-ms 10000 (the defaults) 3 epochs ended within a point of the LAN star at
+# D=0 and D=20; 1 epoch 0.1-4.6 points under it (0.78-0.82), where 32 / 0.02 had ended 1
+# epoch at 0.47-0.75 (one epoch is ~310 pushes per group: 32 of them is a lot).
 # What stays under the threshold is change the other groups never see, so each group
 # makes it for itself and the barrier's sum overshoots (up to G times): --flush-ms 10000
 # takes every change of a key at least every 10 s (measured: the barrier then no longer
-# lowers the groups' accuracy; +~180 WAN bytes per sample).
+# lowers the groups' accuracy; +180-235 WAN bytes per sample).
 # Each pre-barrier model: DEMO_RING_PRE_EVAL=1; DEMO_RING_SETTLE_S waits that long after the
 # workers before stopping the agents; DEMO_RING_KEEP=dir keeps the logs.
 # Environment: DEMO_RING_RATE (20mbit), DEMO_EPOCHS (3), DEMO_LR (0.05),
