@@ -5,7 +5,11 @@
 #include <string.h>
 
 #include "protocol.h"
+#include <stdlib.h>
+
 #include "ps_internal.h"
+#include "raw.h"
+#include "wire.h"
 
 /* The fields read into a psKeyInfo: the reply's field name and where its
  * value goes (integer fields; the others are handled by name below). */
@@ -97,11 +101,25 @@ int psInfoParse(const redisReply *r, psKeyInfo *out) {
 }
 
 int psInfo(psClient *c, const char *key, psKeyInfo *out) {
-    const char *argv[2] = {"PS.INFO", key};
-    size_t argl[2] = {strlen(argv[0]), strlen(key)};
     memset(out, 0, sizeof(*out));
-    redisReply *r = psCommandArgv(c, key, 2, argv, argl);
-    if (r == NULL) return PS_ERR; /* err / errstr set */
+    psi_clear_error(c);
+    /* wire.c's encoder (the ring agent pipelines the same command, psRingSend) */
+    size_t len = ps_wire_info(key, strlen(key), NULL, 0);
+    char *cmd = malloc(len);
+    if (!cmd) {
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return PS_ERR;
+    }
+    ps_wire_info(key, strlen(key), cmd, len);
+    psRawReq q;
+    psi_raw_init(&q, key, cmd, len);
+    psi_raw_run(c, &q, 1);
+    psi_raw_free(&q);
+    redisReply *r = q.reply;
+    if (r == NULL) {
+        if (!c->err) psi_set_error(c, PS_ERR_OTHER, "no reply to PS.INFO %s", key);
+        return PS_ERR;
+    }
     int rc = PS_OK;
     if (r->type == REDIS_REPLY_ERROR) {
         int nokey = psi_reply_error(r) == PS_PROTO_ERR_NOKEY;

@@ -424,3 +424,148 @@ void psDeltaRelease(psDelta *d) {
     d->count = 0;
     d->dim = 0;
 }
+
+/* ---- pipelined batches (psRingSend / psRingWait) ---- */
+
+typedef struct ringReq {
+    psReq req;
+    psRingOp *op;
+    char *cmd;                /* encoded command (owned), NULL: not sent (bad op) */
+} ringReq;
+
+struct psRingBatch {
+    ringReq *qs;
+    size_t n;
+};
+
+static void op_error(psRingOp *op, int status, const char *msg) {
+    op->rc = PS_ERR;
+    op->status = status;
+    size_t l = msg ? strlen(msg) : 0;
+    if (l >= sizeof(op->err)) l = sizeof(op->err) - 1;
+    if (l) memcpy(op->err, msg, l);
+    op->err[l] = '\0';
+}
+
+static int ring_req_done(psClient *c, psReq *r, redisReply *reply) {
+    ringReq *q = r->udata;
+    psRingOp *op = q->op;
+    if (!reply) {
+        op_error(op, c->err ? c->err : PS_ERR_IO, c->errstr);
+        return PSI_DONE;
+    }
+    op->status = PS_OK;
+    op->err[0] = '\0';
+    if (reply->type == REDIS_REPLY_ERROR) {
+        int nokey = op->op == PS_RING_OP_INFO && psi_reply_error(reply) == PS_PROTO_ERR_NOKEY;
+        op_error(op, nokey ? PS_ERR_NOKEY : PS_ERR_SERVER, reply->str);
+    } else if (op->op == PS_RING_OP_APPLY) {
+        if (is_int(reply) && (reply->integer == 0 || reply->integer == 1))
+            op->rc = (int)reply->integer;
+        else
+            op_error(op, PS_ERR_PROTOCOL, "unexpected PS.APPLYDELTA reply");
+    } else if (psInfoParse(reply, op->info) == PS_OK) {
+        op->rc = PS_OK;
+    } else {
+        memset(op->info, 0, sizeof(*op->info));
+        op_error(op, PS_ERR_PROTOCOL, "unexpected PS.INFO reply");
+    }
+    freeReplyObject(reply);
+    return PSI_DONE;
+}
+
+psRingBatch *psRingSend(psClient *c, psRingOp *ops, size_t n) {
+    psi_clear_error(c);
+    psRingBatch *b = calloc(1, sizeof(*b));
+    if (!b || (n && !(b->qs = calloc(n, sizeof(*b->qs))))) {
+        free(b);
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return NULL;
+    }
+    b->n = n;
+    for (size_t i = 0; i < n; i++) {
+        psRingOp *op = &ops[i];
+        ringReq *q = &b->qs[i];
+        char *cmd = NULL;
+        size_t len = 0;
+        q->op = op;
+        op->rc = PS_ERR;
+        if (op->op == PS_RING_OP_INFO && op->key && op->info) {
+            memset(op->info, 0, sizeof(*op->info));
+            RING_ENCODE(cmd, len, ps_wire_info(op->key, strlen(op->key), buf, cap));
+        } else if (op->op == PS_RING_OP_APPLY && op->key && name_ok(op->origin) && op->count &&
+                   (op->idx || (op->ids && op->dim)) && op->vals &&
+                   !(op->prev && op->prev >= op->seq)) {
+            const size_t per = op->idx ? 1 : op->dim; /* floats per index */
+            const size_t isz = op->idx ? sizeof(uint32_t) : sizeof(uint64_t);
+            RING_ENCODE(cmd, len,
+                        ps_wire_apply_delta_blobs(op->key, strlen(op->key), op->origin, op->seq,
+                                                  op->idx ? (const void *)op->idx
+                                                          : (const void *)op->ids,
+                                                  op->count * isz, op->vals,
+                                                  op->count * per * sizeof(float), op->hops,
+                                                  op->prev, buf, cap));
+        } else {
+            op_error(op, PS_ERR_ARG, "a ring op needs a key, an INFO its output, an APPLY an "
+                                     "origin, count >= 1, indices (a table: ids and dim) and prev < seq");
+            continue;
+        }
+        if (!cmd) {
+            for (size_t j = 0; j < i; j++) free(b->qs[j].cmd);
+            free(b->qs);
+            free(b);
+            psi_set_error(c, PS_ERR_OOM, "out of memory");
+            return NULL;
+        }
+        q->cmd = cmd;
+        psi_req_init(&q->req, op->key, strlen(op->key));
+        q->req.cmd = cmd;
+        q->req.cmdlen = len;
+        q->req.done = ring_req_done;
+        q->req.udata = q;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (b->qs[i].cmd) psi_submit(c, &b->qs[i].req);
+    psi_flush(c);
+    return b;
+}
+
+static int ring_batch_done(psClient *c, void *arg) {
+    const psRingBatch *b = arg;
+    (void)c;
+    for (size_t i = 0; i < b->n; i++)
+        if (b->qs[i].cmd && b->qs[i].req.state != PSS_DONE) return 0;
+    return 1;
+}
+
+int psRingReady(psClient *c, psRingBatch *b) {
+    if (!b) return 1;
+    if (ring_batch_done(c, b)) return 1;
+    psi_flush(c);
+    return ring_batch_done(c, b);
+}
+
+int psRingWait(psClient *c, psRingBatch *b) {
+    psi_clear_error(c);
+    if (!b) {
+        psi_set_error(c, PS_ERR_ARG, "no batch");
+        return PS_ERR;
+    }
+    int rc = PS_OK;
+    if (psi_run(c, ring_batch_done, b) != 0) {
+        if (!c->err) psi_set_error(c, PS_ERR_OTHER, "internal error: requests left without replies");
+        rc = PS_ERR;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->qs[i].cmd && b->qs[i].req.state != PSS_DONE) {
+            op_error(b->qs[i].op, c->err ? c->err : PS_ERR_IO, c->errstr);
+            rc = PS_ERR;
+        } else if (b->qs[i].cmd && b->qs[i].req.failed) {
+            rc = PS_ERR;
+        }
+        free(b->qs[i].cmd);
+    }
+    free(b->qs);
+    free(b);
+    return rc;
+}

@@ -472,6 +472,14 @@ size_t ps_wire_delta_fwd(const char *key, size_t keylen, char *buf, size_t cap) 
     return o.len;
 }
 
+size_t ps_wire_info(const char *key, size_t keylen, char *buf, size_t cap) {
+    out o = {buf, cap, 0};
+    put_header(&o, '*', 2);
+    put_str(&o, "PS.INFO");
+    put_arg(&o, key, keylen);
+    return o.len;
+}
+
 size_t ps_wire_delta_fwdack(const char *key, size_t keylen, const char *origin, uint64_t seq,
                             char *buf, size_t cap) {
     out o = {buf, cap, 0};

@@ -235,6 +235,9 @@ static inline size_t ps_wire_apply_delta(const char *key, size_t keylen, const c
 /* PS.DELTAFWD key */
 size_t ps_wire_delta_fwd(const char *key, size_t keylen, char *buf, size_t cap);
 
+/* PS.INFO key (the ring agent's pipelined reads, psRingSend) */
+size_t ps_wire_info(const char *key, size_t keylen, char *buf, size_t cap);
+
 /* PS.DELTAFWDACK key origin seq */
 size_t ps_wire_delta_fwdack(const char *key, size_t keylen, const char *origin, uint64_t seq,
                             char *buf, size_t cap);

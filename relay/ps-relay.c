@@ -80,7 +80,8 @@ static void usage(FILE *out) {
             "  --keys / --match        the tensors (--match: SCAN on this group's server)\n"
             "  --threshold R           send an element when |change| > R * |value| (0.01;\n"
             "                          0: every change); the rest stays accumulated\n"
-            "  --every-ms T            round period (100)\n"
+            "  --every-ms T            round period (100; T/10 after a round that acked or\n"
+            "                          forwarded, T/4 while a sent take waits for its acks)\n"
             "  --dead-after-ms D       a group unreachable for D ms leaves the ring (3000)\n"
             "  --barrier               ship every remaining delta of every live group\n"
             "                          (threshold 0), check that the groups agree, exit 0\n"
@@ -96,6 +97,8 @@ static void usage(FILE *out) {
             "  --max-lag N             MAXLAG: this group's workers wait (BACKLOG) once N of\n"
             "                          their pushes per key are in no acknowledged take (16;\n"
             "                          0: no bound): how far a group runs ahead of the others\n"
+            "  --flush-ms T            a change waits at most T ms for the threshold: each\n"
+            "                          key's next take after T takes every change (0: off)\n"
             "  --mesh                  send each take straight to every group and acknowledge\n"
             "                          it on their replies (no forwarding, no polling: one hop)\n"
             "  --log-json FILE         append one JSON line per event (start, group_dead,\n"
@@ -146,7 +149,7 @@ int main(int argc, char **argv) {
            O_EVERYP, O_MEAN, O_OPTIM, O_PULL, O_POLL, O_PROGRESS, O_MAXBL, O_MAXROUND, O_STATUS,
            O_HELP, O_RING, O_SELF, O_THR, O_DEAD, O_BARRIER, O_BTO, O_JOIN, O_ADAPT,
            O_REORDER, O_LOGJSON, O_MAXQ, O_MAXLAG, O_MESH, O_LEAVE, O_STOPTO,
-           O_LOADMS, O_PICK };
+           O_LOADMS, O_PICK, O_FLUSH };
     static const struct option lo[] = {
         {"local", 1, 0, O_LOCAL},        {"upstream", 1, 0, O_UP},
         {"name", 1, 0, O_NAME},          {"keys", 1, 0, O_KEYS},
@@ -166,6 +169,7 @@ int main(int argc, char **argv) {
         {"max-lag", 1, 0, O_MAXLAG},     {"mesh", 0, 0, O_MESH},
         {"leave", 0, 0, O_LEAVE},        {"stop-timeout-ms", 1, 0, O_STOPTO},
         {"load-ms", 1, 0, O_LOADMS},     {"pick", 0, 0, O_PICK},
+        {"flush-ms", 1, 0, O_FLUSH},
         {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -201,6 +205,7 @@ int main(int argc, char **argv) {
         case O_LOGJSON: ro.log_json = optarg; break;
         case O_MAXQ: ro.maxqueue = num("--max-queue", optarg, 0, 1L << 40); break;
         case O_MAXLAG: ro.maxlag = num("--max-lag", optarg, 0, 1L << 40); break;
+        case O_FLUSH: ro.flush_ms = num("--flush-ms", optarg, 0, 1L << 40); break;
         case O_MESH: ro.mesh = 1; break;
         case O_LEAVE: ro.leave = 1; break;
         case O_LOADMS: ro.load_ms = num("--load-ms", optarg, 10, 600000); break;

@@ -14,6 +14,7 @@
 #include <redis-ps/ps.h>
 
 #include "agent.h"
+#include "clock.h"
 #include "ring_int.h"
 
 static void ring_progress(ring *r, const char *what) {
@@ -23,9 +24,10 @@ static void ring_progress(ring *r, const char *what) {
     ring_order_str(r, buf, sizeof(buf));
     printf("[ring %s] %s%.1fs: ring %s, threshold %g, takes %" PRIu64 " acked %" PRIu64
            " forwarded %" PRIu64 " resent %" PRIu64 " repeats %" PRIu64 ", %" PRIu64
-           " elements / %.2f MB sent\n",
+           " elements / %.2f MB sent, %" PRIu64 " flushes\n",
            r->o->self, what, el, buf, r->threshold, r->st.takes, r->st.acks, r->st.forwarded,
-           r->st.resends, r->st.dups, r->st.elems_sent, (double)r->st.bytes_sent / 1e6);
+           r->st.resends, r->st.dups, r->st.elems_sent, (double)r->st.bytes_sent / 1e6,
+           r->st.flushes);
     for (int i = 0; i < r->ng; i++) {
         ringGroup *g = &r->g[i];
         if (i == r->self) continue;
@@ -44,6 +46,7 @@ static void ring_progress(ring *r, const char *what) {
                          ", \"threshold\": %g",
           r->st.takes, r->st.acks, r->st.forwarded, r->st.resends, r->st.bytes_sent, r->threshold);
     ring_load_print(r);
+    ring_timing_print(r);
     fflush(stdout);
 }
 
@@ -69,7 +72,13 @@ int ring_run(const ringOpts *o) {
         goto out;
     }
     if (ring_find_keys(r, r->g[r->self].c) != 0) goto out;
+    if (ring_wave_init(r) != 0) {
+        ring_say(r, "out of memory");
+        rc = 1;
+        goto out;
+    }
     if ((rc = ring_setup(r)) != 0) goto out;
+    for (int k = 0; k < r->nkeys; k++) r->keys[k].flushed_ms = agent_mono_ms();
     rc = 1;
     /* Every group is in the ring until it has not answered for --dead-after-ms:
      * origins wait for a group whose agent starts late. */
@@ -81,11 +90,11 @@ int ring_run(const ringOpts *o) {
     char buf[1024];
     ring_order_str(r, buf, sizeof(buf));
     printf("[ring %s] %s %d keys, %s %s, threshold %g%s, every %ld ms, a group out after %ld ms, "
-           "max lag %lld pushes%s\n",
+           "max lag %lld pushes%s%s\n",
            o->self, o->barrier ? "barrier over" : "exchanging", r->nkeys,
            o->mesh ? "mesh of" : "ring", buf, o->barrier ? 0.0 : r->threshold,
            o->adapt ? " (adapted)" : "", o->every_ms, o->dead_ms, o->maxlag,
-           o->maxlag ? "" : " (no bound)");
+           o->maxlag ? "" : " (no bound)", o->flush_ms ? ", every change taken at least every --flush-ms" : "");
     ring_event(r, "start", ", \"ring\": \"%s\", \"keys\": %d, \"threshold\": %g, \"barrier\": %d", buf,
           r->nkeys, r->threshold, o->barrier);
     fflush(stdout);
@@ -93,10 +102,15 @@ int ring_run(const ringOpts *o) {
     int quiet = 0;
     for (;;) {
         long long t0 = agent_mono_ms();
+        double tr = ps_mono_s();
         r->round++;
         r->round_send_s = 0;
+        double tp = ps_mono_s();
         ring_probe_all(r);
+        double tl = ps_mono_s();
+        r->tm.s[RING_PH_PROBE] += tl - tp;
         if (!o->barrier && !o->leave) ring_load_update(r);
+        r->tm.s[RING_PH_LOAD] += ps_mono_s() - tl;
         if (o->leave) {
             /* Leaving: done once this group has nothing pending or
              * accumulated (every group has all of its change). What its
@@ -129,9 +143,10 @@ int ring_run(const ringOpts *o) {
         if (ring_noperm()) { rc = 2; goto out; } /* a role without what the agent needs */
         if (AgentStop && !o->barrier && !o->leave) break;
         int work = 0;
+        r->awaiting = 0;
         for (int i = 0; i < r->ng; i++) {
             if (!r->g[i].live || (!o->barrier && i != r->self)) continue;
-            for (int k = 0; k < r->nkeys; k++) work |= ring_act_key(r, i, k);
+            work |= ring_act(r, i);
         }
         if (o->adapt && !o->barrier) ring_adapt_threshold(r);
         if (o->reorder && ring_reorder_due(r)) {
@@ -149,9 +164,16 @@ int ring_run(const ringOpts *o) {
         }
         /* A round that acknowledged or forwarded something is followed at
          * once (a tenth of the period): its workers may be waiting on the lag
-         * bound, and the next hop on this forward queue. */
-        long long left = (work ? o->every_ms / 10 : o->every_ms) - (agent_mono_ms() - t0);
+         * bound, and the next hop on this forward queue. One that left a take
+         * out waiting for its acks looks again after a quarter of it (the
+         * groups' marks are read only then: 1.2 KB per key and group). */
+        long long period = work ? o->every_ms / 10 : r->awaiting ? o->every_ms / 4 : o->every_ms;
+        long long left = period - (agent_mono_ms() - t0);
+        double ts = ps_mono_s();
         if (left > 0 && !((o->barrier || o->leave) && quiet)) agent_sleep_ms(left);
+        r->tm.sleep_s += ps_mono_s() - ts;
+        r->tm.round_s += ps_mono_s() - tr;
+        r->tm.rounds++;
     }
     ring_progress(r, o->barrier ? "drained after " : "stopped after ");
     if (o->leave) {
@@ -186,6 +208,7 @@ out:
     }
     for (int k = 0; k < r->nkeys; k++) free(r->keys[k].name);
     free(r->keys);
+    ring_wave_free(r);
     if (r->log) fclose(r->log);
     return rc;
 }

@@ -4,18 +4,22 @@
  * A group is a redis-server with the ps module holding the whole model and
  * its workers (ps-train work, unchanged). One agent per group exchanges the
  * group's accumulated parameter change with the other groups around a ring
- * g0 -> g1 -> ... -> g0 of the live groups. Per key and round, acting for
- * group g with successor s:
+ * g0 -> g1 -> ... -> g0 of the live groups. Per round, acting for group g
+ * with successor s, for every key at once:
  *   1. PS.DELTATAKE key THRESHOLD r            g: its significant change (or the
  *                                              pending take, again)
- *   2. PS.APPLYDELTA key ID g seq .. HOPS L-2  s: applied once, queued to forward
- *   3. PS.INFO key on every live group         acked (PS.DELTAACK on g) only when
- *                                              every live group's hwm[g] >= seq;
- *                                              after the ring re-forms (or a few
- *                                              rounds) it is resent directly (HOPS 0)
- *                                              to the live groups that lack it
- *   4. PS.DELTAFWD / PS.APPLYDELTA / PS.DELTAFWDACK
- *                                              g's forward queue goes on to s
+ *   2. one wave (a pipelined batch per group, all groups at once: one WAN round trip):
+ *      PS.APPLYDELTA key ID g seq .. HOPS L-2  s: a new take, applied once, queued to
+ *                                              forward; its answer proves s has it
+ *      PS.APPLYDELTA of g's oldest forward     s
+ *      entry per key (PS.DELTAFWD on g)
+ *      PS.INFO key                             the groups not yet known to hold a take
+ *                                              sent before (their marks)
+ *   3. PS.DELTAACK on g                        only when every live group holds the take;
+ *                                              after the ring re-forms (or L+2 periods)
+ *                                              it is resent directly (HOPS 0) to the
+ *                                              live groups that lack it
+ *   4. PS.DELTAFWDACK on g of what s applied; the next entries in another wave
  * A delta thus stays pending at its origin until every live group has it: a
  * killed agent or a dead group loses nothing, and (origin, seq) dedup makes
  * every resend harmless.
@@ -41,6 +45,8 @@ typedef struct ringOpts {
     long long maxqueue;      /* MAXQUEUE of PS.RING TRACK (-1: the module's default) */
     long long maxlag;        /* MAXLAG of PS.RING TRACK: own pushes not yet in an acked take
                                 before the group's workers wait (default 16; 0: no bound) */
+    long long flush_ms;      /* > 0: each key's first take after this many ms since its last
+                                such take has THRESHOLD 0 (its whole accumulated change) */
     int mesh;                /* send each take straight to every group (no forwarding) */
     int barrier;             /* ship every remaining delta of every group, then exit 0 */
     int join;                /* copy the model from a live neighbour, then enter the ring */

@@ -5,7 +5,8 @@
  *                   check whether a group lacks acknowledged deltas
  *   ring_probe.c    the groups of --ring, probes, who is in the ring
  *   ring_setup.c    keys, the start check, TRACK, JOIN (rejoin)
- *   ring_round.c    one round of a key: take, send, ack, forward; GAP
+ *   ring_round.c    one round of every key: take, send, ack, forward; GAP
+ *   ring_wave.c     waves: pipelined batches to several groups at once
  *   ring_barrier.c  --barrier: drained, and the groups' values compared
  *   ring_adapt.c    --adapt (threshold) and --reorder (ring order by RTT)
  *   ring_load.c     each group's load (pushes/s, workers, CPU), the least
@@ -67,15 +68,40 @@ typedef struct ringKey {
     size_t n;                 /* a tensor's elements */
     uint32_t dim;             /* a table's floats per row (0: a tensor) */
     uint64_t seqfloor;        /* this group's SEQFLOOR (0: none) */
+    long long flushed_ms;     /* --flush-ms: monotonic ms of the last take with THRESHOLD 0 */
     /* per acting group: the pending take last sent, when and in which epoch */
     uint64_t sent_seq[RING_MAX_GROUPS];
-    uint64_t sent_round[RING_MAX_GROUPS];
+    long long sent_ms[RING_MAX_GROUPS];  /* monotonic ms (late: (L+2) periods after) */
     uint64_t sent_epoch[RING_MAX_GROUPS];
-    uint64_t confirmed[RING_MAX_GROUPS]; /* --mesh: groups (bits) that answered sent_seq */
+    uint64_t confirmed[RING_MAX_GROUPS]; /* groups (bits) known to hold sent_seq: they answered
+                                            its APPLYDELTA (1, or 0 a repeat), or a PS.INFO
+                                            read after it showed their mark at it */
 } ringKey;
 
+/* Where a round's time goes (progress lines, --log-json "rounds"): per
+ * phase, seconds, WAN round trips (a wait for replies of other groups: a
+ * lone call, or a pipelined wave to any number of them, counts 1) and
+ * commands sent to other groups. */
+enum { RING_PH_PROBE, RING_PH_LOAD, RING_PH_TAKE, RING_PH_SEND, RING_PH_ACK, RING_PH_FWD,
+       RING_PH_N };
+typedef struct ringTiming {
+    uint64_t rounds;
+    double round_s, sleep_s;      /* whole rounds (sleep included), and their sleeps */
+    double s[RING_PH_N];
+    uint64_t rtts[RING_PH_N], cmds[RING_PH_N];
+} ringTiming;
+
+/* A wave (ring_wave.c): per group, the ops of one pipelined batch. */
+typedef struct ringWave {
+    psRingOp *ops;                /* ng * cap: group i's at i * cap */
+    int *key, *tag;               /* per op: the key index and the caller's tag */
+    size_t cap;
+    size_t n[RING_MAX_GROUPS];    /* ops queued per group */
+    double ms[RING_MAX_GROUPS];   /* the last run: send to the group's last reply */
+} ringWave;
+
 typedef struct ringStats {
-    uint64_t takes, acks, sent, resends, forwarded, dups, elems_sent, bytes_sent;
+    uint64_t takes, acks, sent, resends, forwarded, dups, elems_sent, bytes_sent, flushes;
 } ringStats;
 
 typedef struct ring {
@@ -89,6 +115,10 @@ typedef struct ring {
     double threshold;
     double round_send_s;          /* seconds this round spent sending deltas */
     ringStats st;
+    ringTiming tm, tm_last;       /* since the start; at the last progress line */
+    int ph;                       /* the phase a send_delta counts in (RING_PH_*) */
+    int awaiting;                 /* this round left a sent take waiting for its acks */
+    ringWave w;
     FILE *log;
     long long start_ms, last_progress_ms, last_probe_ms, last_load_ms;
     int least;                    /* the least-loaded live group last printed (-1: none) */
@@ -120,6 +150,32 @@ void ring_conn_failed(ringGroup *g);
  * before y's). */
 int ring_stale_for(const ring *r, int y, int x);
 
+/* A remote call (a group other than this one) of phase 'ph' waited for:
+ * one round trip, 'cmds' commands. */
+void ring_count_rt(ring *r, int gi, int ph, int cmds);
+/* The progress line and JSON event of where the rounds' time went since the
+ * last one. */
+void ring_timing_print(ring *r);
+
+/* ---- ring_wave.c ---- */
+
+/* Room for 3 ops per key per group. 0 or -1 (out of memory). */
+int ring_wave_init(ring *r);
+void ring_wave_free(ring *r);
+/* Empties every group's batch. */
+void ring_wave_clear(ring *r);
+/* The next op of group gi's batch (zeroed; op, key and tag set, hops -1),
+ * or NULL when the batch is full. */
+psRingOp *ring_wave_op(ring *r, int gi, int k, int tag, int op);
+/* Sends every group's batch, then reads every reply (as they come): one
+ * WAN round trip of phase 'ph' when any group but this one was in it.
+ * A group not connected gets PS_ERR_IO on every op. The batches stay (read
+ * their ops) until ring_wave_clear. */
+void ring_wave_run(ring *r, int ph);
+/* The op got no reply (connection lost, timeout): drop the connection. */
+int ring_op_noreply(const psRingOp *op);
+void ring_conn_drop(ringGroup *g);
+
 /* ---- ring_probe.c ---- */
 
 /* --ring into r->g (names, addresses, order), --self into r->self. 0 or -1. */
@@ -140,9 +196,9 @@ int ring_setup(ring *r);
 
 /* ---- ring_round.c ---- */
 
-/* One round of key k acting for group gi: 1 when it acknowledged a take or
- * forwarded something (more may be waiting), else 0. */
-int ring_act_key(ring *r, int gi, int k);
+/* One round of every key acting for group gi: 1 when it acknowledged a
+ * take or forwarded something (more may be waiting), else 0. */
+int ring_act(ring *r, int gi);
 
 /* ---- ring_barrier.c ---- */
 
@@ -177,7 +233,7 @@ int ring_key_fwd(const ringKey *key, psClient *c, psDelta *e);
 int ring_key_apply(const ringKey *key, psClient *c, const char *origin, uint64_t seq,
                    uint64_t prev, const psDelta *d, int64_t hops);
 /* Bytes of a delta on the wire (ids or indices and values). */
-uint64_t ring_delta_bytes(const ringKey *key, const psDelta *d);
+uint64_t ring_delta_bytes(const ringKey *key, uint64_t count);
 /* check_fit of a table key: 0, or 2 (refused). */
 int ring_table_fit(ring *r, int k);
 /* FNV-1a of a table's rows in id order (the start check). 0 or -1. */

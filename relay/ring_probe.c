@@ -61,28 +61,46 @@ int ring_parse_groups(ring *r) {
     return 0;
 }
 
-/* PS.INFO of every key on 'g'. 1 when every key is tracked as this group,
- * 0 when it answers otherwise, -1 when it does not answer. */
-static int probe(ring *r, ringGroup *g, long long now) {
-    if (ring_ensure_conn(r, g, now) != 0) return -1;
-    int tracked = 1;
-    for (int k = 0; k < r->nkeys; k++) {
-        double t0 = ps_mono_s();
-        if (psInfo(g->c, r->keys[k].name, &g->info[k]) != PS_OK) {
-            int io = g->c->err != PS_ERR_SERVER && g->c->err != PS_ERR_NOKEY &&
-                     g->c->err != PS_ERR_PROTOCOL;
-            if (io) {
-                ring_conn_failed(g);
+/* What group i's PS.INFO of every key, read in the wave just run, says: 1
+ * every key tracked as that group, 0 it answers otherwise, -1 it does not
+ * answer (connection dropped). A group not connected (and not connectable
+ * now) had no ops: -1. The batch's time is an RTT sample. */
+static int probe_result(ring *r, int i) {
+    ringGroup *g = &r->g[i];
+    ringWave *w = &r->w;
+    if (!w->n[i]) return -1;
+    int tracked = 1, answered = 0;
+    for (size_t j = 0; j < w->n[i]; j++) {
+        const psRingOp *op = &w->ops[(size_t)i * w->cap + j];
+        if (op->rc != PS_OK) {
+            if (ring_op_noreply(op)) {
+                if (g->c) ring_conn_drop(g);
                 return -1;
             }
             tracked = 0;
             continue;
         }
-        double ms = (ps_mono_s() - t0) * 1e3;
+        answered = 1;
+        if (strcmp(g->info[w->key[(size_t)i * w->cap + j]].ring_origin, g->name)) tracked = 0;
+    }
+    if (answered || w->ms[i] > 0) {
+        double ms = w->ms[i];
         g->rtt_ms = g->rtt_ms < 0 ? ms : 0.8 * g->rtt_ms + 0.2 * ms;
-        if (strcmp(g->info[k].ring_origin, g->name)) tracked = 0;
     }
     return tracked;
+}
+
+/* PS.INFO of every key on the groups in 'set' (bits), one wave. */
+static void probe_wave(ring *r, uint64_t set, long long now) {
+    ring_wave_clear(r);
+    for (int i = 0; i < r->ng; i++) {
+        if (!(set & (1ULL << i)) || ring_ensure_conn(r, &r->g[i], now) != 0) continue;
+        for (int k = 0; k < r->nkeys; k++) {
+            psRingOp *op = ring_wave_op(r, i, k, 0, PS_RING_OP_INFO);
+            if (op) op->info = &r->g[i].info[k];
+        }
+    }
+    ring_wave_run(r, RING_PH_PROBE);
 }
 
 /* Group i answered GAP (send_delta): does the last probe show it has the
@@ -115,10 +133,19 @@ void ring_probe_all(ring *r) {
     long period = r->o->dead_ms / 4 < 500 ? r->o->dead_ms / 4 : 500;
     if (!r->o->barrier && r->round > 1 && now - r->last_probe_ms < period) return;
     r->last_probe_ms = now;
+    /* The other groups in one wave, then this one (stale_for: x's reads
+     * before y's for x = self). */
+    int st_of[RING_MAX_GROUPS];
+    probe_wave(r, ((r->ng < 64 ? (1ULL << r->ng) : 0) - 1) & ~(1ULL << r->self), now);
+    for (int i = 0; i < r->ng; i++)
+        if (i != r->self) st_of[i] = probe_result(r, i);
+    probe_wave(r, 1ULL << r->self, now);
+    st_of[r->self] = probe_result(r, r->self);
+    ring_wave_clear(r);
     for (int n = 0; n < r->ng; n++) {
         int i = (r->self + 1 + n) % r->ng; /* self last */
         ringGroup *g = &r->g[i];
-        int st = probe(r, g, now);
+        int st = st_of[i];
         g->ok = st == 1;
         if (g->ok) g->last_ok_ms = now;
         if (g->live && !g->ok && now - g->last_ok_ms >= r->o->dead_ms) {

@@ -37,8 +37,8 @@ int ring_key_apply(const ringKey *key, psClient *c, const char *origin, uint64_t
                             hops);
 }
 
-uint64_t ring_delta_bytes(const ringKey *key, const psDelta *d) {
-    return key->dim ? d->count * (8 + 4 * (uint64_t)key->dim) : d->count * 8;
+uint64_t ring_delta_bytes(const ringKey *key, uint64_t count) {
+    return key->dim ? count * (8 + 4 * (uint64_t)key->dim) : count * 8;
 }
 
 /* Key k is a table on this group: every reachable group's must be a table

@@ -142,3 +142,40 @@ int ring_stale_for(const ring *r, int y, int x) {
     }
     return 0;
 }
+
+void ring_count_rt(ring *r, int gi, int ph, int cmds) {
+    if (gi == r->self) return;
+    r->tm.rtts[ph]++;
+    r->tm.cmds[ph] += (uint64_t)cmds;
+}
+
+void ring_timing_print(ring *r) {
+    static const char *const names[RING_PH_N] = {"probe", "load", "take", "send", "ack", "fwd"};
+    ringTiming *a = &r->tm, *b = &r->tm_last;
+    uint64_t n = a->rounds - b->rounds;
+    if (!n) return;
+    double per = (a->round_s - b->round_s) * 1e3 / (double)n;
+    double sleep = (a->sleep_s - b->sleep_s) * 1e3 / (double)n;
+    uint64_t rt = 0, cm = 0;
+    char phases[512], json[768];
+    size_t pl = 0, jl = 0;
+    phases[0] = json[0] = '\0';
+    for (int p = 0; p < RING_PH_N; p++) {
+        uint64_t prt = a->rtts[p] - b->rtts[p], pcm = a->cmds[p] - b->cmds[p];
+        double ms = (a->s[p] - b->s[p]) * 1e3 / (double)n;
+        rt += prt;
+        cm += pcm;
+        pl += (size_t)snprintf(phases + pl, sizeof(phases) - pl, "%s%s %.1f ms/%.2f rt", p ? ", " : "",
+                               names[p], ms, (double)prt / (double)n);
+        jl += (size_t)snprintf(json + jl, sizeof(json) - jl,
+                               ", \"%s_ms\": %.3f, \"%s_rtts\": %.3f", names[p], ms, names[p],
+                               (double)prt / (double)n);
+    }
+    printf("[ring %s]   rounds: %" PRIu64 ", %.1f ms each (%.1f asleep); per round %.2f WAN round "
+           "trips, %.1f commands to other groups: %s\n",
+           r->o->self, n, per, sleep, (double)rt / (double)n, (double)cm / (double)n, phases);
+    ring_event(r, "rounds", ", \"rounds\": %" PRIu64 ", \"round_ms\": %.3f, \"sleep_ms\": %.3f, "
+               "\"rtts_per_round\": %.3f, \"cmds_per_round\": %.3f%s",
+               n, per, sleep, (double)rt / (double)n, (double)cm / (double)n, json);
+    *b = *a;
+}

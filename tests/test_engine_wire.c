@@ -178,6 +178,8 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     const char *fack[] = {"PS.DELTAFWDACK", "m:w:0", "dc-1", "44"};
     expect_argvl(ps_wire_delta_fwdack("m:w:0", 5, "dc-1", 44, buf, sizeof(buf)), buf, 4, fack,
                  NULL);
+    const char *info[] = {"PS.INFO", "m:w:0"};
+    expect_argvl(ps_wire_info("m:w:0", 5, buf, sizeof(buf)), buf, 2, info, NULL);
     /* Too small a buffer: the length needed, nothing written past it. */
     char small[8];
     memset(small, 'x', sizeof(small));

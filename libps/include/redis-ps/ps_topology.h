@@ -189,6 +189,53 @@ int psDeltaFwdRows(psClient *c, const char *key, uint32_t dim, psDelta *out);
 /* Frees what a psDelta keeps. Zeroed or released deltas are fine. */
 void psDeltaRelease(psDelta *d);
 
+/* Pipelined ring commands: what an agent sends to another group in one
+ * round (its takes and forward entries, PS.INFO of the keys it waits on),
+ * sent in one go by psRingSend and answered by psRingWait, so a batch costs
+ * one round trip however many keys it covers; batches on several clients
+ * (groups) sent before any is waited for overlap. The server runs a batch's
+ * commands in order, so a PS.INFO after a PS.APPLYDELTA of the same key
+ * reads the applied mark. */
+#define PS_RING_OP_APPLY 1    /* PS.APPLYDELTA key ID origin seq idx vals HOPS hops [PREV prev] */
+#define PS_RING_OP_INFO 2     /* PS.INFO key into *info */
+
+typedef struct psRingOp {
+    int op;                   /* in: PS_RING_OP_* */
+    const char *key;          /* in */
+    /* APPLY: as psDeltaApplyPrev (hops < 0 and prev 0 are left out). */
+    const char *origin;
+    uint64_t seq, prev;
+    const uint32_t *idx;      /* a tensor's element indices, or NULL for a table's rows: */
+    const uint64_t *ids;      /* a table's ascending row ids (idx NULL), 'dim' floats each */
+    uint32_t dim;
+    const float *vals;        /* count (a table: count x dim) F32 */
+    size_t count;
+    int64_t hops;
+    psKeyInfo *info;          /* INFO: out (zeroed when it failed) */
+    int rc;                   /* out: APPLY 1 applied / 0 a repeat / PS_ERR; INFO PS_OK / PS_ERR */
+    int status;               /* out: PS_OK, PS_ERR_SERVER (err has the server's error),
+                                 PS_ERR_NOKEY (INFO: no such key), PS_ERR_PROTOCOL, PS_ERR_ARG,
+                                 or another PS_ERR_* (no reply; see c->errstr) */
+    char err[200];            /* out: the error text when status != PS_OK */
+} psRingOp;
+
+typedef struct psRingBatch psRingBatch;
+
+/* Encodes and sends the 'n' ops (kept by the caller until psRingWait).
+ * Returns the batch in flight, or NULL (c->err: out of memory; nothing sent). */
+psRingBatch *psRingSend(psClient *c, psRingOp *ops, size_t n);
+
+/* Without blocking: sends what is still buffered, reads the replies that
+ * arrived, and returns 1 when every op of 'b' has its reply (psRingWait
+ * then returns at once), else 0. Lets a caller with batches on several
+ * clients see which group answered first. */
+int psRingReady(psClient *c, psRingBatch *b);
+
+/* Waits for every reply of 'b' (sent on 'c'), fills the ops and frees 'b'.
+ * PS_OK when every op got a reply (check each op's status), PS_ERR when some
+ * got none (c->errstr says why). */
+int psRingWait(psClient *c, psRingBatch *b);
+
 
 #ifdef __cplusplus
 }
