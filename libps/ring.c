@@ -507,7 +507,8 @@ psRingBatch *psRingSend(psClient *c, psRingOp *ops, size_t n) {
                                                   op->prev, buf, cap));
         } else {
             op_error(op, PS_ERR_ARG, "a ring op needs a key, an INFO its output, an APPLY an "
-                                     "origin, count >= 1, indices (a table: ids and dim) and prev < seq");
+                                     "origin, count >= 1, indices (a table: ids and dim) and "
+                                     "prev < seq");
             continue;
         }
         if (!cmd) {
