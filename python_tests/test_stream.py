@@ -218,7 +218,7 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
         victim = worker(addr, "--consumer", "v%d" % k, *common)
         time.sleep(rng.uniform(0.3, 0.8))
         if k == 0:      # killed while it holds a lease (between a lease and its push's ack)
-            stop_holding_a_lease(victim.pid, r, journal("ev", "s", "ps-train", "v0"))
+            held0 = stop_holding_a_lease(victim.pid, r, journal("ev", "s", "ps-train", "v0"))
         victim.send_signal(signal.SIGKILL)
         outs.append(finish(victim)[1])
     # A worker paused (SIGSTOP) longer than --claim-idle-ms while it holds a lease, then
@@ -237,9 +237,10 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
         assert rc == 0, out
         outs.append(out)
     allout = "\n".join(outs)
-    # The pause was seen: every batch the paused worker held was replayed by another under
-    # its push ID.
-    for line in held:
+    # Every batch the killed worker held when it died, and every batch the paused worker
+    # held while it was stopped, was replayed by another worker (or by the restart under
+    # the dead one's name) under its push ID.
+    for line in held0 + held:
         cid, seq = line.split()[:2]
         assert "of %s, seq %s\n" % (cid, seq) in allout, (held, allout)
     trained, malformed = counter(r)
