@@ -7,28 +7,25 @@
  * the line format. An event is one stream entry whose field --field holds
  * one libsvm or Criteo line. Consumers of group --group read batches
  * (XREADGROUP, closed at --batch events or after --batch-ms, whichever
- * first; an idle stream blocks in XREADGROUP BLOCK).
+ * first; an idle stream waits in XREAD BLOCK, which takes nothing).
  *
- * Exactly once. Consumer C pushes under the client id "s:<job>:<group>:<C>"
- * with one seq per batch (psSetPushSeq: the same seq on every key the batch
- * pushes to). Before a batch is pushed, C's journal (a hash in the stream's
- * cluster slot, "<tag>psj:<job>:<group>:<C>") records it: the push identity
- * (cid, seq) and the batch's entry ids. One Lua script, atomically: XACKs
- * the batch journaled before (its push was acknowledged: the worker drained
- * first), checks that C still owns every entry of the new batch (a claimer
- * may have taken them: then the batch is dropped, "fenced") and journals it.
- * A claimer (entries idle > --claim-idle-ms on consumer X) runs a second
- * script that, atomically, XACKs its own journaled batch, reads X's journal
- * and, when its entries are still pending, claims exactly them and copies
- * X's journal into its own: it then trains that batch again under X's push
- * identity (the server answers a duplicate for every key the first push
- * reached, and applies it where it did not); otherwise it claims X's idle
- * entries, which X never journaled (so never pushed), and trains them as a
- * new batch of its own. A restart under the same --consumer name does the
- * same with its own journal and pending entries first.
- * With --wait N the journal step ends in "WAIT N" on the stream's node and
- * the batch is pushed only after it (journal_wait_send): a failover of that
- * node then cannot lose a journal whose push stands.
+ * Exactly once (docs/design.md "Stream consumption"). Entries are read
+ * only by lease steps (stream_journal.c): one MULTI/EXEC that records in
+ * consumer C's journal (a hash in the stream's slot,
+ * "<tag>psj:<job>:<group>:<C>") the id range (L, E] that its
+ * "XREADGROUP ... NOACK" read, in the batch it fills; no pending-entries
+ * list, no XACK. A batch pushes under its push identity (cid, seq)
+ * (psSetPushSeq: the same seq on every key); it leaves the journal once its
+ * pushes were acknowledged. A claimer (ClaimLua) moves the batches of a
+ * journal whose last lease step is older than --claim-idle-ms into its own,
+ * bumps the owner's epoch (the owner's next batches push under a new cid)
+ * and retrains each from its ranges (XRANGE) under its identity: the
+ * server answers a duplicate where the first push was applied. The owner
+ * drops a batch its journal no longer lists ("fenced"). A restart under the
+ * same --consumer name replays its own journal first. With --wait N each
+ * lease step ends in "WAIT N" on the stream's node and a batch is pushed
+ * only after it: a failover of that node cannot lose a lease whose push
+ * stands.
  *
  * Accounting. Every batch also pushes [-events trained, -entries malformed]
  * into the job's tensor "stream_events" (SGD, LR 1) under the same push ID:
