@@ -75,12 +75,14 @@ static const char LeasePreLua[] =
     "end\n"
     "local t = redis.call('TIME')\n"
     "redis.call('HSET', J, 'b', table.concat(out, '\\n'), 't', t[1] * 1000 + math.floor(t[2] / "
-    "1000), 'L', L, 'tg', tg)\n"
+    "1000), 'L', mode == 'drop' and '' or L, 'tg', tg)\n"
     "local tc, ts = string.match(tg, '^(%S+) (%S+)$')\n"
     "return {st, table.concat(keys, '\\n'), tc or '', ts or '', tostring(ep)}\n";
 
 /* KEYS: stream, journal. ARGV: group. Appends (L, E] to the target batch
- * when the read took entries; a batch that leased nothing is removed.
+ * when the read took entries; a batch that leased nothing is removed. The
+ * scratch fields are cleared, so a step whose first script failed cannot
+ * record a range from an older step's L (it answers an error instead).
  * Returns {the target's line ('' when removed), E}. */
 static const char LeasePostLua[] =
     SW_LUA_LASTID
@@ -88,6 +90,8 @@ static const char LeasePostLua[] =
     "local E = lastid(S, G)\n"
     "if type(E) == 'table' then return E end\n"
     "local h = redis.call('HMGET', J, 'b', 'L', 'tg')\n"
+    "if not h[2] or h[2] == '' then return redis.error_reply('ERR lease: the step before the "
+    "read did not run (entries read after ' .. E .. ' are not journaled)') end\n"
     "local out, line = {}, ''\n"
     "for l in string.gmatch(h[1] or '', '[^\\n]+') do\n"
     "  if string.match(l, '^(%S+ %S+)') == h[3] then\n"
@@ -95,7 +99,7 @@ static const char LeasePostLua[] =
     "    if string.match(l, '^%S+ %S+ ') then out[#out+1] = l line = l end\n"
     "  else out[#out+1] = l end\n"
     "end\n"
-    "redis.call('HSET', J, 'b', table.concat(out, '\\n'))\n"
+    "redis.call('HSET', J, 'b', table.concat(out, '\\n'), 'L', '', 'tg', '')\n"
     "return {line, E}\n";
 
 /* Appends the line "cid seq" to the batches to drop. 0 or -1. */
