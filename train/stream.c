@@ -97,6 +97,7 @@ static const char ClaimLua[] =
 /* ---------------------------------------------------------------------- */
 
 static void sw_free(struct streamWork *w) {
+    for (int i = 0; i < w->nreplay; i++) sw_replay_free(&w->replay[i]);
     sw_model_free(&w->own);
     if (w->own.c) psClientFree(w->own.c);
     if (w->have_model) ps_ctr_free(&w->m);

@@ -395,23 +395,49 @@ oom:
 /* Trains the batch built under another push identity (a journaled batch a
  * claim took over): a client of its own whose pushes carry 'cid'. */
 int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq) {
-    swModel sm;
     if (psDrain(w->own.c) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->me, w->own.c->errstr);
         return -1;
     }
-    int rc = -1;
     if (!strcmp(cid, w->cid)) return sw_train_batch(w, &w->own, 0, cid, seq);
-    psClient *c = tr_connect_as(w->o, w->o->window, w->o->wait, cid);
-    if (c == NULL) return -1;
-    if (sw_model_open(w, c, &sm, 0) == 0) {
-        rc = sw_train_batch(w, &sm, 0, cid, seq);
-        if (rc == 1 && psDrain(c) != PS_OK) {
-            tr_err(w->o, "[%s] replayed push: %s", w->me, c->errstr);
-            rc = -1;
+    /* The replay clients are kept (the last SW_REPLAY_CLIENTS cids): the
+     * batches of one claim share a cid, and a kept client keeps what libps
+     * learnt (a degraded shard is not WAITed for again until its probe). */
+    int k = 0;
+    while (k < w->nreplay && strcmp(w->replay[k].cid, cid) != 0) k++;
+    if (k == w->nreplay) {
+        if (w->nreplay == SW_REPLAY_CLIENTS) {
+            sw_replay_free(&w->replay[0]);
+            memmove(&w->replay[0], &w->replay[1], sizeof(w->replay[0]) * (SW_REPLAY_CLIENTS - 1));
+            w->nreplay--;
+            k--;
         }
+        k = w->nreplay;
+        swReplay *rp = &w->replay[k];
+        memset(rp, 0, sizeof(*rp));
+        psClient *c = tr_connect_as(w->o, w->o->window, w->o->wait, cid);
+        if (c == NULL) return -1;
+        if (sw_model_open(w, c, &rp->sm, 0) != 0) {
+            sw_model_free(&rp->sm);
+            psClientFree(c);
+            return -1;
+        }
+        snprintf(rp->cid, sizeof(rp->cid), "%s", cid);
+        w->nreplay++;
     }
-    sw_model_free(&sm);
-    psClientFree(c);
+    swModel *sm = &w->replay[k].sm;
+    int rc = sw_train_batch(w, sm, 0, cid, seq);
+    if (rc == 1 && psDrain(sm->c) != PS_OK) {
+        tr_err(w->o, "[%s] replayed push: %s", w->me, sm->c->errstr);
+        rc = -1;
+    }
     return rc;
+}
+
+/* Frees a kept replay client. */
+void sw_replay_free(swReplay *rp) {
+    psClient *c = rp->sm.c;
+    sw_model_free(&rp->sm);
+    if (c) psClientFree(c);
+    memset(rp, 0, sizeof(*rp));
 }

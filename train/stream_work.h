@@ -22,6 +22,13 @@ typedef struct swModel {
     psModel *cm;                /* stream_events: [trained, malformed] */
 } swModel;
 
+/* A kept client of replays under another consumer's push identity. */
+#define SW_REPLAY_CLIENTS 4
+typedef struct swReplay {
+    char cid[300];
+    swModel sm;
+} swReplay;
+
 typedef struct streamWork {
     const trainOpts *o;
     jobConfig cfg;
@@ -71,6 +78,8 @@ typedef struct streamWork {
     size_t droplen, dropcap;
     char *rebuild;              /* the journal's line of a batch to read again */
     char lastE[48];             /* the group's last-delivered-id at the last lease */
+    swReplay replay[SW_REPLAY_CLIENTS];
+    int nreplay;
     char tcid[300];             /* the own batch pushed last, until acknowledged */
     uint64_t tseq;
     int jshort;                 /* the last journal WAIT came back short */
@@ -96,6 +105,7 @@ int sw_read_batch(struct streamWork *w, int want, int block_ms);
 int sw_read_ranges(struct streamWork *w, const char *line);
 int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq);
 int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq);
+void sw_replay_free(swReplay *rp);
 
 /* stream_journal.c */
 int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq);
