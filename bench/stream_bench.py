@@ -21,7 +21,9 @@ With --wait 1 the server gets a replica and both workers run with --wait 1 (ever
 WAITed; the stream worker also WAITs for its journal before each batch's push, so a
 failover of the stream's master cannot double an event): the same ratio with durability.
 
-    bench/stream_bench.py [--samples N] [--batch B] [--reps R] [--wait N]"""
+Then the server's commands per batch and their us (INFO commandstats) of the last rep.
+
+    bench/stream_bench.py [--samples N] [--batch B] [--reps R] [--wait N] [--build DIR]"""
 
 import argparse
 import os
@@ -40,6 +42,11 @@ B = os.path.join(REPO, "build")
 
 
 CPU = [0.0]   # CPU seconds (user + sys) of the last run's process
+
+
+def set_build(d):
+    global B
+    B = os.path.abspath(d)
 
 
 def run(args, **kw):
@@ -61,7 +68,10 @@ def main():
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--wait", type=int, default=0, help="replicas to start and WAIT for")
+    ap.add_argument("--build", default=B, help="the build directory (an A/B run of two "
+                    "builds: same machine, alternate runs)")
     a = ap.parse_args()
+    set_build(a.build)
     d = tempfile.mkdtemp(prefix="streambench-")
     prefix = os.path.join(d, "ctr")
     run(["ps-gen-ctr", "--out", prefix, "--samples", a.samples, "--fields", 26,
@@ -90,20 +100,37 @@ def main():
         def server_cpu():
             i = r.info("cpu")
             return float(i["used_cpu_user_main_thread"]) + float(i["used_cpu_sys_main_thread"])
+
+        def commands(batches):
+            """Server commands and their us per batch since the last CONFIG RESETSTAT (the
+            usec of EXEC and EVAL include the commands they ran, also listed)."""
+            st = r.info("commandstats")
+            per = {k[len("cmdstat_"):]: (v["calls"] / batches, v["usec"] / batches)
+                   for k, v in st.items() if not k.startswith("cmdstat_config")}
+            top = sum(c for k, (c, _) in per.items())
+            return "%.1f commands/batch: %s" % (top, ", ".join(
+                "%s %.2f x %.0f us" % (k, c, u) for k, (c, u) in
+                sorted(per.items(), key=lambda kv: -kv[1][1]) if u >= 1))
+        nb = (n + a.batch - 1) // a.batch
+        cmd_off, cmd_on = [], []
         for k in range(a.reps):
             run(["ps-train", "init", "--addr", addr, "--job", "off%d" % k] + job)
             s0 = server_cpu()
+            r.config_resetstat()
             dt, _ = run(["ps-train", "work", "--addr", addr, "--job", "off%d" % k,
                          "--progress", "none"] + wait)
             offs.append(server_cpu() - s0)
+            cmd_off.append(commands(nb))
             off.append(n / dt)
             offc.append(n / CPU[0])
             run(["ps-train", "init", "--addr", addr, "--job", "on%d" % k] + job)
             s0 = server_cpu()
+            r.config_resetstat()
             dt, out = run(["ps-train", "stream", "--addr", addr, "--job", "on%d" % k,
                            "--stream", "ev", "--group", "g%d" % k, "--max-events", n,
                            "--progress", "none"] + wait)
             ons.append(server_cpu() - s0)
+            cmd_on.append(commands(nb))
             assert "events=%d " % n in out, out
             on.append(n / dt)
             onc.append(n / CPU[0])
@@ -121,6 +148,8 @@ def main():
         so, sn = statistics.median(offs), statistics.median(ons)
         print("server main-thread CPU seconds per run: offline median %.2f, online median %.2f"
               % (so, sn))
+        print("server, offline (last rep):", cmd_off[-1])
+        print("server, online (last rep):", cmd_on[-1])
         print("uptime:", subprocess.run(["uptime"], stdout=subprocess.PIPE,
                                         text=True).stdout.strip())
     finally:

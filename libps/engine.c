@@ -279,6 +279,9 @@ static void dispatch(psClient *c, psReq *r) {
 
     r->ask_node = -1;
     r->node = -1;
+    r->skip_left = r->skip;
+    if (r->skip_err) freeReplyObject(r->skip_err);
+    r->skip_err = NULL;
     if (i < 0) {
         pv->topo.need_refresh = c->cluster || pv->topo.nseeds > 1;
         retry_req(c, r, 1, "no node serves this hash slot");
@@ -564,6 +567,19 @@ static void node_read(psClient *c, int i) {
             return;
         }
         off += len;
+        if (head->kind == PSQ_REQ && head->r->skip_left > 0) {
+            head->r->skip_left--;       /* a transaction's +OK or +QUEUED */
+            if (reply->type == REDIS_REPLY_ERROR && head->r->skip_err == NULL)
+                head->r->skip_err = reply;
+            else
+                freeReplyObject(reply);
+            continue;
+        }
+        if (head->kind == PSQ_REQ && head->r->skip_err) {
+            freeReplyObject(reply);
+            reply = head->r->skip_err;
+            head->r->skip_err = NULL;
+        }
         handle_reply(c, i, q_pop(n), reply);
         n = &pv->topo.nodes[i];      /* a redirect may have added nodes */
         if (n->io.gen != gen) return;      /* the callback dropped the connection */

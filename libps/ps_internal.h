@@ -87,6 +87,13 @@ struct psReq {
     int ask_node;               /* >= 0: next dispatch goes there after ASKING */
     int failed;                 /* finished without a reply */
     int node;                   /* node of the last dispatch, -1 none */
+    /* A transaction (psTransactionAsync): the replies before the last one
+     * (MULTI's +OK, each +QUEUED) are skipped; the first error among them
+     * is handed over instead of the last reply (EXECABORT), so a redirect
+     * or retry resends the whole transaction. */
+    int skip;                   /* set by the submitter */
+    int skip_left;              /* engine: replies still to skip on this dispatch */
+    redisReply *skip_err;       /* engine: the first skipped error */
 };
 
 /* Called with the reply of a "WAIT n ms" queued by psi_submit_wait() on

@@ -23,6 +23,8 @@ void psi_raw_init(psRawReq *q, const char *key, char *cmd, size_t len) {
 void psi_raw_free(psRawReq *q) {
     if (q->cmd) redisFreeCommand(q->cmd);
     q->cmd = NULL;
+    if (q->req.skip_err) freeReplyObject(q->req.skip_err);
+    q->req.skip_err = NULL;
 }
 
 typedef struct rawBatch {

@@ -238,3 +238,21 @@ def kill_holding_a_task(pid, client, job, consumer):
         time.sleep(0.01)
     os.kill(pid, signal.SIGKILL)
     return held
+
+
+def stop_holding_a_lease(pid, client, journal):
+    """SIGSTOPs `ps-train stream` worker 'pid' while its journal (hash 'journal') holds a
+    batch it leased and has not had dropped yet (the window between a lease and the
+    acknowledgement of the batch's push: docs/design.md "Stream consumption"), and returns
+    the journal's lines ("cid seq L1 E1 ..."). A stop can land while the worker holds
+    nothing (idle, or between a drop and its next lease), so it is let go on for a moment
+    and stopped again until it holds a batch. The worker is left stopped: the caller
+    SIGKILLs or SIGCONTs it."""
+    for _ in range(500):
+        os.kill(pid, signal.SIGSTOP)
+        b = client.hget(journal, "b")
+        if b:
+            return b.decode().split("\n")
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    raise AssertionError("worker %d never held a lease" % pid)

@@ -317,10 +317,10 @@ def run(a, d, servers, procs):
                 time.sleep(lag)
     produced = time.monotonic() - t0
     # The training load while the producer ran (the freshness probes were measured under
-    # it): entries the consumer group had delivered and the workers had acknowledged
-    # (trained and pushed) when the last event was XADDed.
-    g = r.xinfo_groups("clicks")[0]
-    trained_live = (g.get("entries-read") or 0) - g["pending"]
+    # it): the events trained and pushed (and entries skipped as malformed) when the last
+    # event was XADDed, per the job's stream_events tensor (exactly what was applied).
+    ev = struct.unpack("<2f", r.execute_command("PS.PULL", "online:stream_events:0")[1])
+    trained_live = int(ev[0] + ev[1])
     rc = 0
     for w in workers:
         w.wait(120)

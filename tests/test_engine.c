@@ -332,6 +332,127 @@ static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
     fake_stop(a);
 }
 
+/* ========================================================================
+ * Transactions (psTransactionAsync): one request, replies skipped
+ * ======================================================================== */
+
+/* A fake node's MULTI/EXEC (per connection): MULTI answers +OK, each command
+ * after it +QUEUED (a command on key "bad" an error, and EXEC then
+ * EXECABORT, as Redis does), EXEC the queued GETs' values; the first
+ * tx_drop_exec EXECs close the connection unanswered (a server that never
+ * read EXEC discards the transaction). */
+#define TX_FDS 256
+static int tx_in[TX_FDS], tx_n[TX_FDS], tx_bad[TX_FDS], tx_drop_exec;
+static char tx_keys[TX_FDS][4][16];
+
+static int tx_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int *close_it) {
+    (void)argl;
+    if (fd < 0 || fd >= TX_FDS) return 0;
+    if (!strcmp(argv[0], "MULTI")) {
+        tx_in[fd] = 1;
+        tx_n[fd] = tx_bad[fd] = 0;
+        out(f, fd, "+OK\r\n");
+        return 1;
+    }
+    if (!strcmp(argv[0], "EXEC")) {
+        tx_in[fd] = 0;
+        if (tx_drop_exec > 0) {
+            tx_drop_exec--;
+            *close_it = 1;
+        } else if (tx_bad[fd]) {
+            out(f, fd, "-EXECABORT Transaction discarded because of previous errors.\r\n");
+        } else {
+            out(f, fd, "*%d\r\n", tx_n[fd]);
+            for (int i = 0; i < tx_n[fd]; i++)
+                out(f, fd, "$%zu\r\n%s=%s\r\n", strlen(f->name) + 1 + strlen(tx_keys[fd][i]),
+                    f->name, tx_keys[fd][i]);
+        }
+        return 1;
+    }
+    if (tx_in[fd] && argc > 1) {
+        if (!strcmp(argv[1], "bad")) {
+            tx_bad[fd] = 1;
+            out(f, fd, "-ERR unknown command on key bad\r\n");
+        } else {
+            snprintf(tx_keys[fd][tx_n[fd]++ % 4], 16, "%s", argv[1]);
+            out(f, fd, "+QUEUED\r\n");
+        }
+        return 1;
+    }
+    return 0;
+}
+
+static redisReply *run_tx(psClient *c, const char *k1, const char *k2) {
+    const char *a1[] = {"GET", k1}, *a2[] = {"GET", k2};
+    const char *const *argv[] = {a1, a2};
+    int argc[] = {2, 2};
+    psAsync *a = psTransactionAsync(c, k1, 2, argc, argv, NULL);
+    assert_non_null(a);
+    return psCommandWait(c, a);
+}
+
+static void test_engine_hands_over_the_exec_reply_of_a_transaction(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    (void)state;
+    a->hook = tx_hook;
+    redisReply *r = run_tx(c, "k1", "k2");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 2);
+    assert_string_equal(r->element[0]->str, "A=k1");
+    assert_string_equal(r->element[1]->str, "A=k2");
+    freeReplyObject(r);
+    /* the next request's reply is its own (the skipped replies were consumed) */
+    r = psCommand(c, "k3", "GET k3");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k3");
+    freeReplyObject(r);
+    assert_int_equal(fake_count(a, "MULTI"), 1);
+    assert_int_equal(fake_count(a, "EXEC"), 1);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_resends_a_whole_transaction_after_a_drop(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    (void)state;
+    a->hook = tx_hook;
+    tx_drop_exec = 1;
+    redisReply *r = run_tx(c, "k1", "k2");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[1]->str, "A=k2");
+    freeReplyObject(r);
+    /* MULTI, GET k1, GET k2, EXEC twice, in that order: never a command alone */
+    assert_int_equal(fake_count(a, "MULTI"), 2);
+    assert_int_equal(fake_count(a, "GET k1"), 2);
+    assert_int_equal(fake_count(a, "EXEC"), 2);
+    assert_true(fake_find(a, "GET k2") < fake_find(a, "EXEC"));
+    assert_int_equal(c->stats.reconnects, 1);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+static void test_engine_answers_a_transaction_with_its_first_queued_error(void **state) {
+    fake *a = fake_start("A");
+    psClient *c = connect_to(a, NULL);
+    (void)state;
+    a->hook = tx_hook;
+    redisReply *r = run_tx(c, "k1", "bad");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ERROR);
+    assert_string_equal(r->str, "ERR unknown command on key bad");
+    freeReplyObject(r);
+    r = psCommand(c, "k3", "GET k3");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k3");
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_completes_a_request_through_its_callback),
@@ -345,6 +466,9 @@ int main(void) {
         cmocka_unit_test(test_engine_gives_up_within_the_grace_of_a_stop_request),
         cmocka_unit_test(test_engine_resends_on_a_new_connection_after_a_drop),
         cmocka_unit_test(test_engine_pipelines_a_batch_and_keeps_the_order),
+        cmocka_unit_test(test_engine_hands_over_the_exec_reply_of_a_transaction),
+        cmocka_unit_test(test_engine_resends_a_whole_transaction_after_a_drop),
+        cmocka_unit_test(test_engine_answers_a_transaction_with_its_first_queued_error),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

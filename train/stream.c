@@ -7,28 +7,25 @@
  * the line format. An event is one stream entry whose field --field holds
  * one libsvm or Criteo line. Consumers of group --group read batches
  * (XREADGROUP, closed at --batch events or after --batch-ms, whichever
- * first; an idle stream blocks in XREADGROUP BLOCK).
+ * first; an idle stream waits in XREAD BLOCK, which takes nothing).
  *
- * Exactly once. Consumer C pushes under the client id "s:<job>:<group>:<C>"
- * with one seq per batch (psSetPushSeq: the same seq on every key the batch
- * pushes to). Before a batch is pushed, C's journal (a hash in the stream's
- * cluster slot, "<tag>psj:<job>:<group>:<C>") records it: the push identity
- * (cid, seq) and the batch's entry ids. One Lua script, atomically: XACKs
- * the batch journaled before (its push was acknowledged: the worker drained
- * first), checks that C still owns every entry of the new batch (a claimer
- * may have taken them: then the batch is dropped, "fenced") and journals it.
- * A claimer (entries idle > --claim-idle-ms on consumer X) runs a second
- * script that, atomically, XACKs its own journaled batch, reads X's journal
- * and, when its entries are still pending, claims exactly them and copies
- * X's journal into its own: it then trains that batch again under X's push
- * identity (the server answers a duplicate for every key the first push
- * reached, and applies it where it did not); otherwise it claims X's idle
- * entries, which X never journaled (so never pushed), and trains them as a
- * new batch of its own. A restart under the same --consumer name does the
- * same with its own journal and pending entries first.
- * With --wait N the journal step ends in "WAIT N" on the stream's node and
- * the batch is pushed only after it (journal_wait_send): a failover of that
- * node then cannot lose a journal whose push stands.
+ * Exactly once (docs/design.md "Stream consumption"). Entries are read
+ * only by lease steps (stream_journal.c): one MULTI/EXEC that records in
+ * consumer C's journal (a hash in the stream's slot,
+ * "<tag>psj:<job>:<group>:<C>") the id range (L, E] that its
+ * "XREADGROUP ... NOACK" read, in the batch it fills; no pending-entries
+ * list, no XACK. A batch pushes under its push identity (cid, seq)
+ * (psSetPushSeq: the same seq on every key); it leaves the journal once its
+ * pushes were acknowledged. A claimer (ClaimLua) moves the batches of a
+ * journal whose last lease step is older than --claim-idle-ms into its own,
+ * bumps the owner's epoch (the owner's next batches push under a new cid)
+ * and retrains each from its ranges (XRANGE) under its identity: the
+ * server answers a duplicate where the first push was applied. The owner
+ * drops a batch its journal no longer lists ("fenced"). A restart under the
+ * same --consumer name replays its own journal first. With --wait N each
+ * lease step ends in "WAIT N" on the stream's node and a batch is pushed
+ * only after it: a failover of that node cannot lose a lease whose push
+ * stands.
  *
  * Accounting. Every batch also pushes [-events trained, -entries malformed]
  * into the job's tensor "stream_events" (SGD, LR 1) under the same push ID:
@@ -58,73 +55,49 @@
 #include "util.h"
 #include "wirefmt.h"
 
-#define SJ_CHUNK "512"
-
-/* The claim: XACK the own journaled batch, then take over a batch.
- * KEYS: stream, own journal. ARGV: group, consumer, idle ms, count,
- * journal prefix, self (1: own pending entries, any idle), strays (1: this
- * consumer's own idle entries may be ones it never saw, see journal_send:
- * take them too).
- * Returns {0} (nothing), {1, cid, seq, entries} (a journaled batch to train
- * again under its push identity) or {2, '', '', entries} (entries never
- * journaled: a new batch). */
+/* The claim. KEYS: stream, own journal. ARGV: group, consumer, idle ms,
+ * journal prefix, self ("1": this consumer's own held batches, after a
+ * restart). Otherwise it takes every batch of the first other consumer
+ * whose journal holds some and whose last lease step is older than the
+ * idle time: the batches move to the claimer's journal (so a claimer that
+ * dies holds them in turn), the owner's epoch is bumped (its next batches
+ * push under a new client id: a push of its newer seqs cannot hide a
+ * replay of these below the server's 64-seq window) and its next lease
+ * step finds the batch it was leasing gone (fenced). Returns the batches'
+ * lines "cid seq L1 E1 ..." (none: an empty array). */
 static const char ClaimLua[] =
-    "local S, MJ, G, me, idle, cnt, pre, self = KEYS[1], KEYS[2], ARGV[1], ARGV[2], ARGV[3], "
-    "tonumber(ARGV[4]), ARGV[5], ARGV[6]\n"
-    "local function split(s) local t = {} for w in string.gmatch(s or '', '%S+') do t[#t+1] = w "
-    "end return t end\n"
-    "local function claim(ids, minidle)\n"
-    "  local got = {}\n"
-    "  for i = 1, #ids, " SJ_CHUNK " do\n"
-    "    local a = {S, G, me, minidle}\n"
-    "    for k = i, math.min(i + " SJ_CHUNK " - 1, #ids) do a[#a+1] = ids[k] end\n"
-    "    for _, e in ipairs(redis.call('XCLAIM', unpack(a))) do if e then got[#got+1] = e end end\n"
-    "  end\n"
-    "  return got\n"
-    "end\n"
-    "local old = split(redis.call('HGET', MJ, 'ids'))\n"
-    "for i = 1, #old, " SJ_CHUNK " do\n"
-    "  local a = {} for k = i, math.min(i + " SJ_CHUNK " - 1, #old) do a[#a+1] = old[k] end\n"
-    "  redis.call('XACK', S, G, unpack(a))\n"
-    "end\n"
-    "if #old > 0 then redis.call('HSET', MJ, 'ids', '') end\n"
-    "local p, owner\n"
+    "local S, MJ, G, me, idle, pre, self = KEYS[1], KEYS[2], ARGV[1], ARGV[2], "
+    "tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"
+    "local function lines(s) local t = {} for l in string.gmatch(s or '', '[^\\n]+') do "
+    "t[#t+1] = l end return t end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = t[1] * 1000 + math.floor(t[2] / 1000)\n"
     "if self == '1' then\n"
-    "  owner = me\n"
-    "  p = redis.call('XPENDING', S, G, '-', '+', cnt, me)\n"
-    "else\n"
-    "  p = redis.call('XPENDING', S, G, 'IDLE', idle, '-', '+', cnt)\n"
-    "  for _, e in ipairs(p) do if e[2] ~= me then owner = e[2] break end end\n"
-    "  if not owner and ARGV[7] ~= '1' then return {0} end\n"
-    "  if not owner then\n"
-    "    local ids = {} for _, e in ipairs(p) do ids[#ids+1] = e[1] end\n"
-    "    if #ids == 0 then return {0} end\n"
-    "    local got = claim(ids, 0)\n"
-    "    if #got == 0 then return {0} end\n"
-    "    return {2, '', '', got}\n"
+    "  redis.call('HSET', MJ, 't', now)\n"
+    "  return lines(redis.call('HGET', MJ, 'b'))\n"
+    "end\n"
+    "for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', S, G)) do\n"
+    "  local name = c[2]\n"
+    "  if name ~= me then\n"
+    "    local J = pre .. name\n"
+    "    local h = redis.call('HMGET', J, 'b', 't')\n"
+    "    if h[1] and h[1] ~= '' and now - (tonumber(h[2] or '0') or 0) > idle then\n"
+    "      local got = lines(h[1])\n"
+    "      local mine = redis.call('HGET', MJ, 'b')\n"
+    "      if mine and mine ~= '' then mine = mine .. '\\n' .. h[1] else mine = h[1] end\n"
+    "      redis.call('HSET', MJ, 'b', mine, 't', now)\n"
+    "      redis.call('HSET', J, 'b', '')\n"
+    "      redis.call('HINCRBY', J, 'ep', 1)\n"
+    "      return got\n"
+    "    end\n"
     "  end\n"
     "end\n"
-    "local j = redis.call('HMGET', pre .. owner, 'cid', 'seq', 'ids')\n"
-    "local jids = split(j[3])\n"
-    "if #jids > 0 then\n"
-    "  local got = claim(jids, 0)\n"
-    "  if #got > 0 then\n"
-    "    local g = {} for _, e in ipairs(got) do g[#g+1] = e[1] end\n"
-    "    redis.call('HSET', MJ, 'cid', j[1], 'seq', j[2], 'ids', table.concat(g, ' '))\n"
-    "    return {1, j[1], j[2], got}\n"
-    "  end\n"
-    "end\n"
-    "local inj = {} for _, id in ipairs(jids) do inj[id] = true end\n"
-    "local ids = {}\n"
-    "for _, e in ipairs(p) do if e[2] == owner and not inj[e[1]] then ids[#ids+1] = e[1] end end\n"
-    "if #ids == 0 then return {0} end\n"
-    "local got = claim(ids, self == '1' and 0 or idle)\n"
-    "if #got == 0 then return {0} end\n"
-    "return {2, '', '', got}\n";
+    "return {}\n";
 
 /* ---------------------------------------------------------------------- */
 
 static void sw_free(struct streamWork *w) {
+    for (int i = 0; i < w->nreplay; i++) sw_replay_free(&w->replay[i]);
     sw_model_free(&w->own);
     if (w->own.c) psClientFree(w->own.c);
     if (w->have_model) ps_ctr_free(&w->m);
@@ -141,76 +114,64 @@ static void sw_free(struct streamWork *w) {
     free(w->hneg);
     runlog_close(w->log);
     if (w->pre) freeReplyObject(w->pre);
-    free(w->old);
+    free(w->held);
+    free(w->drop);
+    free(w->rebuild);
 }
 
-/* One claim (self: this consumer's own pending entries after a restart).
- * Returns 1 when a batch was taken and trained, 0 none, -1 error. */
+/* One claim (self: this consumer's own held batches after a restart):
+ * every batch taken is read again from its ranges and trained under its
+ * own push identity (the server answers a duplicate for every key its
+ * first push reached and applies it where it did not), then dropped from
+ * this consumer's journal once acknowledged. Returns the batches replayed
+ * (>= 0) or -1. */
 static int claim_once(struct streamWork *w, int self) {
     const trainOpts *o = w->o;
-    char idle[24], count[24];
-    if (psDrain(w->own.c) != PS_OK) {
-        tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
-        return -1;
-    }
+    char idle[24];
     snprintf(idle, sizeof(idle), "%d", o->claim_idle_ms);
-    snprintf(count, sizeof(count), "%d", o->batch > 0 ? o->batch : w->cfg.batch);
-    int strays = w->exact || w->own.c->stats.retries + w->own.c->stats.reconnects != w->resent;
-    const char *argv[] = {"EVAL", ClaimLua, "2", w->skey, w->jkey, o->group, w->me, idle, count,
-                          w->jpre, self ? "1" : "0", strays ? "1" : "0"};
-    redisReply *r = psCommandArgv(w->own.c, w->skey, 12, argv, NULL);
+    const char *argv[] = {"EVAL", ClaimLua, "2", w->skey, w->jkey, o->group, w->me, idle,
+                          w->jpre, self ? "1" : "0"};
+    redisReply *r = psCommandArgv(w->own.c, w->skey, 10, argv, NULL);
     w->last_claim = tr_now();
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 1) {
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         tr_err(o, "[%s] claim: %s", w->me,
                r == NULL ? w->own.c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
         if (r) freeReplyObject(r);
         return -1;
     }
-    long long kind = r->element[0]->integer;
-    w->oldlen = 0;  /* the script XACKed the journaled batch */
-    if (kind == 0 || r->elements != 4) {
-        freeReplyObject(r);
-        return 0;
-    }
-    sw_batch_reset(w);
-    const redisReply *es = r->element[3];
-    for (size_t i = 0; es->type == REDIS_REPLY_ARRAY && i < es->elements; i++)
-        if (sw_take_entry(w, es->element[i]) != 0) {
-            freeReplyObject(r);
-            tr_err(o, "out of memory");
-            return -1;
-        }
-    int rc;
-    if (kind == 1) {
+    int done = 0, rc = 0;
+    for (size_t i = 0; i < r->elements && rc == 0; i++) {
+        const redisReply *l = r->element[i];
         char cid[300];
-        snprintf(cid, sizeof(cid), "%s", r->element[1]->str);
-        uint64_t seq = strtoull(r->element[2]->str, NULL, 10);
+        unsigned long long seq = 0;
+        if (l->type != REDIS_REPLY_STRING || sscanf(l->str, "%299s %llu", cid, &seq) != 2) continue;
+        sw_batch_reset(w);
+        if (sw_read_ranges(w, l->str) < 0) {
+            rc = -1;
+            break;
+        }
         printf("[%s] replaying the journaled batch %s.. (%d entries) of %s, seq %llu\n", w->me,
-               w->first, w->nent, cid, (unsigned long long)seq);
+               w->first, w->nent, cid, seq);
         fflush(stdout);
-        if (sw_set_old(w, w->ids ? w->ids : "", w->idlen) != 0) {
-            freeReplyObject(r);
-            tr_err(o, "out of memory");
-            return -1;
+        if (sw_replay_batch(w, cid, seq) != 1 || psDrain(w->own.c) != PS_OK) {
+            if (!w->own.c->err) tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
+            rc = -1;
+            break;
         }
-        rc = sw_replay_batch(w, cid, seq);
-        if (rc == 1) {
-            w->replays++;
-            w->replayed += w->nent;
+        /* Dropped from the journal at once: a drop step also renews its lease
+         * time, so the claimer is not claimed from while it replays more. */
+        leaseStep ls;
+        if (sw_drop_add(w, cid, seq) != 0 || sw_lease(w, 0, &ls, NULL) < 0) {
+            rc = -1;
+            break;
         }
-    } else {
-        uint64_t seq = tr_wall() * 1e6 > w->own_seq + 1 ? (uint64_t)(tr_wall() * 1e6)
-                                                        : w->own_seq + 1;
-        w->own_seq = seq;
-        rc = sw_train_batch(w, &w->own, 1, w->cid, seq);
-        if (rc == 1) w->claimed += w->nent;
-        if (rc == 0) rc = 1;
+        w->replays++;
+        w->replayed += w->nent;
+        done++;
     }
     freeReplyObject(r);
-    return rc < 0 ? -1 : 1;
+    return rc < 0 ? -1 : done;
 }
-
-/* ---------------------------------------------------------------------- */
 
 static int sw_setup(struct streamWork *w) {
     const trainOpts *o = w->o;
@@ -234,7 +195,8 @@ static int sw_setup(struct streamWork *w) {
     }
     snprintf(w->jpre, sizeof(w->jpre), "%spsj:%s:%s:", pre, o->job, o->group);
     snprintf(w->jkey, sizeof(w->jkey), "%s%s", w->jpre, w->me);
-    snprintf(w->cid, sizeof(w->cid), "s:%s:%s:%s", o->job, o->group, w->me);
+    snprintf(w->base, sizeof(w->base), "s:%s:%s:%s", o->job, o->group, w->me);
+    snprintf(w->cid, sizeof(w->cid), "%s", w->base);
     tr_key(w->sauc_pre, sizeof(w->sauc_pre), o->job, "sauc:");
     if (tr_open_log(o, &w->log) != 0) return -1;
     if ((w->own.c = tr_connect_as(o, o->window, o->wait, w->cid)) == NULL) return -1;
@@ -282,6 +244,19 @@ static int sw_setup(struct streamWork *w) {
     r = psCommand(w->own.c, w->jkey, "HGET %s own", w->jkey);
     if (r && r->type == REDIS_REPLY_STRING) w->own_seq = strtoull(r->str, NULL, 10);
     if (r) freeReplyObject(r);
+    /* The epoch (bumped by claims of this journal): new batches push under
+     * "<base>~<ep>" (the lease step names them; sw_train_batch switches). */
+    r = psCommand(w->own.c, w->jkey, "HGET %s ep", w->jkey);
+    if (r && r->type == REDIS_REPLY_STRING && strtoll(r->str, NULL, 10) > 0)
+        snprintf(w->cid, sizeof(w->cid), "%.250s~%lld", w->base, strtoll(r->str, NULL, 10));
+    if (r) freeReplyObject(r);
+    if (strcmp(w->cid, w->base) != 0) {
+        sw_model_free(&w->own);
+        psClientFree(w->own.c);
+        if ((w->own.c = tr_connect_as(o, o->window, o->wait, w->cid)) == NULL ||
+            sw_model_open(w, w->own.c, &w->own, 0) != 0)
+            return -1;
+    }
     w->tty = !strcmp(o->progress, "tty") || (!strcmp(o->progress, "auto") && isatty(1));
     w->quiet = !strcmp(o->progress, "none");
     printf("[%s] job %s: model %s, stream %s group %s, batch %d (or %d ms), push id %s\n", w->me,
@@ -301,16 +276,8 @@ int tr_cmd_stream(const trainOpts *o) {
     w.t0 = w.last_print = w.last_event = tr_now();
     RUNLOG(w.log, "start", RL_STR("worker", w.me), RL_STR("stream", w.skey),
            RL_STR("group", o->group), RL_STR("model", w.cfg.sp.model), RL_INT("batch", batch));
-    /* A restart under the same name: its journaled batch, then its pending entries
-     * (the journal checks every id meanwhile: the pending list is not known yet). */
-    w.exact = 1;
-    for (;;) {
-        int k = claim_once(&w, 1);
-        if (k < 0) goto out;
-        if (k == 0) break;
-    }
-    w.exact = w.fenced > 0;
-    w.resent = w.own.c->stats.retries + w.own.c->stats.reconnects;
+    /* A restart under the same name: the batches its journal holds first. */
+    if (claim_once(&w, 1) < 0) goto out;
     double claim_every = o->claim_idle_ms / 4000.0;
     if (claim_every < 0.05) claim_every = 0.05;
     while (!tw_stop) {
@@ -318,6 +285,7 @@ int tr_cmd_stream(const trainOpts *o) {
         if (tr_now() - w.last_claim >= claim_every) {
             int k = claim_once(&w, 0);
             if (k < 0) goto out;
+            w.claimed += k;
             if (k > 0) {
                 sw_progress(&w, 0);
                 continue;
@@ -340,26 +308,34 @@ int tr_cmd_stream(const trainOpts *o) {
             sw_progress(&w, 0);
             continue;
         }
-        uint64_t seq = (uint64_t)(tr_wall() * 1e6);
-        if (seq <= w.own_seq) seq = w.own_seq + 1;
-        w.own_seq = seq;
-        /* The journal step may read the next batch (none when --max-events is reached
-         * by this one). */
+        /* The batch leased is trained; the lease step overlapping it starts the next
+         * (none when --max-events is reached by this one). */
+        char cid[300];
+        snprintf(cid, sizeof(cid), "%s", w.ncid);
+        uint64_t seq = w.nseq;
+        w.nseq = 0;
+        w.nranges = 0;
         w.want = batch;
         if (o->max_events) {
             long long left = o->max_events - w.trained - w.malformed - w.nent;
             w.want = left < 0 ? 0 : left < batch ? (int)left : batch;
         }
-        if (sw_train_batch(&w, &w.own, 1, w.cid, seq) < 0) goto out;
+        if (sw_train_batch(&w, &w.own, 1, cid, seq) < 0) goto out;
         sw_progress(&w, 0);
     }
-    /* Drain, then XACK the last batch (a journal of none). */
+    /* Drain, then drop the last batch from the journal (a lease step that reads
+     * nothing). A batch leased but not trained (stopped) stays in the journal: a
+     * claimer, or a restart under this name, trains it. */
     if (psDrain(w.own.c) != PS_OK) {
         tr_err(o, "[%s] push: %s", w.me, w.own.c->errstr);
         goto out;
     }
-    sw_batch_reset(&w);
-    if (sw_journal(&w, w.cid, w.own_seq) < 0) goto out;
+    if (w.tseq && sw_drop_add(&w, w.tcid, w.tseq) != 0) goto out;
+    w.tseq = 0;
+    {
+        leaseStep ls;
+        if (sw_lease(&w, 0, &ls, NULL) < 0) goto out;
+    }
     sw_progress(&w, 1);
     printf("STREAM worker=%s events=%lld malformed=%lld batches=%lld claimed=%lld replays=%lld "
            "replayed=%lld fenced=%lld journal_wait_short=%lld seconds=%.3f\n", w.me, w.trained,

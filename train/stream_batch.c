@@ -122,50 +122,137 @@ static int take_entries(struct streamWork *w, const redisReply *r) {
     return got;
 }
 
-/* Reads up to 'want' new entries: blocks until the first (at most
- * 'block_ms'), then until the batch is full or --batch-ms passed since.
- * Returns the entries taken (>= 0) or -1 (printed). */
+/* Reads into the batch the entries of the journal line "cid seq L1 E1 ..."
+ * (XRANGE s (Li Ei, in order): a claimed or restarted batch, or one whose
+ * lease this process did not see whole. Returns the entries or -1. */
+int sw_read_ranges(struct streamWork *w, const char *line) {
+    char lo[64], hi[64];
+    const char *p = line;
+    int words = 0;
+    while (*p) {
+        while (*p == ' ') p++;
+        const char *q = p;
+        while (*q && *q != ' ') q++;
+        if (q == p) break;
+        words++;
+        if (words > 2 && (q - p) < 60) {
+            if (words % 2 == 1) {
+                snprintf(lo, sizeof(lo), "(%.*s", (int)(q - p), p);
+            } else {
+                snprintf(hi, sizeof(hi), "%.*s", (int)(q - p), p);
+                const char *argv[] = {"XRANGE", w->skey, lo, hi};
+                redisReply *r = psCommandArgv(w->own.c, w->skey, 4, argv, NULL);
+                if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+                    tr_err(w->o, "[%s] XRANGE %s %s %s: %s", w->me, w->skey, lo, hi,
+                           r ? r->str : w->own.c->errstr);
+                    if (r) freeReplyObject(r);
+                    return -1;
+                }
+                for (size_t i = 0; i < r->elements; i++)
+                    if (sw_take_entry(w, r->element[i]) != 0) {
+                        freeReplyObject(r);
+                        tr_err(w->o, "out of memory");
+                        return -1;
+                    }
+                freeReplyObject(r);
+            }
+        }
+        p = q;
+    }
+    return w->nent;
+}
+
+/* The pushes of the batch trained last were acknowledged: it is dropped
+ * from the journal at the next lease step. 0 or -1 (printed). */
+static int drained(struct streamWork *w) {
+    if (psDrain(w->own.c) != PS_OK) {
+        tr_err(w->o, "[%s] push: %s", w->me, w->own.c->errstr);
+        return -1;
+    }
+    if (w->tseq && sw_drop_add(w, w->tcid, w->tseq) != 0) {
+        tr_err(w->o, "out of memory");
+        return -1;
+    }
+    w->tseq = 0;
+    return 0;
+}
+
+/* Leases up to 'want' new entries into the batch being built (each read a
+ * lease step: stream_journal.c): waits (XREAD BLOCK, which takes nothing)
+ * until the first (at most 'block_ms'), then until the batch is full or
+ * --batch-ms passed since. Returns the entries taken (>= 0) or -1
+ * (printed). */
 int sw_read_batch(struct streamWork *w, int want, int block_ms) {
     const trainOpts *o = w->o;
     double start = 0;
-    if (w->pre) {
-        int got = take_entries(w, w->pre);
+    int oom = 0;
+    if (w->rebuild) {
+        int got = sw_read_ranges(w, w->rebuild);
+        free(w->rebuild);
+        w->rebuild = NULL;
+        if (got < 0) return -1;
+    } else if (w->pre) {
+        oom = take_entries(w, sw_lease_entries(w->pre)) < 0;
         freeReplyObject(w->pre);
         w->pre = NULL;
-        if (got < 0) {
-            tr_err(o, "out of memory");
-            return -1;
-        }
-        if (got > 0) start = tr_now();
     }
+    if (oom) goto oom;
+    if (w->nent > 0) start = tr_now();
     while (w->nent < want && !tw_stop) {
+        leaseStep ls;
+        redisReply *e = NULL;
+        if (sw_lease(w, want - w->nent, &ls, &e) < 0) return -1;
+        if (ls.fenced && w->nent > 0) {
+            w->fenced++;
+            fprintf(stderr, "[%s] batch %s.. (%d entries) was claimed by another consumer while "
+                            "it was being leased: dropped here\n", w->me, w->first, w->nent);
+            sw_batch_reset(w);
+        }
+        if (ls.rebuild) {
+            sw_batch_reset(w);
+            int got = sw_read_ranges(w, w->rebuild);
+            free(w->rebuild);
+            w->rebuild = NULL;
+            if (got < 0) return -1;
+            if (got > 0 && start == 0) start = tr_now();
+            continue;
+        }
+        if (e) {
+            oom = take_entries(w, sw_lease_entries(e)) < 0;
+            freeReplyObject(e);
+            if (oom) goto oom;
+            if (start == 0) start = tr_now();
+            continue;
+        }
+        /* Nothing to read now. Idle: first have the batch trained last dropped
+         * from the journal (a claimer would replay it as idle). */
+        if (w->nent == 0 && w->tseq) {
+            if (drained(w) != 0) return -1;
+            continue;
+        }
         int ms = block_ms;
         if (w->nent > 0) {
             ms = o->batch_ms - (int)((tr_now() - start) * 1000.0);
             if (ms < 1) break;
         }
-        char count[24], block[24];
-        snprintf(count, sizeof(count), "%d", want - w->nent);
+        char block[24];
         snprintf(block, sizeof(block), "%d", ms);
-        const char *argv[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", count, "BLOCK",
-                              block, "STREAMS", w->skey, ">"};
-        redisReply *r = psCommandArgv(w->own.c, w->skey, 11, argv, NULL);
+        const char *argv[] = {"XREAD", "COUNT", "1", "BLOCK", block, "STREAMS", w->skey,
+                              w->lastE[0] ? w->lastE : "$"};
+        redisReply *r = psCommandArgv(w->own.c, w->skey, 8, argv, NULL);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            tr_err(o, "[%s] XREADGROUP %s: %s", w->me, w->skey, r ? r->str : w->own.c->errstr);
+            tr_err(o, "[%s] XREAD %s: %s", w->me, w->skey, r ? r->str : w->own.c->errstr);
             if (r) freeReplyObject(r);
             return -1;
         }
-        int got = take_entries(w, r);
+        int none = r->type != REDIS_REPLY_ARRAY;
         freeReplyObject(r);
-        if (got < 0) {
-            tr_err(o, "out of memory");
-            return -1;
-        }
-        if (got && start == 0) start = tr_now();
-        if (!got && w->nent == 0) break; /* blocked block_ms for nothing */
-        if (!got) break;                 /* --batch-ms passed */
+        if (none) break;        /* block_ms (or --batch-ms) passed */
     }
     return w->nent;
+oom:
+    tr_err(o, "out of memory");
+    return -1;
 }
 
 /* ---------------------------------------------------------------------- */
@@ -197,6 +284,23 @@ int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, 
     size_t dim = (size_t)ps_ctr_row_dim(&w->m);
     char err[256];
     int n = w->b.n;
+    if (own && strcmp(cid, w->cid) != 0) {
+        /* A claim bumped this consumer's epoch: its new batches push under
+         * another client id (docs/design.md). */
+        if (drained(w) != 0) return -1;
+        psClient *c = tr_connect_as(o, o->window, o->wait, cid);
+        if (c == NULL) return -1;
+        sw_model_free(&w->own);
+        psClientFree(w->own.c);
+        w->own.c = NULL;
+        if (sw_model_open(w, c, &w->own, 0) != 0) {
+            w->own.c = c;
+            return -1;
+        }
+        snprintf(w->cid, sizeof(w->cid), "%s", cid);
+        printf("[%s] pushes under %s from now on\n", w->me, cid);
+        fflush(stdout);
+    }
     if (model_rows(w, n) != 0) return -1;
     if (ps_ctr_unique_build(&w->u, &w->b) != 0) goto oom;
     size_t need = (w->u.n ? w->u.n : 1) * dim;
@@ -221,18 +325,14 @@ int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, 
         }
         pulled = 1;
     }
-    /* The batch before is acknowledged; then the journal step XACKs it,
-     * records this one and reads the next one: its round trip overlaps the
-     * pulls and the gradient. */
+    /* The batch before is acknowledged (dropped from the journal by this
+     * step); the lease step reads the next batch's first entries and says
+     * whether this batch is still this consumer's: its round trip overlaps
+     * the pulls and the gradient. */
     int jr = 1;
-    journalStep js;
-    memset(&js, 0, sizeof(js));
-    if (psDrain(w->own.c) != PS_OK) {
-        tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
-        jr = -1;
-    } else if (own && sw_journal_send(w, cid, seq, &js) != 0) {
-        jr = -1;
-    }
+    leaseStep ls;
+    memset(&ls, 0, sizeof(ls));
+    if (own && (drained(w) != 0 || sw_lease_send(w, w->want, &ls) != 0)) jr = -1;
     if (pulled) {
         int e1 = psEmbedPullWait(sm->c, sm->e), e2 = psModelPullWait(sm->c, sm->dm, NULL);
         if ((e1 != PS_OK || e2 != PS_OK) && jr == 1) {
@@ -246,16 +346,21 @@ int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, 
         tr_err(o, "[%s] %s", w->me, err);
         jr = -1;
     }
-    if (own) {
-        int r = sw_journal_wait(w, &js);
+    if (own && (ls.tx || ls.wait)) {
+        redisReply *e = NULL;
+        int r = sw_lease_wait(w, &ls, &e);
+        if (r == 1 && e) {
+            if (w->pre) freeReplyObject(w->pre);
+            w->pre = e;         /* the next batch's first entries */
+        }
         if (jr == 1) jr = r;
+        if (jr == 1 && !sw_holds(w, cid, seq)) jr = 0;
     }
     if (jr != 1) {
         if (jr == 0) {
             w->fenced++;
-            w->exact = 1;
             fprintf(stderr, "[%s] batch %s.. (%d entries) was claimed by another consumer before "
-                            "it was journaled: dropped here\n", w->me, w->first, w->nent);
+                            "it was pushed: dropped here\n", w->me, w->first, w->nent);
         }
         return jr;
     }
@@ -273,6 +378,10 @@ int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, 
         tr_err(o, "[%s] push: %s", w->me, sm->c->errstr);
         return -1;
     }
+    if (own) {
+        snprintf(w->tcid, sizeof(w->tcid), "%s", cid);
+        w->tseq = seq;          /* dropped from the journal once acknowledged */
+    }
     w->trained += n;
     w->malformed += w->nbad;
     w->batches++;
@@ -286,23 +395,49 @@ oom:
 /* Trains the batch built under another push identity (a journaled batch a
  * claim took over): a client of its own whose pushes carry 'cid'. */
 int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq) {
-    swModel sm;
     if (psDrain(w->own.c) != PS_OK) {
         tr_err(w->o, "[%s] push: %s", w->me, w->own.c->errstr);
         return -1;
     }
-    int rc = -1;
     if (!strcmp(cid, w->cid)) return sw_train_batch(w, &w->own, 0, cid, seq);
-    psClient *c = tr_connect_as(w->o, w->o->window, w->o->wait, cid);
-    if (c == NULL) return -1;
-    if (sw_model_open(w, c, &sm, 0) == 0) {
-        rc = sw_train_batch(w, &sm, 0, cid, seq);
-        if (rc == 1 && psDrain(c) != PS_OK) {
-            tr_err(w->o, "[%s] replayed push: %s", w->me, c->errstr);
-            rc = -1;
+    /* The replay clients are kept (the last SW_REPLAY_CLIENTS cids): the
+     * batches of one claim share a cid, and a kept client keeps what libps
+     * learnt (a degraded shard is not WAITed for again until its probe). */
+    int k = 0;
+    while (k < w->nreplay && strcmp(w->replay[k].cid, cid) != 0) k++;
+    if (k == w->nreplay) {
+        if (w->nreplay == SW_REPLAY_CLIENTS) {
+            sw_replay_free(&w->replay[0]);
+            memmove(&w->replay[0], &w->replay[1], sizeof(w->replay[0]) * (SW_REPLAY_CLIENTS - 1));
+            w->nreplay--;
+            k--;
         }
+        k = w->nreplay;
+        swReplay *rp = &w->replay[k];
+        memset(rp, 0, sizeof(*rp));
+        psClient *c = tr_connect_as(w->o, w->o->window, w->o->wait, cid);
+        if (c == NULL) return -1;
+        if (sw_model_open(w, c, &rp->sm, 0) != 0) {
+            sw_model_free(&rp->sm);
+            psClientFree(c);
+            return -1;
+        }
+        snprintf(rp->cid, sizeof(rp->cid), "%s", cid);
+        w->nreplay++;
     }
-    sw_model_free(&sm);
-    psClientFree(c);
+    swModel *sm = &w->replay[k].sm;
+    int rc = sw_train_batch(w, sm, 0, cid, seq);
+    if (rc == 1 && psDrain(sm->c) != PS_OK) {
+        tr_err(w->o, "[%s] replayed push: %s", w->me, sm->c->errstr);
+        rc = -1;
+    }
     return rc;
+}
+
+/* Frees a kept replay client. */
+void sw_replay_free(swReplay *rp) {
+    psClient *c = rp->sm.c;
+    sw_model_free(&rp->sm);
+    if (c) psClientFree(c);
+    memset(rp, 0, sizeof(*rp));
 }

@@ -1,7 +1,15 @@
-/* stream_journal.c -- `ps-train stream` (stream.c): the journal step of a
- * batch, pipelined to the stream's node: the XACK of the batch journaled
- * before, the fence-and-journal script, the read of the next batch and,
- * with --wait N, "WAIT N" before the batch is pushed. */
+/* stream_journal.c -- `ps-train stream` (stream.c): the lease step. A
+ * consumer reads entries only inside one transaction (libps
+ * psTransactionAsync: MULTI ... EXEC, resent whole or not at all) with the
+ * journal records that say what it holds:
+ *   LeasePreLua   drops the batches whose pushes were acknowledged, picks
+ *                 (or starts) the batch the read goes to, notes the group's
+ *                 last-delivered-id L;
+ *   XREADGROUP GROUP g C COUNT n NOACK STREAMS s >   (no pending list);
+ *   LeasePostLua  notes the last-delivered-id E after the read: the range
+ *                 (L, E] joins the batch.
+ * With --wait N, "WAIT N" on the stream's node follows (the batch is pushed
+ * only after it answered). Design: docs/design.md "Stream consumption". */
 
 #include <math.h>
 #include <stdio.h>
@@ -17,80 +25,109 @@
 #include "util.h"
 #include "wirefmt.h"
 
-/* The journal: check that the consumer still owns every entry of the new
- * batch (a claim may have taken some: then the batch is "fenced") and
- * journal it. KEYS: stream, journal. ARGV: group, consumer, cid, seq, own,
- * exact, the entry ids joined by spaces, their count (0: the journal is
- * emptied). Returns 1 or -1 (fenced). With exact 0 the caller
- * knows its pending list holds nothing but this batch (see journal_send), so
- * an unchanged count of its pending entries (XPENDING summary) proves that
- * nothing was taken; otherwise, or when the count differs, every id is
- * looked up. The XACK of the batch journaled before and the XREADGROUP of
- * the next batch go in the same pipeline (journal_send). */
-static const char JournalLua[] =
-    "local S, J, G, me = KEYS[1], KEYS[2], ARGV[1], ARGV[2]\n"
-    "local n = tonumber(ARGV[8])\n"
-    "if n > 0 then\n"
-    "  local ok = false\n"
-    "  if ARGV[6] == '0' then\n"
-    "    local s = redis.call('XPENDING', S, G)\n"
-    "    for _, c in ipairs(s[4] or {}) do if c[1] == me then ok = tonumber(c[2]) == n end end\n"
-    "  end\n"
-    "  if not ok then\n"
-    "    local ids = {} for w in string.gmatch(ARGV[7], '%S+') do ids[#ids+1] = w end\n"
-    "    local p = redis.call('XPENDING', S, G, ids[1], ids[#ids], n + 256, me)\n"
-    "    local mine = {} for _, e in ipairs(p) do mine[e[1]] = true end\n"
-    "    ok = true\n"
-    "    for _, id in ipairs(ids) do if not mine[id] then ok = false break end end\n"
-    "    if not ok and #p >= n + 256 then\n"
-    "      ok = true\n"
-    "      for _, id in ipairs(ids) do\n"
-    "        if #redis.call('XPENDING', S, G, id, id, 1, me) == 0 then ok = false break end\n"
-    "      end\n"
-    "    end\n"
-    "  end\n"
-    "  if not ok then redis.call('HSET', J, 'ids', '', 'own', ARGV[5]) return -1 end\n"
+/* The journal of consumer C is a hash in the stream's slot:
+ *   b    its held batches, one line each: "cid seq L1 E1 L2 E2 ...", the
+ *        push identity and the id ranges (Li, Ei] the batch leased;
+ *   t    server ms of its last lease step (claims take a record whose t is
+ *        older than --claim-idle-ms: stream.c ClaimLua);
+ *   ep   its epoch: bumped by every claim of the record; new batches
+ *        push under "<base cid>" (epoch 0) or "<base cid>~<ep>";
+ *   own  the last seq it gave a batch (seqs only grow, across restarts);
+ *   L, tg  scratch of one lease step (the pre-read id, the target batch).
+ * KEYS: stream, journal. ARGV: group, the batches to drop ("cid seq"
+ * lines), mode ("new", "cont" or "drop"), base cid, the batch to continue
+ * (cid, seq), a fresh seq. Returns {status (1, or 0: the batch to continue is
+ * gone: claimed; a new one was started), the held batches' "cid seq"
+ * joined by newlines, the target's cid, the target's seq, the epoch}. */
+#define SW_LUA_LASTID                                                                     \
+    "local function lastid(S, G)\n"                                                       \
+    "  for _, g in ipairs(redis.call('XINFO', 'GROUPS', S)) do\n"                         \
+    "    local t = {} for i = 1, #g, 2 do t[g[i]] = g[i + 1] end\n"                        \
+    "    if t['name'] == G then return t['last-delivered-id'] end\n"                      \
+    "  end\n"                                                                              \
+    "  return redis.error_reply('ERR no consumer group ' .. G)\n"                          \
     "end\n"
-    "redis.call('HSET', J, 'cid', ARGV[3], 'seq', ARGV[4], 'own', ARGV[5], 'ids', ARGV[7])\n"
-    "return 1\n";
 
-/* Remembers 'ids' (len bytes) as the batch journaled last. 0 or -1. */
-int sw_set_old(struct streamWork *w, const char *ids, size_t len) {
-    if (len + 1 > w->oldcap) {
-        char *n = realloc(w->old, len + 1);
-        if (n == NULL) return -1;
-        w->old = n;
-        w->oldcap = len + 1;
+static const char LeasePreLua[] =
+    SW_LUA_LASTID
+    "local S, J, G, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[3]\n"
+    "local L = lastid(S, G)\n"
+    "if type(L) == 'table' then return L end\n"
+    "local drop = {} for l in string.gmatch(ARGV[2], '[^\\n]+') do drop[l] = true end\n"
+    "local h = redis.call('HMGET', J, 'b', 'ep', 'own')\n"
+    "local ep = tonumber(h[2] or '0') or 0\n"
+    "local cid = ARGV[4] if ep > 0 then cid = cid .. '~' .. ep end\n"
+    "local out, keys, has = {}, {}, {}\n"
+    "for l in string.gmatch(h[1] or '', '[^\\n]+') do\n"
+    "  local k = string.match(l, '^(%S+ %S+)')\n"
+    "  if not drop[k] then out[#out+1] = l keys[#keys+1] = k has[k] = true end\n"
+    "end\n"
+    "local st, tg = 1, ''\n"
+    "if mode ~= 'drop' then\n"
+    "  tg = ARGV[5] .. ' ' .. ARGV[6]\n"
+    "  if mode == 'cont' and not has[tg] then st = 0 end\n"
+    "  if mode == 'new' or st == 0 then\n"
+    "    tg = cid .. ' ' .. ARGV[7]\n"
+    "    if not has[tg] then out[#out+1] = tg keys[#keys+1] = tg end\n"
+    "    if tonumber(ARGV[7]) > (tonumber(h[3] or '0') or 0) then redis.call('HSET', J, 'own', "
+    "ARGV[7]) end\n"
+    "  end\n"
+    "end\n"
+    "local t = redis.call('TIME')\n"
+    "redis.call('HSET', J, 'b', table.concat(out, '\\n'), 't', t[1] * 1000 + math.floor(t[2] / "
+    "1000), 'L', mode == 'drop' and '' or L, 'tg', tg)\n"
+    "local tc, ts = string.match(tg, '^(%S+) (%S+)$')\n"
+    "return {st, table.concat(keys, '\\n'), tc or '', ts or '', tostring(ep)}\n";
+
+/* KEYS: stream, journal. ARGV: group. Appends (L, E] to the target batch
+ * when the read took entries; a batch that leased nothing is removed. The
+ * scratch fields are cleared, so a step whose first script failed cannot
+ * record a range from an older step's L (it answers an error instead).
+ * Returns {the target's line ('' when removed), E}. */
+static const char LeasePostLua[] =
+    SW_LUA_LASTID
+    "local S, J, G = KEYS[1], KEYS[2], ARGV[1]\n"
+    "local E = lastid(S, G)\n"
+    "if type(E) == 'table' then return E end\n"
+    "local h = redis.call('HMGET', J, 'b', 'L', 'tg')\n"
+    "if not h[2] or h[2] == '' then return redis.error_reply('ERR lease: the step before the "
+    "read did not run (entries read after ' .. E .. ' are not journaled)') end\n"
+    "local out, line = {}, ''\n"
+    "for l in string.gmatch(h[1] or '', '[^\\n]+') do\n"
+    "  if string.match(l, '^(%S+ %S+)') == h[3] then\n"
+    "    if E ~= h[2] then l = l .. ' ' .. h[2] .. ' ' .. E end\n"
+    "    if string.match(l, '^%S+ %S+ ') then out[#out+1] = l line = l end\n"
+    "  else out[#out+1] = l end\n"
+    "end\n"
+    "redis.call('HSET', J, 'b', table.concat(out, '\\n'), 'L', '', 'tg', '')\n"
+    "return {line, E}\n";
+
+/* Appends the line "cid seq" to the batches to drop. 0 or -1. */
+int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq) {
+    char k[400];
+    int n = snprintf(k, sizeof(k), "%s%s %llu", w->droplen ? "\n" : "", cid,
+                     (unsigned long long)seq);
+    if (n < 0 || (size_t)n >= sizeof(k)) return -1;
+    if (w->droplen + (size_t)n + 1 > w->dropcap) {
+        size_t cap = (w->dropcap ? w->dropcap * 2 : 1024) + (size_t)n;
+        char *d = realloc(w->drop, cap);
+        if (d == NULL) return -1;
+        w->drop = d;
+        w->dropcap = cap;
     }
-    if (len) memcpy(w->old, ids, len);
-    w->oldlen = len;
-    w->old[len] = '\0';
+    memcpy(w->drop + w->droplen, k, (size_t)n + 1);
+    w->droplen += (size_t)n;
     return 0;
-}
-
-/* Appends the space-separated ids of s[0..len) to argv/argl from *argc on. */
-static void split_ids(const char *s, size_t len, const char **argv, size_t *argl, int *argc) {
-    size_t i = 0;
-    while (i < len) {
-        while (i < len && s[i] == ' ') i++;
-        size_t j = i;
-        while (j < len && s[j] != ' ') j++;
-        if (j > i) {
-            argv[*argc] = s + i;
-            argl[(*argc)++] = j - i;
-        }
-        i = j;
-    }
 }
 
 /* ---------------------------------------------------------------------- */
 
-/* With --wait N: "WAIT N" on the stream's node, after the journal step. A
- * batch is pushed only once its journal (and the XREADGROUP that made its
- * entries pending) reached N replicas: otherwise a master killed before
- * replicating them leaves a promoted replica that delivers the entries again
- * as new, while the push that trained them (on another master, or WAITed
- * there) stands: trained twice. NULL on error (errstr set). */
+/* With --wait N: "WAIT N" on the stream's node, after the lease step. A
+ * batch is pushed only once its lease (the journal record and the group's
+ * last-delivered-id) reached N replicas: otherwise a master killed before
+ * replicating them leaves a promoted replica that delivers the entries
+ * again as new, while the push that trained them stands: trained twice.
+ * NULL on error (errstr set). */
 static psAsync *journal_wait_send(struct streamWork *w) {
     char n[24], ms[24];
     snprintf(n, sizeof(n), "%d", w->o->wait);
@@ -99,10 +136,11 @@ static psAsync *journal_wait_send(struct streamWork *w) {
     return psCommandArgvAsync(w->own.c, w->skey, 3, x, NULL);
 }
 
-/* The WAIT of a journal step answered 'r': 0 replicated (or short under
+/* The WAIT of a lease step answered 'r': 0 replicated (or short under
  * --on-degraded degrade: counted, announced once per outage, and the next
- * WAIT sent a probe interval later), -1 short under fail (printed). Under block the WAIT is repeated here until it is
- * answered in full (or the worker is told to stop). */
+ * WAIT sent a probe interval later), -1 short under fail (printed). Under
+ * block the WAIT is repeated here until it is answered in full (or the
+ * worker is told to stop). */
 static int journal_waited(struct streamWork *w, redisReply *r) {
     int pol = PS_DURABILITY_DEGRADE, lost;
     tr_parse_policies(w->o, &pol, &lost);
@@ -141,121 +179,169 @@ static int journal_waited(struct streamWork *w, redisReply *r) {
     }
 }
 
-/* Sends, pipelined to the stream's node: the XACK of the batch journaled
- * before (its pushes were acknowledged), the fence-and-journal script of
- * the batch built, and (w->want > 0) a non-blocking XREADGROUP of the next
- * batch's entries. 0, or -1 (printed; what was sent is waited for). */
-int sw_journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js) {
+/* Sends a lease step of up to 'count' entries (0: only drop the
+ * acknowledged batches) into the batch being leased (w->nseq, or a new one)
+ * and, with --wait N, its WAIT. 0, or -1 (printed). */
+int sw_lease_send(struct streamWork *w, int count, leaseStep *ls) {
     const trainOpts *o = w->o;
-    char s_seq[24], s_own[24], s_want[24];
-    int nold = 4, nnew = 14, k = 0, rc = -1;
-    memset(js, 0, sizeof(*js));
-    snprintf(s_seq, sizeof(s_seq), "%llu", (unsigned long long)seq);
-    snprintf(s_own, sizeof(s_own), "%llu", (unsigned long long)w->own_seq);
-    snprintf(s_want, sizeof(s_want), "%d", w->want);
-    for (size_t i = 0; i < w->oldlen; i++) nold += w->old[i] == ' ';
-    for (size_t i = 0; i < w->idlen; i++) nnew += w->ids[i] == ' ';
-    int cap = nold > nnew ? nold : nnew;
-    const char **av = malloc((size_t)cap * sizeof(char *));
-    size_t *al = malloc((size_t)cap * sizeof(size_t));
-    if (av == NULL || al == NULL) {
-        tr_err(o, "out of memory");
-        goto out;
+    char s_count[24], s_cont[24], s_new[24];
+    memset(ls, 0, sizeof(*ls));
+    uint64_t now = (uint64_t)(tr_wall() * 1e6);
+    ls->fresh = now > w->own_seq ? now : w->own_seq + 1;
+    snprintf(s_count, sizeof(s_count), "%d", count);
+    snprintf(s_cont, sizeof(s_cont), "%llu", (unsigned long long)w->nseq);
+    snprintf(s_new, sizeof(s_new), "%llu", (unsigned long long)ls->fresh);
+    const char *mode = count <= 0 ? "drop" : w->nseq ? "cont" : "new";
+    const char *pre[] = {"EVAL", LeasePreLua, "2", w->skey, w->jkey, o->group,
+                         w->drop ? w->drop : "", mode, w->base, w->ncid, s_cont, s_new};
+    size_t prel[12];
+    for (int i = 0; i < 12; i++) prel[i] = strlen(pre[i]);
+    prel[6] = w->droplen;
+    ls->ndrop = w->droplen;
+    if (count <= 0) {
+        ls->tx = psCommandArgvAsync(w->own.c, w->skey, 12, pre, prel);
+    } else {
+        const char *rd[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", s_count,
+                            "NOACK", "STREAMS", w->skey, ">"};
+        const char *post[] = {"EVAL", LeasePostLua, "2", w->skey, w->jkey, o->group};
+        const char *const *argv[] = {pre, rd, post};
+        const size_t *argvlen[] = {prel, NULL, NULL};
+        int argc[] = {12, 10, 6};
+        ls->tx = psTransactionAsync(w->own.c, w->skey, 3, argc, argv, argvlen);
+        ls->read = 1;
     }
-    if (w->oldlen) {
-        const char *x[] = {"XACK", w->skey, o->group};
-        for (k = 0; k < 3; k++) {
-            av[k] = x[k];
-            al[k] = strlen(x[k]);
-        }
-        split_ids(w->old, w->oldlen, av, al, &k);
-        if ((js->ack = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
-    }
-    {
-        /* Exact unless this consumer's pending list is known to hold only this
-         * batch: after a fence (its rest stays pending here), a resent command (a
-         * lost XREADGROUP reply delivers entries this process never saw) or
-         * before the restart's own pending entries were all taken back. */
-        uint64_t resent = w->own.c->stats.retries + w->own.c->stats.reconnects;
-        int exact = w->exact || resent != w->resent;
-        char s_n[24];
-        snprintf(s_n, sizeof(s_n), "%d", w->idlen ? nnew - 13 : 0);
-        const char *x[] = {"EVAL", JournalLua, "2", w->skey, w->jkey, o->group, w->me, cid,
-                           s_seq, s_own, exact ? "1" : "0", w->ids ? w->ids : "", s_n};
-        for (k = 0; k < 13; k++) {
-            av[k] = x[k];
-            al[k] = k == 11 ? w->idlen : strlen(x[k]);
-        }
-        if ((js->eval = psCommandArgvAsync(w->own.c, w->skey, k, av, al)) == NULL) goto fail;
-    }
-    if (w->want > 0 && w->idlen && !w->pre) {
-        const char *x[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", s_want, "STREAMS",
-                           w->skey, ">"};
-        if ((js->read = psCommandArgvAsync(w->own.c, w->skey, 9, x, NULL)) == NULL) goto fail;
-    }
+    if (ls->tx == NULL) goto fail;
     /* Degraded (a WAIT came back short; policy degrade): no WAIT until the
      * next probe, as libps does for pushes, or every batch would pay its
      * timeout. */
-    if (o->wait > 0 && (!w->jshort || tr_now() >= w->jprobe) &&
-        (js->wait = journal_wait_send(w)) == NULL)
+    if (o->wait > 0 && count > 0 && (!w->jshort || tr_now() >= w->jprobe) &&
+        (ls->wait = journal_wait_send(w)) == NULL)
         goto fail;
-    rc = 0;
-    goto out;
+    return 0;
 fail:
-    tr_err(o, "[%s] journal %s: %s", w->me, w->jkey, w->own.c->errstr);
+    tr_err(o, "[%s] lease %s: %s", w->me, w->jkey, w->own.c->errstr);
+    return -1;
+}
+
+/* Counts the ranges of a journal line "cid seq L1 E1 ...". */
+static int line_ranges(const char *s, size_t len) {
+    int words = 0;
+    for (size_t i = 0; i < len;) {
+        while (i < len && s[i] == ' ') i++;
+        if (i < len) words++;
+        while (i < len && s[i] != ' ') i++;
+    }
+    return words > 2 ? (words - 2) / 2 : 0;
+}
+
+static int str_is(const redisReply *r) { return r && r->type == REDIS_REPLY_STRING; }
+
+/* Waits for a lease step. Returns 1 done, -1 error (printed). On 1: the
+ * entries read are in *entries (the step's reply, to free; sw_lease_entries
+ * gives its XREADGROUP reply; NULL when none were read), the held
+ * batches' "cid seq" lines in w->held, the batch being leased in
+ * w->ncid/w->nseq/w->nranges; ls->fenced: the batch continued was claimed
+ * (a new one started); ls->rebuild: the journal's line of the batch differs
+ * from what this process read (a lost reply ran a lease twice, or a failover
+ * lost one): the batch is to be read again from the journal's ranges
+ * (w->rebuild holds the line). */
+int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries) {
+    redisReply *r = ls->tx ? psCommandWait(w->own.c, ls->tx) : NULL;
+    redisReply *wr = ls->wait ? psCommandWait(w->own.c, ls->wait) : NULL;
+    int rc = -1;
+    ls->tx = ls->wait = NULL;
+    if (entries) *entries = NULL;
+    const redisReply *pre = NULL, *rd = NULL, *post = NULL;
+    if (r && ls->read && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        pre = r->element[0];
+        rd = r->element[1];
+        post = r->element[2];
+    } else if (r && !ls->read) {
+        pre = r;
+    }
+    if (r == NULL || pre == NULL || pre->type != REDIS_REPLY_ARRAY || pre->elements != 5 ||
+        (post && (post->type != REDIS_REPLY_ARRAY || post->elements != 2))) {
+        const redisReply *e = r == NULL ? NULL : r->type == REDIS_REPLY_ERROR ? r
+                              : pre && pre->type == REDIS_REPLY_ERROR ? pre
+                              : post && post->type == REDIS_REPLY_ERROR ? post : NULL;
+        tr_err(w->o, "[%s] lease %s: %s", w->me, w->jkey,
+               r == NULL ? w->own.c->errstr : e ? e->str : "bad reply");
+        if (wr) freeReplyObject(wr);
+        goto out;
+    }
+    if (wr && journal_waited(w, wr) != 0) goto out;
+    /* The drops sent were applied: forget them (later ones stay queued). */
+    if (ls->ndrop) {
+        size_t n = ls->ndrop < w->droplen && w->drop[ls->ndrop] == '\n' ? ls->ndrop + 1 : ls->ndrop;
+        memmove(w->drop, w->drop + n, w->droplen - n + 1);
+        w->droplen -= n;
+    }
+    const redisReply *keys = pre->element[1];
+    free(w->held);
+    w->held = strdup(str_is(keys) ? keys->str : "");
+    if (w->held == NULL) goto oom;
+    ls->fenced = 0;
+    if (!ls->read) {
+        rc = 1;
+        goto out;
+    }
+    ls->fenced = pre->element[0]->type == REDIS_REPLY_INTEGER && pre->element[0]->integer == 0;
+    if (ls->fenced || w->nseq == 0) w->nranges = 0;
+    if (str_is(pre->element[2]) && str_is(pre->element[3])) {
+        snprintf(w->ncid, sizeof(w->ncid), "%s", pre->element[2]->str);
+        w->nseq = strtoull(pre->element[3]->str, NULL, 10);
+        if (w->nseq > w->own_seq) w->own_seq = w->nseq;
+    }
+    int got = rd && rd->type == REDIS_REPLY_ARRAY && rd->elements == 1 &&
+              rd->element[0]->type == REDIS_REPLY_ARRAY && rd->element[0]->elements == 2 &&
+              rd->element[0]->element[1]->type == REDIS_REPLY_ARRAY &&
+              rd->element[0]->element[1]->elements > 0;
+    if (str_is(post->element[1])) snprintf(w->lastE, sizeof(w->lastE), "%s", post->element[1]->str);
+    const redisReply *line = post->element[0];
+    int have = str_is(line) ? line_ranges(line->str, line->len) : 0;
+    ls->rebuild = have != w->nranges + got;
+    w->nranges = have;
+    if (have == 0) w->nseq = 0;
+    if (ls->rebuild) {
+        free(w->rebuild);
+        w->rebuild = strdup(str_is(line) ? line->str : "");
+        if (w->rebuild == NULL) goto oom;
+    } else if (got && entries) {
+        *entries = r;           /* the caller's: sw_lease_entries */
+        r = NULL;
+    }
+    rc = 1;
+    goto out;
+oom:
+    tr_err(w->o, "out of memory");
 out:
-    free(av);
-    free(al);
+    if (r) freeReplyObject(r);
     return rc;
 }
 
-/* Waits for the commands of journal_send. Returns 1 journaled, 0 fenced,
- * -1 error (printed). The entries read go to w->pre (the next batch). */
-int sw_journal_wait(struct streamWork *w, journalStep *js) {
-    psAsync *as[4] = {js->ack, js->eval, js->read, js->wait};
-    redisReply *rs[4] = {NULL, NULL, NULL, NULL};
-    int rc = 1;
-    for (int i = 0; i < 4; i++) {
-        if (as[i] == NULL) continue;
-        rs[i] = psCommandWait(w->own.c, as[i]);
-        if ((rs[i] == NULL || rs[i]->type == REDIS_REPLY_ERROR) && rc == 1) {
-            tr_err(w->o, "[%s] journal %s: %s", w->me, w->jkey,
-                   rs[i] ? rs[i]->str : w->own.c->errstr);
-            rc = -1;
-        }
+/* The XREADGROUP reply inside a lease step's reply kept by sw_lease_wait. */
+const redisReply *sw_lease_entries(const redisReply *r) { return r->element[1]; }
+
+/* Whether "cid seq" is among the held batches of the last lease step. */
+int sw_holds(const struct streamWork *w, const char *cid, uint64_t seq) {
+    char k[400];
+    snprintf(k, sizeof(k), "%s %llu", cid, (unsigned long long)seq);
+    size_t n = strlen(k);
+    for (const char *p = w->held; p && *p;) {
+        const char *e = strchr(p, '\n');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !memcmp(p, k, n)) return 1;
+        p = e ? e + 1 : p + len;
     }
-    memset(js, 0, sizeof(*js));
-    if (as[3] && rc == 1) {
-        if (journal_waited(w, rs[3]) != 0) rc = -1;
-        rs[3] = NULL;               /* freed by journal_waited */
-    }
-    if (rc == 1 && (rs[1] == NULL || rs[1]->type != REDIS_REPLY_INTEGER)) {
-        tr_err(w->o, "[%s] journal %s: bad reply", w->me, w->jkey);
-        rc = -1;
-    }
-    if (rc == 1) {
-        rc = rs[1]->integer == 1;
-        if (sw_set_old(w, rc ? w->ids : "", rc ? w->idlen : 0) != 0) {
-            tr_err(w->o, "out of memory");
-            rc = -1;
-        }
-    }
-    if (rs[2] && rs[2]->type == REDIS_REPLY_ARRAY && !w->pre) {
-        w->pre = rs[2];             /* kept for the next batch */
-        rs[2] = NULL;
-    }
-    for (int i = 0; i < 4; i++)
-        if (rs[i]) freeReplyObject(rs[i]);
-    return rc;
+    return 0;
 }
 
-/* One journal step for the batch built (none: just the XACK of the one
- * before), waited for. Returns 1 journaled, 0 fenced, -1 error (printed). */
-int sw_journal(struct streamWork *w, const char *cid, uint64_t seq) {
-    journalStep js;
-    if (sw_journal_send(w, cid, seq, &js) != 0) {
-        sw_journal_wait(w, &js);
+/* One lease step waited for (count 0: drops only). 1 or -1. */
+int sw_lease(struct streamWork *w, int count, leaseStep *ls, redisReply **entries) {
+    if (sw_lease_send(w, count, ls) != 0) {
+        if (ls->tx) freeReplyObject(psCommandWait(w->own.c, ls->tx));
+        if (ls->wait) freeReplyObject(psCommandWait(w->own.c, ls->wait));
         return -1;
     }
-    return sw_journal_wait(w, &js);
+    return sw_lease_wait(w, ls, entries);
 }

@@ -2,7 +2,7 @@
  * its files share (internal to train/):
  *   stream.c          setup, claims and the worker's loop (the design notes)
  *   stream_batch.c    the model's pieces, entries into a batch, training one
- *   stream_journal.c  the journal step (XACK, fence-and-journal, WAIT)
+ *   stream_journal.c  the lease step (journal records + XREADGROUP NOACK, WAIT)
  *   stream_auc.c      progressive validation: window, histograms, global AUC */
 #ifndef PS_TRAIN_STREAM_WORK_H
 #define PS_TRAIN_STREAM_WORK_H
@@ -22,13 +22,20 @@ typedef struct swModel {
     psModel *cm;                /* stream_events: [trained, malformed] */
 } swModel;
 
+/* A kept client of replays under another consumer's push identity. */
+#define SW_REPLAY_CLIENTS 4
+typedef struct swReplay {
+    char cid[300];
+    swModel sm;
+} swReplay;
+
 typedef struct streamWork {
     const trainOpts *o;
     jobConfig cfg;
     ps_ctr_model m;
     int have_model;
     swModel own;
-    char me[128], cid[300], skey[256], jkey[512], jpre[512], sauc_pre[160];
+    char me[128], base[300], cid[300], skey[256], jkey[512], jpre[512], sauc_pre[160];
     uint64_t own_seq;           /* the last seq of this consumer's own batches */
     ps_sparse_reader *lp;       /* the line parser */
     ps_sparse_batch b;
@@ -58,20 +65,36 @@ typedef struct streamWork {
     runLog *log;
     int tty, quiet;
     int want;                   /* events the next batch may take (prefetch) */
-    char *old;                  /* the entry ids journaled last (space separated) */
-    int exact;                  /* the journal checks every id (journal_send) */
-    uint64_t resent;            /* retries + reconnects of the client when 'exact' was set */
-    size_t oldlen, oldcap;
-    redisReply *pre;            /* entries the journal step read for the next batch */
+    redisReply *pre;            /* a lease step's reply: the next batch's first entries */
+    /* The batch being leased (nseq 0: none yet): its push identity and the
+     * ranges of it this process took in; the batches the journal held at
+     * the last lease step ("cid seq" lines); the batches acknowledged, to
+     * drop at the next one. */
+    char ncid[300];
+    uint64_t nseq;
+    int nranges;
+    char *held;
+    char *drop;
+    size_t droplen, dropcap;
+    char *rebuild;              /* the journal's line of a batch to read again */
+    char lastE[48];             /* the group's last-delivered-id at the last lease */
+    swReplay replay[SW_REPLAY_CLIENTS];
+    int nreplay;
+    char tcid[300];             /* the own batch pushed last, until acknowledged */
+    uint64_t tseq;
     int jshort;                 /* the last journal WAIT came back short */
     long long jshort_total;     /* journal WAITs answered short */
     double jprobe;              /* degraded: when the journal WAITs again */
 } streamWork;
 
-/* The commands of one journal step in flight (sw_journal_send). */
-typedef struct journalStep {
-    psAsync *ack, *eval, *read, *wait;
-} journalStep;
+/* One lease step in flight (sw_lease_send). */
+typedef struct leaseStep {
+    psAsync *tx, *wait;
+    int read;                   /* a transaction with a read (else drops only) */
+    size_t ndrop;               /* bytes of w->drop it sent */
+    uint64_t fresh;             /* the seq a new batch gets */
+    int fenced, rebuild;        /* sw_lease_wait's findings */
+} leaseStep;
 
 /* stream_batch.c */
 int sw_model_open(struct streamWork *w, psClient *c, swModel *sm, int create);
@@ -79,14 +102,18 @@ void sw_model_free(swModel *sm);
 void sw_batch_reset(struct streamWork *w);
 int sw_take_entry(struct streamWork *w, const redisReply *e);
 int sw_read_batch(struct streamWork *w, int want, int block_ms);
+int sw_read_ranges(struct streamWork *w, const char *line);
 int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq);
 int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq);
+void sw_replay_free(swReplay *rp);
 
 /* stream_journal.c */
-int sw_set_old(struct streamWork *w, const char *ids, size_t len);
-int sw_journal_send(struct streamWork *w, const char *cid, uint64_t seq, journalStep *js);
-int sw_journal_wait(struct streamWork *w, journalStep *js);
-int sw_journal(struct streamWork *w, const char *cid, uint64_t seq);
+int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq);
+int sw_lease_send(struct streamWork *w, int count, leaseStep *ls);
+int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries);
+int sw_lease(struct streamWork *w, int count, leaseStep *ls, redisReply **entries);
+const redisReply *sw_lease_entries(const redisReply *r);
+int sw_holds(const struct streamWork *w, const char *cid, uint64_t seq);
 
 /* stream_auc.c */
 void sw_record_scores(struct streamWork *w);

@@ -303,6 +303,19 @@ psAsync *psCommandArgvAsync(psClient *c, const char *key, int argc, const char *
                             const size_t *argvlen);
 redisReply *psCommandWait(psClient *c, psAsync *a);
 
+/* MULTI, the 'ncmd' commands (command i: argc[i], argv[i], argvlen[i] or
+ * NULL for C strings; argvlen NULL: all C strings), EXEC, sent as one
+ * request on the node of 'key': resent whole after a lost connection (the
+ * server discards a transaction whose EXEC it never read), so the commands
+ * run together or not at all. psCommandWait answers EXEC's reply (an array
+ * of the commands' replies), or the first error a command was queued with
+ * (a redirect or retry resends the whole transaction). A lost EXEC reply
+ * may run the transaction twice: make it detectable. At most
+ * PS_TX_MAX_COMMANDS commands. */
+#define PS_TX_MAX_COMMANDS 16
+psAsync *psTransactionAsync(psClient *c, const char *key, int ncmd, const int *argc,
+                            const char *const *const *argv, const size_t *const *argvlen);
+
 /* Exactly-once pushes under a caller's own ids (ps-train stream's journaled
  * batches): while 'seq' != 0, every push added (model partitions, table
  * shards) carries "ID <client_id> <seq>" with this one seq instead of its
