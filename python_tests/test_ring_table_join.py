@@ -238,3 +238,92 @@ def test_replica_reload_and_aof_keep_a_half_finished_join(make_server, make_repl
     assert psserver.digest(rep.client(), "e") == psserver.digest(r, "e") != d
     r.execute_command("DEBUG", "RELOAD")
     assert info(r, "e")["ring_joining"] == 0
+
+
+# ---- the agent: a fresh group with a table joins a running ring -------------------------
+
+def test_agent_fresh_group_joins_by_copying_the_table(make_server, tmp_path):
+    """a and b train a table and a tensor around a ring; c, a fresh server whose table holds
+    other rows, starts its agent with --join: it copies a neighbour's rows (paged, between
+    equal marks) and tensor, then all three train on. After --barrier every group holds the
+    same rows bit for bit, exactly every push of every group (nothing lost or doubled), and
+    per origin the takes equal the marks and applied counts everywhere."""
+    import os
+    import re
+    import threading
+
+    import test_ring_table as rt
+    from test_ring import RELAY, Agent, run_agent
+    if not os.path.exists(RELAY):
+        pytest.fail("%s not built: run make" % RELAY, pytrace=False)
+    srv = [make_server() for _ in range(2)]
+    for s in srv:
+        rt.make_group(s)
+    cport = psserver.free_port()              # c's server starts later
+    names = "abc"
+    spec = ",".join("%s=%s" % (n, s.addr) for n, s in zip("ab", srv)) + \
+        ",c=127.0.0.1:%d" % cport
+    agents = [Agent(tmp_path, spec, n).start() for n in "ab"]
+    try:
+        for s, n in zip(srv, "ab"):
+            psserver.wait_until(lambda: all((info(s.client(), k).get("ring_origin") or b"") ==
+                                            n.encode() for k in (rt.TABLE, rt.TENSOR)),
+                                timeout=10, what="agent %s tracking" % n)
+        n1, n2 = 15, 15
+        th = [threading.Thread(target=rt.push_all, args=(s.port, g, n1)) for g, s in enumerate(srv)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(30)
+        # a and b settle (a barrier while their agents run), as the tensor test does: a
+        # group copying while deltas are still in flight may lack one another group
+        # acknowledged (GAP), which its agent repairs by copying again (test_ring.py).
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0 and "values bit-identical" in out, out
+        c = make_server(port=cport)
+        rt.make_group(c)
+        c.client().execute_command("PS.PUSHGRAD", rt.TABLE, f32(np.full((2, rt.DIM), 7)),
+                                   "IDS", rt.ids_blob([1, 77]))       # c's own rows: replaced
+        srv.append(c)
+        cj = Agent(tmp_path, spec, "c", ["--join"]).start()
+        agents.append(cj)
+        psserver.wait_until(lambda: "joined (--join): copied" in cj.output(), timeout=15,
+                            what="c joined")
+        assert re.search(r"copied \d+ rows of %s from" % re.escape(rt.TABLE), cj.output())
+        th = [threading.Thread(target=rt.push_all, args=(s.port, 10 + g, n2))
+              for g, s in enumerate(srv)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join(30)
+        for a in agents:
+            assert a.stop() == 0, a.output()
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0 and "values bit-identical" in out, out
+        want = np.zeros((rt.NID + 100, rt.DIM), np.float32)
+        wt = 100.0
+        for g, n in [(0, n1), (1, n1), (10, n2), (11, n2), (12, n2)]:
+            for ids, grad in rt.pushes(g, n):
+                want[ids] -= grad
+            wt -= (g + 1) * n
+        ids = list(range(rt.NID + 100))
+        for g, s in enumerate(srv):
+            np.testing.assert_array_equal(rt.rows(s, ids), want, err_msg="group %d" % g)
+            _, w = s.client().execute_command("PS.PULL", rt.TENSOR)
+            np.testing.assert_array_equal(from_f32(w), np.full(6, wt, np.float32))
+        for key in (rt.TABLE, rt.TENSOR):
+            infos = {nm: info(s.client(), key) for s, nm in zip(srv, names)}
+            for nm, i in infos.items():
+                assert (i["ring_pending_seq"], i["ring_accumulated"], i["ring_fwd_entries"]) == \
+                    (0, 0, 0), (nm, key, i)
+                assert i.get("ring_joining", 0) == 0
+            for origin, oi in infos.items():
+                takes = oi["ring_take_seq"]
+                assert takes > 0, (origin, key)
+                for other, i in infos.items():
+                    if other != origin:
+                        marks = {r[0].decode(): r[1] for r in i["ring_origins"]}
+                        assert marks[origin] == takes, (key, origin, other, marks)
+    finally:
+        for a in agents:
+            a.kill()
