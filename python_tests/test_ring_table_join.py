@@ -327,3 +327,78 @@ def test_agent_fresh_group_joins_by_copying_the_table(make_server, tmp_path):
     finally:
         for a in agents:
             a.kill()
+
+
+def test_agent_group_server_restarted_empty_rejoins_while_the_others_train(make_server,
+                                                                          tmp_path):
+    """Three groups with a table and a tensor; c's server is SIGKILLed and comes back empty
+    (keys created anew, untracked) while a and b keep training; c's restarted agent finds the
+    ring running without it and copies a neighbour's rows and tensor (again if it then lacks
+    a delta acknowledged meanwhile); all train on; after --barrier every group holds every
+    push exactly once, bit for bit."""
+    import os
+    import threading
+
+    import test_ring_table as rt
+    from test_ring import RELAY, Agent, run_agent
+    if not os.path.exists(RELAY):
+        pytest.fail("%s not built: run make" % RELAY, pytrace=False)
+    srv = [make_server() for _ in range(3)]
+    for s in srv:
+        rt.make_group(s)
+    names = "abc"
+    spec = ",".join("%s=%s" % (n, s.addr) for n, s in zip(names, srv))
+    agents = [Agent(tmp_path, spec, n).start() for n in names]
+
+    def train(groups, base, n):
+        th = [threading.Thread(target=rt.push_all, args=(srv[g].port, base + g, n))
+              for g in groups]
+        for t in th:
+            t.start()
+        return th
+
+    try:
+        for s, n in zip(srv, names):
+            psserver.wait_until(lambda: all((info(s.client(), k).get("ring_origin") or b"") ==
+                                            n.encode() for k in (rt.TABLE, rt.TENSOR)),
+                                timeout=10, what="agent %s tracking" % n)
+        for t in train(range(3), 0, 15):
+            t.join(30)
+        # c's change has travelled (a barrier while the agents run): its crash loses nothing
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0 and "values bit-identical" in out, out
+        agents[2].kill()
+        srv[2].kill()
+        th = train((0, 1), 20, 40)              # a and b train on meanwhile
+        srv[2].start(timeout=30)
+        c = srv[2].client()
+        c.flushall()
+        rt.make_group(srv[2])
+        agents[2] = Agent(tmp_path, spec, "c").start()
+        psserver.wait_until(lambda: "joined (" in agents[2].output(), timeout=15,
+                            what="c rejoined")
+        assert "rows of %s from" % rt.TABLE in agents[2].output(), agents[2].output()
+        for t in th:
+            t.join(30)
+        for t in train((2,), 20, 15):
+            t.join(30)
+        for a in agents:
+            assert a.stop() == 0, a.output()
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0 and "values bit-identical" in out, out
+        want = np.zeros((rt.NID, rt.DIM), np.float32)
+        wt = 100.0
+        for g, n in [(0, 15), (1, 15), (2, 15), (20, 40), (21, 40), (22, 15)]:
+            for ids, grad in rt.pushes(g, n):
+                want[ids] -= grad
+            wt -= (g + 1) * n
+        for g, s in enumerate(srv):
+            np.testing.assert_array_equal(rt.rows(s, list(range(rt.NID))), want,
+                                          err_msg="group %d" % g)
+            _, w = s.client().execute_command("PS.PULL", rt.TENSOR)
+            np.testing.assert_array_equal(from_f32(w), np.full(6, wt, np.float32))
+        i = info(srv[2].client(), rt.TABLE)
+        assert i["ring_joining"] == 0 and i["ring_take_seq"] > 0
+    finally:
+        for a in agents:
+            a.kill()
