@@ -23,8 +23,9 @@
  * JOIN is refused: a table joins by a paged copy of a neighbour's base view
  * (PS.RING key ROWS cursor COUNT n on the neighbour; JOINBEGIN origin
  * [FROM origin seq]..., JOINROWS page ids rows, JOINEND pages rows on the
- * joiner, which refuses pushes and ring traffic until JOINEND). The table's ring state persists with the value (the helpers at
- * the end: RDB, AOF rewrite, digest, copy). */
+ * joiner, which refuses pushes and ring traffic until JOINEND). The
+ * table's ring state persists with the value (the helpers at the end: RDB,
+ * AOF rewrite, digest, copy). */
 
 #include <limits.h>
 #include <stdlib.h>
