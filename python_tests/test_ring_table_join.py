@@ -402,3 +402,54 @@ def test_agent_group_server_restarted_empty_rejoins_while_the_others_train(make_
     finally:
         for a in agents:
             a.kill()
+
+
+def test_agent_finishes_a_join_left_unfinished(make_server, tmp_path):
+    """b's table is left in the middle of a JOIN (JOINBEGIN and one page, then the copier
+    died): its agent, started, sees ring_joining and copies again; after --barrier a and b
+    hold the same rows, exactly a's and b's pushes."""
+    import os
+
+    import test_ring_table as rt
+    from test_ring import RELAY, Agent, run_agent
+    if not os.path.exists(RELAY):
+        pytest.fail("%s not built: run make" % RELAY, pytrace=False)
+    srv = [make_server() for _ in range(2)]
+    for s in srv:
+        rt.make_group(s)
+    spec = "a=%s,b=%s" % (srv[0].addr, srv[1].addr)
+    agents = [Agent(tmp_path, spec, n).start() for n in "ab"]
+    try:
+        for s, n in zip(srv, "ab"):
+            psserver.wait_until(lambda: (info(s.client(), rt.TABLE).get("ring_origin") or b"") ==
+                                n.encode(), timeout=10, what="agent %s tracking" % n)
+        for g, s in enumerate(srv):
+            rt.push_all(s.port, g, 10)
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0, out
+        agents[1].kill()
+        b = srv[1].client()
+        a_marks = srv[0].client().execute_command("PS.RING", rt.TABLE, "STATE")[3]
+        frm = [x for o, seq, _ in a_marks for x in ("FROM", o, seq)]
+        assert b.execute_command("PS.RING", rt.TABLE, "JOINBEGIN", "b", *frm) == 1
+        assert b.execute_command("PS.RING", rt.TABLE, "JOINROWS", 0, rt.ids_blob([3]),
+                                 f32(np.ones(rt.DIM))) == 1
+        assert info(b, rt.TABLE)["ring_joining"] == 1
+        agents[1] = Agent(tmp_path, spec, "b").start()
+        psserver.wait_until(lambda: info(b, rt.TABLE)["ring_joining"] == 0, timeout=15,
+                            what="b's agent finished the join")
+        assert "left unfinished" in agents[1].output(), agents[1].output()
+        rt.push_all(srv[1].port, 5, 10)
+        for a in agents:
+            assert a.stop() == 0, a.output()
+        rc, out = run_agent(tmp_path, spec, "a", "--barrier")
+        assert rc == 0 and "values bit-identical" in out, out
+        want = np.zeros((rt.NID, rt.DIM), np.float32)
+        for g in (0, 1, 5):
+            for ids, grad in rt.pushes(g, 10):
+                want[ids] -= grad
+        for s in srv:
+            np.testing.assert_array_equal(rt.rows(s, list(range(rt.NID))), want)
+    finally:
+        for a in agents:
+            a.kill()
