@@ -22,7 +22,7 @@
     X(relay_round_min) X(relay_round_max) X(ring_take_seq) X(ring_pending_seq)                     \
     X(ring_pending_elems) X(ring_accumulated) X(ring_fwd_entries) X(ring_fwd_bytes)                \
     X(ring_maxqueue) X(ring_applied) X(ring_maxlag) X(ring_lag) X(ring_lag_refusals) X(seed)      \
-    X(ttl)
+    X(ttl) X(ring_joining)
 
 static const struct {
     const char *name;

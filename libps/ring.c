@@ -102,7 +102,7 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
         return PS_ERR;
     }
     psWireRing a = {key,  strlen(key), PS_WIRE_RING_TRACK, origin, maxqueue, maxlag, NULL, 0,
-                    NULL, NULL, 0, 0};
+                    NULL, NULL, 0, 0, 0, 0, NULL, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -115,7 +115,7 @@ int psRingUntrack(psClient *c, const char *key) {
         psi_set_error(c, PS_ERR_ARG, "psRingUntrack needs a key");
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_UNTRACK, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_UNTRACK, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -129,19 +129,23 @@ int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out) {
         psi_set_error(c, PS_ERR_ARG, "psRingState needs a key");
         return PS_ERR;
     }
-    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_STATE, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0, 0, 0, NULL, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
     redisReply *r = ring_send(c, key, cmd, len);
     if (!r) return PS_ERR;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || !is_str(r->element[0]) ||
-        r->element[0]->len % sizeof(float) || (n && r->element[0]->len != n * sizeof(float)) ||
+    /* A table answers no copy (nil): its rows are paged with psRingRows. */
+    const int nocopy = r->type == REDIS_REPLY_ARRAY && r->elements == 4 &&
+                       r->element[0]->type == REDIS_REPLY_NIL && n == 0;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || (!nocopy && !is_str(r->element[0])) ||
+        (!nocopy && r->element[0]->len % sizeof(float)) ||
+        (n && r->element[0]->len != n * sizeof(float)) ||
         !is_int(r->element[1]) || r->element[1]->integer < 0 ||
         (r->element[2]->type != REDIS_REPLY_NIL && copy_name(out->origin, r->element[2])) ||
         psi_ring_origins(r->element[3], out->origins, &out->norigins) != 0)
         return bad_reply(c, r, "RING STATE");
-    out->n = r->element[0]->len / sizeof(float);
+    out->n = nocopy ? 0 : r->element[0]->len / sizeof(float);
     out->version = (uint64_t)r->element[1]->integer;
     out->values = malloc(out->n ? out->n * sizeof(float) : 1);
     if (!out->values) {
@@ -177,7 +181,7 @@ int psRingJoin(psClient *c, const char *key, const char *origin, const float *va
         seqs[i] = from[i].hwm;
     }
     psWireRing a = {key,   strlen(key), PS_WIRE_RING_JOIN, origin, -1, -1, values, n, names,
-                    seqs,  nfrom,       keepown != 0};
+                    seqs,  nfrom,       keepown != 0, 0, 0, NULL, 0};
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
@@ -186,6 +190,109 @@ int psRingJoin(psClient *c, const char *key, const char *origin, const float *va
     if (!is_int(r)) return bad_reply(c, r, "RING JOIN");
     freeReplyObject(r);
     return PS_OK;
+}
+
+int psRingRows(psClient *c, const char *key, uint32_t dim, uint64_t cursor, uint64_t count,
+               psRingPage *out) {
+    psi_clear_error(c);
+    memset(out, 0, sizeof(*out));
+    if (!key || !dim || !count) {
+        psi_set_error(c, PS_ERR_ARG, "psRingRows needs a key, a dim and a count");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_ROWS, NULL, -1, -1, NULL, 0, NULL, NULL, 0, 0,
+                    cursor, count, NULL, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || !is_str(r->element[0]) ||
+        !is_str(r->element[1]) || !is_str(r->element[2]) || r->element[1]->len % 8 ||
+        r->element[2]->len != r->element[1]->len / 8 * dim * sizeof(float))
+        return bad_reply(c, r, "RING ROWS");
+    char *end = NULL;
+    out->next = strtoull(r->element[0]->str, &end, 10);
+    out->rows = r->element[1]->len / 8;
+    out->ids = malloc(out->rows ? out->rows * 8 : 1);
+    out->vals = malloc(out->rows ? out->rows * dim * sizeof(float) : 1);
+    if (!out->ids || !out->vals) {
+        freeReplyObject(r);
+        psRingPageFree(out);
+        psi_set_error(c, PS_ERR_OOM, "out of memory");
+        return PS_ERR;
+    }
+    memcpy(out->ids, r->element[1]->str, out->rows * 8);
+    memcpy(out->vals, r->element[2]->str, out->rows * dim * sizeof(float));
+    for (size_t i = 1; i < out->rows; i++)
+        if (out->ids[i] <= out->ids[i - 1]) {
+            psRingPageFree(out);
+            return bad_reply(c, r, "RING ROWS");
+        }
+    freeReplyObject(r);
+    return PS_OK;
+}
+
+void psRingPageFree(psRingPage *p) {
+    if (!p) return;
+    free(p->ids);
+    free(p->vals);
+    memset(p, 0, sizeof(*p));
+}
+
+int psRingJoinBegin(psClient *c, const char *key, const char *origin, const psRingOrigin *from,
+                    size_t nfrom) {
+    psi_clear_error(c);
+    if (!key || !name_ok(origin) || nfrom > PS_RING_MAX_ORIGINS || (nfrom && !from)) {
+        psi_set_error(c, PS_ERR_ARG, "psRingJoinBegin needs a key, an origin and at most %d "
+                      "origins", PS_RING_MAX_ORIGINS);
+        return PS_ERR;
+    }
+    const char *names[PS_RING_MAX_ORIGINS];
+    uint64_t seqs[PS_RING_MAX_ORIGINS];
+    for (size_t i = 0; i < nfrom; i++) {
+        names[i] = from[i].name;
+        seqs[i] = from[i].hwm;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_JOINBEGIN, origin, -1, -1, NULL, 0, names,
+                    seqs, nfrom, 0, 0, 0, NULL, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "RING JOINBEGIN") == 1 ? PS_OK : PS_ERR;
+}
+
+int psRingJoinRows(psClient *c, const char *key, uint64_t page, const uint64_t *ids,
+                   const float *vals, size_t rows, uint32_t dim) {
+    psi_clear_error(c);
+    if (!key || !ids || !vals || !rows || !dim) {
+        psi_set_error(c, PS_ERR_ARG, "psRingJoinRows needs a key, rows and a dim");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_JOINROWS, NULL, -1, -1, vals, rows * dim, NULL,
+                    NULL, 0, 0, page, 0, ids, rows};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (!is_int(r) || r->integer < (long long)rows) return bad_reply(c, r, "RING JOINROWS");
+    freeReplyObject(r);
+    return PS_OK;
+}
+
+int psRingJoinEnd(psClient *c, const char *key, uint64_t pages, uint64_t rows) {
+    psi_clear_error(c);
+    if (!key) {
+        psi_set_error(c, PS_ERR_ARG, "psRingJoinEnd needs a key");
+        return PS_ERR;
+    }
+    psWireRing a = {key, strlen(key), PS_WIRE_RING_JOINEND, NULL, -1, -1, NULL, 0, NULL, NULL, 0,
+                    0, pages, rows, NULL, 0};
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_ring(&a, buf, cap));
+    return zero_one(c, ring_send(c, key, cmd, len), "RING JOINEND") == 1 ? PS_OK : PS_ERR;
 }
 
 /* Checks 'count' ascending indices < n and the blobs' sizes. */

@@ -375,6 +375,9 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
     size_t argc = 3;
     if (a->op == PS_WIRE_RING_TRACK) argc += 1 + (a->maxqueue >= 0 ? 2 : 0) + (a->maxlag >= 0 ? 2 : 0);
     else if (a->op == PS_WIRE_RING_JOIN) argc += 2 + 3 * a->nfrom + (a->keepown ? 1 : 0);
+    else if (a->op == PS_WIRE_RING_ROWS || a->op == PS_WIRE_RING_JOINROWS) argc += 3;
+    else if (a->op == PS_WIRE_RING_JOINBEGIN) argc += 1 + 3 * a->nfrom;
+    else if (a->op == PS_WIRE_RING_JOINEND) argc += 2;
     put_header(&o, '*', argc);
     put_str(&o, "PS.RING");
     put_arg(&o, a->key, a->keylen);
@@ -393,6 +396,32 @@ size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap) {
         break;
     case PS_WIRE_RING_STATE: put_str(&o, "STATE"); break;
     case PS_WIRE_RING_UNTRACK: put_str(&o, "UNTRACK"); break;
+    case PS_WIRE_RING_ROWS:
+        put_str(&o, "ROWS");
+        put_u64(&o, a->u1);
+        put_str(&o, "COUNT");
+        put_u64(&o, a->u2);
+        break;
+    case PS_WIRE_RING_JOINBEGIN:
+        put_str(&o, "JOINBEGIN");
+        put_str(&o, a->origin);
+        for (size_t i = 0; i < a->nfrom; i++) {
+            put_str(&o, "FROM");
+            put_str(&o, a->from_origin[i]);
+            put_u64(&o, a->from_seq[i]);
+        }
+        break;
+    case PS_WIRE_RING_JOINROWS: /* little-endian host (codec.h) */
+        put_str(&o, "JOINROWS");
+        put_u64(&o, a->u1);
+        put_arg(&o, (const char *)(const void *)a->ids, a->nids * sizeof(uint64_t));
+        put_arg(&o, (const char *)(const void *)a->values, a->nvalues * sizeof(float));
+        break;
+    case PS_WIRE_RING_JOINEND:
+        put_str(&o, "JOINEND");
+        put_u64(&o, a->u1);
+        put_u64(&o, a->u2);
+        break;
     default:
         put_str(&o, "JOIN");
         put_str(&o, a->origin);

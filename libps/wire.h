@@ -180,12 +180,20 @@ int ps_wire_tombstones_argv(const char *key, size_t keylen, uint64_t cursor, uin
 #define PS_WIRE_RING_STATE 1
 #define PS_WIRE_RING_JOIN 2
 #define PS_WIRE_RING_UNTRACK 3
+#define PS_WIRE_RING_ROWS 4      /* a table's JOIN (docs/commands.md "Ring commands") */
+#define PS_WIRE_RING_JOINBEGIN 5
+#define PS_WIRE_RING_JOINROWS 6
+#define PS_WIRE_RING_JOINEND 7
 
 /* The arguments of one PS.RING:
  *   PS.RING key TRACK origin [MAXQUEUE bytes] [MAXLAG pushes]
  *   PS.RING key STATE
  *   PS.RING key UNTRACK
- *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN] */
+ *   PS.RING key JOIN origin values [FROM origin seq]... [KEEPOWN]
+ *   PS.RING key ROWS u1 COUNT u2           (cursor, count)
+ *   PS.RING key JOINBEGIN origin [FROM origin seq]...
+ *   PS.RING key JOINROWS u1 ids values     (page; 'ids' nids u64, 'values' the F32 rows)
+ *   PS.RING key JOINEND u1 u2              (pages, rows) */
 typedef struct psWireRing {
     const char *key;
     size_t keylen;
@@ -199,6 +207,9 @@ typedef struct psWireRing {
     const uint64_t *from_seq;
     size_t nfrom;
     int keepown;                 /* JOIN: send KEEPOWN (keep the group's own change) */
+    uint64_t u1, u2;             /* ROWS, JOINROWS, JOINEND: the numbers above */
+    const uint64_t *ids;         /* JOINROWS: the row ids */
+    size_t nids;
 } psWireRing;
 
 size_t ps_wire_ring(const psWireRing *a, char *buf, size_t cap);

@@ -20,11 +20,15 @@
  *
  * On a table key (ring_table.h) the same commands work on rows: deltas are
  * u64 ids and rows x dim F32 values; PS.RING STATE answers no copy (nil) and
- * JOIN is refused (a table joins by copying a neighbour's rows: not in this
- * version). The table's ring state persists with the value (the helpers at
- * the end: RDB, AOF rewrite, digest, copy). */
+ * JOIN is refused: a table joins by a paged copy of a neighbour's base view
+ * (PS.RING key ROWS cursor COUNT n on the neighbour; JOINBEGIN origin
+ * [FROM origin seq]..., JOINROWS page ids rows, JOINEND pages rows on the
+ * joiner, which refuses pushes and ring traffic until JOINEND). The
+ * table's ring state persists with the value (the helpers at the end: RDB,
+ * AOF rewrite, digest, copy). */
 
 #include <limits.h>
+#include <stdlib.h>
 #include <math.h>
 #include <string.h>
 
@@ -55,6 +59,10 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
     case PS_RINGT_EEVICT: e = PSERR_RING_TABLE_EVICT; break;
     case PS_RINGT_EFTRL: e = PSERR_RING_TABLE_FTRL; break;
     case PS_RINGT_ESIZE: e = PSERR_RING_ROWSIZE; break;
+    case PS_RINGT_EJOINING: e = PSERR_RING_JOINING; break;
+    case PS_RINGT_ENOJOIN: e = PSERR_RING_NOJOIN; break;
+    case PS_RINGT_EPAGE: e = PSERR_RING_JOINPAGE; break;
+    case PS_RINGT_EDUPROW: e = PSERR_RING_JOINDUP; break;
     default: e = PSERR_INTERNAL; break;
     }
     return RedisModule_ReplyWithError(ctx, e);
@@ -83,10 +91,13 @@ static PSTensor *open_ring2(RedisModuleCtx *ctx, RedisModuleString *kn, int mode
     return NULL;
 }
 
-/* A table's tracked state, or NULL after replying UNTRACKED. */
+/* A table's tracked state, or NULL after replying UNTRACKED, or JOINING
+ * while a JOIN of the table is in progress (ring traffic waits for JOINEND). */
 static PSRingTable *table_ring(RedisModuleCtx *ctx, PSEmbedValue *v) {
     if (!v->ring) reply_ring_error(ctx, PS_RING_EUNTRACKED);
-    return v->ring;
+    else if (v->ring->joining) reply_ring_error(ctx, PS_RINGT_EJOINING);
+    else return v->ring;
+    return NULL;
 }
 
 #define RW (REDISMODULE_READ | REDISMODULE_WRITE)
@@ -294,6 +305,10 @@ static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     int dropped;
+    if (v && v->ring && v->ring->joining) {
+        RedisModule_CloseKey(key);
+        return reply_ring_error(ctx, PS_RINGT_EJOINING);
+    }
     if (v) {
         dropped = v->ring != NULL;
         PSRingTable_Free(v->ring);
@@ -309,12 +324,211 @@ static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return RedisModule_ReplyWithLongLong(ctx, dropped);
 }
 
+/* ========================================================================
+ * A table's JOIN: ROWS (read a page of the base view), JOINBEGIN, JOINROWS,
+ * JOINEND (ring_table.h; docs/commands.md "Ring commands")
+ * ====================================================================== */
+
+/* Rows of one ROWS page at most (COUNT bounds the index buckets scanned). */
+#define RING_ROWS_MAX_COUNT 65536
+
+typedef struct RowsPage {
+    const PSRingTable *r;
+    uint32_t dim;
+    uint64_t n, cap;
+    uint64_t *ids;
+    float *val;
+    int oom;
+} RowsPage;
+
+static void rows_page_add(void *ud, const PSEmbedRow *row) {
+    RowsPage *p = ud;
+    if (p->oom) return;
+    if (p->n == p->cap) {
+        const uint64_t nc = p->cap ? 2 * p->cap : 64;
+        uint64_t *ni = RedisModule_TryAlloc((size_t)nc * 8);
+        float *nv = ni ? RedisModule_TryAlloc((size_t)nc * p->dim * 4) : NULL;
+        if (!nv) {
+            RedisModule_Free(ni);
+            p->oom = 1;
+            return;
+        }
+        if (p->n) {
+            memcpy(ni, p->ids, (size_t)p->n * 8);
+            memcpy(nv, p->val, (size_t)p->n * p->dim * 4);
+        }
+        RedisModule_Free(p->ids);
+        RedisModule_Free(p->val);
+        p->ids = ni;
+        p->val = nv;
+        p->cap = nc;
+    }
+    p->ids[p->n] = row->id;
+    memcpy(p->val + (size_t)p->n * p->dim, PSRingTable_BaseView(p->r, row), (size_t)p->dim * 4);
+    p->n++;
+}
+
+typedef struct IdAt {
+    uint64_t id;
+    uint64_t at;
+} IdAt;
+
+static int cmp_id_at(const void *a, const void *b) {
+    const uint64_t x = ((const IdAt *)a)->id, y = ((const IdAt *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* ROWS cursor COUNT n -> [next cursor, ids (u64, ascending), rows (F32)]:
+ * one page of the base view (ring_table.h) over the export scan's cursor
+ * (0 starts, 0 answered ends). Read-only. */
+static int ring_rows(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 6) return RedisModule_WrongArity(ctx);
+    uint64_t cursor;
+    long long count;
+    if (ps_arg_u64(ctx, argv[3], "cursor", &cursor) != REDISMODULE_OK) return REDISMODULE_OK;
+    if (!ps_arg_is(argv[4], "COUNT"))
+        return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[4], NULL));
+    if (ps_arg_ll(ctx, argv[5], "COUNT", 1, RING_ROWS_MAX_COUNT, &count) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    RedisModuleKey *key;
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
+    if (!t && !v) return REDISMODULE_OK;
+    if (!v) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithError(ctx, PSERR_RING_ROWS_TENSOR);
+    }
+    if (v->ring && v->ring->joining) {
+        RedisModule_CloseKey(key);
+        return reply_ring_error(ctx, PS_RINGT_EJOINING);
+    }
+    RowsPage p = {v->ring, PSEmbed_Config(v->t)->dim, 0, 0, NULL, NULL, 0};
+    const uint64_t next = PSEmbed_Scan(v->t, cursor, (uint64_t)count, 0, rows_page_add, &p);
+    IdAt *ord = p.oom ? NULL : RedisModule_TryAlloc((size_t)(p.n ? p.n : 1) * sizeof(IdAt));
+    unsigned char *out = ord ? RedisModule_TryAlloc((size_t)(p.n ? p.n : 1) * (8 + 4 * p.dim)) : NULL;
+    if (!out) {
+        RedisModule_ReplyWithError(ctx, PSERR_OOM);
+    } else {
+        for (uint64_t i = 0; i < p.n; i++) ord[i] = (IdAt){p.ids[i], i};
+        if (p.n) qsort(ord, (size_t)p.n, sizeof(IdAt), cmp_id_at); /* ids are distinct */
+        unsigned char *vo = out + (size_t)p.n * 8;
+        for (uint64_t i = 0; i < p.n; i++) {
+            memcpy(out + (size_t)i * 8, &ord[i].id, 8);
+            memcpy(vo + (size_t)i * p.dim * 4, p.val + (size_t)ord[i].at * p.dim, (size_t)p.dim * 4);
+        }
+        RedisModule_ReplyWithArray(ctx, 3);
+        RedisModuleString *nc = RedisModule_CreateStringPrintf(ctx, "%llu", (unsigned long long)next);
+        RedisModule_ReplyWithString(ctx, nc); /* a u64, as PS.SCAN's cursor */
+        RedisModule_FreeString(ctx, nc);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)out, (size_t)p.n * 8);
+        RedisModule_ReplyWithStringBuffer(ctx, (const char *)vo, (size_t)p.n * p.dim * 4);
+        PSStats.bytes_out += p.n * (8 + 4 * (uint64_t)p.dim);
+    }
+    RedisModule_Free(out);
+    RedisModule_Free(ord);
+    RedisModule_Free(p.ids);
+    RedisModule_Free(p.val);
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* Opens the table for a JOIN* subcommand, or NULL after replying. */
+static PSEmbedValue *open_join_table(RedisModuleCtx *ctx, RedisModuleString *kn, RedisModuleKey **key) {
+    PSEmbedValue *v;
+    PSTensor *t = open_ring2(ctx, kn, RW, key, &v);
+    if (!t && !v) return NULL;
+    if (v) return v;
+    RedisModule_CloseKey(*key);
+    RedisModule_ReplyWithError(ctx, PSERR_RING_JOIN_TENSOR);
+    return NULL;
+}
+
+/* JOINBEGIN origin [FROM origin seq]... -> 1 */
+static int ring_join_begin(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc < 4 || (argc - 4) % 3) return RedisModule_WrongArity(ctx);
+    const size_t nfrom = (size_t)(argc - 4) / 3;
+    if (nfrom > PS_RING_MAX_ORIGINS + 1) return RedisModule_ReplyWithError(ctx, PSERR_RING_ORIGINS);
+    PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
+    for (size_t k = 0; k < nfrom; k++) {
+        RedisModuleString **a = &argv[4 + 3 * k];
+        if (!ps_arg_is(a[0], "FROM"))
+            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(a[0], NULL));
+        from[k].origin = RedisModule_StringPtrLen(a[1], &from[k].len);
+        if (ps_arg_u64(ctx, a[2], "seq", &from[k].seq) != REDISMODULE_OK) return REDISMODULE_OK;
+    }
+    size_t ol;
+    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
+    RedisModuleKey *key;
+    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
+    if (!v) return REDISMODULE_OK;
+    const int st = PSRingTable_JoinBegin(&v->ring, &v->t, origin, ol, from, nfrom,
+                                         PS_RING_DEFAULT_MAXQUEUE);
+    if (st != PS_RING_OK) {
+        reply_ring_error(ctx, st);
+    } else {
+        RedisModule_ReplicateVerbatim(ctx);
+        ps_notify(ctx, "ps.ringjoin", argv[1]);
+        RedisModule_ReplyWithLongLong(ctx, 1);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* JOINROWS page ids rows -> rows copied so far */
+static int ring_join_rows(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 6) return RedisModule_WrongArity(ctx);
+    uint64_t page;
+    if (ps_arg_u64(ctx, argv[3], "page", &page) != REDISMODULE_OK) return REDISMODULE_OK;
+    size_t il, vl;
+    const unsigned char *ids = (const unsigned char *)RedisModule_StringPtrLen(argv[4], &il);
+    const unsigned char *val = (const unsigned char *)RedisModule_StringPtrLen(argv[5], &vl);
+    if (il == 0 || il % 8) return RedisModule_ReplyWithError(ctx, PSERR_RING_ROWSIZE);
+    RedisModuleKey *key;
+    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
+    if (!v) return REDISMODULE_OK;
+    const int st = PSRingTable_JoinRows(v->ring, v->t, page, ids, il / 8, val, vl);
+    if (st != PS_RING_OK) {
+        reply_ring_error(ctx, st);
+    } else {
+        RedisModule_ReplicateVerbatim(ctx);
+        RedisModule_ReplyWithLongLong(ctx, (long long)v->ring->join_rows);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
+/* JOINEND pages rows -> 1 */
+static int ring_join_end(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 5) return RedisModule_WrongArity(ctx);
+    uint64_t pages, rows;
+    if (ps_arg_u64(ctx, argv[3], "pages", &pages) != REDISMODULE_OK ||
+        ps_arg_u64(ctx, argv[4], "rows", &rows) != REDISMODULE_OK)
+        return REDISMODULE_OK;
+    RedisModuleKey *key;
+    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
+    if (!v) return REDISMODULE_OK;
+    const int st = PSRingTable_JoinEnd(v->ring, pages, rows);
+    if (st != PS_RING_OK) {
+        reply_ring_error(ctx, st);
+    } else {
+        RedisModule_ReplicateVerbatim(ctx);
+        ps_notify(ctx, "ps.ringjoin", argv[1]);
+        RedisModule_ReplyWithLongLong(ctx, 1);
+    }
+    RedisModule_CloseKey(key);
+    return REDISMODULE_OK;
+}
+
 int PSRing_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     if (ps_arg_is(argv[2], "UNTRACK")) return ring_untrack(ctx, argv, argc);
     if (ps_arg_is(argv[2], "TRACK")) return ring_track(ctx, argv, argc);
     if (ps_arg_is(argv[2], "STATE")) return ring_state(ctx, argv, argc);
     if (ps_arg_is(argv[2], "JOIN")) return ring_join(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "ROWS")) return ring_rows(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINBEGIN")) return ring_join_begin(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINROWS")) return ring_join_rows(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINEND")) return ring_join_end(ctx, argv, argc);
     return ps_reply_errorf(ctx, PSERR_RING_SUB_F, RedisModule_StringPtrLen(argv[2], NULL));
 }
 
@@ -413,6 +627,8 @@ int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     if (!t && !v) return REDISMODULE_OK;
     if (v ? !v->ring : !t->ring) {
         reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    } else if (v && v->ring->joining) {
+        reply_ring_error(ctx, PS_RINGT_EJOINING);
     } else {
         const int dropped = v ? PSRingTable_Ack(v->ring, seq) : PSRing_Ack(t, seq);
         if (dropped) {
@@ -503,6 +719,8 @@ int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
         const PSRingRows *d = v->ring ? PSRingTable_FwdPeek(v->ring) : NULL;
         if (!v->ring) {
             reply_ring_error(ctx, PS_RING_EUNTRACKED);
+        } else if (v->ring->joining) {
+            reply_ring_error(ctx, PS_RINGT_EJOINING);
         } else if (!d) {
             RedisModule_ReplyWithNull(ctx);
         } else {
@@ -549,6 +767,8 @@ int PSDeltaFwdAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     if (!t && !v) return REDISMODULE_OK;
     if (v ? !v->ring : !t->ring) {
         reply_ring_error(ctx, PS_RING_EUNTRACKED);
+    } else if (v && v->ring->joining) {
+        reply_ring_error(ctx, PS_RINGT_EJOINING);
     } else {
         const int popped = v ? PSRingTable_FwdAck(v->ring, origin, ol, seq)
                              : PSRing_FwdAck(t, origin, ol, seq);
@@ -602,6 +822,10 @@ void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
 int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
                               size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark) {
     PSRingTable *r = v->ring;
+    if (r->joining) {
+        reply_ring_error(ctx, PS_RINGT_EJOINING);
+        return -1;
+    }
     /* A duplicate (an ID seq already applied) is still answered as one. */
     const PSDedupEntry *e = id ? PSDedupSet_Find(&v->dd, id, idlen) : NULL;
     if (PSRingTable_LagFull(r) && !(e && PSDedupEntry_Seen(e, seq))) {
@@ -640,6 +864,9 @@ void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n) {
     ps_reply_pair_ll(ctx, "ring_lag", (long long)PSRingTable_Lag(r), n);
     ps_reply_pair_ll(ctx, "ring_own_pushes", (long long)r->own_pushes, n);
     ps_reply_pair_ll(ctx, "ring_lag_refusals", (long long)v->ring_lag_refusals, n);
+    ps_reply_pair_ll(ctx, "ring_joining", (long long)(r->joining ? 1 : 0), n);
+    ps_reply_pair_ll(ctx, "ring_join_pages", (long long)(r->joining ? r->joining - 1 : 0), n);
+    ps_reply_pair_ll(ctx, "ring_join_rows", (long long)r->join_rows, n);
     RedisModule_ReplyWithCString(ctx, "ring_origins");
     RedisModule_ReplyWithArray(ctx, r->norigins);
     for (uint32_t i = 0; i < r->norigins; i++) {

@@ -240,5 +240,10 @@ int ring_table_fit(ring *r, int k);
 int ring_table_hash(psClient *c, const char *key, uint32_t dim, uint64_t *h);
 /* ring_compare_groups of a table key. */
 int ring_table_compare(ring *r, int k);
+/* Rejoin of table key k: a paged copy of group g's base view (PS.RING ROWS)
+ * between two equal readings of its marks (STATE), into this group 'me'
+ * (JOINBEGIN, JOINROWS, JOINEND); copied again while the marks move. 0, or
+ * -1 (said; the agent retries the rejoin later). */
+int ring_table_join(ring *r, int k, ringGroup *g, ringGroup *me, const char *why);
 
 #endif /* PS_RING_INT_H */

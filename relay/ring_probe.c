@@ -193,5 +193,14 @@ void ring_probe_all(ring *r) {
                 ring_rejoin(r, why, x);
                 break;
             }
+    /* A JOIN of a table left unfinished (this agent or the neighbour died
+     * mid-copy; the table refuses pushes and ring traffic until it ends):
+     * copy again. */
+    if (!r->o->barrier && r->g[r->self].ok)
+        for (int k = 0; k < r->nkeys; k++)
+            if (r->keys[k].dim && r->g[r->self].info[k].ring_joining) {
+                ring_rejoin(r, "a JOIN of this group's table was left unfinished", -1);
+                break;
+            }
     fflush(stdout);
 }

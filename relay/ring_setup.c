@@ -141,13 +141,12 @@ int ring_rejoin(ring *r, const char *why, int lacking) {
         return -1;
     }
     ringGroup *g = &r->g[from];
-    for (int k = 0; k < r->nkeys; k++)
-        if (r->keys[k].dim) { /* PS.RING JOIN copies tensors only */
-            ring_say(r, "%s: %s is a table: a table cannot copy the ring in this version (start the "
-                        "group from a copy of a neighbour's RDB instead)", why, r->keys[k].name);
-            return -1;
-        }
     for (int k = 0; k < r->nkeys; k++) {
+        if (r->keys[k].dim) { /* a table: a paged copy (ring_table.c) */
+            if (ring_table_join(r, k, g, me, why) != 0) return -1;
+            r->keys[k].sent_seq[r->self] = 0;
+            continue;
+        }
         psRingSnapshot s;
         if (psRingState(g->c, r->keys[k].name, r->keys[k].n, &s) != PS_OK) {
             ring_say(r, "%s: PS.RING STATE %s on %s: %s", why, r->keys[k].name, g->name, g->c->errstr);

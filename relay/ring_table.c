@@ -229,3 +229,89 @@ int ring_table_compare(ring *r, int k) {
     rows_free(&ref);
     return differ;
 }
+
+/* The marks of a STATE answer as a join compares them: names and seqs. */
+static int same_marks(const psRingSnapshot *a, const psRingSnapshot *b) {
+    if (a->norigins != b->norigins) return 0;
+    for (size_t i = 0; i < a->norigins; i++)
+        if (strcmp(a->origins[i].name, b->origins[i].name) || a->origins[i].hwm != b->origins[i].hwm)
+            return 0;
+    return 1;
+}
+
+/* Rows per ROWS page of a table's copy (index buckets scanned). */
+#define RING_JOIN_PAGE 4096
+/* Copies tried before a join gives up for this round (the marks moved). */
+#define RING_JOIN_TRIES 8
+
+int ring_table_join(ring *r, int k, ringGroup *g, ringGroup *me, const char *why) {
+    const char *key = r->keys[k].name;
+    const uint32_t dim = r->keys[k].dim;
+    for (int attempt = 0; attempt < RING_JOIN_TRIES; attempt++) {
+        psRingSnapshot s0, s1;
+        if (psRingState(g->c, key, 0, &s0) != PS_OK) {
+            ring_say(r, "%s: PS.RING STATE %s on %s: %s", why, key, g->name, g->c->errstr);
+            ring_conn_failed(g);
+            return -1;
+        }
+        /* The joiner's rows and ring state start anew under the marks read
+         * before the first page (a half-finished join of an earlier try is
+         * restarted by this JOINBEGIN). */
+        if (psRingJoinBegin(me->c, key, me->name, s0.origins, s0.norigins) != PS_OK) {
+            ring_say(r, "%s: PS.RING %s JOINBEGIN: %s", why, key, me->c->errstr);
+            psRingStateFree(&s0);
+            ring_conn_failed(me);
+            return -1;
+        }
+        uint64_t cursor = 0, pages = 0, rows = 0;
+        do {
+            psRingPage p;
+            if (psRingRows(g->c, key, dim, cursor, RING_JOIN_PAGE, &p) != PS_OK) {
+                ring_say(r, "%s: PS.RING %s ROWS on %s: %s", why, key, g->name, g->c->errstr);
+                psRingStateFree(&s0);
+                ring_conn_failed(g);
+                return -1;
+            }
+            int rc = PS_OK;
+            if (p.rows) rc = psRingJoinRows(me->c, key, pages, p.ids, p.vals, p.rows, dim);
+            if (rc != PS_OK) {
+                ring_say(r, "%s: PS.RING %s JOINROWS: %s", why, key, me->c->errstr);
+                psRingPageFree(&p);
+                psRingStateFree(&s0);
+                ring_conn_failed(me);
+                return -1;
+            }
+            if (p.rows) {
+                pages++;
+                rows += p.rows;
+            }
+            cursor = p.next;
+            psRingPageFree(&p);
+        } while (cursor);
+        if (psRingState(g->c, key, 0, &s1) != PS_OK) {
+            ring_say(r, "%s: PS.RING STATE %s on %s: %s", why, key, g->name, g->c->errstr);
+            psRingStateFree(&s0);
+            ring_conn_failed(g);
+            return -1;
+        }
+        const int same = same_marks(&s0, &s1);
+        psRingStateFree(&s0);
+        psRingStateFree(&s1);
+        if (!same) {
+            ring_say(r, "%s: %s moved on %s during the copy of %s: copying again", why, g->name,
+                     g->name, key);
+            continue;
+        }
+        if (psRingJoinEnd(me->c, key, pages, rows) != PS_OK) {
+            ring_say(r, "%s: PS.RING %s JOINEND: %s", why, key, me->c->errstr);
+            ring_conn_failed(me);
+            return -1;
+        }
+        ring_say(r, "%s: copied %" PRIu64 " rows of %s from %s (%" PRIu64 " pages)", why, rows,
+                 key, g->name, pages);
+        return 0;
+    }
+    ring_say(r, "%s: %s kept moving during %d copies of %s: retrying later (the join stays "
+                "unfinished until then)", why, g->name, RING_JOIN_TRIES, key);
+    return -1;
+}

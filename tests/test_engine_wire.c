@@ -124,7 +124,8 @@ static void expect_argvl(size_t got, const char *buf, int argc, const char **arg
 static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     char buf[512];
     (void)state;
-    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, -1, NULL, 0, NULL, NULL, 0, 0};
+    psWireRing a = {"m:w:0", 5, PS_WIRE_RING_TRACK, "dc-1", -1, -1, NULL, 0, NULL, NULL, 0, 0,
+                    0, 0, NULL, 0};
     const char *track[] = {"PS.RING", "m:w:0", "TRACK", "dc-1", "MAXQUEUE", "1048576",
                            "MAXLAG", "16"};
     expect_argvl(ps_wire_ring(&a, buf, sizeof(buf)), buf, 4, track, NULL);
@@ -142,7 +143,8 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     const float vals[3] = {0.0f, 1.5f, -2.25f};
     const char *names[2] = {"a", "b.2"};
     const uint64_t seqs[2] = {7, 18446744073709551615ULL};
-    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, -1, vals, 3, names, seqs, 2, 0};
+    psWireRing j = {"m:w:0", 5, PS_WIRE_RING_JOIN, "c", -1, -1, vals, 3, names, seqs, 2, 0,
+                    0, 0, NULL, 0};
     const char *join[] = {"PS.RING", "m:w:0", "JOIN", "c", (const char *)vals, "FROM", "a", "7",
                           "FROM", "b.2", "18446744073709551615", "KEEPOWN"};
     const size_t jl[] = {0, 0, 0, 0, 12, 0, 0, 0, 0, 0, 0, 0};
@@ -152,6 +154,29 @@ static void test_wire_ring_commands_match_hiredis_formatting(void **state) {
     j.keepown = 0;
     j.nfrom = 0;
     expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 5, join, jl);
+    /* A table's JOIN: ROWS, JOINBEGIN, JOINROWS (u64 ids and F32 rows), JOINEND */
+    j.nfrom = 2;
+    j.op = PS_WIRE_RING_JOINBEGIN;
+    const char *jb[] = {"PS.RING", "m:w:0", "JOINBEGIN", "c", "FROM", "a", "7",
+                        "FROM", "b.2", "18446744073709551615"};
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 10, jb, NULL);
+    j.op = PS_WIRE_RING_ROWS;
+    j.u1 = 18446744073709551615ULL;
+    j.u2 = 64;
+    const char *rows[] = {"PS.RING", "m:w:0", "ROWS", "18446744073709551615", "COUNT", "64"};
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 6, rows, NULL);
+    const uint64_t ids[1] = {10};
+    j.op = PS_WIRE_RING_JOINROWS;
+    j.u1 = 3;
+    j.ids = ids;
+    j.nids = 1;
+    const char *jr[] = {"PS.RING", "m:w:0", "JOINROWS", "3", (const char *)ids, (const char *)vals};
+    const size_t jrl[] = {0, 0, 0, 0, 8, 12};
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 6, jr, jrl);
+    j.op = PS_WIRE_RING_JOINEND;
+    j.u2 = 5;
+    const char *je[] = {"PS.RING", "m:w:0", "JOINEND", "3", "5"};
+    expect_argvl(ps_wire_ring(&j, buf, sizeof(buf)), buf, 5, je, NULL);
 
     const char *take[] = {"PS.DELTATAKE", "m:w:0", "SEQFLOOR", "12", "THRESHOLD", "0.01",
                           "MAXELEMS", "100"};

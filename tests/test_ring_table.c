@@ -424,6 +424,100 @@ static void test_serialize_roundtrip(void **state) {
     PSEmbed_Free(t);
 }
 
+/* JOIN of a table: a paged copy of a neighbour's base view under its marks
+ * (JoinBegin / JoinRows / JoinEnd); the neighbour's own change then arrives
+ * once as deltas; bad pages change nothing; a join in progress survives a
+ * serialization round trip (layout 2) and a loader checks it. */
+static void test_join_paged_copy(void **state) {
+    (void)state;
+    PSEmbed *ta = mk_table(PSE_INIT_NORMAL), *tb = mk_table(PSE_INIT_NORMAL);
+    PSRingTable *ra = track(ta, "ga"), *rb = track(tb, "gb");
+    const uint64_t ids[5] = {9, 2, 30, 4, 7};
+    const float g[5] = {1, 2, 3, 4, 5};
+    assert_int_equal(own_push(ra, ta, ids, 5, g), PSE_OK);
+    PSRingTakeOpts o = {0, 0, 2};
+    assert_int_equal(PSRingTable_Take(ra, ta, &o), PS_RING_TAKE_NEW); /* pending, seq 1 */
+    assert_int_equal(own_push(ra, ta, ids, 2, g), PSE_OK);               /* accumulated */
+    assert_int_equal(own_push(rb, tb, ids + 3, 2, g), PSE_OK);           /* b's: dropped */
+    /* The copy: a's base view, in two pages of ascending ids. */
+    const uint64_t n = PSEmbed_Rows(ta);
+    uint64_t cid[8];
+    float cv[8 * DIM];
+    for (uint64_t i = 0; i < n; i++) {
+        PSEmbedRow row;
+        PSEmbed_RowAt(ta, i, &row);
+        cid[i] = row.id;
+    }
+    for (uint64_t i = 0; i < n; i++) /* sort ids (n is small) */
+        for (uint64_t j = i + 1; j < n; j++)
+            if (cid[j] < cid[i]) {
+                const uint64_t x = cid[i];
+                cid[i] = cid[j];
+                cid[j] = x;
+            }
+    for (uint64_t i = 0; i < n; i++) {
+        PSEmbedRow row;
+        assert_true(PSEmbed_Lookup(ta, cid[i], &row));
+        memcpy(cv + i * DIM, PSRingTable_BaseView(ra, &row), DIM * sizeof(float));
+    }
+    PSRingFrom from[1] = {{"ga", 2, ra->take_seq}};
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 0, (const unsigned char *)cid, 1,
+                                          (const unsigned char *)cv, DIM * 4),
+                     PS_RINGT_ENOJOIN);
+    assert_int_equal(PSRingTable_JoinBegin(&rb, &tb, O("gb"), from, 1, 1 << 20), PS_RING_OK);
+    assert_int_equal(PSEmbed_Rows(tb), 0);
+    assert_int_equal(rb->joining, 1);
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 1, (const unsigned char *)cid, 2,
+                                          (const unsigned char *)cv, 2 * DIM * 4),
+                     PS_RINGT_EPAGE);
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 0, (const unsigned char *)cid, 2,
+                                          (const unsigned char *)cv, 2 * DIM * 4 - 4),
+                     PS_RINGT_ESIZE);
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 0, (const unsigned char *)cid, 2,
+                                          (const unsigned char *)cv, 2 * DIM * 4),
+                     PS_RING_OK);
+    /* Half-finished: a round trip keeps it; a page copied again is refused. */
+    size_t sn;
+    unsigned char *b = ser(rb, &sn);
+    const char *why = NULL;
+    PSRingTable *c = PSRingTable_Deserialize(tb, b, sn, &why);
+    assert_non_null(c);
+    assert_same_state(c, b, sn, tb, PSEmbed_Digest64(tb));
+    PSRingTable_Free(c);
+    assert_null(PSRingTable_Deserialize(ta, b, sn, &why)); /* rows differ from join_rows */
+    free(b);
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 1, (const unsigned char *)(cid + 1), 1,
+                                          (const unsigned char *)(cv + DIM), DIM * 4),
+                     PS_RINGT_EDUPROW);
+    assert_int_equal(PSRingTable_JoinRows(rb, tb, 1, (const unsigned char *)(cid + 2), n - 2,
+                                          (const unsigned char *)(cv + 2 * DIM), (n - 2) * DIM * 4),
+                     PS_RING_OK);
+    assert_int_equal(PSRingTable_JoinEnd(rb, 2, n + 1), PS_RINGT_EPAGE);
+    assert_int_equal(PSRingTable_JoinEnd(rb, 2, n), PS_RING_OK);
+    assert_int_equal(rb->joining, 0);
+    assert_int_equal(PSRingTable_Lag(rb), 0);
+    /* a's pending take is in the copy (ignored); the rest arrives once. */
+    const PSRingRows *p = ra->pend;
+    assert_int_equal(PSRingTable_Apply(rb, tb, O("ga"), p->seq, 0, (const unsigned char *)p->ids,
+                                       p->rows, (const unsigned char *)p->val, p->rows * DIM * 4, 0),
+                     0);
+    assert_int_equal(PSRingTable_Ack(ra, p->seq), 1);
+    PSRingTable *rbs[1] = {rb};
+    PSEmbed *tbs[1] = {tb};
+    while (exchange(ra, ta, rbs, tbs, 1, 0, 0)) {
+    }
+    for (uint64_t id = 0; id < 40; id++) {
+        float x[DIM], y[DIM];
+        row_of(ta, id, x);
+        row_of(tb, id, y);
+        assert_memory_equal(x, y, sizeof(x));
+    }
+    PSRingTable_Free(ra);
+    PSRingTable_Free(rb);
+    PSEmbed_Free(ta);
+    PSEmbed_Free(tb);
+}
+
 static void test_can_track(void **state) {
     (void)state;
     PSEmbedConfig c;
@@ -458,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_bad_deltas_change_nothing),
         cmocka_unit_test(test_refused_push_rolls_back),
         cmocka_unit_test(test_serialize_roundtrip),
+        cmocka_unit_test(test_join_paged_copy),
         cmocka_unit_test(test_can_track),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

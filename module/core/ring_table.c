@@ -583,11 +583,117 @@ int PSRingTable_FwdAck(PSRingTable *r, const char *origin, size_t len, uint64_t 
 }
 
 /* ------------------------------------------------------------------------
+ * JOIN of a table (ring_table.h)
+ * ---------------------------------------------------------------------- */
+
+const float *PSRingTable_BaseView(const PSRingTable *r, const PSEmbedRow *row) {
+    const float *b = r ? PSRingTable_Base(r, row->id) : NULL;
+    return b ? b : row->data;
+}
+
+int PSRingTable_JoinBegin(PSRingTable **rp, PSEmbed **tp, const char *origin, size_t len,
+                          const PSRingFrom *from, size_t nfrom, uint64_t maxqueue) {
+    if (!PSRing_OriginValid(origin, len)) return PS_RING_EORIGIN;
+    PSEmbed *old = *tp;
+    int st = PSRingTable_CanTrack(old);
+    if (st != PS_RING_OK) return st;
+    uint64_t own_seq = 0;
+    size_t others = 0;
+    for (size_t k = 0; k < nfrom; k++) {
+        if (!PSRing_OriginValid(from[k].origin, from[k].len)) return PS_RING_EORIGIN;
+        if (from[k].seq > PS_RING_MAX_SEQ) return PS_RING_ESEQ;
+        for (size_t j = 0; j < k; j++)
+            if (name_eq(from[j].origin, (uint32_t)from[j].len, from[k].origin, from[k].len))
+                return PS_RING_EDUPFROM;
+        if (name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) own_seq = from[k].seq;
+        else others++;
+    }
+    if (others > PS_RING_MAX_ORIGINS) return PS_RING_EORIGINS;
+    const char *err;
+    PSEmbed *nt = PSEmbed_New(PSEmbed_Config(old), &err);
+    if (!nt) return PS_RING_EOOM;
+    PSRingTable *fresh = NULL;
+    if (!*rp && !(fresh = PSRingTable_New(nt, origin, len, maxqueue, &st))) {
+        PSEmbed_Free(nt);
+        return st;
+    }
+    /* Nothing can fail from here. */
+    PSRingTable *r = fresh ? fresh : *rp;
+    nt->version = old->version + 1;
+    nt->rm_version = nt->version;
+    nt->tomb_horizon = nt->version; /* every row is gone at this version, unlogged */
+    nt->tomb_total = old->tomb_total;
+    r->n = 0;
+    memset(r->index, 0, (size_t)r->isize * sizeof(uint32_t));
+    rows_free(r->pend);
+    r->pend = NULL;
+    r->pend_own = 0;
+    r->acked_own = r->own_pushes; /* the own change is dropped: nothing to wait for */
+    for (PSRingRows *d = r->fwd_head, *nx; d; d = nx) {
+        nx = d->next;
+        rows_free(d);
+    }
+    r->fwd_head = r->fwd_tail = NULL;
+    r->fwd_len = r->fwd_bytes = 0;
+    r->norigins = 0;
+    memset(r->origins, 0, sizeof(r->origins));
+    for (size_t k = 0; k < nfrom; k++) {
+        if (name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) continue;
+        PSRingOrigin *e = &r->origins[r->norigins++];
+        set_name(e->name, &e->len, from[k].origin, from[k].len);
+        e->hwm = from[k].seq;
+    }
+    if (own_seq > r->take_seq) r->take_seq = own_seq;
+    set_name(r->origin, &r->originlen, origin, len);
+    r->joining = 1;
+    r->join_rows = 0;
+    PSEmbed_Free(old);
+    *tp = nt;
+    *rp = r;
+    return PS_RING_OK;
+}
+
+int PSRingTable_JoinRows(PSRingTable *r, PSEmbed *t, uint64_t page, const unsigned char *ids,
+                         uint64_t rows, const unsigned char *val, size_t vlen) {
+    if (!r || !r->joining) return PS_RINGT_ENOJOIN;
+    if (page != r->joining - 1) return PS_RINGT_EPAGE;
+    int st = PSRingTable_CheckDelta(r, ids, rows, val, vlen);
+    if (st != PS_RING_OK) return st;
+    for (uint64_t k = 0; k < rows; k++)
+        if (pse_find(t, ld64(ids, k)) >= 0) return PS_RINGT_EDUPROW;
+    if (t->nrows + rows > PSE_MAX_ROWS || pse_reserve(t, t->nrows + rows) != PSE_OK)
+        return PS_RING_EOOM;
+    /* Nothing can fail from here. */
+    t->version++;
+    t->rm_version = t->version;
+    if (t->version % PSE_AGE_PASS == 0) pse_saturate_ages(t);
+    const uint32_t dim = r->dim;
+    for (uint64_t k = 0; k < rows; k++) {
+        unsigned char *rec = pse_append(t, ld64(ids, k)); /* push count 0, zero state */
+        pse_rec_set_ver(rec, t->version);
+        memcpy(pse_rec_data(t, rec), val + (size_t)k * dim * 4, (size_t)dim * 4);
+        t->stats.created++;
+    }
+    r->joining++;
+    r->join_rows += rows;
+    return PS_RING_OK;
+}
+
+int PSRingTable_JoinEnd(PSRingTable *r, uint64_t pages, uint64_t rows) {
+    if (!r || !r->joining) return PS_RINGT_ENOJOIN;
+    if (pages != r->joining - 1 || rows != r->join_rows) return PS_RINGT_EPAGE;
+    r->joining = 0;
+    r->join_rows = 0;
+    return PS_RING_OK;
+}
+
+/* ------------------------------------------------------------------------
  * Serialization
  * ---------------------------------------------------------------------- */
 
 #define RT_MAGIC 0x54525350u /* "PSRT" little-endian */
-#define RT_LAYOUT 1u
+#define RT_LAYOUT 1u      /* no JOIN in progress */
+#define RT_LAYOUT_JOIN 2u /* layout 1 + joining, join_rows */
 
 static size_t delta_size(const PSRingRows *d) {
     return 4 + d->originlen + 24 + (size_t)d->rows * (8 + 4 * (size_t)d->dim);
@@ -600,7 +706,7 @@ size_t PSRingTable_SerialSize(const PSRingTable *r) {
     s += 8 + (r->pend ? delta_size(r->pend) : 0);
     s += 8;
     for (const PSRingRows *d = r->fwd_head; d; d = d->next) s += delta_size(d);
-    return s;
+    return s + (r->joining ? 16 : 0);
 }
 
 typedef struct W {
@@ -631,7 +737,7 @@ static void wdelta(W *w, const PSRingRows *d) {
 void PSRingTable_Serialize(const PSRingTable *r, unsigned char *out) {
     W w = {out};
     w32(&w, RT_MAGIC);
-    w32(&w, RT_LAYOUT);
+    w32(&w, r->joining ? RT_LAYOUT_JOIN : RT_LAYOUT);
     w32(&w, r->dim);
     w32(&w, r->originlen);
     wbytes(&w, r->origin, r->originlen);
@@ -658,6 +764,10 @@ void PSRingTable_Serialize(const PSRingTable *r, unsigned char *out) {
     if (r->pend) wdelta(&w, r->pend);
     w64(&w, r->fwd_len);
     for (const PSRingRows *d = r->fwd_head; d; d = d->next) wdelta(&w, d);
+    if (r->joining) {
+        w64(&w, r->joining);
+        w64(&w, r->join_rows);
+    }
 }
 
 typedef struct Rd {
@@ -732,7 +842,7 @@ PSRingTable *PSRingTable_Deserialize(const PSEmbed *t, const unsigned char *p, s
     char name[PS_RING_ORIGIN_MAX + 1];
     const uint32_t magic = r32(&rd), layout = r32(&rd), dim = r32(&rd);
     *why = "bad ring state header";
-    if (rd.bad || magic != RT_MAGIC || layout != RT_LAYOUT || dim != PSEmbed_Config(t)->dim)
+    if (rd.bad || magic != RT_MAGIC || (layout != RT_LAYOUT && layout != RT_LAYOUT_JOIN) || dim != PSEmbed_Config(t)->dim)
         return NULL;
     const size_t olen = rname(&rd, name);
     if (!olen) return NULL;
@@ -808,6 +918,15 @@ PSRingTable *PSRingTable_Deserialize(const PSEmbed *t, const unsigned char *p, s
         fwd_push(r, d);
         *why = "bad ring forward entry";
         if (name_eq(d->origin, d->originlen, r->origin, r->originlen)) goto bad;
+    }
+    if (layout == RT_LAYOUT_JOIN) {
+        /* A JOIN in progress: the rows are the pages' rows, nothing else. */
+        r->joining = r64(&rd);
+        r->join_rows = r64(&rd);
+        *why = "bad ring join state";
+        if (rd.bad || r->joining < 1 || r->joining > PS_RING_MAX_SEQ ||
+            r->join_rows != PSEmbed_Rows(t) || r->n || r->pend || r->fwd_len)
+            goto bad;
     }
     *why = "trailing bytes after the ring state";
     if (rd.left) goto bad;

@@ -60,7 +60,11 @@
 enum {
     PS_RINGT_EEVICT = 100, /* TRACK on a table with CAPACITY or TTL */
     PS_RINGT_EFTRL,        /* TRACK on an FTRL table (values are w(z, n)) */
-    PS_RINGT_ESIZE         /* a delta whose values are not rows x dim floats */
+    PS_RINGT_ESIZE,        /* a delta whose values are not rows x dim floats */
+    PS_RINGT_EJOINING,     /* a JOIN of the table is in progress (JOINBEGIN without JOINEND) */
+    PS_RINGT_ENOJOIN,      /* JOINROWS / JOINEND without a JOINBEGIN */
+    PS_RINGT_EPAGE,        /* a JOINROWS page out of order, or JOINEND's counts differ */
+    PS_RINGT_EDUPROW       /* a JOINROWS row copied already */
 };
 
 /* A delta of rows: ids strictly ascending, rows x dim finite values. */
@@ -98,6 +102,10 @@ typedef struct PSRingTable {
     uint64_t maxqueue;
     uint64_t applied;
     uint64_t maxlag, own_pushes, acked_own, pend_own;
+    /* A JOIN in progress (PSRingTable_JoinBegin .. JoinEnd): 0 none, else
+     * 1 + the pages copied so far; join_rows the rows they held. While it is
+     * nonzero the table refuses pushes and ring traffic. */
+    uint64_t joining, join_rows;
 } PSRingTable;
 
 /* Whether table 't' may be tracked: PS_RING_OK or the status. */
@@ -150,12 +158,45 @@ int PSRingTable_FwdAck(PSRingTable *r, const char *origin, size_t len, uint64_t 
 /* The row 'id' of the map (its base, dim floats) or NULL. */
 const float *PSRingTable_Base(const PSRingTable *r, uint64_t id);
 
+/* ---- JOIN of a table: a paged copy of a neighbour's base view ----
+ *
+ * The base view of a tracked table: for a row in the map its base, for any
+ * other row its values (PSRingTable_BaseView); of an untracked table its
+ * values. It changes only when a delta is applied or a take is made (both
+ * move STATE's marks), so pages of it read between two equal readings of
+ * the marks are one consistent copy (docs/design.md "Ring state").
+ *
+ * JoinBegin: checks origin and FROM as PSRing_Join (every origin at most
+ * once, at most PS_RING_MAX_ORIGINS others, seq <= PS_RING_MAX_SEQ); then
+ * *tp := a new empty table of the same configuration (version = the old
+ * version + 1; rows, filter, tombstones and push statistics start empty),
+ * the ring state: map, pending take and forward queue cleared, marks :=
+ * FROM, take_seq raised to a FROM naming 'origin' (never lowered), origin
+ * := 'origin', lag zeroed (the own change is dropped), MAXQUEUE and MAXLAG
+ * kept (a new state for an untracked table: 'maxqueue', no MAXLAG), and
+ * joining := 1. A join in progress may begin again (restart).
+ * JoinRows: page 'page' (0, 1, ... in order) of 'rows' rows: ids strictly
+ * ascending and not yet in the table, rows x dim finite values; each row is
+ * created with these values, push count 0, zero optimizer state; version +1.
+ * JoinEnd: 'pages' and 'rows' must equal what the pages brought; joining
+ * := 0. Each returns PS_RING_OK or the status (nothing changed). */
+int PSRingTable_JoinBegin(PSRingTable **rp, PSEmbed **tp, const char *origin, size_t len,
+                          const PSRingFrom *from, size_t nfrom, uint64_t maxqueue);
+int PSRingTable_JoinRows(PSRingTable *r, PSEmbed *t, uint64_t page, const unsigned char *ids,
+                         uint64_t rows, const unsigned char *val, size_t vlen);
+int PSRingTable_JoinEnd(PSRingTable *r, uint64_t pages, uint64_t rows);
+/* The base view of 'row' (dim floats): its base when in r's map, else its
+ * values ('r' may be NULL: untracked). */
+const float *PSRingTable_BaseView(const PSRingTable *r, const PSEmbedRow *row);
+
 /* Serialization: every field, in a canonical byte layout (little-endian):
  *   "PSRT" u32 layout 1 | u32 dim | u32 originlen, origin | u64 take_seq,
  *   maxqueue, applied, maxlag, own_pushes, acked_own, pend_own |
  *   u64 norigins, each u32 len, name, u64 hwm, u64 applied |
  *   u64 n, each u64 id, dim F32 base |
  *   u64 pending (0 or 1) [delta] | u64 nfwd, each delta
+ *   [layout 2 only (written while a JOIN is in progress): u64 joining,
+ *   u64 join_rows]
  * delta: u32 originlen, origin, u64 seq, u64 hops, u64 rows, rows u64 ids,
  *   rows x dim F32.
  * The same state gives the same bytes (RDB, AOF rewrite, digest, copy). */

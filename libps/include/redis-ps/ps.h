@@ -403,6 +403,7 @@ typedef struct psKeyInfo {
     uint64_t ring_fwd_entries, ring_fwd_bytes, ring_maxqueue, ring_applied;
     uint64_t ring_maxlag, ring_lag, ring_lag_refusals; /* MAXLAG: own pushes not yet in an
                                  acknowledged take, and the pushes refused at the bound */
+    uint64_t ring_joining;     /* a table: 1 while a JOIN is in progress (JOINBEGIN .. JOINEND) */
     size_t ring_norigins;
     psRingOrigin ring_origins[PS_RING_MAX_ORIGINS];
 } psKeyInfo;

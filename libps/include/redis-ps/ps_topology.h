@@ -131,7 +131,8 @@ int psRingTrack(psClient *c, const char *key, const char *origin, int64_t maxque
 int psRingUntrack(psClient *c, const char *key);
 
 /* PS.RING key STATE into *out (free with psRingStateFree). 'n' > 0: the
- * values must have n elements. PS_OK or PS_ERR. */
+ * values must have n elements; 'n' 0 also takes a table's answer (no copy:
+ * out->n 0, its marks only). PS_OK or PS_ERR. */
 int psRingState(psClient *c, const char *key, size_t n, psRingSnapshot *out);
 void psRingStateFree(psRingSnapshot *s);
 
@@ -141,6 +142,27 @@ void psRingStateFree(psRingSnapshot *s);
  * PS_OK or PS_ERR. */
 int psRingJoin(psClient *c, const char *key, const char *origin, const float *values, size_t n,
                const psRingOrigin *from, size_t nfrom, int keepown);
+
+/* A table's JOIN (docs/commands.md "Ring commands"): a paged copy of a
+ * neighbour's base view. One page of PS.RING key ROWS cursor COUNT count
+ * (free with psRingPageFree): 'rows' ids ascending, rows x dim floats. */
+typedef struct psRingPage {
+    uint64_t next;  /* the next cursor; 0: the scan is complete */
+    size_t rows;
+    uint64_t *ids;  /* malloc'd */
+    float *vals;    /* malloc'd */
+} psRingPage;
+int psRingRows(psClient *c, const char *key, uint32_t dim, uint64_t cursor, uint64_t count,
+               psRingPage *out);
+void psRingPageFree(psRingPage *p);
+/* PS.RING key JOINBEGIN origin [FROM name hwm]... (the table's rows are
+ * dropped; a join in progress until psRingJoinEnd), JOINROWS page ids
+ * values (page 0, 1, ...), JOINEND pages rows. PS_OK or PS_ERR. */
+int psRingJoinBegin(psClient *c, const char *key, const char *origin, const psRingOrigin *from,
+                    size_t nfrom);
+int psRingJoinRows(psClient *c, const char *key, uint64_t page, const uint64_t *ids,
+                   const float *vals, size_t rows, uint32_t dim);
+int psRingJoinEnd(psClient *c, const char *key, uint64_t pages, uint64_t rows);
 
 /* (A psDelta must be zeroed before its first use: each call releases what
  * it held.)
