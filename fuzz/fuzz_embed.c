@@ -278,11 +278,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FZ_CHECK(TM.mem_usage(v) >= PSEmbed_MemUsage(v->t));
     if (v->ring) check_ring(v, data, size);
     /* A loaded table keeps working: push the rows it has (and a new id),
-     * pull them; save -> load of the result keeps its digest. */
+     * pull them; save -> load of the result keeps its digest. As the
+     * commands do (cmd_embed.c, cmd_ring.c): a table whose ring JOIN is in
+     * progress takes no push, a ring-tracked table's push goes through the
+     * ring's hooks, and a tracked table is never evicted. */
     const uint32_t dim = PSEmbed_Config(v->t)->dim;
     const uint64_t rows = PSEmbed_Rows(v->t);
     size_t k = (rows < 8 ? (size_t)rows : 8) + 1;
-    if ((uint64_t)k * dim <= (1u << 20)) {
+    if ((uint64_t)k * dim <= (1u << 20) && !(v->ring && v->ring->joining)) {
         uint64_t *ids = malloc(k * sizeof(uint64_t));
         float *g = malloc((size_t)k * dim * sizeof(float));
         FZ_CHECK(ids && g);
@@ -294,13 +297,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         ids[k - 1] = 0x9e3779b97f4a7c15ULL;
         for (size_t i = 0; i < (size_t)k * dim; i++) g[i] = (float)(i % 7) / 8 - 0.25f;
         PSEmbedPushResult pr;
-        int st = PSEmbed_Push(v->t, (const unsigned char *)ids, k, (const unsigned char *)g, &pr);
-        FZ_CHECK(st == PSE_OK || st == PSE_ERR_OOM || st == PSE_ERR_FULL);
+        uint64_t mark = 0;
+        int hooked = v->ring && PSRingTable_BeforePush(v->ring, v->t, (const unsigned char *)ids,
+                                                       k, &mark) == PS_RING_OK;
+        if (!v->ring || hooked) {
+            int st =
+                PSEmbed_Push(v->t, (const unsigned char *)ids, k, (const unsigned char *)g, &pr);
+            FZ_CHECK(st == PSE_OK || st == PSE_ERR_OOM || st == PSE_ERR_FULL);
+            if (hooked) PSRingTable_AfterPush(v->ring, st == PSE_OK, mark);
+        }
         PSEmbed_Pull(v->t, (const unsigned char *)ids, k, g);
-        /* An eviction by age logs its removals like the push's. */
-        FZ_CHECK(PSEmbed_TombReserve(v->t, PSEmbed_Rows(v->t)) == PSE_OK ||
-                 PSEmbed_Config(v->t)->tombstones > (1u << 20));
-        PSEmbed_EvictAge(v->t, 1 + PSEmbed_Version(v->t) % 3);
+        if (!v->ring) {
+            /* An eviction by age logs its removals like the push's. */
+            FZ_CHECK(PSEmbed_TombReserve(v->t, PSEmbed_Rows(v->t)) == PSE_OK ||
+                     PSEmbed_Config(v->t)->tombstones > (1u << 20));
+            PSEmbed_EvictAge(v->t, 1 + PSEmbed_Version(v->t) % 3);
+        }
         check_tombstones(v->t);
         RedisModuleIO s3 = save(v);
         PSEmbedValue *x = load(s3.buf, s3.used);

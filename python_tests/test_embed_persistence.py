@@ -12,6 +12,7 @@ import os
 import shutil
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -139,7 +140,12 @@ def test_replica_reload_restart_and_aof_replay_are_bit_identical(make_server, ma
     # DEBUG RELOAD (RDB save + load) and a restart from RDB.
     c.execute_command("DEBUG", "RELOAD")
     assert state(c) == want, "DEBUG RELOAD differs"
-    # A restart from the RDB file alone (a fresh server over a copy of dump.rdb).
+    # A restart from the RDB file alone (a fresh server over a copy of dump.rdb). The
+    # replica resyncs after each restart above, and its full sync's BGSAVE refuses a SAVE
+    # while it runs ("Background save already in progress"): wait for it.
+    deadline = time.monotonic() + 30
+    while c.info("persistence")["rdb_bgsave_in_progress"] and time.monotonic() < deadline:
+        time.sleep(0.02)
     c.save()
     d2 = os.path.join(m.dir, "rdbonly")
     os.mkdir(d2)

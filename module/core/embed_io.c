@@ -84,6 +84,9 @@ PSEmbed *PSEmbed_LoadBegin(const PSEmbedConfig *c, const PSEmbedState *st,
     if (!e && st->version >= PSE_MAX_VERSION) e = "table version out of range";
     if (!e && st->sweep_pos > st->nrows) e = "sweep position beyond the rows";
     if (!e && st->tomb_horizon > st->version + 1) e = "tombstone horizon beyond the version";
+    /* Nor does the count of removals (a count near 2^64 wraps on the next one,
+     * and the log would then hold more entries than the count: fuzz_embed). */
+    if (!e && st->tomb_total >= PSE_MAX_VERSION) e = "tombstone count out of range";
     if (!e && filter_len != (c->admit > 1 ? (size_t)1 << c->filter_log2 : 0))
         e = "admission filter of the wrong size";
     if (e) {
