@@ -134,8 +134,12 @@ static int claim_once(struct streamWork *w, int self) {
     redisReply *r = psCommandArgv(w->own.c, w->skey, 10, argv, NULL);
     w->last_claim = tr_now();
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        tr_err(o, "[%s] claim: %s", w->me,
-               r == NULL ? w->own.c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        char why[300];
+        tr_err(o, "[%s] claim (a script on %s %s%s): %s%s", w->me, w->skey, w->jpre,
+               self ? w->me : "*",
+               r == NULL ? w->own.c->errstr : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply",
+               sw_refused(ClaimLua, r && r->type == REDIS_REPLY_ERROR ? r->str : NULL, why,
+                          sizeof(why)));
         if (r) freeReplyObject(r);
         return -1;
     }
@@ -236,7 +240,9 @@ static int sw_setup(struct streamWork *w) {
     redisReply *r = psCommand(w->own.c, w->skey, "XGROUP CREATE %s %s 0 MKSTREAM", w->skey,
                               o->group);
     if (r == NULL || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)) {
-        tr_err(o, "XGROUP CREATE %s %s: %s", w->skey, o->group, r ? r->str : w->own.c->errstr);
+        char why[200];
+        tr_err(o, "XGROUP CREATE %s %s: %s%s", w->skey, o->group, r ? r->str : w->own.c->errstr,
+               sw_refused(NULL, r ? r->str : NULL, why, sizeof(why)));
         if (r) freeReplyObject(r);
         return -1;
     }

@@ -123,7 +123,10 @@ int sw_flush_hist(struct streamWork *w) {
     }
     redisReply *r = psCommandArgv(w->own.c, key, a, argv, NULL);
     int rc = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
-    if (rc) fprintf(stderr, "[%s] AUC histogram %s: %s\n", w->me, key, r ? r->str : w->own.c->errstr);
+    char why[300];
+    if (rc)
+        fprintf(stderr, "[%s] AUC histogram %s: %s%s\n", w->me, key, r ? r->str : w->own.c->errstr,
+                sw_refused(HistLua, r ? r->str : NULL, why, sizeof(why)));
     if (r) freeReplyObject(r);
     free(argv);
     free(num);

@@ -143,8 +143,10 @@ int sw_read_ranges(struct streamWork *w, const char *line) {
                 const char *argv[] = {"XRANGE", w->skey, lo, hi};
                 redisReply *r = psCommandArgv(w->own.c, w->skey, 4, argv, NULL);
                 if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-                    tr_err(w->o, "[%s] XRANGE %s %s %s: %s", w->me, w->skey, lo, hi,
-                           r ? r->str : w->own.c->errstr);
+                    char why[200];
+                    tr_err(w->o, "[%s] XRANGE %s %s %s: %s%s", w->me, w->skey, lo, hi,
+                           r ? r->str : w->own.c->errstr,
+                           sw_refused(NULL, r ? r->str : NULL, why, sizeof(why)));
                     if (r) freeReplyObject(r);
                     return -1;
                 }
@@ -241,7 +243,9 @@ int sw_read_batch(struct streamWork *w, int want, int block_ms) {
                               w->lastE[0] ? w->lastE : "$"};
         redisReply *r = psCommandArgv(w->own.c, w->skey, 8, argv, NULL);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            tr_err(o, "[%s] XREAD %s: %s", w->me, w->skey, r ? r->str : w->own.c->errstr);
+            char why[200];
+            tr_err(o, "[%s] XREAD %s: %s%s", w->me, w->skey, r ? r->str : w->own.c->errstr,
+                   sw_refused(NULL, r ? r->str : NULL, why, sizeof(why)));
             if (r) freeReplyObject(r);
             return -1;
         }

@@ -20,6 +20,7 @@
 #include "cmds.h"
 #include "conn.h"
 #include "metrics.h"
+#include "protocol.h"
 #include "stream_work.h"
 #include "tasks.h"
 #include "util.h"
@@ -48,7 +49,7 @@
     "  return redis.error_reply('ERR no consumer group ' .. G)\n"                          \
     "end\n"
 
-static const char LeasePreLua[] =
+const char SwLeasePreLua[] =
     SW_LUA_LASTID
     "local S, J, G, mode = KEYS[1], KEYS[2], ARGV[1], ARGV[3]\n"
     "local L = lastid(S, G)\n"
@@ -84,7 +85,7 @@ static const char LeasePreLua[] =
  * scratch fields are cleared, so a step whose first script failed cannot
  * record a range from an older step's L (it answers an error instead).
  * Returns {the target's line ('' when removed), E}. */
-static const char LeasePostLua[] =
+const char SwLeasePostLua[] =
     SW_LUA_LASTID
     "local S, J, G = KEYS[1], KEYS[2], ARGV[1]\n"
     "local E = lastid(S, G)\n"
@@ -101,6 +102,42 @@ static const char LeasePostLua[] =
     "end\n"
     "redis.call('HSET', J, 'b', table.concat(out, '\\n'), 'L', '', 'tg', '')\n"
     "return {line, E}\n";
+
+const char *sw_refused(const char *script, const char *err, char *out, size_t len) {
+    static const char Role[] = "the role: docs/operations.md section 4, \"worker, stream\"";
+    out[0] = '\0';
+    if (err == NULL) return out;
+    int inscript = strstr(err, "executing the script can't") != NULL;
+    if (!inscript && ps_proto_error_class(err, strlen(err)) != PS_PROTO_ERR_NOPERM) return out;
+    const char *at = inscript ? strstr(err, "@user_script:") : NULL;
+    int line = at ? atoi(at + 13) : 0;
+    const char *p = script;
+    for (int i = 1; p && i < line; i++) {
+        p = strchr(p, '\n');
+        if (p) p++;
+    }
+    if (!inscript || p == NULL || line < 1) {
+        snprintf(out, len, " (%s)", Role);
+        return out;
+    }
+    /* The commands the refused line calls: redis.call('A'[, 'B' in capitals]). */
+    char what[160] = "";
+    size_t n = 0;
+    const char *e = strchr(p, '\n');
+    for (const char *q = p; (q = strstr(q, "redis.call('")) != NULL && (!e || q < e);) {
+        q += 12;
+        size_t k = strcspn(q, "'");
+        const char *sub = q + k + 1;
+        size_t sk = 0;
+        if (!strncmp(sub, ", '", 3) && sub[3] >= 'A' && sub[3] <= 'Z') sk = strcspn(sub + 3, "'");
+        n += (size_t)snprintf(what + n, n < sizeof(what) ? sizeof(what) - n : 0, "%s%.*s%s%.*s",
+                              n ? " or " : "", (int)k, q, sk ? " " : "", (int)sk, sub + 3);
+        if (n >= sizeof(what)) break;
+    }
+    snprintf(out, len, " (refused: the script's %s, line %d; %s)", what[0] ? what : "command", line,
+             Role);
+    return out;
+}
 
 /* Appends the line "cid seq" to the batches to drop. 0 or -1. */
 int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq) {
@@ -192,7 +229,7 @@ int sw_lease_send(struct streamWork *w, int count, leaseStep *ls) {
     snprintf(s_cont, sizeof(s_cont), "%llu", (unsigned long long)w->nseq);
     snprintf(s_new, sizeof(s_new), "%llu", (unsigned long long)ls->fresh);
     const char *mode = count <= 0 ? "drop" : w->nseq ? "cont" : "new";
-    const char *pre[] = {"EVAL", LeasePreLua, "2", w->skey, w->jkey, o->group,
+    const char *pre[] = {"EVAL", SwLeasePreLua, "2", w->skey, w->jkey, o->group,
                          w->drop ? w->drop : "", mode, w->base, w->ncid, s_cont, s_new};
     size_t prel[12];
     for (int i = 0; i < 12; i++) prel[i] = strlen(pre[i]);
@@ -203,7 +240,7 @@ int sw_lease_send(struct streamWork *w, int count, leaseStep *ls) {
     } else {
         const char *rd[] = {"XREADGROUP", "GROUP", o->group, w->me, "COUNT", s_count,
                             "NOACK", "STREAMS", w->skey, ">"};
-        const char *post[] = {"EVAL", LeasePostLua, "2", w->skey, w->jkey, o->group};
+        const char *post[] = {"EVAL", SwLeasePostLua, "2", w->skey, w->jkey, o->group};
         const char *const *argv[] = {pre, rd, post};
         const size_t *argvlen[] = {prel, NULL, NULL};
         int argc[] = {12, 10, 6};
@@ -264,8 +301,11 @@ int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries) {
         const redisReply *e = r == NULL ? NULL : r->type == REDIS_REPLY_ERROR ? r
                               : pre && pre->type == REDIS_REPLY_ERROR ? pre
                               : post && post->type == REDIS_REPLY_ERROR ? post : NULL;
-        tr_err(w->o, "[%s] lease %s: %s", w->me, w->jkey,
-               r == NULL ? w->own.c->errstr : e ? e->str : "bad reply");
+        char why[300];
+        tr_err(w->o, "[%s] lease %s: %s%s", w->me, w->jkey,
+               r == NULL ? w->own.c->errstr : e ? e->str : "bad reply",
+               sw_refused(e == post ? SwLeasePostLua : SwLeasePreLua, e ? e->str : NULL, why,
+                          sizeof(why)));
         if (wr) freeReplyObject(wr);
         goto out;
     }

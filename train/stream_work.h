@@ -109,6 +109,12 @@ void sw_replay_free(swReplay *rp);
 
 /* stream_journal.c */
 int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq);
+/* What an ACL refusal 'err' of one of our scripts ('script', NULL: not a
+ * script) refused, for the error line: " (refused: the script's XINFO
+ * CONSUMERS, line 9; the role: docs/operations.md ...)", or "" when 'err' is
+ * no refusal. Returns 'out'. */
+const char *sw_refused(const char *script, const char *err, char *out, size_t len);
+extern const char SwLeasePreLua[], SwLeasePostLua[];
 int sw_lease_send(struct streamWork *w, int count, leaseStep *ls);
 int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries);
 int sw_lease(struct streamWork *w, int count, leaseStep *ls, redisReply **entries);
