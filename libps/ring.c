@@ -312,15 +312,23 @@ static int delta_ok(const redisReply *ib, const redisReply *vb, uint64_t count, 
     return 1;
 }
 
-int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, double threshold,
-                uint64_t maxelems, psDelta *out) {
-    psi_clear_error(c);
-    psDeltaRelease(out);
-    memset(out, 0, sizeof(*out));
-    if (!key || n == 0 || !(threshold >= 0)) {
-        psi_set_error(c, PS_ERR_ARG, "psDeltaTake needs a key, n > 0 and a threshold >= 0");
-        return PS_ERR;
-    }
+/* Where a reply's two delta blobs are checked and pointed at: a tensor's
+ * ('dim' 0: u32 element indices < n) or a table's ('dim' floats per row:
+ * u64 row ids). */
+static int blobs_ok(const redisReply *ib, const redisReply *vb, uint64_t count, size_t n,
+                    uint32_t dim);
+static void set_blobs(psDelta *out, const redisReply *ib, const redisReply *vb, uint64_t count,
+                      uint32_t dim) {
+    out->count = count;
+    if (dim) out->ids = (const uint64_t *)(const void *)ib->str;
+    else out->idx = (const uint32_t *)(const void *)ib->str;
+    out->vals = (const float *)(const void *)vb->str;
+    out->dim = dim;
+}
+
+/* PS.DELTATAKE of a tensor (dim 0, n elements) or a table (dim > 0). */
+static int delta_take(psClient *c, const char *key, size_t n, uint32_t dim, uint64_t seqfloor,
+                      double threshold, uint64_t maxelems, psDelta *out) {
     char *cmd;
     size_t len;
     RING_ENCODE(cmd, len,
@@ -333,16 +341,50 @@ int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, doubl
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || !is_int(r->element[0]) ||
         !is_int(r->element[1]) || !is_int(r->element[4]) || r->element[0]->integer < 1 ||
-        r->element[4]->integer < 0 ||
-        !delta_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, n))
+        r->element[4]->integer < 0 || r->element[1]->integer < 1 ||
+        !blobs_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, n, dim))
         return bad_reply(c, r, "DELTATAKE");
     out->seq = (uint64_t)r->element[0]->integer;
-    out->count = (uint64_t)r->element[1]->integer;
-    out->idx = (const uint32_t *)(const void *)r->element[2]->str;
-    out->vals = (const float *)(const void *)r->element[3]->str;
+    set_blobs(out, r->element[2], r->element[3], (uint64_t)r->element[1]->integer, dim);
     out->accumulated = (uint64_t)r->element[4]->integer;
     out->priv_ = r;
     return 1;
+}
+
+/* PS.DELTAFWD of a tensor (dim 0, n elements) or a table (dim > 0). */
+static int delta_fwd(psClient *c, const char *key, size_t n, uint32_t dim, psDelta *out) {
+    char *cmd;
+    size_t len;
+    RING_ENCODE(cmd, len, ps_wire_delta_fwd(key, strlen(key), buf, cap));
+    redisReply *r = ring_send(c, key, cmd, len);
+    if (!r) return PS_ERR;
+    if (r->type == REDIS_REPLY_NIL) {
+        freeReplyObject(r);
+        return 0;
+    }
+    const size_t isz = dim ? sizeof(uint64_t) : sizeof(uint32_t);
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || copy_name(out->origin, r->element[0]) ||
+        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
+        r->element[2]->integer < 0 || !is_str(r->element[3]) ||
+        !blobs_ok(r->element[3], r->element[4], r->element[3]->len / isz, n, dim))
+        return bad_reply(c, r, "DELTAFWD");
+    out->seq = (uint64_t)r->element[1]->integer;
+    out->hops = (uint64_t)r->element[2]->integer;
+    set_blobs(out, r->element[3], r->element[4], r->element[3]->len / isz, dim);
+    out->priv_ = r;
+    return 1;
+}
+
+int psDeltaTake(psClient *c, const char *key, size_t n, uint64_t seqfloor, double threshold,
+                uint64_t maxelems, psDelta *out) {
+    psi_clear_error(c);
+    psDeltaRelease(out);
+    memset(out, 0, sizeof(*out));
+    if (!key || n == 0 || !(threshold >= 0)) {
+        psi_set_error(c, PS_ERR_ARG, "psDeltaTake needs a key, n > 0 and a threshold >= 0");
+        return PS_ERR;
+    }
+    return delta_take(c, key, n, 0, seqfloor, threshold, maxelems, out);
 }
 
 int psDeltaAck(psClient *c, const char *key, uint64_t seq) {
@@ -386,27 +428,7 @@ int psDeltaFwd(psClient *c, const char *key, size_t n, psDelta *out) {
         psi_set_error(c, PS_ERR_ARG, "psDeltaFwd needs a key and n > 0");
         return PS_ERR;
     }
-    char *cmd;
-    size_t len;
-    RING_ENCODE(cmd, len, ps_wire_delta_fwd(key, strlen(key), buf, cap));
-    redisReply *r = ring_send(c, key, cmd, len);
-    if (!r) return PS_ERR;
-    if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
-        return 0;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || copy_name(out->origin, r->element[0]) ||
-        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
-        r->element[2]->integer < 0 || !is_str(r->element[3]) ||
-        !delta_ok(r->element[3], r->element[4], r->element[3]->len / sizeof(uint32_t), n))
-        return bad_reply(c, r, "DELTAFWD");
-    out->seq = (uint64_t)r->element[1]->integer;
-    out->hops = (uint64_t)r->element[2]->integer;
-    out->count = r->element[3]->len / sizeof(uint32_t);
-    out->idx = (const uint32_t *)(const void *)r->element[3]->str;
-    out->vals = (const float *)(const void *)r->element[4]->str;
-    out->priv_ = r;
-    return 1;
+    return delta_fwd(c, key, n, 0, out);
 }
 
 int psDeltaFwdAck(psClient *c, const char *key, const char *origin, uint64_t seq) {
@@ -436,6 +458,11 @@ static int rows_ok(const redisReply *ib, const redisReply *vb, uint64_t rows, ui
     return 1;
 }
 
+static int blobs_ok(const redisReply *ib, const redisReply *vb, uint64_t count, size_t n,
+                    uint32_t dim) {
+    return dim ? rows_ok(ib, vb, count, dim) : delta_ok(ib, vb, count, n);
+}
+
 int psDeltaTakeRows(psClient *c, const char *key, uint32_t dim, uint64_t seqfloor,
                     double threshold, uint64_t maxrows, psDelta *out) {
     psi_clear_error(c);
@@ -445,29 +472,7 @@ int psDeltaTakeRows(psClient *c, const char *key, uint32_t dim, uint64_t seqfloo
         psi_set_error(c, PS_ERR_ARG, "psDeltaTakeRows needs a key, dim > 0 and a threshold >= 0");
         return PS_ERR;
     }
-    char *cmd;
-    size_t len;
-    RING_ENCODE(cmd, len,
-                ps_wire_delta_take(key, strlen(key), seqfloor, threshold, maxrows, buf, cap));
-    redisReply *r = ring_send(c, key, cmd, len);
-    if (!r) return PS_ERR;
-    if (is_int(r) && r->integer == 0) {
-        freeReplyObject(r);
-        return 0;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || !is_int(r->element[0]) ||
-        !is_int(r->element[1]) || !is_int(r->element[4]) || r->element[0]->integer < 1 ||
-        r->element[4]->integer < 0 || r->element[1]->integer < 1 ||
-        !rows_ok(r->element[2], r->element[3], (uint64_t)r->element[1]->integer, dim))
-        return bad_reply(c, r, "DELTATAKE");
-    out->seq = (uint64_t)r->element[0]->integer;
-    out->count = (uint64_t)r->element[1]->integer;
-    out->ids = (const uint64_t *)(const void *)r->element[2]->str;
-    out->vals = (const float *)(const void *)r->element[3]->str;
-    out->dim = dim;
-    out->accumulated = (uint64_t)r->element[4]->integer;
-    out->priv_ = r;
-    return 1;
+    return delta_take(c, key, 0, dim, seqfloor, threshold, maxrows, out);
 }
 
 int psDeltaApplyRows(psClient *c, const char *key, const char *origin, uint64_t seq,
@@ -497,28 +502,7 @@ int psDeltaFwdRows(psClient *c, const char *key, uint32_t dim, psDelta *out) {
         psi_set_error(c, PS_ERR_ARG, "psDeltaFwdRows needs a key and dim > 0");
         return PS_ERR;
     }
-    char *cmd;
-    size_t len;
-    RING_ENCODE(cmd, len, ps_wire_delta_fwd(key, strlen(key), buf, cap));
-    redisReply *r = ring_send(c, key, cmd, len);
-    if (!r) return PS_ERR;
-    if (r->type == REDIS_REPLY_NIL) {
-        freeReplyObject(r);
-        return 0;
-    }
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 5 || copy_name(out->origin, r->element[0]) ||
-        !is_int(r->element[1]) || !is_int(r->element[2]) || r->element[1]->integer < 1 ||
-        r->element[2]->integer < 0 || !is_str(r->element[3]) ||
-        !rows_ok(r->element[3], r->element[4], r->element[3]->len / sizeof(uint64_t), dim))
-        return bad_reply(c, r, "DELTAFWD");
-    out->seq = (uint64_t)r->element[1]->integer;
-    out->hops = (uint64_t)r->element[2]->integer;
-    out->count = r->element[3]->len / sizeof(uint64_t);
-    out->ids = (const uint64_t *)(const void *)r->element[3]->str;
-    out->vals = (const float *)(const void *)r->element[4]->str;
-    out->dim = dim;
-    out->priv_ = r;
-    return 1;
+    return delta_fwd(c, key, 0, dim, out);
 }
 
 void psDeltaRelease(psDelta *d) {

@@ -250,6 +250,29 @@ static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return REDISMODULE_OK;
 }
 
+/* The FROM origin seq triples of JOIN / JOINBEGIN, 'argv[first]' on (a
+ * multiple of 3 arguments), into 'from' (PS_RING_MAX_ORIGINS + 1 entries:
+ * every origin at most once, the own one included). Their count, or -1
+ * with the error replied. */
+static long parse_from(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first,
+                       PSRingFrom *from) {
+    const size_t nfrom = (size_t)(argc - first) / 3;
+    if (nfrom > PS_RING_MAX_ORIGINS + 1) {
+        RedisModule_ReplyWithError(ctx, PSERR_RING_ORIGINS);
+        return -1;
+    }
+    for (size_t k = 0; k < nfrom; k++) {
+        RedisModuleString **a = &argv[first + 3 * k];
+        if (!ps_arg_is(a[0], "FROM")) {
+            ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(a[0], NULL));
+            return -1;
+        }
+        from[k].origin = RedisModule_StringPtrLen(a[1], &from[k].len);
+        if (ps_arg_u64(ctx, a[2], "seq", &from[k].seq) != REDISMODULE_OK) return -1;
+    }
+    return (long)nfrom;
+}
+
 /* JOIN origin values [FROM origin seq]... [KEEPOWN] -> 1 */
 static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     int keepown = 0;
@@ -258,17 +281,10 @@ static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         argc--;
     }
     if (argc < 5 || (argc - 5) % 3) return RedisModule_WrongArity(ctx);
-    const size_t nfrom = (size_t)(argc - 5) / 3;
-    /* Every origin at most once, the own one included. */
-    if (nfrom > PS_RING_MAX_ORIGINS + 1) return RedisModule_ReplyWithError(ctx, PSERR_RING_ORIGINS);
     PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
-    for (size_t k = 0; k < nfrom; k++) {
-        RedisModuleString **a = &argv[5 + 3 * k];
-        if (!ps_arg_is(a[0], "FROM"))
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(a[0], NULL));
-        from[k].origin = RedisModule_StringPtrLen(a[1], &from[k].len);
-        if (ps_arg_u64(ctx, a[2], "seq", &from[k].seq) != REDISMODULE_OK) return REDISMODULE_OK;
-    }
+    const long nf = parse_from(ctx, argv, argc, 5, from);
+    if (nf < 0) return REDISMODULE_OK;
+    const size_t nfrom = (size_t)nf;
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
@@ -446,16 +462,10 @@ static PSEmbedValue *open_join_table(RedisModuleCtx *ctx, RedisModuleString *kn,
 /* JOINBEGIN origin [FROM origin seq]... -> 1 */
 static int ring_join_begin(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 4 || (argc - 4) % 3) return RedisModule_WrongArity(ctx);
-    const size_t nfrom = (size_t)(argc - 4) / 3;
-    if (nfrom > PS_RING_MAX_ORIGINS + 1) return RedisModule_ReplyWithError(ctx, PSERR_RING_ORIGINS);
     PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
-    for (size_t k = 0; k < nfrom; k++) {
-        RedisModuleString **a = &argv[4 + 3 * k];
-        if (!ps_arg_is(a[0], "FROM"))
-            return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(a[0], NULL));
-        from[k].origin = RedisModule_StringPtrLen(a[1], &from[k].len);
-        if (ps_arg_u64(ctx, a[2], "seq", &from[k].seq) != REDISMODULE_OK) return REDISMODULE_OK;
-    }
+    const long nf = parse_from(ctx, argv, argc, 4, from);
+    if (nf < 0) return REDISMODULE_OK;
+    const size_t nfrom = (size_t)nf;
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
