@@ -23,9 +23,9 @@
  * JOIN is refused: a table joins by a paged copy of a neighbour's base view
  * (PS.RING key ROWS cursor COUNT n on the neighbour; JOINBEGIN origin
  * [FROM origin seq]..., JOINROWS page ids rows, JOINEND pages rows on the
- * joiner, which refuses pushes and ring traffic until JOINEND). The
- * table's ring state persists with the value (the helpers at the end: RDB,
- * AOF rewrite, digest, copy). */
+ * joiner, which refuses pushes and ring traffic until JOINEND: those four
+ * and a table's push hooks, PS.INFO fields and persistence of its ring
+ * state are in cmd_ring_table.c). */
 
 #include <limits.h>
 #include <stdlib.h>
@@ -36,9 +36,10 @@
 #include "ps_module.h"
 #include "ring.h"
 #include "ring_table.h"
+#include "cmd_ring.h"
 
 /* The reply of a failed ring operation (status PS_RING_E*). */
-static int reply_ring_error(RedisModuleCtx *ctx, int st) {
+int ps_ring_reply_error(RedisModuleCtx *ctx, int st) {
     const char *e;
     switch (st) {
     case PS_RING_EOOM: e = PSERR_OOM; break;
@@ -71,8 +72,8 @@ static int reply_ring_error(RedisModuleCtx *ctx, int st) {
 /* Opens the tensor or the table at 'kn': returns the tensor, or NULL with
  * *tab the table, or NULL with *tab NULL after replying the error (no such
  * key, WRONGTYPE, a table being restored) with the key closed. */
-static PSTensor *open_ring2(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
-                            RedisModuleKey **key, PSEmbedValue **tab) {
+PSTensor *ps_ring_open(RedisModuleCtx *ctx, RedisModuleString *kn, int mode,
+                       RedisModuleKey **key, PSEmbedValue **tab) {
     *key = RedisModule_OpenKey(ctx, kn, mode);
     *tab = NULL;
     const PSKeyKind kind = ps_key_kind(*key);
@@ -94,13 +95,11 @@ static PSTensor *open_ring2(RedisModuleCtx *ctx, RedisModuleString *kn, int mode
 /* A table's tracked state, or NULL after replying UNTRACKED, or JOINING
  * while a JOIN of the table is in progress (ring traffic waits for JOINEND). */
 static PSRingTable *table_ring(RedisModuleCtx *ctx, PSEmbedValue *v) {
-    if (!v->ring) reply_ring_error(ctx, PS_RING_EUNTRACKED);
-    else if (v->ring->joining) reply_ring_error(ctx, PS_RINGT_EJOINING);
+    if (!v->ring) ps_ring_reply_error(ctx, PS_RING_EUNTRACKED);
+    else if (v->ring->joining) ps_ring_reply_error(ctx, PS_RINGT_EJOINING);
     else return v->ring;
     return NULL;
 }
-
-#define RW (REDISMODULE_READ | REDISMODULE_WRITE)
 
 /* ========================================================================
  * PS.RING key TRACK | STATE | JOIN
@@ -135,7 +134,7 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v) {
         int r = 0, changed = 0;
@@ -144,15 +143,15 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
             v->ring = PSRingTable_New(v->t, origin, ol, has_mq ? (uint64_t)mq : PS_RING_DEFAULT_MAXQUEUE,
                                       &st);
             if (!v->ring) {
-                reply_ring_error(ctx, st);
+                ps_ring_reply_error(ctx, st);
                 goto tdone;
             }
             r = changed = 1;
         } else if (!PSRing_OriginValid(origin, ol)) {
-            reply_ring_error(ctx, PS_RING_EORIGIN);
+            ps_ring_reply_error(ctx, PS_RING_EORIGIN);
             goto tdone;
         } else if (v->ring->originlen != ol || memcmp(v->ring->origin, origin, ol) != 0) {
-            reply_ring_error(ctx, PS_RING_EOTHER);
+            ps_ring_reply_error(ctx, PS_RING_EOTHER);
             goto tdone;
         } else if (has_mq && v->ring->maxqueue != (uint64_t)mq) {
             v->ring->maxqueue = (uint64_t)mq;
@@ -175,7 +174,7 @@ static int ring_track(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     const uint64_t lag_before = t->ring ? t->ring->maxlag : 0;
     const int r = PSRing_Track(t, origin, ol, has_mq, (uint64_t)mq);
     if (r < 0) {
-        reply_ring_error(ctx, -r);
+        ps_ring_reply_error(ctx, -r);
     } else {
         if (has_ml) t->ring->maxlag = (uint64_t)ml;
         if (r == 1 || t->ring->maxqueue != before || t->ring->maxlag != lag_before) {
@@ -199,7 +198,7 @@ static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], REDISMODULE_READ, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v) { /* no copy: a table's rows are read with the scan calls */
         const PSRingTable *r = v->ring;
@@ -254,7 +253,7 @@ static int ring_state(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
  * multiple of 3 arguments), into 'from' (PS_RING_MAX_ORIGINS + 1 entries:
  * every origin at most once, the own one included). Their count, or -1
  * with the error replied. */
-static long parse_from(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first,
+long ps_ring_parse_from(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int first,
                        PSRingFrom *from) {
     const size_t nfrom = (size_t)(argc - first) / 3;
     if (nfrom > PS_RING_MAX_ORIGINS + 1) {
@@ -282,14 +281,14 @@ static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     }
     if (argc < 5 || (argc - 5) % 3) return RedisModule_WrongArity(ctx);
     PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
-    const long nf = parse_from(ctx, argv, argc, 5, from);
+    const long nf = ps_ring_parse_from(ctx, argv, argc, 5, from);
     if (nf < 0) return REDISMODULE_OK;
     const size_t nfrom = (size_t)nf;
     size_t ol;
     const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v) {
         RedisModule_ReplyWithError(ctx, PSERR_RING_TABLE_JOIN);
@@ -303,7 +302,7 @@ static int ring_join(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (!vals) goto done;
     const int st = PSRing_Join(t, origin, ol, vals, from, nfrom, keepown);
     if (st != PS_RING_OK) {
-        reply_ring_error(ctx, st < 0 ? -st : st);
+        ps_ring_reply_error(ctx, st < 0 ? -st : st);
         goto done;
     }
     ps_values_overwritten(ctx, argv[1], "ps.ringjoin", t->n);
@@ -318,12 +317,12 @@ static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (argc != 3) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     int dropped;
     if (v && v->ring && v->ring->joining) {
         RedisModule_CloseKey(key);
-        return reply_ring_error(ctx, PS_RINGT_EJOINING);
+        return ps_ring_reply_error(ctx, PS_RINGT_EJOINING);
     }
     if (v) {
         dropped = v->ring != NULL;
@@ -340,205 +339,16 @@ static int ring_untrack(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return RedisModule_ReplyWithLongLong(ctx, dropped);
 }
 
-/* ========================================================================
- * A table's JOIN: ROWS (read a page of the base view), JOINBEGIN, JOINROWS,
- * JOINEND (ring_table.h; docs/commands.md "Ring commands")
- * ====================================================================== */
-
-/* Rows of one ROWS page at most (COUNT bounds the index buckets scanned). */
-#define RING_ROWS_MAX_COUNT 65536
-
-typedef struct RowsPage {
-    const PSRingTable *r;
-    uint32_t dim;
-    uint64_t n, cap;
-    uint64_t *ids;
-    float *val;
-    int oom;
-} RowsPage;
-
-static void rows_page_add(void *ud, const PSEmbedRow *row) {
-    RowsPage *p = ud;
-    if (p->oom) return;
-    if (p->n == p->cap) {
-        const uint64_t nc = p->cap ? 2 * p->cap : 64;
-        uint64_t *ni = RedisModule_TryAlloc((size_t)nc * 8);
-        float *nv = ni ? RedisModule_TryAlloc((size_t)nc * p->dim * 4) : NULL;
-        if (!nv) {
-            RedisModule_Free(ni);
-            p->oom = 1;
-            return;
-        }
-        if (p->n) {
-            memcpy(ni, p->ids, (size_t)p->n * 8);
-            memcpy(nv, p->val, (size_t)p->n * p->dim * 4);
-        }
-        RedisModule_Free(p->ids);
-        RedisModule_Free(p->val);
-        p->ids = ni;
-        p->val = nv;
-        p->cap = nc;
-    }
-    p->ids[p->n] = row->id;
-    memcpy(p->val + (size_t)p->n * p->dim, PSRingTable_BaseView(p->r, row), (size_t)p->dim * 4);
-    p->n++;
-}
-
-typedef struct IdAt {
-    uint64_t id;
-    uint64_t at;
-} IdAt;
-
-static int cmp_id_at(const void *a, const void *b) {
-    const uint64_t x = ((const IdAt *)a)->id, y = ((const IdAt *)b)->id;
-    return (x > y) - (x < y);
-}
-
-/* ROWS cursor COUNT n -> [next cursor, ids (u64, ascending), rows (F32)]:
- * one page of the base view (ring_table.h) over the export scan's cursor
- * (0 starts, 0 answered ends). Read-only. */
-static int ring_rows(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 6) return RedisModule_WrongArity(ctx);
-    uint64_t cursor;
-    long long count;
-    if (ps_arg_u64(ctx, argv[3], "cursor", &cursor) != REDISMODULE_OK) return REDISMODULE_OK;
-    if (!ps_arg_is(argv[4], "COUNT"))
-        return ps_reply_errorf(ctx, PSERR_UNKNOWN_OPT_F, RedisModule_StringPtrLen(argv[4], NULL));
-    if (ps_arg_ll(ctx, argv[5], "COUNT", 1, RING_ROWS_MAX_COUNT, &count) != REDISMODULE_OK)
-        return REDISMODULE_OK;
-    RedisModuleKey *key;
-    PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
-    if (!t && !v) return REDISMODULE_OK;
-    if (!v) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithError(ctx, PSERR_RING_ROWS_TENSOR);
-    }
-    if (v->ring && v->ring->joining) {
-        RedisModule_CloseKey(key);
-        return reply_ring_error(ctx, PS_RINGT_EJOINING);
-    }
-    RowsPage p = {v->ring, PSEmbed_Config(v->t)->dim, 0, 0, NULL, NULL, 0};
-    const uint64_t next = PSEmbed_Scan(v->t, cursor, (uint64_t)count, 0, rows_page_add, &p);
-    IdAt *ord = p.oom ? NULL : RedisModule_TryAlloc((size_t)(p.n ? p.n : 1) * sizeof(IdAt));
-    unsigned char *out = ord ? RedisModule_TryAlloc((size_t)(p.n ? p.n : 1) * (8 + 4 * p.dim)) : NULL;
-    if (!out) {
-        RedisModule_ReplyWithError(ctx, PSERR_OOM);
-    } else {
-        for (uint64_t i = 0; i < p.n; i++) ord[i] = (IdAt){p.ids[i], i};
-        if (p.n) qsort(ord, (size_t)p.n, sizeof(IdAt), cmp_id_at); /* ids are distinct */
-        unsigned char *vo = out + (size_t)p.n * 8;
-        for (uint64_t i = 0; i < p.n; i++) {
-            memcpy(out + (size_t)i * 8, &ord[i].id, 8);
-            memcpy(vo + (size_t)i * p.dim * 4, p.val + (size_t)ord[i].at * p.dim, (size_t)p.dim * 4);
-        }
-        RedisModule_ReplyWithArray(ctx, 3);
-        RedisModuleString *nc = RedisModule_CreateStringPrintf(ctx, "%llu", (unsigned long long)next);
-        RedisModule_ReplyWithString(ctx, nc); /* a u64, as PS.SCAN's cursor */
-        RedisModule_FreeString(ctx, nc);
-        RedisModule_ReplyWithStringBuffer(ctx, (const char *)out, (size_t)p.n * 8);
-        RedisModule_ReplyWithStringBuffer(ctx, (const char *)vo, (size_t)p.n * p.dim * 4);
-        PSStats.bytes_out += p.n * (8 + 4 * (uint64_t)p.dim);
-    }
-    RedisModule_Free(out);
-    RedisModule_Free(ord);
-    RedisModule_Free(p.ids);
-    RedisModule_Free(p.val);
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-/* Opens the table for a JOIN* subcommand, or NULL after replying. */
-static PSEmbedValue *open_join_table(RedisModuleCtx *ctx, RedisModuleString *kn, RedisModuleKey **key) {
-    PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, kn, RW, key, &v);
-    if (!t && !v) return NULL;
-    if (v) return v;
-    RedisModule_CloseKey(*key);
-    RedisModule_ReplyWithError(ctx, PSERR_RING_JOIN_TENSOR);
-    return NULL;
-}
-
-/* JOINBEGIN origin [FROM origin seq]... -> 1 */
-static int ring_join_begin(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc < 4 || (argc - 4) % 3) return RedisModule_WrongArity(ctx);
-    PSRingFrom from[PS_RING_MAX_ORIGINS + 1];
-    const long nf = parse_from(ctx, argv, argc, 4, from);
-    if (nf < 0) return REDISMODULE_OK;
-    const size_t nfrom = (size_t)nf;
-    size_t ol;
-    const char *origin = RedisModule_StringPtrLen(argv[3], &ol);
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
-    if (!v) return REDISMODULE_OK;
-    const int st = PSRingTable_JoinBegin(&v->ring, &v->t, origin, ol, from, nfrom,
-                                         PS_RING_DEFAULT_MAXQUEUE);
-    if (st != PS_RING_OK) {
-        reply_ring_error(ctx, st);
-    } else {
-        RedisModule_ReplicateVerbatim(ctx);
-        ps_notify(ctx, "ps.ringjoin", argv[1]);
-        RedisModule_ReplyWithLongLong(ctx, 1);
-    }
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-/* JOINROWS page ids rows -> rows copied so far */
-static int ring_join_rows(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 6) return RedisModule_WrongArity(ctx);
-    uint64_t page;
-    if (ps_arg_u64(ctx, argv[3], "page", &page) != REDISMODULE_OK) return REDISMODULE_OK;
-    size_t il, vl;
-    const unsigned char *ids = (const unsigned char *)RedisModule_StringPtrLen(argv[4], &il);
-    const unsigned char *val = (const unsigned char *)RedisModule_StringPtrLen(argv[5], &vl);
-    if (il == 0 || il % 8) return RedisModule_ReplyWithError(ctx, PSERR_RING_ROWSIZE);
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
-    if (!v) return REDISMODULE_OK;
-    const int st = PSRingTable_JoinRows(v->ring, v->t, page, ids, il / 8, val, vl);
-    if (st != PS_RING_OK) {
-        reply_ring_error(ctx, st);
-    } else {
-        RedisModule_ReplicateVerbatim(ctx);
-        RedisModule_ReplyWithLongLong(ctx, (long long)v->ring->join_rows);
-    }
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
-/* JOINEND pages rows -> 1 */
-static int ring_join_end(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 5) return RedisModule_WrongArity(ctx);
-    uint64_t pages, rows;
-    if (ps_arg_u64(ctx, argv[3], "pages", &pages) != REDISMODULE_OK ||
-        ps_arg_u64(ctx, argv[4], "rows", &rows) != REDISMODULE_OK)
-        return REDISMODULE_OK;
-    RedisModuleKey *key;
-    PSEmbedValue *v = open_join_table(ctx, argv[1], &key);
-    if (!v) return REDISMODULE_OK;
-    const int st = PSRingTable_JoinEnd(v->ring, pages, rows);
-    if (st != PS_RING_OK) {
-        reply_ring_error(ctx, st);
-    } else {
-        RedisModule_ReplicateVerbatim(ctx);
-        ps_notify(ctx, "ps.ringjoin", argv[1]);
-        RedisModule_ReplyWithLongLong(ctx, 1);
-    }
-    RedisModule_CloseKey(key);
-    return REDISMODULE_OK;
-}
-
 int PSRing_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     if (argc < 3) return RedisModule_WrongArity(ctx);
     if (ps_arg_is(argv[2], "UNTRACK")) return ring_untrack(ctx, argv, argc);
     if (ps_arg_is(argv[2], "TRACK")) return ring_track(ctx, argv, argc);
     if (ps_arg_is(argv[2], "STATE")) return ring_state(ctx, argv, argc);
     if (ps_arg_is(argv[2], "JOIN")) return ring_join(ctx, argv, argc);
-    if (ps_arg_is(argv[2], "ROWS")) return ring_rows(ctx, argv, argc);
-    if (ps_arg_is(argv[2], "JOINBEGIN")) return ring_join_begin(ctx, argv, argc);
-    if (ps_arg_is(argv[2], "JOINROWS")) return ring_join_rows(ctx, argv, argc);
-    if (ps_arg_is(argv[2], "JOINEND")) return ring_join_end(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "ROWS")) return ps_ring_rows(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINBEGIN")) return ps_ring_join_begin(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINROWS")) return ps_ring_join_rows(ctx, argv, argc);
+    if (ps_arg_is(argv[2], "JOINEND")) return ps_ring_join_end(ctx, argv, argc);
     return ps_reply_errorf(ctx, PSERR_RING_SUB_F, RedisModule_StringPtrLen(argv[2], NULL));
 }
 
@@ -598,7 +408,7 @@ int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     }
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     PSRingTable *rt = NULL;
     if (v && !(rt = table_ring(ctx, v))) {
@@ -607,7 +417,7 @@ int PSDeltaTake_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int 
     }
     const int r = rt ? PSRingTable_Take(rt, v->t, &o) : PSRing_Take(t, &o);
     if (r < 0) {
-        reply_ring_error(ctx, -r);
+        ps_ring_reply_error(ctx, -r);
     } else if (r == PS_RING_TAKE_NONE || r == PS_RING_TAKE_NONE_CAUGHTUP) {
         if (r == PS_RING_TAKE_NONE_CAUGHTUP) { /* the lag mark moved */
             RedisModule_ReplicateVerbatim(ctx);
@@ -633,12 +443,12 @@ int PSDeltaAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     if (ps_arg_u64(ctx, argv[2], "seq", &seq) != REDISMODULE_OK) return REDISMODULE_OK;
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v ? !v->ring : !t->ring) {
-        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+        ps_ring_reply_error(ctx, PS_RING_EUNTRACKED);
     } else if (v && v->ring->joining) {
-        reply_ring_error(ctx, PS_RINGT_EJOINING);
+        ps_ring_reply_error(ctx, PS_RINGT_EJOINING);
     } else {
         const int dropped = v ? PSRingTable_Ack(v->ring, seq) : PSRing_Ack(t, seq);
         if (dropped) {
@@ -683,27 +493,27 @@ int PSApplyDelta_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int
     const unsigned char *val = (const unsigned char *)RedisModule_StringPtrLen(argv[6], &vl);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     int r;
     if (v) {
         if (!table_ring(ctx, v)) goto done;
         if (il % 8) {
-            reply_ring_error(ctx, PS_RINGT_ESIZE);
+            ps_ring_reply_error(ctx, PS_RINGT_ESIZE);
             goto done;
         }
         r = PSRingTable_Apply(v->ring, v->t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, il / 8,
                               val, vl, (uint64_t)hops);
     } else {
         if (il % 4 || il != vl) {
-            reply_ring_error(ctx, PS_RING_ECOUNT);
+            ps_ring_reply_error(ctx, PS_RING_ECOUNT);
             goto done;
         }
         r = PSRing_ApplyPrev(t, origin, ol, (uint64_t)seq, (uint64_t)prev, idx, val, il / 4,
                              (uint64_t)hops);
     }
     if (r < 0) {
-        reply_ring_error(ctx, -r);
+        ps_ring_reply_error(ctx, -r);
         goto done;
     }
     if (r == 1) {
@@ -723,14 +533,14 @@ int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     if (argc != 2) return RedisModule_WrongArity(ctx);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], REDISMODULE_READ, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], REDISMODULE_READ, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v) {
         const PSRingRows *d = v->ring ? PSRingTable_FwdPeek(v->ring) : NULL;
         if (!v->ring) {
-            reply_ring_error(ctx, PS_RING_EUNTRACKED);
+            ps_ring_reply_error(ctx, PS_RING_EUNTRACKED);
         } else if (v->ring->joining) {
-            reply_ring_error(ctx, PS_RINGT_EJOINING);
+            ps_ring_reply_error(ctx, PS_RINGT_EJOINING);
         } else if (!d) {
             RedisModule_ReplyWithNull(ctx);
         } else {
@@ -748,7 +558,7 @@ int PSDeltaFwd_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, int a
     }
     const PSRingDelta *d = PSRing_FwdPeek(t);
     if (!t->ring) {
-        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+        ps_ring_reply_error(ctx, PS_RING_EUNTRACKED);
     } else if (!d) {
         RedisModule_ReplyWithNull(ctx);
     } else {
@@ -773,12 +583,12 @@ int PSDeltaFwdAck_RedisCommand(RedisModuleCtx *ctx, RedisModuleString **argv, in
     const char *origin = RedisModule_StringPtrLen(argv[2], &ol);
     RedisModuleKey *key;
     PSEmbedValue *v;
-    PSTensor *t = open_ring2(ctx, argv[1], RW, &key, &v);
+    PSTensor *t = ps_ring_open(ctx, argv[1], RW, &key, &v);
     if (!t && !v) return REDISMODULE_OK;
     if (v ? !v->ring : !t->ring) {
-        reply_ring_error(ctx, PS_RING_EUNTRACKED);
+        ps_ring_reply_error(ctx, PS_RING_EUNTRACKED);
     } else if (v && v->ring->joining) {
-        reply_ring_error(ctx, PS_RINGT_EJOINING);
+        ps_ring_reply_error(ctx, PS_RINGT_EJOINING);
     } else {
         const int popped = v ? PSRingTable_FwdAck(v->ring, origin, ol, seq)
                              : PSRing_FwdAck(t, origin, ol, seq);
@@ -824,101 +634,3 @@ void ps_ring_info(RedisModuleCtx *ctx, const PSTensor *t, long *n) {
     }
     *n += 2;
 }
-
-/* ========================================================================
- * Tables: the push hooks, PS.INFO fields, persistence of the ring state
- * ====================================================================== */
-
-int ps_ring_table_before_push(RedisModuleCtx *ctx, PSEmbedValue *v, const unsigned char *ids,
-                              size_t k, const char *id, size_t idlen, uint64_t seq, uint64_t *mark) {
-    PSRingTable *r = v->ring;
-    if (r->joining) {
-        reply_ring_error(ctx, PS_RINGT_EJOINING);
-        return -1;
-    }
-    /* A duplicate (an ID seq already applied) is still answered as one. */
-    const PSDedupEntry *e = id ? PSDedupSet_Find(&v->dd, id, idlen) : NULL;
-    if (PSRingTable_LagFull(r) && !(e && PSDedupEntry_Seen(e, seq))) {
-        v->ring_lag_refusals++;
-        ps_reply_errorf(ctx, PSERR_RING_LAG_F, (unsigned long long)PSRingTable_Lag(r),
-                        (unsigned long long)r->maxlag);
-        return -1;
-    }
-    if (PSRingTable_BeforePush(r, v->t, ids, k, mark) != PS_RING_OK) {
-        RedisModule_ReplyWithError(ctx, PSERR_OOM);
-        return -1;
-    }
-    return 0;
-}
-
-void ps_ring_table_after_push(PSEmbedValue *v, int applied, uint64_t mark) {
-    PSRingTable_AfterPush(v->ring, applied, mark);
-}
-
-void ps_ring_table_info(RedisModuleCtx *ctx, const PSEmbedValue *v, long *n) {
-    const PSRingTable *r = v->ring;
-    if (!r) return;
-    RedisModule_ReplyWithCString(ctx, "ring_origin");
-    RedisModule_ReplyWithStringBuffer(ctx, r->origin, r->originlen);
-    *n += 2;
-    ps_reply_pair_ll(ctx, "ring_take_seq", (long long)r->take_seq, n);
-    ps_reply_pair_ll(ctx, "ring_pending_seq", (long long)(r->pend ? r->pend->seq : 0), n);
-    ps_reply_pair_ll(ctx, "ring_pending_elems", (long long)(r->pend ? r->pend->rows : 0), n);
-    ps_reply_pair_ll(ctx, "ring_accumulated", (long long)PSRingTable_Accumulated(r, v->t), n);
-    ps_reply_pair_ll(ctx, "ring_base_rows", (long long)r->n, n);
-    ps_reply_pair_ll(ctx, "ring_fwd_entries", (long long)r->fwd_len, n);
-    ps_reply_pair_ll(ctx, "ring_fwd_bytes", (long long)r->fwd_bytes, n);
-    ps_reply_pair_ll(ctx, "ring_maxqueue", (long long)r->maxqueue, n);
-    ps_reply_pair_ll(ctx, "ring_applied", (long long)r->applied, n);
-    ps_reply_pair_ll(ctx, "ring_maxlag", (long long)r->maxlag, n);
-    ps_reply_pair_ll(ctx, "ring_lag", (long long)PSRingTable_Lag(r), n);
-    ps_reply_pair_ll(ctx, "ring_own_pushes", (long long)r->own_pushes, n);
-    ps_reply_pair_ll(ctx, "ring_lag_refusals", (long long)v->ring_lag_refusals, n);
-    ps_reply_pair_ll(ctx, "ring_joining", (long long)(r->joining ? 1 : 0), n);
-    ps_reply_pair_ll(ctx, "ring_join_pages", (long long)(r->joining ? r->joining - 1 : 0), n);
-    ps_reply_pair_ll(ctx, "ring_join_rows", (long long)r->join_rows, n);
-    RedisModule_ReplyWithCString(ctx, "ring_origins");
-    RedisModule_ReplyWithArray(ctx, r->norigins);
-    for (uint32_t i = 0; i < r->norigins; i++) {
-        RedisModule_ReplyWithArray(ctx, 3);
-        RedisModule_ReplyWithStringBuffer(ctx, r->origins[i].name, r->origins[i].len);
-        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].hwm);
-        RedisModule_ReplyWithLongLong(ctx, (long long)r->origins[i].applied);
-    }
-    *n += 2;
-}
-
-/* ERING offset total piece on a restored table: pieces in order; the last
- * one attaches the state. The buffer grows with the pieces received. */
-const char *ps_ring_table_restore(PSEmbedValue *v, RedisModuleString **argv, int argc) {
-    (void)argc;
-    long long off, total;
-    size_t len;
-    const char *p = RedisModule_StringPtrLen(argv[5], &len);
-    if (RedisModule_StringToLongLong(argv[3], &off) != REDISMODULE_OK ||
-        RedisModule_StringToLongLong(argv[4], &total) != REDISMODULE_OK || total < 1 || off < 0 ||
-        len == 0 || (uint64_t)len > (uint64_t)total - (uint64_t)(off < total ? off : total))
-        return "bad ring state chunk";
-    if (off == 0) { /* a new state begins */
-        RedisModule_Free(v->ringload);
-        v->ringload = NULL;
-        v->ringload_len = (size_t)total;
-        v->ringload_have = 0;
-    }
-    if ((size_t)total != v->ringload_len || (size_t)off != v->ringload_have)
-        return "bad ring state chunk";
-    unsigned char *nb = RedisModule_TryAlloc(v->ringload_have + len);
-    if (!nb) return "out of memory";
-    if (v->ringload_have) memcpy(nb, v->ringload, v->ringload_have);
-    memcpy(nb + v->ringload_have, p, len);
-    RedisModule_Free(v->ringload);
-    v->ringload = nb;
-    v->ringload_have += len;
-    if (v->ringload_have < v->ringload_len) return NULL;
-    const char *why = ps_ring_table_attach(v, v->ringload, v->ringload_have);
-    RedisModule_Free(v->ringload);
-    v->ringload = NULL;
-    v->ringload_len = v->ringload_have = 0;
-    return why;
-}
-
