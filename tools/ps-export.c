@@ -76,7 +76,8 @@ static void usage(FILE *out) {
             "  --prefix P       key prefix on the target (ps:export:)\n"
             "  --out-dir DIR    files instead: T.s<s>.<base|delta>.<from>-<to>.psx and T.manifest\n"
             "  --every-ms MS    export continuously, a pass every MS ms (until SIGTERM)\n"
-            "  --passes N       stop after N passes (1 without --every-ms; 0: no limit)\n"
+            "  --passes N       stop after N passes (1 without --every-ms; 0: no limit); a pass\n"
+            "                   resumed from a crashed run is finished first and does not count\n"
             "  --count N        index buckets / log entries per page (1024, at most %u)\n"
             "  --log-json       one JSON object per pass and a summary on stdout\n"
             "  --quiet          no progress lines\n"
@@ -231,14 +232,20 @@ int main(int argc, char **argv) {
         const double t0 = now_ms();
         for (int i = 0; i < ntables && rc == 0 && !Stop; i++)
             for (int s = 0; s < tables[i].nshards && rc == 0 && !Stop; s++) {
-                PassStats p;
-                rc = tgt ? pass_redis(&o, src, tgt, &tables[i], s, &p) : pass_file(&o, src, &tables[i], s, &p);
-                if (rc == 0) {
-                    report_pass(&o, &tables[i], s, &p);
-                    rows += p.rows;
-                    gone += p.gone;
-                    bases += (uint64_t)p.base;
-                }
+                /* A pass resumed from a crashed run completes the target as of
+                 * that run's start: it is finished, then a pass of this run
+                 * follows (it does not count as one of --passes). */
+                PassStats p = {0};
+                do {
+                    rc = tgt ? pass_redis(&o, src, tgt, &tables[i], s, &p)
+                             : pass_file(&o, src, &tables[i], s, &p);
+                    if (rc == 0) {
+                        report_pass(&o, &tables[i], s, &p);
+                        rows += p.rows;
+                        gone += p.gone;
+                        bases += (uint64_t)p.base;
+                    }
+                } while (rc == 0 && p.resumed && !Stop);
             }
         if (rc != 0) break;
         passes++;
