@@ -5,6 +5,7 @@
 
 #include "fpguard.h" /* first: determinism guards */
 #include "ring_table.h"
+#include "ring_table_int.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -16,13 +17,13 @@
  * Helpers
  * ---------------------------------------------------------------------- */
 
-static void *rt_alloc(size_t n) { return pse_alloc(NULL, n); }
-static void rt_free(void *p) { pse_free(NULL, p, 0); }
+void *pst_alloc(size_t n) { return pse_alloc(NULL, n); }
+void pst_free(void *p) { pse_free(NULL, p, 0); }
 
-static int name_eq(const char *a, uint32_t alen, const char *b, size_t blen) {
+int pst_name_eq(const char *a, uint32_t alen, const char *b, size_t blen) {
     return alen == blen && memcmp(a, b, blen) == 0;
 }
-static void set_name(char *dst, uint32_t *dlen, const char *src, size_t len) {
+void pst_set_name(char *dst, uint32_t *dlen, const char *src, size_t len) {
     memcpy(dst, src, len);
     dst[len] = '\0';
     *dlen = (uint32_t)len;
@@ -51,7 +52,7 @@ static const float *row_values(const PSEmbed *t, uint64_t id, float *scratch) {
  * (pse_lookup_ids prefetches): the take reads each row's values three times.
  * NULL on OOM. */
 static int64_t *map_slots(const PSRingTable *r, const PSEmbed *t) {
-    int64_t *slots = rt_alloc((size_t)(r->n ? r->n : 1) * sizeof(int64_t));
+    int64_t *slots = pst_alloc((size_t)(r->n ? r->n : 1) * sizeof(int64_t));
     if (slots && r->n) pse_lookup_ids(t, r->ids, (size_t)r->n, slots);
     return slots;
 }
@@ -71,21 +72,21 @@ static const float *slot_values(const PSEmbed *t, int64_t slot, uint64_t id, flo
  * Deltas
  * ---------------------------------------------------------------------- */
 
-static PSRingRows *rows_new(const char *origin, size_t len, uint64_t seq, uint64_t hops,
-                            uint64_t rows, uint32_t dim) {
+PSRingRows *pst_rows_new(const char *origin, size_t len, uint64_t seq, uint64_t hops,
+                         uint64_t rows, uint32_t dim) {
     if (rows > PS_RINGT_MAX_ROWS) return NULL;
-    PSRingRows *d = rt_alloc(sizeof(*d));
+    PSRingRows *d = pst_alloc(sizeof(*d));
     if (!d) return NULL;
     memset(d, 0, sizeof(*d));
     const size_t bytes = (size_t)rows * (8 + 4 * (size_t)dim);
-    void *mem = rt_alloc(bytes);
+    void *mem = pst_alloc(bytes);
     if (!mem) {
-        rt_free(d);
+        pst_free(d);
         return NULL;
     }
     d->ids = mem;
     d->val = (float *)(void *)((unsigned char *)mem + (size_t)rows * 8);
-    set_name(d->origin, &d->originlen, origin, len);
+    pst_set_name(d->origin, &d->originlen, origin, len);
     d->seq = seq;
     d->hops = hops;
     d->rows = rows;
@@ -95,11 +96,11 @@ static PSRingRows *rows_new(const char *origin, size_t len, uint64_t seq, uint64
 
 static void rows_free(PSRingRows *d) {
     if (!d) return;
-    rt_free(d->ids);
-    rt_free(d);
+    pst_free(d->ids);
+    pst_free(d);
 }
 
-static void fwd_push(PSRingTable *r, PSRingRows *d) {
+void pst_fwd_push(PSRingTable *r, PSRingRows *d) {
     d->next = NULL;
     if (r->fwd_tail) r->fwd_tail->next = d;
     else r->fwd_head = d;
@@ -116,7 +117,7 @@ static uint64_t map_hash(const PSRingTable *r, uint64_t id) { return PSEmbed_Mix
 
 /* Index bucket holding position 'pos' + 1 for 'id', or of the empty bucket
  * that ends its probe run. */
-static uint64_t map_bucket(const PSRingTable *r, uint64_t id) {
+uint64_t pst_map_bucket(const PSRingTable *r, uint64_t id) {
     const uint64_t mask = r->isize - 1;
     uint64_t p = map_hash(r, id) & mask;
     while (r->index[p] && r->ids[r->index[p] - 1] != id) p = (p + 1) & mask;
@@ -125,7 +126,7 @@ static uint64_t map_bucket(const PSRingTable *r, uint64_t id) {
 
 static int64_t map_find(const PSRingTable *r, uint64_t id) {
     if (!r->n) return -1;
-    const uint32_t e = r->index[map_bucket(r, id)];
+    const uint32_t e = r->index[pst_map_bucket(r, id)];
     return e ? (int64_t)e - 1 : -1;
 }
 
@@ -135,7 +136,7 @@ const float *PSRingTable_Base(const PSRingTable *r, uint64_t id) {
 }
 
 static int map_rebuild(PSRingTable *r, uint64_t isize) {
-    uint32_t *ni = rt_alloc((size_t)isize * sizeof(uint32_t));
+    uint32_t *ni = pst_alloc((size_t)isize * sizeof(uint32_t));
     if (!ni) return PS_RING_EOOM;
     memset(ni, 0, (size_t)isize * sizeof(uint32_t));
     for (uint64_t i = 0; i < r->n; i++) {
@@ -143,7 +144,7 @@ static int map_rebuild(PSRingTable *r, uint64_t isize) {
         while (ni[p]) p = (p + 1) & (isize - 1);
         ni[p] = (uint32_t)(i + 1);
     }
-    rt_free(r->index);
+    pst_free(r->index);
     r->index = ni;
     r->isize = isize;
     return PS_RING_OK;
@@ -151,24 +152,24 @@ static int map_rebuild(PSRingTable *r, uint64_t isize) {
 
 /* Room for 'extra' more entries (arrays and index; nothing observable
  * changes). PS_RING_OK or PS_RING_EOOM. */
-static int map_reserve(PSRingTable *r, uint64_t extra) {
+int pst_map_reserve(PSRingTable *r, uint64_t extra) {
     const uint64_t want = r->n + extra;
     if (want >= (1ull << 31)) return PS_RING_EOOM;
     if (want > r->cap) {
         uint64_t cap = r->cap ? r->cap : 16;
         while (cap < want) cap *= 2;
-        uint64_t *ni = rt_alloc((size_t)cap * 8);
-        float *nb = ni ? rt_alloc((size_t)cap * r->dim * sizeof(float)) : NULL;
+        uint64_t *ni = pst_alloc((size_t)cap * 8);
+        float *nb = ni ? pst_alloc((size_t)cap * r->dim * sizeof(float)) : NULL;
         if (!nb) {
-            rt_free(ni);
+            pst_free(ni);
             return PS_RING_EOOM;
         }
         if (r->n) {
             memcpy(ni, r->ids, (size_t)r->n * 8);
             memcpy(nb, r->base, (size_t)r->n * r->dim * sizeof(float));
         }
-        rt_free(r->ids);
-        rt_free(r->base);
+        pst_free(r->ids);
+        pst_free(r->base);
         r->ids = ni;
         r->base = nb;
         r->cap = cap;
@@ -209,10 +210,10 @@ static void map_index_delete(PSRingTable *r, uint64_t i) {
 
 /* Removes entry 'pos'; the last entry moves into the hole. */
 static void map_remove(PSRingTable *r, uint64_t pos) {
-    map_index_delete(r, map_bucket(r, r->ids[pos]));
+    map_index_delete(r, pst_map_bucket(r, r->ids[pos]));
     const uint64_t last = r->n - 1;
     if (pos != last) {
-        const uint64_t b = map_bucket(r, r->ids[last]);
+        const uint64_t b = pst_map_bucket(r, r->ids[last]);
         r->ids[pos] = r->ids[last];
         memcpy(r->base + (size_t)pos * r->dim, r->base + (size_t)last * r->dim,
                (size_t)r->dim * sizeof(float));
@@ -239,18 +240,18 @@ PSRingTable *PSRingTable_New(const PSEmbed *t, const char *origin, size_t len, u
         return NULL;
     }
     if ((*st = PSRingTable_CanTrack(t)) != PS_RING_OK) return NULL;
-    PSRingTable *r = rt_alloc(sizeof(*r));
+    PSRingTable *r = pst_alloc(sizeof(*r));
     if (!r) {
         *st = PS_RING_EOOM;
         return NULL;
     }
     memset(r, 0, sizeof(*r));
-    set_name(r->origin, &r->originlen, origin, len);
+    pst_set_name(r->origin, &r->originlen, origin, len);
     r->dim = PSEmbed_Config(t)->dim;
     r->salt = PSEmbed_Config(t)->salt;
     r->maxqueue = maxqueue;
-    if (map_reserve(r, 0) != PS_RING_OK) {
-        rt_free(r);
+    if (pst_map_reserve(r, 0) != PS_RING_OK) {
+        pst_free(r);
         *st = PS_RING_EOOM;
         return NULL;
     }
@@ -259,15 +260,15 @@ PSRingTable *PSRingTable_New(const PSEmbed *t, const char *origin, size_t len, u
 
 void PSRingTable_Free(PSRingTable *r) {
     if (!r) return;
-    rt_free(r->ids);
-    rt_free(r->base);
-    rt_free(r->index);
+    pst_free(r->ids);
+    pst_free(r->base);
+    pst_free(r->index);
     rows_free(r->pend);
     for (PSRingRows *d = r->fwd_head, *nx; d; d = nx) {
         nx = d->next;
         rows_free(d);
     }
-    rt_free(r);
+    pst_free(r);
 }
 
 static size_t rows_bytes(const PSRingRows *d) {
@@ -293,22 +294,22 @@ int PSRingTable_BeforePush(PSRingTable *r, const PSEmbed *t, const unsigned char
      * then one lookup per id. When the room for k more entries is there
      * already, that is all; else the new ids are counted first, so that a
      * large push to rows in the map allocates nothing. */
-    float *scratch = rt_alloc((size_t)r->dim * sizeof(float));
+    float *scratch = pst_alloc((size_t)r->dim * sizeof(float));
     if (!scratch) return PS_RING_EOOM;
     if (r->cap - r->n < k || 2 * (r->n + k) >= r->isize) {
         uint64_t fresh = 0;
         for (size_t i = 0; i < k; i++) fresh += map_find(r, ld64(ids, i)) < 0;
-        if (map_reserve(r, fresh) != PS_RING_OK) {
-            rt_free(scratch);
+        if (pst_map_reserve(r, fresh) != PS_RING_OK) {
+            pst_free(scratch);
             return PS_RING_EOOM;
         }
     }
     for (size_t i = 0; i < k; i++) {
         const uint64_t id = ld64(ids, i);
-        const uint64_t b = map_bucket(r, id);
+        const uint64_t b = pst_map_bucket(r, id);
         if (!r->index[b]) map_put_at(r, b, id, row_values(t, id, scratch));
     }
-    rt_free(scratch);
+    pst_free(scratch);
     return PS_RING_OK;
 }
 
@@ -355,10 +356,10 @@ static void purge_zero(PSRingTable *r, const PSEmbed *t, const int64_t *slots, f
 }
 
 uint64_t PSRingTable_Accumulated(const PSRingTable *r, const PSEmbed *t) {
-    float *scratch = rt_alloc((size_t)r->dim * sizeof(float));
+    float *scratch = pst_alloc((size_t)r->dim * sizeof(float));
     int64_t *slots = scratch ? map_slots(r, t) : NULL;
     if (!slots) {
-        rt_free(scratch);
+        pst_free(scratch);
         return 0;
     }
     uint64_t k = 0;
@@ -369,20 +370,20 @@ uint64_t PSRingTable_Accumulated(const PSRingTable *r, const PSEmbed *t) {
         for (uint32_t j = 0; j < r->dim; j++) nz |= (v[j] - b[j]) != 0.0f;
         k += nz;
     }
-    rt_free(slots);
-    rt_free(scratch);
+    pst_free(slots);
+    pst_free(scratch);
     return k;
 }
 
 int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) {
     if (r->pend) return PS_RING_TAKE_AGAIN;
     const uint32_t dim = r->dim;
-    float *scratch = rt_alloc((size_t)dim * sizeof(float));
-    Cand *c = scratch ? rt_alloc((size_t)(r->n ? r->n : 1) * sizeof(Cand)) : NULL;
+    float *scratch = pst_alloc((size_t)dim * sizeof(float));
+    Cand *c = scratch ? pst_alloc((size_t)(r->n ? r->n : 1) * sizeof(Cand)) : NULL;
     int64_t *slots = c ? map_slots(r, t) : NULL;
     if (!slots) {
-        rt_free(c);
-        rt_free(scratch);
+        pst_free(c);
+        pst_free(scratch);
         return -PS_RING_EOOM;
     }
     uint64_t nc = 0;
@@ -424,7 +425,7 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
     }
     qsort(c, (size_t)m, sizeof(Cand), cmp_id);
     const uint64_t seq = r->take_seq + 1 > o->seqfloor ? r->take_seq + 1 : o->seqfloor;
-    PSRingRows *d = rows_new(r->origin, r->originlen, seq, 0, m, dim);
+    PSRingRows *d = pst_rows_new(r->origin, r->originlen, seq, 0, m, dim);
     if (!d) {
         ret = -PS_RING_EOOM;
         goto out;
@@ -449,9 +450,9 @@ int PSRingTable_Take(PSRingTable *r, const PSEmbed *t, const PSRingTakeOpts *o) 
     r->pend_own = r->own_pushes;
     ret = PS_RING_TAKE_NEW;
 out:
-    rt_free(slots);
-    rt_free(c);
-    rt_free(scratch);
+    pst_free(slots);
+    pst_free(c);
+    pst_free(scratch);
     return ret;
 }
 
@@ -492,9 +493,9 @@ int PSRingTable_Apply(PSRingTable *r, PSEmbed *t, const char *origin, size_t len
     const uint32_t dim = r->dim;
     /* Slots of the rows (-1: absent, created) and the sums, checked finite
      * in values and in base before anything changes. */
-    uint64_t *idv = rt_alloc((size_t)rows * 8);
-    int64_t *slot = idv ? rt_alloc((size_t)rows * 8) : NULL;
-    float *scratch = slot ? rt_alloc((size_t)dim * sizeof(float)) : NULL;
+    uint64_t *idv = pst_alloc((size_t)rows * 8);
+    int64_t *slot = idv ? pst_alloc((size_t)rows * 8) : NULL;
+    float *scratch = slot ? pst_alloc((size_t)dim * sizeof(float)) : NULL;
     PSRingRows *fe = NULL;
     int ret = -PS_RING_EOOM;
     if (!scratch) goto out;
@@ -527,7 +528,7 @@ int PSRingTable_Apply(PSRingTable *r, PSEmbed *t, const char *origin, size_t len
             ret = -PS_RING_BACKLOG;
             goto out;
         }
-        if (!(fe = rows_new(origin, len, seq, hops - 1, rows, dim))) goto out;
+        if (!(fe = pst_rows_new(origin, len, seq, hops - 1, rows, dim))) goto out;
         memcpy(fe->ids, ids, (size_t)rows * 8);
         memcpy(fe->val, val, vlen);
     }
@@ -560,12 +561,12 @@ int PSRingTable_Apply(PSRingTable *r, PSEmbed *t, const char *origin, size_t len
     }
     PSRing_Record(r->origins, &r->norigins, e, origin, len, seq);
     r->applied++;
-    if (fe) fwd_push(r, fe);
+    if (fe) pst_fwd_push(r, fe);
     ret = 1;
 out:
-    rt_free(scratch);
-    rt_free(slot);
-    rt_free(idv);
+    pst_free(scratch);
+    pst_free(slot);
+    pst_free(idv);
     return ret;
 }
 
@@ -573,7 +574,7 @@ const PSRingRows *PSRingTable_FwdPeek(const PSRingTable *r) { return r->fwd_head
 
 int PSRingTable_FwdAck(PSRingTable *r, const char *origin, size_t len, uint64_t seq) {
     PSRingRows *d = r->fwd_head;
-    if (!d || d->seq != seq || !name_eq(d->origin, d->originlen, origin, len)) return 0;
+    if (!d || d->seq != seq || !pst_name_eq(d->origin, d->originlen, origin, len)) return 0;
     r->fwd_head = d->next;
     if (!r->fwd_head) r->fwd_tail = NULL;
     r->fwd_len--;
@@ -603,9 +604,9 @@ int PSRingTable_JoinBegin(PSRingTable **rp, PSEmbed **tp, const char *origin, si
         if (!PSRing_OriginValid(from[k].origin, from[k].len)) return PS_RING_EORIGIN;
         if (from[k].seq > PS_RING_MAX_SEQ) return PS_RING_ESEQ;
         for (size_t j = 0; j < k; j++)
-            if (name_eq(from[j].origin, (uint32_t)from[j].len, from[k].origin, from[k].len))
+            if (pst_name_eq(from[j].origin, (uint32_t)from[j].len, from[k].origin, from[k].len))
                 return PS_RING_EDUPFROM;
-        if (name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) own_seq = from[k].seq;
+        if (pst_name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) own_seq = from[k].seq;
         else others++;
     }
     if (others > PS_RING_MAX_ORIGINS) return PS_RING_EORIGINS;
@@ -638,13 +639,13 @@ int PSRingTable_JoinBegin(PSRingTable **rp, PSEmbed **tp, const char *origin, si
     r->norigins = 0;
     memset(r->origins, 0, sizeof(r->origins));
     for (size_t k = 0; k < nfrom; k++) {
-        if (name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) continue;
+        if (pst_name_eq(origin, (uint32_t)len, from[k].origin, from[k].len)) continue;
         PSRingOrigin *e = &r->origins[r->norigins++];
-        set_name(e->name, &e->len, from[k].origin, from[k].len);
+        pst_set_name(e->name, &e->len, from[k].origin, from[k].len);
         e->hwm = from[k].seq;
     }
     if (own_seq > r->take_seq) r->take_seq = own_seq;
-    set_name(r->origin, &r->originlen, origin, len);
+    pst_set_name(r->origin, &r->originlen, origin, len);
     r->joining = 1;
     r->join_rows = 0;
     PSEmbed_Free(old);
@@ -685,264 +686,4 @@ int PSRingTable_JoinEnd(PSRingTable *r, uint64_t pages, uint64_t rows) {
     r->joining = 0;
     r->join_rows = 0;
     return PS_RING_OK;
-}
-
-/* ------------------------------------------------------------------------
- * Serialization
- * ---------------------------------------------------------------------- */
-
-#define RT_MAGIC 0x54525350u /* "PSRT" little-endian */
-#define RT_LAYOUT 1u      /* no JOIN in progress */
-#define RT_LAYOUT_JOIN 2u /* layout 1 + joining, join_rows */
-
-static size_t delta_size(const PSRingRows *d) {
-    return 4 + d->originlen + 24 + (size_t)d->rows * (8 + 4 * (size_t)d->dim);
-}
-
-size_t PSRingTable_SerialSize(const PSRingTable *r) {
-    size_t s = 12 + 4 + r->originlen + 7 * 8 + 8;
-    for (uint32_t i = 0; i < r->norigins; i++) s += 4 + r->origins[i].len + 16;
-    s += 8 + (size_t)r->n * (8 + 4 * (size_t)r->dim);
-    s += 8 + (r->pend ? delta_size(r->pend) : 0);
-    s += 8;
-    for (const PSRingRows *d = r->fwd_head; d; d = d->next) s += delta_size(d);
-    return s + (r->joining ? 16 : 0);
-}
-
-typedef struct W {
-    unsigned char *p;
-} W;
-static void w32(W *w, uint32_t x) {
-    memcpy(w->p, &x, 4);
-    w->p += 4;
-}
-static void w64(W *w, uint64_t x) {
-    memcpy(w->p, &x, 8);
-    w->p += 8;
-}
-static void wbytes(W *w, const void *s, size_t n) {
-    if (n) memcpy(w->p, s, n);
-    w->p += n;
-}
-static void wdelta(W *w, const PSRingRows *d) {
-    w32(w, d->originlen);
-    wbytes(w, d->origin, d->originlen);
-    w64(w, d->seq);
-    w64(w, d->hops);
-    w64(w, d->rows);
-    wbytes(w, d->ids, (size_t)d->rows * 8);
-    wbytes(w, d->val, (size_t)d->rows * d->dim * 4);
-}
-
-void PSRingTable_Serialize(const PSRingTable *r, unsigned char *out) {
-    W w = {out};
-    w32(&w, RT_MAGIC);
-    w32(&w, r->joining ? RT_LAYOUT_JOIN : RT_LAYOUT);
-    w32(&w, r->dim);
-    w32(&w, r->originlen);
-    wbytes(&w, r->origin, r->originlen);
-    w64(&w, r->take_seq);
-    w64(&w, r->maxqueue);
-    w64(&w, r->applied);
-    w64(&w, r->maxlag);
-    w64(&w, r->own_pushes);
-    w64(&w, r->acked_own);
-    w64(&w, r->pend ? r->pend_own : 0);
-    w64(&w, r->norigins);
-    for (uint32_t i = 0; i < r->norigins; i++) {
-        w32(&w, r->origins[i].len);
-        wbytes(&w, r->origins[i].name, r->origins[i].len);
-        w64(&w, r->origins[i].hwm);
-        w64(&w, r->origins[i].applied);
-    }
-    w64(&w, r->n);
-    for (uint64_t i = 0; i < r->n; i++) {
-        w64(&w, r->ids[i]);
-        wbytes(&w, r->base + (size_t)i * r->dim, (size_t)r->dim * 4);
-    }
-    w64(&w, r->pend ? 1 : 0);
-    if (r->pend) wdelta(&w, r->pend);
-    w64(&w, r->fwd_len);
-    for (const PSRingRows *d = r->fwd_head; d; d = d->next) wdelta(&w, d);
-    if (r->joining) {
-        w64(&w, r->joining);
-        w64(&w, r->join_rows);
-    }
-}
-
-typedef struct Rd {
-    const unsigned char *p;
-    size_t left;
-    int bad;
-} Rd;
-static uint32_t r32(Rd *r) {
-    uint32_t x = 0;
-    if (r->left < 4) r->bad = 1;
-    else {
-        memcpy(&x, r->p, 4);
-        r->p += 4;
-        r->left -= 4;
-    }
-    return x;
-}
-static uint64_t r64(Rd *r) {
-    uint64_t x = 0;
-    if (r->left < 8) r->bad = 1;
-    else {
-        memcpy(&x, r->p, 8);
-        r->p += 8;
-        r->left -= 8;
-    }
-    return x;
-}
-static const unsigned char *rbytes(Rd *r, uint64_t n) {
-    if (r->bad || r->left < n) {
-        r->bad = 1;
-        return NULL;
-    }
-    const unsigned char *s = r->p;
-    r->p += n;
-    r->left -= n;
-    return s;
-}
-/* A name of 1..PS_RING_ORIGIN_MAX valid bytes into buf; its length or 0. */
-static size_t rname(Rd *r, char *buf) {
-    const uint32_t len = r32(r);
-    const unsigned char *s = len <= PS_RING_ORIGIN_MAX ? rbytes(r, len) : NULL;
-    if (!s || !PSRing_OriginValid((const char *)s, len)) return 0;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    return len;
-}
-/* A delta: its rows checked as an apply checks them. NULL, *why set. */
-static PSRingRows *rdelta(Rd *r, const PSRingTable *rt, const char **why) {
-    char name[PS_RING_ORIGIN_MAX + 1];
-    const size_t len = rname(r, name);
-    const uint64_t seq = r64(r), hops = r64(r), rows = r64(r);
-    *why = "bad ring delta";
-    if (!len || r->bad || seq < 1 || seq > PS_RING_MAX_SEQ || hops >= PS_RING_MAX_HOPS ||
-        rows < 1 || rows > PS_RINGT_MAX_ROWS || rows * (8 + 4 * (uint64_t)rt->dim) > r->left)
-        return NULL;
-    const unsigned char *ids = rbytes(r, rows * 8), *val = rbytes(r, rows * rt->dim * 4);
-    if (PSRingTable_CheckDelta(rt, ids, rows, val, (size_t)rows * rt->dim * 4) != PS_RING_OK)
-        return NULL;
-    PSRingRows *d = rows_new(name, len, seq, hops, rows, rt->dim);
-    if (!d) {
-        *why = "out of memory";
-        return NULL;
-    }
-    memcpy(d->ids, ids, (size_t)rows * 8);
-    memcpy(d->val, val, (size_t)rows * rt->dim * 4);
-    return d;
-}
-
-PSRingTable *PSRingTable_Deserialize(const PSEmbed *t, const unsigned char *p, size_t len,
-                                     const char **why) {
-    Rd rd = {p, len, 0};
-    char name[PS_RING_ORIGIN_MAX + 1];
-    const uint32_t magic = r32(&rd), layout = r32(&rd), dim = r32(&rd);
-    *why = "bad ring state header";
-    if (rd.bad || magic != RT_MAGIC || (layout != RT_LAYOUT && layout != RT_LAYOUT_JOIN) || dim != PSEmbed_Config(t)->dim)
-        return NULL;
-    const size_t olen = rname(&rd, name);
-    if (!olen) return NULL;
-    int st;
-    uint64_t f[7];
-    for (int i = 0; i < 7; i++) f[i] = r64(&rd);
-    const uint64_t take_seq = f[0], maxqueue = f[1], applied = f[2], maxlag = f[3],
-                   own_pushes = f[4], acked_own = f[5], pend_own = f[6];
-    if (rd.bad || take_seq > PS_RING_MAX_SEQ || maxqueue > PS_RING_MAX_MAXQUEUE ||
-        maxlag > PS_RING_MAX_MAXLAG || acked_own > own_pushes || pend_own > own_pushes)
-        return NULL;
-    PSRingTable *r = PSRingTable_New(t, name, olen, maxqueue, &st);
-    if (!r) {
-        *why = st == PS_RING_EOOM ? "out of memory" : "table cannot be ring-tracked";
-        return NULL;
-    }
-    r->take_seq = take_seq;
-    r->applied = applied;
-    r->maxlag = maxlag;
-    r->own_pushes = own_pushes;
-    r->acked_own = acked_own;
-    r->pend_own = pend_own;
-    const uint64_t no = r64(&rd);
-    *why = "bad ring origin";
-    if (rd.bad || no > PS_RING_MAX_ORIGINS) goto bad;
-    for (uint64_t i = 0; i < no; i++) {
-        const size_t l = rname(&rd, name);
-        const uint64_t hwm = r64(&rd), app = r64(&rd);
-        PSRingOrigin *e;
-        if (!l || rd.bad || hwm > PS_RING_MAX_SEQ || name_eq(r->origin, r->originlen, name, l))
-            goto bad;
-        for (uint32_t j = 0; j < r->norigins; j++)
-            if (name_eq(r->origins[j].name, r->origins[j].len, name, l)) goto bad;
-        e = &r->origins[r->norigins++];
-        set_name(e->name, &e->len, name, l);
-        e->hwm = hwm;
-        e->applied = app;
-    }
-    const uint64_t n = r64(&rd);
-    *why = "bad ring base map";
-    if (rd.bad || n > rd.left / (8 + 4 * (uint64_t)dim)) goto bad;
-    if (map_reserve(r, n) != PS_RING_OK) {
-        *why = "out of memory";
-        goto bad;
-    }
-    for (uint64_t i = 0; i < n; i++) {
-        const uint64_t id = r64(&rd);
-        const unsigned char *b = rbytes(&rd, (uint64_t)dim * 4);
-        if (rd.bad) goto bad;
-        const uint64_t bk = map_bucket(r, id);
-        if (r->index[bk]) goto bad; /* a duplicate id */
-        const uint64_t pos = r->n++;
-        r->ids[pos] = id;
-        memcpy(r->base + (size_t)pos * dim, b, (size_t)dim * 4); /* any alignment */
-        r->index[bk] = (uint32_t)(pos + 1);
-    }
-    const uint64_t hasp = r64(&rd);
-    *why = "bad ring pending take";
-    if (rd.bad || hasp > 1 || (!hasp && pend_own)) goto bad;
-    if (hasp) {
-        if (!(r->pend = rdelta(&rd, r, why))) goto bad;
-        *why = "bad ring pending take";
-        if (r->pend->hops || r->pend->seq > take_seq ||
-            !name_eq(r->pend->origin, r->pend->originlen, r->origin, r->originlen))
-            goto bad;
-    }
-    const uint64_t nf = r64(&rd);
-    *why = "bad ring forward entry";
-    if (rd.bad) goto bad;
-    for (uint64_t i = 0; i < nf; i++) {
-        PSRingRows *d = rdelta(&rd, r, why);
-        if (!d) goto bad;
-        fwd_push(r, d);
-        *why = "bad ring forward entry";
-        if (name_eq(d->origin, d->originlen, r->origin, r->originlen)) goto bad;
-    }
-    if (layout == RT_LAYOUT_JOIN) {
-        /* A JOIN in progress: the rows are the pages' rows, nothing else. */
-        r->joining = r64(&rd);
-        r->join_rows = r64(&rd);
-        *why = "bad ring join state";
-        if (rd.bad || r->joining < 1 || r->joining > PS_RING_MAX_SEQ ||
-            r->join_rows != PSEmbed_Rows(t) || r->n || r->pend || r->fwd_len)
-            goto bad;
-    }
-    *why = "trailing bytes after the ring state";
-    if (rd.left) goto bad;
-    return r;
-bad:
-    PSRingTable_Free(r);
-    return NULL;
-}
-
-PSRingTable *PSRingTable_Clone(const PSRingTable *r, const PSEmbed *t) {
-    const size_t n = PSRingTable_SerialSize(r);
-    unsigned char *buf = rt_alloc(n);
-    if (!buf) return NULL;
-    PSRingTable_Serialize(r, buf);
-    const char *why;
-    PSRingTable *c = PSRingTable_Deserialize(t, buf, n, &why);
-    rt_free(buf);
-    return c;
 }
