@@ -27,6 +27,7 @@ Then the server's commands per batch and their us (INFO commandstats) of the las
 
 import argparse
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -132,6 +133,7 @@ def main():
             ons.append(server_cpu() - s0)
             cmd_on.append(commands(nb))
             assert "events=%d " % n in out, out
+            phases = re.findall(r" t_(\w+)=([0-9.]+)", out)
             on.append(n / dt)
             onc.append(n / CPU[0])
             print("rep %d: offline %.0f events/s (%.0f per worker CPU s, server CPU %.2f s), "
@@ -150,6 +152,8 @@ def main():
               % (so, sn))
         print("server, offline (last rep):", cmd_off[-1])
         print("server, online (last rep):", cmd_on[-1])
+        print("online worker's wall time per batch (last rep), us: %s" % ", ".join(
+            "%s %.0f" % (k, float(v) * 1000.0 / nb) for k, v in phases if float(v) > 0))
         print("uptime:", subprocess.run(["uptime"], stdout=subprocess.PIPE,
                                         text=True).stdout.strip())
     finally:

@@ -117,8 +117,10 @@ def test_stream_two_workers_exactly_once(server, data, tmp_path):
     bad_ids = fill(r, lines, 1)
     bad = len(bad_ids)
     log = str(tmp_path / "run.jsonl")
+    # w1 without --overlap: the next batch is pulled after this one's push, not before its
+    # gradient (both are pipelined: the next batch is leased and parsed meanwhile).
     ws = [worker(addr, "--consumer", "w%d" % i, "--idle-exit", 1500, "--batch", 128,
-                 "--log-json", log) for i in range(2)]
+                 "--log-json", log, "--overlap", i == 0 and 1 or 0) for i in range(2)]
     outs = [finish(p) for p in ws]
     for rc, out in outs:
         assert rc == 0, out
@@ -139,6 +141,7 @@ def test_stream_two_workers_exactly_once(server, data, tmp_path):
              for m in re.findall(r"^STREAM (.*)$", allout, re.M)]
     assert sum(int(s["events"]) for s in stats) == len(lines)
     assert all(int(s["events"]) > 0 for s in stats), stats   # both workers trained
+    assert all(int(s["piped"]) > 0 for s in stats), stats
     # Progressive validation: every event scored once into the shared histogram; the
     # last window's online AUC is above a floor from the planted model's AUC.
     assert histogram_events(r) == len(lines)
@@ -247,11 +250,59 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     assert (trained, malformed) == (len(lines), bad), allout
     assert journals_empty(r), allout
     assert "replaying the journaled batch" in allout, allout
+    # The faults landed on the pipeline too: batches were pulled and leased ahead of the
+    # one being trained (the feeder's bursts fill batches faster than they train).
+    assert sum(int(x) for x in re.findall(r"piped=(\d+)", allout)) > 0, allout
     info = r.execute_command("PS.INFO", "s:stream_events:0")
     d = dict(zip(info[::2], info[1::2]))
     assert d[b"dedup_hits"] >= 1, d     # a replayed batch had been applied: duplicate
     print("replays:", allout.count("replaying the journaled batch"), "dedup_hits:",
           d[b"dedup_hits"], "fenced:", re.findall(r"fenced=(\d+)", allout))
+
+
+def test_stream_sigkill_in_the_pipeline_exactly_once(server, tmp_path):
+    """A stream filled ahead (no waiting for events): each worker runs its pipeline (the
+    next batch leased, parsed and pulled while this one trains, so its journal holds up
+    to three batches). Workers are SIGKILLed and SIGSTOPped past --claim-idle-ms in it:
+    every event is still trained exactly once, and the killed ones' batches replayed."""
+    prefix = str(tmp_path / "big")
+    run_gen_ctr(["--out", prefix, "--samples", 60000, "--test-samples", 10, "--fields", 8,
+                 "--vocab", 1000, "--seed", 9])
+    with open(prefix + ".train.libsvm") as f:
+        lines = [ln.rstrip("\n") for ln in f]
+    r = server.client()
+    addr = "127.0.0.1:%d" % server.port
+    init_job(addr, prefix + ".train.libsvm")
+    fill(r, lines, 3)
+    common = ["--batch", 128, "--claim-idle-ms", 300]
+    rng = random.Random(11)
+    keeper = worker(addr, "--consumer", "keeper", "--idle-exit", 1500, *common)
+    victims = [worker(addr, "--consumer", "v%d" % k, *common) for k in range(2)]
+    paused = worker(addr, "--consumer", "paused", "--idle-exit", 1500, *common)
+    time.sleep(rng.uniform(0.05, 0.15))
+    held = []
+    for k, v in enumerate(victims):
+        held += stop_holding_a_lease(v.pid, r, journal("ev", "s", "ps-train", "v%d" % k))
+        v.send_signal(signal.SIGKILL)
+        finish(v)
+    held += stop_holding_a_lease(paused.pid, r, journal("ev", "s", "ps-train", "paused"))
+    time.sleep(0.8)
+    paused.send_signal(signal.SIGCONT)
+    outs = []
+    for p in (keeper, paused):
+        rc, out = finish(p)
+        assert rc == 0, out
+        outs.append(out)
+    allout = "\n".join(outs)
+    for line in held:
+        cid, seq = line.split()[:2]
+        assert "of %s, seq %s\n" % (cid, seq) in allout, (held, allout)
+    print("batches held when stopped:", len(held), "replays:",
+          allout.count("replaying the journaled batch"))
+    trained, malformed = counter(r)
+    assert (trained, malformed) == (len(lines), len(MALFORMED)), allout
+    assert journals_empty(r), allout
+    assert sum(int(x) for x in re.findall(r"piped=(\d+)", allout)) > 0, allout
 
 
 @pytest.mark.slow

@@ -105,8 +105,8 @@ static const flagDef Flags[] = {
      "outstanding pushes", NULL},
     {"--pull-every", F_INT, O(pull_every), 1, 1000, C_WORK | C_RUN, K_ALL, "1", NULL, 0, NULL,
      "K", "pull the model every K mini-batches, push every one", NULL},
-    {"--overlap", F_INT, O(overlap), 0, 1, C_WORK | C_RUN, K_ALL, "1", NULL, 0, NULL, "0|1",
-     "send the next pull before computing the gradient", NULL},
+    {"--overlap", F_INT, O(overlap), 0, 1, C_WORK | C_RUN | C_STREAM, K_ALL, "1", NULL, 0, NULL,
+     "0|1", "send the next pull before computing the gradient", NULL},
     {"--sync-rounds", F_INT, O(sync_rounds), 1, 1 << 20, C_WORK, K_ALL, NULL, NULL, 0, "off",
      "MS", "behind ps-relay --sync: after each push wait up to MS for the round's new model "
      "(implies --overlap 0)", NULL},

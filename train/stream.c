@@ -102,26 +102,24 @@ static void sw_free(struct streamWork *w) {
     if (w->own.c) psClientFree(w->own.c);
     if (w->have_model) ps_ctr_free(&w->m);
     ps_sparse_close(w->lp);
-    ps_sparse_batch_free(&w->b);
-    ps_ctr_unique_free(&w->u);
-    free(w->rows);
+    for (int k = 0; k < 2; k++) sw_batch_free(&w->bt[k]);
+    for (int i = 0; i < w->ndense; i++) free(w->dback[i]);
     free(w->grows);
-    free(w->ids);
     free(w->wp);
     free(w->wy);
     free(w->wl);
     free(w->hpos);
     free(w->hneg);
     runlog_close(w->log);
-    if (w->pre) freeReplyObject(w->pre);
     free(w->held);
     free(w->drop);
     free(w->rebuild);
 }
 
-/* One claim (self: this consumer's own held batches after a restart):
- * every batch taken is read again from its ranges and trained under its
- * own push identity (the server answers a duplicate for every key its
+/* One claim (self: this consumer's own held batches after a restart), run
+ * while the pipeline is empty (batch w->cur is free): every batch taken is
+ * read again from its ranges into w->cur and trained under its own push
+ * identity (the server answers a duplicate for every key its
  * first push reached and applies it where it did not), then dropped from
  * this consumer's journal once acknowledged. Returns the batches replayed
  * (>= 0) or -1. */
@@ -144,20 +142,23 @@ static int claim_once(struct streamWork *w, int self) {
         return -1;
     }
     int done = 0, rc = 0;
+    swBatch *x = w->cur;
     for (size_t i = 0; i < r->elements && rc == 0; i++) {
         const redisReply *l = r->element[i];
         char cid[300];
         unsigned long long seq = 0;
         if (l->type != REDIS_REPLY_STRING || sscanf(l->str, "%299s %llu", cid, &seq) != 2) continue;
-        sw_batch_reset(w);
-        if (sw_read_ranges(w, l->str) < 0) {
+        sw_batch_reset(x);
+        if (sw_read_ranges(w, x, l->str) < 0) {
             rc = -1;
             break;
         }
+        snprintf(x->cid, sizeof(x->cid), "%s", cid);
+        x->seq = seq;
         printf("[%s] replaying the journaled batch %s.. (%d entries) of %s, seq %llu\n", w->me,
-               w->first, w->nent, cid, seq);
+               x->first, x->nent, cid, seq);
         fflush(stdout);
-        if (sw_replay_batch(w, cid, seq) != 1 || psDrain(w->own.c) != PS_OK) {
+        if (sw_replay_batch(w, x) != 1 || psDrain(w->own.c) != PS_OK) {
             if (!w->own.c->err) tr_err(o, "[%s] push: %s", w->me, w->own.c->errstr);
             rc = -1;
             break;
@@ -170,9 +171,10 @@ static int claim_once(struct streamWork *w, int self) {
             break;
         }
         w->replays++;
-        w->replayed += w->nent;
+        w->replayed += x->nent;
         done++;
     }
+    sw_batch_reset(x);
     freeReplyObject(r);
     return rc < 0 ? -1 : done;
 }
@@ -237,6 +239,15 @@ static int sw_setup(struct streamWork *w) {
     ts_dense_arrays(&w->m, 0, w->dense);
     ts_dense_arrays(&w->m, 1, w->dgrad);
     w->ndense = ps_ctr_dense_count(&w->m);
+    for (int i = 0; i < w->ndense; i++) {
+        ps_ctr_dense(&w->m, i, &w->dlen[i], NULL, NULL);
+        if ((w->dback[i] = malloc((w->dlen[i] ? w->dlen[i] : 1) * sizeof(float))) == NULL) {
+            tr_err(o, "out of memory");
+            return -1;
+        }
+    }
+    w->cur = &w->bt[0];
+    w->nxt = &w->bt[1];
     redisReply *r = psCommand(w->own.c, w->skey, "XGROUP CREATE %s %s 0 MKSTREAM", w->skey,
                               o->group);
     if (r == NULL || (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "BUSYGROUP", 9) != 0)) {
@@ -287,51 +298,55 @@ int tr_cmd_stream(const trainOpts *o) {
     double claim_every = o->claim_idle_ms / 4000.0;
     if (claim_every < 0.05) claim_every = 0.05;
     while (!tw_stop) {
-        if (o->max_events && w.trained + w.malformed >= o->max_events) break;
-        if (tr_now() - w.last_claim >= claim_every) {
-            int k = claim_once(&w, 0);
-            if (k < 0) goto out;
-            w.claimed += k;
-            if (k > 0) {
+        swBatch *x = w.cur;
+        /* The pipeline is empty (no batch read ahead, no lease step in
+         * flight) when x holds nothing yet: the time for claims. */
+        if (!x->closed && x->nent == 0 && !w.ahead_on) {
+            if (o->max_events && w.trained + w.malformed >= o->max_events) break;
+            if (sw_claim_due(&w)) {
+                double t = tr_now();
+                int k = claim_once(&w, 0);
+                sw_phase(&w, SWP_CLAIM, &t);
+                if (k < 0) goto out;
+                w.claimed += k;
+                if (k > 0) {
+                    sw_progress(&w, 0);
+                    continue;
+                }
+            }
+        }
+        if (!x->closed) {
+            int block = 1000;
+            if (o->idle_exit) {
+                int left = o->idle_exit - (int)((tr_now() - w.last_event) * 1000.0);
+                if (left < block) block = left < 1 ? 1 : left;
+            }
+            if (claim_every * 1000 < block) block = (int)(claim_every * 1000) + 1;
+            int got = sw_read_batch(&w, x, block);
+            if (got < 0) goto out;
+            if (got == 0) {
+                if (o->idle_exit && (tr_now() - w.last_event) * 1000.0 >= o->idle_exit) break;
+                double t = tr_now();
                 sw_progress(&w, 0);
+                sw_phase(&w, SWP_REPORT, &t);
                 continue;
             }
         }
-        sw_batch_reset(&w);
-        int want = batch;
-        if (o->max_events && o->max_events - w.trained - w.malformed < want)
-            want = (int)(o->max_events - w.trained - w.malformed);
-        int block = 1000;
-        if (o->idle_exit) {
-            int left = o->idle_exit - (int)((tr_now() - w.last_event) * 1000.0);
-            if (left < block) block = left < 1 ? 1 : left;
-        }
-        if (claim_every * 1000 < block) block = (int)(claim_every * 1000) + 1;
-        int got = sw_read_batch(&w, want, block);
-        if (got < 0) goto out;
-        if (got == 0) {
-            if (o->idle_exit && (tr_now() - w.last_event) * 1000.0 >= o->idle_exit) break;
-            sw_progress(&w, 0);
-            continue;
-        }
-        /* The batch leased is trained; the lease step overlapping it starts the next
-         * (none when --max-events is reached by this one). */
-        char cid[300];
-        snprintf(cid, sizeof(cid), "%s", w.ncid);
-        uint64_t seq = w.nseq;
-        w.nseq = 0;
-        w.nranges = 0;
-        w.want = batch;
-        if (o->max_events) {
-            long long left = o->max_events - w.trained - w.malformed - w.nent;
-            w.want = left < 0 ? 0 : left < batch ? (int)left : batch;
-        }
-        if (sw_train_batch(&w, &w.own, 1, cid, seq) < 0) goto out;
+        /* x is trained (and the batch after it read ahead, pulled and leased
+         * further while it is: stream_batch.c); then the next one is x. */
+        if (sw_train_batch(&w, &w.own, 1, x) < 0) goto out;
+        w.cur = w.nxt;
+        w.nxt = x;
+        sw_batch_reset(x);
+        double t = tr_now();
         sw_progress(&w, 0);
+        sw_phase(&w, SWP_REPORT, &t);
     }
-    /* Drain, then drop the last batch from the journal (a lease step that reads
-     * nothing). A batch leased but not trained (stopped) stays in the journal: a
-     * claimer, or a restart under this name, trains it. */
+    /* Settle and drain, then drop the last batch from the journal (a lease
+     * step that reads nothing). A batch leased but not trained (stopped, or
+     * read ahead) stays in the journal: a claimer, or a restart under this
+     * name, trains it. */
+    if (sw_settle(&w) != 0) goto out;
     if (psDrain(w.own.c) != PS_OK) {
         tr_err(o, "[%s] push: %s", w.me, w.own.c->errstr);
         goto out;
@@ -344,9 +359,14 @@ int tr_cmd_stream(const trainOpts *o) {
     }
     sw_progress(&w, 1);
     printf("STREAM worker=%s events=%lld malformed=%lld batches=%lld claimed=%lld replays=%lld "
-           "replayed=%lld fenced=%lld journal_wait_short=%lld seconds=%.3f\n", w.me, w.trained,
-           w.malformed, w.batches, w.claimed, w.replays, w.replayed, w.fenced, w.jshort_total,
-           tr_now() - w.t0);
+           "replayed=%lld fenced=%lld journal_wait_short=%lld piped=%lld seconds=%.3f", w.me,
+           w.trained, w.malformed, w.batches, w.claimed, w.replays, w.replayed, w.fenced,
+           w.jshort_total, w.piped, tr_now() - w.t0);
+    {
+        static const char *const names[SWP_N] = SW_PHASE_NAMES;
+        for (int k = 0; k < SWP_N; k++) printf(" t_%s=%.1f", names[k], w.tp[k] * 1000.0);
+        printf("\n");
+    }
     fflush(stdout);
     rc = tw_stop ? TR_EXIT_INTERRUPTED : TR_EXIT_OK;
 out:

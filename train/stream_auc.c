@@ -68,11 +68,11 @@ int sw_slot_prefix(const char *stream, char *out, size_t len) {
 
 /* ---------------------------------------------------------------------- */
 
-void sw_record_scores(struct streamWork *w) {
-    int n = w->b.n, N = w->o->auc_window;
+void sw_record_scores(struct streamWork *w, const swBatch *x) {
+    int n = x->b.n, N = w->o->auc_window;
     for (int i = 0; i < n; i++) {
         double p = w->m.p[i];
-        int y = w->b.label[i] > 0.5f;
+        int y = x->b.label[i] > 0.5f;
         double q = p < 1e-7 ? 1e-7 : p > 1 - 1e-7 ? 1 - 1e-7 : p;
         double l = y ? -log(q) : -log(1 - q);
         long long k = w->wn % N;

@@ -29,6 +29,51 @@ typedef struct swReplay {
     swModel sm;
 } swReplay;
 
+/* Where a worker's wall time goes, per phase (the STREAM line's t_* fields,
+ * ms): the names, in order. */
+enum {
+    SWP_CLAIM,                  /* claim scripts and the replays they start */
+    SWP_LEASE,                  /* lease steps waited for in full (a batch not filled ahead) */
+    SWP_IDLE,                   /* XREAD BLOCK: the stream had nothing new */
+    SWP_PARSE,                  /* entries into the batch (lines parsed) */
+    SWP_IDS,                    /* a batch's distinct ids (before its pulls) */
+    SWP_PULL,                   /* pulls: sent, and waited for */
+    SWP_DRAIN,                  /* waiting for the batch before's push acknowledgements */
+    SWP_AHEAD,                  /* waiting for the lease step sent ahead */
+    SWP_GRAD,                   /* forward, scores and the gradient */
+    SWP_PUSH,                   /* pushes sent */
+    SWP_REPORT,                 /* progress lines, AUC histograms */
+    SWP_N
+};
+#define SW_PHASE_NAMES \
+    {"claim", "lease", "idle", "parse", "ids", "pull", "drain", "ahead", "grad", "push", "report"}
+
+/* One lease step in flight (sw_lease_send). */
+typedef struct leaseStep {
+    psAsync *tx, *wait;
+    int read;                   /* a transaction with a read (else drops only) */
+    size_t ndrop;               /* bytes of w->drop it sent */
+    uint64_t fresh;             /* the seq a new batch gets */
+    int fenced, rebuild;        /* sw_lease_wait's findings */
+} leaseStep;
+
+/* One batch: leased entries parsed, its distinct ids and pulled rows. A
+ * worker has two: the batch it trains and the one read ahead of it (whose
+ * pulls fly while the first one's gradient is computed, --overlap 1). */
+typedef struct swBatch {
+    ps_sparse_batch b;
+    ps_ctr_unique u;
+    float *rows;                /* u.n x dim: its pulled rows */
+    size_t cap;
+    int nent, nbad;             /* entries taken (malformed ones among them) */
+    char first[48];             /* its first entry's id (messages) */
+    char cid[300];              /* its push identity, once closed */
+    uint64_t seq;
+    int want;                   /* the events it is filled to */
+    int closed;                 /* full (or --batch-ms passed): trained next */
+    int inflight;               /* its pulls were sent, not waited for */
+} swBatch;
+
 typedef struct streamWork {
     const trainOpts *o;
     jobConfig cfg;
@@ -38,20 +83,18 @@ typedef struct streamWork {
     char me[128], base[300], cid[300], skey[256], jkey[512], jpre[512], sauc_pre[160];
     uint64_t own_seq;           /* the last seq of this consumer's own batches */
     ps_sparse_reader *lp;       /* the line parser */
-    ps_sparse_batch b;
-    ps_ctr_unique u;
-    float *rows, *grows;
-    size_t cap;
+    swBatch bt[2];
+    swBatch *cur, *nxt;         /* the batch trained next; the one read ahead */
+    float *grows;               /* the gradient rows (of the batch trained) */
+    size_t gcap;
     int ndense;
     float *dense[2 * (PS_CTR_MAX_HIDDEN + 1)];
     float *dgrad[2 * (PS_CTR_MAX_HIDDEN + 1)];
-    /* The batch being built: its entry ids, space separated, and counts. */
-    char *ids;
-    size_t idlen, idcap;
-    int nent, nbad;
-    char first[48];
+    float *dback[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* the dense pulls' targets */
+    size_t dlen[2 * (PS_CTR_MAX_HIDDEN + 1)];
     /* Totals of this run. */
     long long trained, malformed, batches, fenced, replays, replayed, claimed, dups;
+    long long piped;            /* batches pulled and leased ahead (the pipeline) */
     double t0, last_print, last_event, last_claim;
     long long last_trained;
     /* Progressive validation: the window ring and the histogram to flush. */
@@ -64,8 +107,9 @@ typedef struct streamWork {
     int hdirty;
     runLog *log;
     int tty, quiet;
-    int want;                   /* events the next batch may take (prefetch) */
-    redisReply *pre;            /* a lease step's reply: the next batch's first entries */
+    leaseStep ahead;            /* the lease step in flight that reads w->nxt's entries */
+    int ahead_on;
+    int ahead_want;             /* the events it asked for */
     /* The batch being leased (nseq 0: none yet): its push identity and the
      * ranges of it this process took in; the batches the journal held at
      * the last lease step ("cid seq" lines); the batches acknowledged, to
@@ -85,26 +129,26 @@ typedef struct streamWork {
     int jshort;                 /* the last journal WAIT came back short */
     long long jshort_total;     /* journal WAITs answered short */
     double jprobe;              /* degraded: when the journal WAITs again */
+    double tp[SWP_N];           /* seconds spent per phase */
 } streamWork;
 
-/* One lease step in flight (sw_lease_send). */
-typedef struct leaseStep {
-    psAsync *tx, *wait;
-    int read;                   /* a transaction with a read (else drops only) */
-    size_t ndrop;               /* bytes of w->drop it sent */
-    uint64_t fresh;             /* the seq a new batch gets */
-    int fenced, rebuild;        /* sw_lease_wait's findings */
-} leaseStep;
+/* Adds the time since *t to phase k and sets *t to now. */
+void sw_phase(struct streamWork *w, int k, double *t);
+
 
 /* stream_batch.c */
 int sw_model_open(struct streamWork *w, psClient *c, swModel *sm, int create);
 void sw_model_free(swModel *sm);
-void sw_batch_reset(struct streamWork *w);
-int sw_take_entry(struct streamWork *w, const redisReply *e);
-int sw_read_batch(struct streamWork *w, int want, int block_ms);
-int sw_read_ranges(struct streamWork *w, const char *line);
-int sw_train_batch(struct streamWork *w, swModel *sm, int own, const char *cid, uint64_t seq);
-int sw_replay_batch(struct streamWork *w, const char *cid, uint64_t seq);
+void sw_batch_reset(swBatch *x);
+void sw_batch_free(swBatch *x);
+int sw_take_entry(struct streamWork *w, swBatch *x, const redisReply *e);
+int sw_read_batch(struct streamWork *w, swBatch *x, int block_ms);
+int sw_read_ranges(struct streamWork *w, swBatch *x, const char *line);
+int sw_lease_want(const struct streamWork *w, int filling);
+int sw_claim_due(const struct streamWork *w);
+int sw_train_batch(struct streamWork *w, swModel *sm, int own, swBatch *x);
+int sw_replay_batch(struct streamWork *w, swBatch *x);
+int sw_settle(struct streamWork *w);
 void sw_replay_free(swReplay *rp);
 
 /* stream_journal.c */
@@ -122,7 +166,7 @@ const redisReply *sw_lease_entries(const redisReply *r);
 int sw_holds(const struct streamWork *w, const char *cid, uint64_t seq);
 
 /* stream_auc.c */
-void sw_record_scores(struct streamWork *w);
+void sw_record_scores(struct streamWork *w, const swBatch *x);
 int sw_flush_hist(struct streamWork *w);
 void sw_progress(struct streamWork *w, int final);
 
