@@ -91,6 +91,7 @@ void psi_wait_full(psClient *c, int node) {
     char name[80];
     if (!n->dur.degraded) return;
     n->dur.degraded = 0;
+    n->dur.probe_failed = 0;
     c->stats.degraded_nodes--;
     psi_event(c, PS_EVENT_RESTORED, node,
               "durability restored on %s: %d replica%s in sync again; pushes are WAITed for again",
@@ -128,8 +129,21 @@ static long long online_replicas(const redisReply *r) {
 static void probe_done(psClient *c, void *udata, int node, redisReply *reply) {
     psNode *n = &c->priv->topo.nodes[node];
     long long got = online_replicas(reply);
+    char name[80];
     (void)udata;
     n->dur.probing = 0;
+    /* A probe that cannot count (an ACL without +info|replication, a lost
+     * connection) would keep the node degraded without a word: said once. */
+    if (got < 0 && !n->dur.probe_failed) {
+        n->dur.probe_failed = 1;
+        psi_event(c, PS_EVENT_PROBE_FAILED, node,
+                  "durability: the replica probe of %s (INFO replication) failed: %.200s; the "
+                  "node stays degraded (pushes counted as not replicated) until a probe "
+                  "succeeds (a user needs +info|replication)",
+                  psi_node_name(c, node, name, sizeof(name)),
+                  reply == NULL ? "no reply" : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                                              : "not a text");
+    }
     if (got >= c->priv->dur.wait_replicas) psi_wait_full(c, node);
     else n->dur.probe_at = psi_mono_ms() + c->priv->dur.probe_ms;
     if (reply) freeReplyObject(reply);

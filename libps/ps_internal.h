@@ -130,6 +130,7 @@ typedef struct psNodeDur {
     int degraded;               /* announced as unable to satisfy wait_replicas */
     int probing;                /* an INFO replication probe is queued */
     int64_t probe_at;           /* monotonic ms of the next probe (degrade policy) */
+    int probe_failed;           /* a probe failed (announced once until restored) */
 } psNodeDur;
 
 /* A node: its address and connection (conn.c), and each layer's part. */

@@ -159,6 +159,9 @@ extern "C" {
 #define PS_EVENT_DEGRADED 1     /* 'node' cannot satisfy wait_replicas */
 #define PS_EVENT_RESTORED 2     /* 'node' satisfies wait_replicas again */
 #define PS_EVENT_LOST_STATE 3   /* a lost-state event (also with policy STOP) */
+#define PS_EVENT_PROBE_FAILED 4 /* a degraded node's replica probe (INFO replication)
+                                   was refused or failed: the node stays degraded
+                                   until one succeeds (once until restored) */
 
 /* Called from inside libps calls (never from another thread) with a
  * one-line message naming the node ("host:port") and what happened. 'node'
