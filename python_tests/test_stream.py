@@ -102,6 +102,17 @@ def journal(stream, job, group, consumer):
     return "{%s}:psj:%s:%s:%s" % (stream, job, group, consumer)
 
 
+def claimed_from(r, consumer, timeout=60):
+    """Waits until another worker's claim took the batches of 'consumer' (stopped while it
+    held some): a claim empties its journal and bumps its epoch (docs/design.md)."""
+    key = journal("ev", "s", "ps-train", consumer)
+    ep = int(r.hget(key, "ep") or 0)
+    t0 = time.monotonic()
+    while int(r.hget(key, "ep") or 0) == ep:
+        assert time.monotonic() - t0 < timeout, "no claim of %s's batches" % consumer
+        time.sleep(0.02)
+
+
 def histogram_events(r, job="s"):
     n = 0
     for key in r.scan_iter("psjob:{%s}:sauc:*" % job):
@@ -230,7 +241,7 @@ def test_stream_sigkill_exactly_once(server, data, rounds):
     paused = worker(addr, "--consumer", "paused", "--idle-exit", 2000, *common)
     time.sleep(0.5)
     held = stop_holding_a_lease(paused.pid, r, journal("ev", "s", "ps-train", "paused"))
-    time.sleep(1.0)
+    claimed_from(r, "paused")
     paused.send_signal(signal.SIGCONT)
     feeder.join()
     # A restart under a dead worker's name replays its own journal first.
@@ -286,7 +297,7 @@ def test_stream_sigkill_in_the_pipeline_exactly_once(server, tmp_path):
         v.send_signal(signal.SIGKILL)
         finish(v)
     held += stop_holding_a_lease(paused.pid, r, journal("ev", "s", "ps-train", "paused"))
-    time.sleep(0.8)
+    claimed_from(r, "paused")
     paused.send_signal(signal.SIGCONT)
     outs = []
     for p in (keeper, paused):
