@@ -20,6 +20,11 @@
  *   MOVED slot addr   the slot map entry is updated, a full map refresh is
  *                     scheduled, the request is resent (same bytes).
  *   ASK slot addr     the request is resent once to addr, preceded by ASKING.
+ *                     A transaction (psTransactionAsync) is redirected as a
+ *                     whole: a queued command answered ASK, MOVED or
+ *                     TRYAGAIN made the server discard it (EXECABORT), so it
+ *                     is resent whole (ASKING, MULTI, ..., EXEC: Redis keeps
+ *                     the ASKING flag of a client in MULTI until EXEC).
  *   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
  *                     resent after an exponential backoff, until both
  *                     max_retries resends and retry_timeout_ms are used up.
@@ -81,10 +86,13 @@ static psQent q_pop(psNode *n) {
     return e;
 }
 
-/* Finish 'r' as failed with an error naming its key. */
+/* Finish 'r' as failed with an error naming its key (and, in a cluster,
+ * its hash slot: a slot left migrating is found by it). */
 static void fail_req(psClient *c, psReq *r, int code, const char *why) {
-    psi_set_error(c, code, "%.*s: %.100s", (int)(r->keylen > 40 ? 40 : r->keylen),
-                  r->key ? r->key : "(no key)", why);
+    char slot[24] = "";
+    if (c->cluster && r->key && r->slot >= 0) snprintf(slot, sizeof(slot), " (slot %d)", r->slot);
+    psi_set_error(c, code, "%.*s%s: %.100s", (int)(r->keylen > 40 ? 40 : r->keylen),
+                  r->key ? r->key : "(no key)", slot, why);
     r->failed = 1;
     r->state = PSS_DONE;
     r->done(c, r, NULL);
