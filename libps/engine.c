@@ -289,7 +289,9 @@ static void dispatch(psClient *c, psReq *r) {
     r->node = -1;
     r->skip_left = r->skip;
     if (r->skip_err) freeReplyObject(r->skip_err);
-    r->skip_err = NULL;
+    if (r->held) freeReplyObject(r->held);
+    if (r->trail_reply) freeReplyObject(r->trail_reply);
+    r->skip_err = r->held = r->trail_reply = NULL;
     if (i < 0) {
         pv->topo.need_refresh = c->cluster || pv->topo.nseeds > 1;
         retry_req(c, r, 1, "no node serves this hash slot");
@@ -579,6 +581,8 @@ static void node_read(psClient *c, int i) {
             head->r->skip_left--;       /* a transaction's +OK or +QUEUED */
             if (reply->type == REDIS_REPLY_ERROR && head->r->skip_err == NULL)
                 head->r->skip_err = reply;
+            else if (head->r->trail && head->r->skip_left == 0 && head->r->skip_err == NULL)
+                head->r->held = reply;  /* EXEC's, a WAIT's reply trails it */
             else
                 freeReplyObject(reply);
             continue;
@@ -587,6 +591,10 @@ static void node_read(psClient *c, int i) {
             freeReplyObject(reply);
             reply = head->r->skip_err;
             head->r->skip_err = NULL;
+        } else if (head->kind == PSQ_REQ && head->r->held) {
+            head->r->trail_reply = reply;
+            reply = head->r->held;
+            head->r->held = NULL;
         }
         handle_reply(c, i, q_pop(n), reply);
         n = &pv->topo.nodes[i];      /* a redirect may have added nodes */

@@ -333,7 +333,8 @@ static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
 }
 
 /* ========================================================================
- * Transactions (psTransactionAsync): one request, replies skipped
+ * Transactions (psTransactionAsync, psTransactionWaitAsync): one request,
+ * replies skipped
  * ======================================================================== */
 
 /* A fake node's MULTI/EXEC (per connection): MULTI answers +OK, each command
@@ -509,8 +510,10 @@ static void txr_setup(fake *src, fake *dst, int times, const char *queue, const 
 }
 
 /* A transaction answered ASK, at queueing (EXECABORT) or at EXEC: resent
- * whole to the node named, ASKING first, and served there. */
-static void tx_follows_ask(int at_exec) {
+ * whole to the node named, ASKING first, and served there; with a WAIT
+ * (psTransactionWaitAsync), that WAIT is answered by the node that served
+ * it, right after its EXEC. */
+static void tx_follows_ask(int at_exec, int wait) {
     fake *a = fake_start("A"), *b = fake_start("B");
     char ask[128];
     psOptions o = {0};
@@ -519,7 +522,24 @@ static void tx_follows_ask(int at_exec) {
     snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d", ps_key_hash_slot("k1", 2), b->port);
     txr_setup(a, b, 1, at_exec ? "" : ask, at_exec ? ask : "");
     psClient *c = connect_to(a, &o);
-    redisReply *r = run_tx(c, "k1", "k2");
+    redisReply *r, *waited = NULL;
+    if (wait) {
+        const char *a1[] = {"GET", "k1"}, *a2[] = {"GET", "k2"};
+        const char *const *argv[] = {a1, a2};
+        int argc[] = {2, 2};
+        psAsync *x = psTransactionWaitAsync(c, "k1", 2, argc, argv, NULL, 1, 100);
+        assert_non_null(x);
+        r = psTransactionWait(c, x, &waited);
+        assert_non_null(waited);
+        assert_int_equal(waited->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(waited->integer, 1);
+        freeReplyObject(waited);
+        assert_int_equal(fake_count(b, "WAIT"), 1);
+        assert_true(fake_find(b, "EXEC") < fake_find(b, "WAIT"));
+    } else {
+        r = run_tx(c, "k1", "k2");
+        assert_int_equal(fake_count(b, "WAIT"), 0);
+    }
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
     assert_string_equal(r->element[0]->str, "B=k1");
@@ -546,12 +566,18 @@ static void tx_follows_ask(int at_exec) {
 
 static void test_engine_resends_a_transaction_answered_ask_to_the_target(void **state) {
     (void)state;
-    tx_follows_ask(0);
+    tx_follows_ask(0, 0);
 }
 
 static void test_engine_resends_a_transaction_discarded_at_exec_by_ask(void **state) {
     (void)state;
-    tx_follows_ask(1);
+    tx_follows_ask(1, 0);
+}
+
+static void test_engine_sends_the_wait_of_a_transaction_where_it_goes(void **state) {
+    (void)state;
+    tx_follows_ask(0, 1);
+    tx_follows_ask(1, 1);
 }
 
 /* TRYAGAIN (some of the keys moved): backed off and resent whole. */
@@ -651,6 +677,7 @@ int main(void) {
         cmocka_unit_test(test_engine_answers_a_transaction_with_its_first_queued_error),
         cmocka_unit_test(test_engine_resends_a_transaction_answered_ask_to_the_target),
         cmocka_unit_test(test_engine_resends_a_transaction_discarded_at_exec_by_ask),
+        cmocka_unit_test(test_engine_sends_the_wait_of_a_transaction_where_it_goes),
         cmocka_unit_test(test_engine_resends_a_transaction_after_tryagain),
         cmocka_unit_test(test_engine_follows_moved_of_a_transaction),
         cmocka_unit_test(test_engine_gives_up_a_transaction_naming_its_slot),
