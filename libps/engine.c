@@ -20,6 +20,11 @@
  *   MOVED slot addr   the slot map entry is updated, a full map refresh is
  *                     scheduled, the request is resent (same bytes).
  *   ASK slot addr     the request is resent once to addr, preceded by ASKING.
+ *                     A transaction (psTransactionAsync) is redirected as a
+ *                     whole: a queued command answered ASK, MOVED or
+ *                     TRYAGAIN made the server discard it (EXECABORT), so it
+ *                     is resent whole (ASKING, MULTI, ..., EXEC: Redis keeps
+ *                     the ASKING flag of a client in MULTI until EXEC).
  *   TRYAGAIN, CLUSTERDOWN, LOADING, MASTERDOWN, READONLY
  *                     resent after an exponential backoff, until both
  *                     max_retries resends and retry_timeout_ms are used up.
@@ -81,10 +86,13 @@ static psQent q_pop(psNode *n) {
     return e;
 }
 
-/* Finish 'r' as failed with an error naming its key. */
+/* Finish 'r' as failed with an error naming its key (and, in a cluster,
+ * its hash slot: a slot left migrating is found by it). */
 static void fail_req(psClient *c, psReq *r, int code, const char *why) {
-    psi_set_error(c, code, "%.*s: %.100s", (int)(r->keylen > 40 ? 40 : r->keylen),
-                  r->key ? r->key : "(no key)", why);
+    char slot[24] = "";
+    if (c->cluster && r->key && r->slot >= 0) snprintf(slot, sizeof(slot), " (slot %d)", r->slot);
+    psi_set_error(c, code, "%.*s%s: %.100s", (int)(r->keylen > 40 ? 40 : r->keylen),
+                  r->key ? r->key : "(no key)", slot, why);
     r->failed = 1;
     r->state = PSS_DONE;
     r->done(c, r, NULL);
@@ -281,7 +289,9 @@ static void dispatch(psClient *c, psReq *r) {
     r->node = -1;
     r->skip_left = r->skip;
     if (r->skip_err) freeReplyObject(r->skip_err);
-    r->skip_err = NULL;
+    if (r->held) freeReplyObject(r->held);
+    if (r->trail_reply) freeReplyObject(r->trail_reply);
+    r->skip_err = r->held = r->trail_reply = NULL;
     if (i < 0) {
         pv->topo.need_refresh = c->cluster || pv->topo.nseeds > 1;
         retry_req(c, r, 1, "no node serves this hash slot");
@@ -571,6 +581,8 @@ static void node_read(psClient *c, int i) {
             head->r->skip_left--;       /* a transaction's +OK or +QUEUED */
             if (reply->type == REDIS_REPLY_ERROR && head->r->skip_err == NULL)
                 head->r->skip_err = reply;
+            else if (head->r->trail && head->r->skip_left == 0 && head->r->skip_err == NULL)
+                head->r->held = reply;  /* EXEC's, a WAIT's reply trails it */
             else
                 freeReplyObject(reply);
             continue;
@@ -579,6 +591,10 @@ static void node_read(psClient *c, int i) {
             freeReplyObject(reply);
             reply = head->r->skip_err;
             head->r->skip_err = NULL;
+        } else if (head->kind == PSQ_REQ && head->r->held) {
+            head->r->trail_reply = reply;
+            reply = head->r->held;
+            head->r->held = NULL;
         }
         handle_reply(c, i, q_pop(n), reply);
         n = &pv->topo.nodes[i];      /* a redirect may have added nodes */

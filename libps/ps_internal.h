@@ -94,6 +94,14 @@ struct psReq {
     int skip;                   /* set by the submitter */
     int skip_left;              /* engine: replies still to skip on this dispatch */
     redisReply *skip_err;       /* engine: the first skipped error */
+    /* 'trail' (set by the submitter, with skip): the last skipped reply is
+     * the request's own (EXEC's) and the final reply trails it (a WAIT sent
+     * right after EXEC): 'done' gets the former, and the latter is left in
+     * 'trail_reply' (owned by the request until taken), or both are
+     * dropped when the former is an error (a redirect resends all). */
+    int trail;
+    redisReply *held;           /* engine: the reply the trailing one follows */
+    redisReply *trail_reply;
 };
 
 /* Called with the reply of a "WAIT n ms" queued by psi_submit_wait() on

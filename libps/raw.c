@@ -24,7 +24,9 @@ void psi_raw_free(psRawReq *q) {
     if (q->cmd) redisFreeCommand(q->cmd);
     q->cmd = NULL;
     if (q->req.skip_err) freeReplyObject(q->req.skip_err);
-    q->req.skip_err = NULL;
+    if (q->req.held) freeReplyObject(q->req.held);
+    if (q->req.trail_reply) freeReplyObject(q->req.trail_reply);
+    q->req.skip_err = q->req.held = q->req.trail_reply = NULL;
 }
 
 typedef struct rawBatch {

@@ -333,7 +333,8 @@ static void test_engine_pipelines_a_batch_and_keeps_the_order(void **state) {
 }
 
 /* ========================================================================
- * Transactions (psTransactionAsync): one request, replies skipped
+ * Transactions (psTransactionAsync, psTransactionWaitAsync): one request,
+ * replies skipped
  * ======================================================================== */
 
 /* A fake node's MULTI/EXEC (per connection): MULTI answers +OK, each command
@@ -453,6 +454,211 @@ static void test_engine_answers_a_transaction_with_its_first_queued_error(void *
     fake_stop(a);
 }
 
+/* Transactions during a slot migration. Node txr_src answers the queued
+ * commands of its next txr_times transactions with the line txr_queue (its
+ * EXEC then EXECABORT: nothing ran), or, with txr_queue empty, their EXEC
+ * with txr_exec (a transaction discarded at EXEC). Node txr_dst serves a
+ * transaction's commands only after ASKING, a flag Redis keeps through
+ * MULTI until EXEC (a command outside MULTI clears it); without it they are
+ * MOVED back to txr_src. */
+static fake *txr_src, *txr_dst;
+static int txr_times, tx_asking[TX_FDS];
+static char txr_queue[128], txr_exec[128];
+
+static int txr_hook(fake *f, int fd, int argc, char **argv, size_t *argl, int *close_it) {
+    if (fd < 0 || fd >= TX_FDS) return 0;
+    if (!strcmp(argv[0], "ASKING")) {
+        tx_asking[fd] = 1;
+        out(f, fd, "+OK\r\n");
+        return 1;
+    }
+    int exec = !strcmp(argv[0], "EXEC"), queued = tx_in[fd] && !exec && argc > 1;
+    if (f == txr_src && txr_times > 0) {
+        if (queued && txr_queue[0]) {
+            tx_bad[fd] = 1;
+            out(f, fd, "%s\r\n", txr_queue);
+            return 1;
+        }
+        if (exec) {
+            txr_times--;
+            if (!txr_queue[0]) {
+                tx_in[fd] = 0;
+                out(f, fd, "%s\r\n", txr_exec);
+                return 1;
+            }
+        }
+    }
+    if (f == txr_dst && queued && !tx_asking[fd]) {
+        tx_bad[fd] = 1;
+        out(f, fd, "-MOVED %u 127.0.0.1:%d\r\n", ps_key_hash_slot(argv[1], argl[1]), txr_src->port);
+        return 1;
+    }
+    int rc = tx_hook(f, fd, argc, argv, argl, close_it);
+    if (exec || !tx_in[fd]) tx_asking[fd] = 0;
+    return rc;
+}
+
+static void txr_setup(fake *src, fake *dst, int times, const char *queue, const char *exec) {
+    memset(tx_asking, 0, sizeof(tx_asking));
+    txr_src = src;
+    txr_dst = dst;
+    txr_times = times;
+    snprintf(txr_queue, sizeof(txr_queue), "%s", queue);
+    snprintf(txr_exec, sizeof(txr_exec), "%s", exec);
+    src->hook = txr_hook;
+    if (dst) dst->hook = txr_hook;
+}
+
+/* A transaction answered ASK, at queueing (EXECABORT) or at EXEC: resent
+ * whole to the node named, ASKING first, and served there; with a WAIT
+ * (psTransactionWaitAsync), that WAIT is answered by the node that served
+ * it, right after its EXEC. */
+static void tx_follows_ask(int at_exec, int wait) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    char ask[128];
+    psOptions o = {0};
+    o.backoff_ms = 1;
+    a->cluster = b->cluster = 1;
+    snprintf(ask, sizeof(ask), "-ASK %u 127.0.0.1:%d", ps_key_hash_slot("k1", 2), b->port);
+    txr_setup(a, b, 1, at_exec ? "" : ask, at_exec ? ask : "");
+    psClient *c = connect_to(a, &o);
+    redisReply *r, *waited = NULL;
+    if (wait) {
+        const char *a1[] = {"GET", "k1"}, *a2[] = {"GET", "k2"};
+        const char *const *argv[] = {a1, a2};
+        int argc[] = {2, 2};
+        psAsync *x = psTransactionWaitAsync(c, "k1", 2, argc, argv, NULL, 1, 100);
+        assert_non_null(x);
+        r = psTransactionWait(c, x, &waited);
+        assert_non_null(waited);
+        assert_int_equal(waited->type, REDIS_REPLY_INTEGER);
+        assert_int_equal(waited->integer, 1);
+        freeReplyObject(waited);
+        assert_int_equal(fake_count(b, "WAIT"), 1);
+        assert_true(fake_find(b, "EXEC") < fake_find(b, "WAIT"));
+    } else {
+        r = run_tx(c, "k1", "k2");
+        assert_int_equal(fake_count(b, "WAIT"), 0);
+    }
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[0]->str, "B=k1");
+    assert_string_equal(r->element[1]->str, "B=k2");
+    freeReplyObject(r);
+    assert_int_equal(c->stats.ask, 1);
+    assert_int_equal(c->stats.moved, 0);
+    assert_int_equal(c->stats.retries, 0);
+    assert_int_equal(fake_count(a, "EXEC"), 1);
+    assert_int_equal(fake_count(b, "EXEC"), 1);
+    assert_int_equal(fake_count(b, "ASKING"), 1);
+    assert_true(fake_find(b, "ASKING") < fake_find(b, "MULTI"));
+    assert_true(fake_find(b, "MULTI") < fake_find(b, "GET k1"));
+    assert_true(fake_find(b, "GET k2") < fake_find(b, "EXEC"));
+    /* the slot map still says A (an ASK is for this request only) */
+    r = psCommand(c, "k3", "GET k3");
+    assert_non_null(r);
+    assert_string_equal(r->str, "A=k3");
+    freeReplyObject(r);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+static void test_engine_resends_a_transaction_answered_ask_to_the_target(void **state) {
+    (void)state;
+    tx_follows_ask(0, 0);
+}
+
+static void test_engine_resends_a_transaction_discarded_at_exec_by_ask(void **state) {
+    (void)state;
+    tx_follows_ask(1, 0);
+}
+
+static void test_engine_sends_the_wait_of_a_transaction_where_it_goes(void **state) {
+    (void)state;
+    tx_follows_ask(0, 1);
+    tx_follows_ask(1, 1);
+}
+
+/* TRYAGAIN (some of the keys moved): backed off and resent whole. */
+static void test_engine_resends_a_transaction_after_tryagain(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    (void)state;
+    o.backoff_ms = 1;
+    txr_setup(a, NULL, 2, "-TRYAGAIN Multiple keys request during rehashing of slot", "");
+    psClient *c = connect_to(a, &o);
+    redisReply *r = run_tx(c, "k1", "k2");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[1]->str, "A=k2");
+    freeReplyObject(r);
+    assert_int_equal(c->stats.retries, 2);
+    assert_int_equal(fake_count(a, "MULTI"), 3);
+    assert_int_equal(fake_count(a, "EXEC"), 3);
+    psClientFree(c);
+    fake_stop(a);
+}
+
+/* MOVED (the slot's migration ended): the slot map follows, the
+ * transaction is resent whole to the new owner, and so is what follows. */
+static void test_engine_follows_moved_of_a_transaction(void **state) {
+    fake *a = fake_start("A"), *b = fake_start("B");
+    char moved[128];
+    psOptions o = {0};
+    (void)state;
+    o.backoff_ms = 1;
+    a->cluster = b->cluster = 1;
+    snprintf(moved, sizeof(moved), "-MOVED %u 127.0.0.1:%d", ps_key_hash_slot("k1", 2), b->port);
+    txr_setup(a, NULL, 1, moved, "");
+    b->hook = tx_hook;
+    psClient *c = connect_to(a, &o);
+    a->slots_port = b->port;
+    redisReply *r = run_tx(c, "k1", "k2");
+    assert_non_null(r);
+    assert_string_equal(r->element[0]->str, "B=k1");
+    freeReplyObject(r);
+    assert_int_equal(c->stats.moved, 1);
+    r = run_tx(c, "k1", "k2");
+    assert_non_null(r);
+    assert_string_equal(r->element[0]->str, "B=k1");
+    freeReplyObject(r);
+    assert_int_equal(fake_count(a, "EXEC"), 1);
+    assert_int_equal(fake_count(b, "EXEC"), 2);
+    psClientFree(c);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+/* A slot left half migrated: the retries run out (bounded, with backoff)
+ * and the error names the key, its slot and the server's answer. */
+static void test_engine_gives_up_a_transaction_naming_its_slot(void **state) {
+    fake *a = fake_start("A");
+    psOptions o = {0};
+    char want[32];
+    (void)state;
+    a->cluster = 1;
+    o.max_retries = 2;
+    o.retry_timeout_ms = 200;
+    o.backoff_ms = 5;
+    txr_setup(a, NULL, 1 << 20, "-TRYAGAIN Multiple keys request during rehashing of slot", "");
+    psClient *c = connect_to(a, &o);
+    const char *a1[] = {"GET", "k1"};
+    const char *const *argv[] = {a1};
+    int argc[] = {2};
+    psAsync *x = psTransactionAsync(c, "k1", 1, argc, argv, NULL);
+    assert_non_null(x);
+    assert_null(psCommandWait(c, x));
+    assert_int_equal(c->err, PS_ERR_CLUSTER);
+    snprintf(want, sizeof(want), "k1 (slot %u): TRYAGAIN", ps_key_hash_slot("k1", 2));
+    assert_non_null(strstr(c->errstr, want));
+    assert_non_null(strstr(c->errstr, "gave up"));
+    int n = fake_count(a, "EXEC");
+    assert_true(n >= 3 && n < 40);
+    psClientFree(c);
+    fake_stop(a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_engine_completes_a_request_through_its_callback),
@@ -469,6 +675,12 @@ int main(void) {
         cmocka_unit_test(test_engine_hands_over_the_exec_reply_of_a_transaction),
         cmocka_unit_test(test_engine_resends_a_whole_transaction_after_a_drop),
         cmocka_unit_test(test_engine_answers_a_transaction_with_its_first_queued_error),
+        cmocka_unit_test(test_engine_resends_a_transaction_answered_ask_to_the_target),
+        cmocka_unit_test(test_engine_resends_a_transaction_discarded_at_exec_by_ask),
+        cmocka_unit_test(test_engine_sends_the_wait_of_a_transaction_where_it_goes),
+        cmocka_unit_test(test_engine_resends_a_transaction_after_tryagain),
+        cmocka_unit_test(test_engine_follows_moved_of_a_transaction),
+        cmocka_unit_test(test_engine_gives_up_a_transaction_naming_its_slot),
     };
     signal(SIGPIPE, SIG_IGN);
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -64,7 +64,10 @@
  * push under a new client id: a push of its newer seqs cannot hide a
  * replay of these below the server's 64-seq window) and its next lease
  * step finds the batch it was leasing gone (fenced). Returns the batches'
- * lines "cid seq L1 E1 ..." (none: an empty array). */
+ * lines "cid seq L1 E1 ..." (none: an empty array). While the slot
+ * migrates, a journal already moved to the other node (this one holds the
+ * script's keys) cannot be read here (pcall: an error, not the script's):
+ * that consumer is not claimed until the stream has followed. */
 static const char ClaimLua[] =
     "local S, MJ, G, me, idle, pre, self = KEYS[1], KEYS[2], ARGV[1], ARGV[2], "
     "tonumber(ARGV[3]), ARGV[4], ARGV[5]\n"
@@ -80,8 +83,8 @@ static const char ClaimLua[] =
     "  local name = c[2]\n"
     "  if name ~= me then\n"
     "    local J = pre .. name\n"
-    "    local h = redis.call('HMGET', J, 'b', 't')\n"
-    "    if h[1] and h[1] ~= '' and now - (tonumber(h[2] or '0') or 0) > idle then\n"
+    "    local h = redis.pcall('HMGET', J, 'b', 't')\n"
+    "    if not h.err and h[1] and h[1] ~= '' and now - (tonumber(h[2] or '0') or 0) > idle then\n"
     "      local got = lines(h[1])\n"
     "      local mine = redis.call('HGET', MJ, 'b')\n"
     "      if mine and mine ~= '' then mine = mine .. '\\n' .. h[1] else mine = h[1] end\n"

@@ -399,7 +399,6 @@ static int ahead_send(struct streamWork *w, int want) {
     w->ahead_want = want;
     if (sw_lease_send(w, want, &w->ahead) != 0) {
         if (w->ahead.tx) freeReplyObject(psCommandWait(w->own.c, w->ahead.tx));
-        if (w->ahead.wait) freeReplyObject(psCommandWait(w->own.c, w->ahead.wait));
         return -1;
     }
     w->ahead_on = 1;

@@ -8,8 +8,9 @@
  *   XREADGROUP GROUP g C COUNT n NOACK STREAMS s >   (no pending list);
  *   LeasePostLua  notes the last-delivered-id E after the read: the range
  *                 (L, E] joins the batch.
- * With --wait N, "WAIT N" on the stream's node follows (the batch is pushed
- * only after it answered). Design: docs/design.md "Stream consumption". */
+ * With --wait N, "WAIT N" follows EXEC in the same request (it goes where
+ * the transaction goes; the batch is pushed only after it answered).
+ * Design: docs/design.md "Stream consumption". */
 
 #include <math.h>
 #include <stdio.h>
@@ -159,18 +160,28 @@ int sw_drop_add(struct streamWork *w, const char *cid, uint64_t seq) {
 
 /* ---------------------------------------------------------------------- */
 
-/* With --wait N: "WAIT N" on the stream's node, after the lease step. A
- * batch is pushed only once its lease (the journal record and the group's
- * last-delivered-id) reached N replicas: otherwise a master killed before
- * replicating them leaves a promoted replica that delivers the entries
- * again as new, while the push that trained them stands: trained twice.
- * NULL on error (errstr set). */
-static psAsync *journal_wait_send(struct streamWork *w) {
-    char n[24], ms[24];
-    snprintf(n, sizeof(n), "%d", w->o->wait);
-    snprintf(ms, sizeof(ms), "%d", PS_DEFAULT_WAIT_TIMEOUT_MS);
-    const char *x[] = {"WAIT", n, ms};
-    return psCommandArgvAsync(w->own.c, w->skey, 3, x, NULL);
+/* With --wait N: "WAIT N" on the stream's node, after the lease step (in
+ * its request: sw_lease_send). A batch is pushed only once its lease (the
+ * journal record and the group's last-delivered-id) reached N replicas:
+ * otherwise a master killed before replicating them leaves a promoted
+ * replica that delivers the entries again as new, while the push that
+ * trained them stands: trained twice. This one repeats it (policy block):
+ * behind a read of the journal in a transaction, so that it follows the
+ * slot as the lease steps do (an ASK while the slot migrates). The reply
+ * of the WAIT, NULL on error (errstr set). */
+static redisReply *journal_wait_again(struct streamWork *w) {
+    const char *get[] = {"HGET", w->jkey, "t"};
+    const char *const *argv[] = {get};
+    int argc[] = {3};
+    redisReply *wr = NULL;
+    psAsync *a = psTransactionWaitAsync(w->own.c, w->skey, 1, argc, argv, NULL, w->o->wait,
+                                        PS_DEFAULT_WAIT_TIMEOUT_MS);
+    redisReply *r = a ? psTransactionWait(w->own.c, a, &wr) : NULL;
+    if (r && wr == NULL)
+        snprintf(w->own.c->errstr, sizeof(w->own.c->errstr), "%.200s",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "no reply to WAIT");
+    if (r) freeReplyObject(r);
+    return wr;
 }
 
 /* The WAIT of a lease step answered 'r': 0 replicated (or short under
@@ -207,8 +218,7 @@ static int journal_waited(struct streamWork *w, redisReply *r) {
             return -1;
         }
         if (pol != PS_DURABILITY_BLOCK || tw_stop) return 0;
-        psAsync *a = journal_wait_send(w);
-        r = a ? psCommandWait(w->own.c, a) : NULL;
+        r = journal_wait_again(w);
         if (r == NULL) {
             tr_err(w->o, "[%s] WAIT: %s", w->me, w->own.c->errstr);
             return -1;
@@ -244,16 +254,18 @@ int sw_lease_send(struct streamWork *w, int count, leaseStep *ls) {
         const char *const *argv[] = {pre, rd, post};
         const size_t *argvlen[] = {prel, NULL, NULL};
         int argc[] = {12, 10, 6};
-        ls->tx = psTransactionAsync(w->own.c, w->skey, 3, argc, argv, argvlen);
+        /* The WAIT rides in the transaction's request, right after EXEC: it
+         * goes where the transaction goes, to the node an ASK sent it to
+         * while the slot migrates too. Degraded (a WAIT came back short;
+         * policy degrade): no WAIT until the next probe, as libps does for
+         * pushes, or every batch would pay its timeout. */
+        ls->wait = o->wait > 0 && (!w->jshort || tr_now() >= w->jprobe);
+        ls->tx = ls->wait ? psTransactionWaitAsync(w->own.c, w->skey, 3, argc, argv, argvlen,
+                                                   o->wait, PS_DEFAULT_WAIT_TIMEOUT_MS)
+                          : psTransactionAsync(w->own.c, w->skey, 3, argc, argv, argvlen);
         ls->read = 1;
     }
     if (ls->tx == NULL) goto fail;
-    /* Degraded (a WAIT came back short; policy degrade): no WAIT until the
-     * next probe, as libps does for pushes, or every batch would pay its
-     * timeout. */
-    if (o->wait > 0 && count > 0 && (!w->jshort || tr_now() >= w->jprobe) &&
-        (ls->wait = journal_wait_send(w)) == NULL)
-        goto fail;
     return 0;
 fail:
     tr_err(o, "[%s] lease %s: %s", w->me, w->jkey, w->own.c->errstr);
@@ -283,10 +295,10 @@ static int str_is(const redisReply *r) { return r && r->type == REDIS_REPLY_STRI
  * lost one): the batch is to be read again from the journal's ranges
  * (w->rebuild holds the line). */
 int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries) {
-    redisReply *r = ls->tx ? psCommandWait(w->own.c, ls->tx) : NULL;
-    redisReply *wr = ls->wait ? psCommandWait(w->own.c, ls->wait) : NULL;
+    redisReply *wr = NULL;
+    redisReply *r = ls->tx ? psTransactionWait(w->own.c, ls->tx, &wr) : NULL;
     int rc = -1;
-    ls->tx = ls->wait = NULL;
+    ls->tx = NULL;
     if (entries) *entries = NULL;
     const redisReply *pre = NULL, *rd = NULL, *post = NULL;
     if (r && ls->read && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
@@ -307,6 +319,10 @@ int sw_lease_wait(struct streamWork *w, leaseStep *ls, redisReply **entries) {
                sw_refused(e == post ? SwLeasePostLua : SwLeasePreLua, e ? e->str : NULL, why,
                           sizeof(why)));
         if (wr) freeReplyObject(wr);
+        goto out;
+    }
+    if (ls->wait && wr == NULL) {
+        tr_err(w->o, "[%s] lease %s: no reply to its WAIT", w->me, w->jkey);
         goto out;
     }
     if (wr && journal_waited(w, wr) != 0) goto out;
@@ -380,7 +396,6 @@ int sw_holds(const struct streamWork *w, const char *cid, uint64_t seq) {
 int sw_lease(struct streamWork *w, int count, leaseStep *ls, redisReply **entries) {
     if (sw_lease_send(w, count, ls) != 0) {
         if (ls->tx) freeReplyObject(psCommandWait(w->own.c, ls->tx));
-        if (ls->wait) freeReplyObject(psCommandWait(w->own.c, ls->wait));
         return -1;
     }
     return sw_lease_wait(w, ls, entries);

@@ -50,7 +50,8 @@ enum {
 
 /* One lease step in flight (sw_lease_send). */
 typedef struct leaseStep {
-    psAsync *tx, *wait;
+    psAsync *tx;
+    int wait;                   /* tx ends in "WAIT --wait" (psTransactionWaitAsync) */
     int read;                   /* a transaction with a read (else drops only) */
     size_t ndrop;               /* bytes of w->drop it sent */
     uint64_t fresh;             /* the seq a new batch gets */

@@ -319,6 +319,18 @@ redisReply *psCommandWait(psClient *c, psAsync *a);
 psAsync *psTransactionAsync(psClient *c, const char *key, int ncmd, const int *argc,
                             const char *const *const *argv, const size_t *const *argvlen);
 
+/* psTransactionAsync with "WAIT replicas timeout_ms" (replicas >= 1) in the
+ * same request, right after EXEC: it goes wherever the transaction goes
+ * (an ASK redirect included, where a WAIT of its own would go to the
+ * slot's owner per the map) and counts the replicas that acknowledged the
+ * transaction. psTransactionWait answers as psCommandWait and sets
+ * *waited to WAIT's reply (the caller's to free), or NULL when the
+ * transaction failed or was answered an error. psCommandWait drops it. */
+psAsync *psTransactionWaitAsync(psClient *c, const char *key, int ncmd, const int *argc,
+                                const char *const *const *argv, const size_t *const *argvlen,
+                                int replicas, int timeout_ms);
+redisReply *psTransactionWait(psClient *c, psAsync *a, redisReply **waited);
+
 /* Exactly-once pushes under a caller's own ids (ps-train stream's journaled
  * batches): while 'seq' != 0, every push added (model partitions, table
  * shards) carries "ID <client_id> <seq>" with this one seq instead of its
