@@ -25,8 +25,8 @@ typedef struct relayKey {
     uint64_t n;               /* elements */
     uint64_t mirror_version;  /* local version after the last mirror */
     long long summed;         /* pushes summed at the last peek (-1: pending slot) */
-    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed, or
-                                 the pending take's) */
+    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed; with
+                                 a pending slot the server's count, pending_backlogs) */
     uint64_t seq, part;       /* the part taken this cycle: its seq and gradients */
     float *buf;               /* the scaled part (--mean, or a split take) */
 } relayKey;
