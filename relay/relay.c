@@ -25,8 +25,8 @@ typedef struct relayKey {
     uint64_t n;               /* elements */
     uint64_t mirror_version;  /* local version after the last mirror */
     long long summed;         /* pushes summed at the last peek (-1: pending slot) */
-    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed, or
-                                 the pending take's) */
+    uint64_t backlog;         /* un-forwarded gradients at the last peek (summed; with
+                                 a pending slot the server's count, pending_backlogs) */
     uint64_t seq, part;       /* the part taken this cycle: its seq and gradients */
     float *buf;               /* the scaled part (--mean, or a split take) */
 } relayKey;
@@ -231,11 +231,14 @@ typedef struct relayItems {
     psAccumItem *loc;    /* the acks (or mirrors) of this cycle */
     int *idx;            /* key index of each up / loc item */
     float *pulled;       /* room for every key's values (pulls) */
+    psRingOp *info;      /* PS.INFO of the keys a peek found pending (pending_backlogs) */
+    psKeyInfo *ki;       /* their answers */
 } relayItems;
 
 static void items_free(relayItems *it, int nkeys) {
     if (it->take) psAccumItemsRelease(it->take, (size_t)nkeys);
     free(it->take), free(it->up), free(it->loc), free(it->idx), free(it->pulled);
+    free(it->info), free(it->ki);
     memset(it, 0, sizeof(*it));
 }
 
@@ -248,7 +251,10 @@ static int items_init(relay *r, relayItems *it) {
     it->loc = calloc(n, sizeof(psAccumItem));
     it->idx = calloc(n, sizeof(int));
     it->pulled = malloc((floats ? floats : 1) * sizeof(float));
-    if (!it->take || !it->up || !it->loc || !it->idx || !it->pulled) return -1;
+    it->info = calloc(n, sizeof(psRingOp));
+    it->ki = calloc(n, sizeof(psKeyInfo));
+    if (!it->take || !it->up || !it->loc || !it->idx || !it->pulled || !it->info || !it->ki)
+        return -1;
     for (int i = 0; i < r->nkeys; i++) {
         it->take[i].key = r->keys[i].name;
         it->take[i].n = r->keys[i].n;
@@ -339,6 +345,36 @@ static int take_all(relay *r, relayItems *it, long long min) {
     return psAccumTake(r->local, it->take, (size_t)r->nkeys, &t) == PS_OK ? 0 : -1;
 }
 
+/* Sets the backlog of each key whose peek found a pending slot (summed -1)
+ * to the local server's own count, PS.INFO's backlog: the slot's parts not
+ * acknowledged plus the pushes summed since its take, what MAXBACKLOG
+ * bounds. PS.TAKE answers the slot's take count only, which misses those
+ * pushes: a relay restarted after a kill between its take and its ack
+ * found its workers refused (the slot's count plus the pushes after it at
+ * MAXBACKLOG) but took the backlog for the slot's count, below the bound,
+ * and neither announced nor counted the full backlog. One pipelined batch;
+ * a key that gets no answer keeps the take's count. */
+static void pending_backlogs(relay *r, relayItems *it) {
+    size_t n = 0;
+    for (int i = 0; i < r->nkeys; i++) {
+        if (r->keys[i].summed != -1) continue;
+        psRingOp *op = &it->info[n];
+        memset(op, 0, sizeof(*op));
+        op->op = PS_RING_OP_INFO;
+        op->key = r->keys[i].name;
+        op->info = &it->ki[n++];
+    }
+    if (!n) return;
+    psRingBatch *b = psRingSend(r->local, it->info, n);
+    if (!b) return;
+    psRingWait(r->local, b);
+    for (int i = 0, j = 0; i < r->nkeys && (size_t)j < n; i++) {
+        if (r->keys[i].summed != -1) continue;
+        const psRingOp *op = &it->info[j++];
+        if (op->status == PS_OK && op->rc == PS_OK) r->keys[i].backlog = op->info->backlog;
+    }
+}
+
 /* Whether a round is due: a pending slot is there (to resend), or enough
  * is summed: async, some key has the round's count; sync, EVERY key has
  * the N pushes (a worker pushes its keys one after the other, and a round
@@ -353,15 +389,16 @@ static int round_due(relay *r, relayItems *it, long long need, int *summed) {
     if (take_all(r, it, 1LL << 62) != 0) return 0;
     r->peek_ok = 1;
     long long most = 0, least = 1LL << 62;
-    int pending = 0;
+    int pending = 0, slots = 0;
     for (int i = 0; i < r->nkeys; i++) {
         const psAccumItem *t = &it->take[i];
         relayKey *k = &r->keys[i];
         if (t->status != PS_OK) {
+            k->summed = 0;
             pending = 1; /* the take below reports it */
             r->peek_ok = 0;
         } else if (t->count) {
-            pending = 1;
+            pending = slots = 1;
             k->summed = -1;
             k->backlog = t->total;
         } else {
@@ -370,15 +407,18 @@ static int round_due(relay *r, relayItems *it, long long need, int *summed) {
             if (k->summed > most) most = k->summed;
             if (k->summed < least) least = k->summed;
         }
-        if (r->max_backlog && k->backlog >= (uint64_t)r->max_backlog) r->st.backlog_full++;
     }
     psAccumItemsRelease(it->take, (size_t)r->nkeys);
+    if (slots) pending_backlogs(r, it);
     /* Announce a full backlog (the workers are refused): the first time of an
      * episode, at most every 5 s (a relay that keeps falling behind would
      * say it every round), with how many episodes the line stands for. */
     uint64_t worst = 0;
-    for (int i = 0; i < r->nkeys; i++)
-        if (r->keys[i].backlog > worst) worst = r->keys[i].backlog;
+    for (int i = 0; i < r->nkeys; i++) {
+        const uint64_t b = r->keys[i].backlog;
+        if (r->max_backlog && b >= (uint64_t)r->max_backlog) r->st.backlog_full++;
+        if (b > worst) worst = b;
+    }
     const int full = r->max_backlog && worst >= (uint64_t)r->max_backlog;
     if (full && !r->full_said) {
         r->full_episodes++;
