@@ -97,6 +97,11 @@ def journals_empty(r, stream="ev", job="s", group="ps-train"):
     return bool(keys) and all(not r.hget(k, "b") for k in keys)
 
 
+def journals(r, stream="ev", job="s", group="ps-train"):
+    """{journal key: its fields} of every consumer (for failure messages)."""
+    return {k.decode(): r.hgetall(k) for k in r.scan_iter(journal(stream, job, group, "*"))}
+
+
 def journal(stream, job, group, consumer):
     """The journal key of a consumer (in the stream's slot: docs/design.md)."""
     return "{%s}:psj:%s:%s:%s" % (stream, job, group, consumer)
@@ -417,7 +422,7 @@ def test_stream_master_killed_replica_promoted_exactly_once(cluster_r, data):
     assert owner is replica
     trained, malformed = counter(owner.client())
     assert (trained, malformed) == (len(part1) + len(part2), len(bad)), allout
-    assert journals_empty(rc, stream)
+    assert journals_empty(rc, stream), (journals(rc, stream), allout)
     assert rc.xlen(stream) == len(part1) + len(part2) + len(bad)
     stats = [dict(kv.split("=", 1) for kv in m.split())
              for m in re.findall(r"^STREAM (.*)$", allout, re.M)]
