@@ -240,6 +240,47 @@ def kill_holding_a_task(pid, client, job, consumer):
     return held
 
 
+def _tcp_sockets():
+    """{inode: (local port, remote port, bytes queued for reading)} of loopback TCP sockets."""
+    out = {}
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for ln in lines:
+            f = ln.split()
+            rx = int(f[4].split(":")[1], 16)
+            out[int(f[9])] = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16), rx)
+    return out
+
+
+def unread_drained(pid, client, timeout=10.0):
+    """Waits until the server of 'client' has read and run everything process 'pid' (stopped)
+    sent it: no byte queued in the kernel on the server's side of pid's connections, and
+    an empty query buffer for each of them (CLIENT LIST qbuf)."""
+    port = client.connection_pool.connection_kwargs["port"]
+    inodes = set()
+    for fd in os.listdir("/proc/%d/fd" % pid):
+        try:
+            link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    t0 = time.monotonic()
+    while True:
+        socks = _tcp_sockets()
+        mine = {lp for ino, (lp, rp, _) in socks.items() if ino in inodes and rp == port}
+        queued = sum(rx for lp, rp, rx in socks.values() if lp == port and rp in mine)
+        qbuf = sum(int(c.get("qbuf", 0)) for c in client.client_list()
+                   if int(c["addr"].rsplit(":", 1)[1]) in mine)
+        if queued == 0 and qbuf == 0:
+            return
+        assert time.monotonic() - t0 < timeout, "the server did not read pid %d's bytes" % pid
+        time.sleep(0.005)
+
+
 def stop_holding_a_lease(pid, client, journal):
     """SIGSTOPs `ps-train stream` worker 'pid' while its journal (hash 'journal') holds a
     batch it leased and has not had dropped yet (the window between a lease and the
@@ -250,6 +291,10 @@ def stop_holding_a_lease(pid, client, journal):
     SIGKILLs or SIGCONTs it."""
     for _ in range(500):
         os.kill(pid, signal.SIGSTOP)
+        # What the worker wrote before it stopped (a lease step that drops a batch, say) may
+        # still wait in the server's socket buffers and run after a read of the journal:
+        # read it once the server has taken in all of it.
+        unread_drained(pid, client)
         b = client.hget(journal, "b")
         if b:
             return b.decode().split("\n")

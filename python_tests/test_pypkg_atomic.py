@@ -77,8 +77,19 @@ def test_ctrl_c_at_random_points_inside_push_never_half_applies_a_step(server):
         m.push(g)
     dur = (time.perf_counter() - t0) / 5
     rng = np.random.default_rng(7)
-    inside = 0
     main = threading.main_thread().ident
+    # Python raises KeyboardInterrupt only where SIGINT was not ignored at its start: a test
+    # run started in the background of a non-interactive shell (`.ci/run &`) inherits
+    # SIG_IGN, and no interrupt would land. The handler a terminal's Ctrl-C meets, here.
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_pushes(r, m, g, dur, rng, main)
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def _interrupt_pushes(r, m, g, dur, rng, main):
+    inside = 0
     for i in range(50):
         # pthread_kill: to the main thread itself, so the handler runs at once (a process
         # signal may be taken by the timer's thread and run only at the main thread's next
