@@ -23,6 +23,9 @@ EPOCHS = 25         # 1500 tasks (~25 s): training outlasts the failover and the
 # fail: the workers stop at the failover (every model push covers the killed shard), so the
 # job only has to outlast the 24 tasks before the kill; the rerun trains what is left.
 FAIL_EPOCHS = 4     # 240 tasks
+# block: training stalls from the kill (after 24 tasks) until the rejoin, so the job only has
+# to outlast the 4 s after the rejoin by more than the 10 tasks asserted.
+BLOCK_EPOCHS = 8    # 480 tasks
 
 
 @pytest.fixture
@@ -108,10 +111,12 @@ def test_degrade_trains_on_counts_unreplicated_and_recovers_when_the_node_rejoin
 @pytest.mark.slow
 def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, workers):
     job = "bl"
-    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "block")
+    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "block",
+                                epochs=BLOCK_EPOCHS)
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     wait_until(lambda: all(warnings(w.out, "block") for w in ws), 30, "degraded warnings")
     stalled = tasks_in(job_node, job, 4.0)
+    at_rejoin = progress_acked(job_node.client(), job)
     victim.start()
     cluster.wait_ok(timeout=30, n_replicas=3)
     resumed = tasks_in(job_node, job, 4.0)
@@ -119,8 +124,10 @@ def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, wor
     vs = cluster_versions(cluster, job)
     want, twice, lost = count(vs, acked)
     report("degraded-block", failover_s="%.1f" % failover_s, tasks_while_blocked=stalled,
+           tasks_acked_at_rejoin=at_rejoin, tasks=60 * BLOCK_EPOCHS,
            tasks_after_rejoin=resumed, acked_per_key=want, applied_twice=twice, lost=lost)
     assert stalled <= 2, stalled        # a task finishing its last push may still ack
+    assert 60 * BLOCK_EPOCHS - at_rejoin > 100, at_rejoin     # far more left than asserted
     assert resumed >= 10, resumed
     for w, a in zip(ws, acked):
         assert a["unreplicated"] == 0 and a["restored_events"] >= 1, a
