@@ -302,6 +302,13 @@ check-asan: check-deps ## unit + integration tests against an ASan/UBSan module 
 	PS_MODULE=$(abspath $(ASAN_B)/ps.so) $(MAKE) --no-print-directory pytest \
 	  PYTEST_ARGS='$(ASAN_PYTEST_ARGS) $(PYTEST_ARGS)'
 
+# What check-asan runs, built only (the ASan module and unit binaries): .ci/run builds it
+# and the fuzz harnesses at idle priority while make test runs, so those stages start built.
+.PHONY: asan-build unit-bins
+asan-build:
+	$(MAKE) --no-print-directory B=$(ASAN_B) SANITIZE=address,undefined module unit-bins
+unit-bins: $(TEST_BINS) $(SPEED_GUARD)
+
 # valgrind over the unit tests (definite leaks and invalid accesses fail) and
 # over a redis-server session with the module (fuzz/valgrind-session.sh).
 VALGRIND = valgrind -q --error-exitcode=1 --leak-check=full --errors-for-leak-kinds=definite \

@@ -12,19 +12,21 @@
 #
 # Environment: PYTHON (/usr/bin/python3), PS_MODULE (the module under test),
 #   PYTEST_JOBS (2; 0 runs everything in one serial pass, as does a missing pytest-xdist),
-#   PYTEST_RERUN (1; 0 turns the second try off).
+#   PYTEST_RERUN (1; 0 turns the second try off), PYTEST_DURATIONS (15: each pass ends with its
+#   that many slowest test phases, so every CI log shows where the minutes went; 0 lists all).
 # Exit status: 0 when both passes passed (or their reruns did), else the first failure's.
 cd "$(dirname "$0")" || exit 2
 PY=${PYTHON:-/usr/bin/python3}
 JOBS=${PYTEST_JOBS:-2}
 RERUN=${PYTEST_RERUN:-1}
+DURATIONS=${PYTEST_DURATIONS:-15}
 
 # run_pass NAME [xdist args] -- runs one pass (NAME: parallel, serial or all), reruns its failures.
 run_pass() {
     local name=$1 rc
     shift
     echo "== pytest: $name pass"
-    PS_PYTEST_PASS=$name "$PY" -m pytest -q "$@" "${ARGS[@]}"
+    PS_PYTEST_PASS=$name "$PY" -m pytest -q --durations="$DURATIONS" "$@" "${ARGS[@]}"
     rc=$?
     if [ "$RERUN" = 1 ] && [ $rc = 1 ]; then
         echo "== pytest: running the failed tests of the $name pass once more (see the failures above)"

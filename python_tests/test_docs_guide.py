@@ -291,12 +291,15 @@ def test_make_plots_writes_under_build_and_leaves_tracked_files_alone(tmp_path):
     status = lambda: subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "docs"],
                                     stdout=subprocess.PIPE, text=True).stdout
     before = status()
-    env = dict(os.environ, PLOTS_EPOCHS="1")
+    # Where the files go does not depend on how long each run trains: 1 epoch of 6000
+    # samples, one run of each PyTorch bench variant (the defaults took 97 s of CI here).
+    env = dict(os.environ, PLOTS_EPOCHS="1", PLOTS_LIMIT="6000", PLOTS_BENCH_REPEAT="1")
     env.pop("PLOTS_DIR", None)
     p = subprocess.run([os.path.join(ROOT, "scripts", "plots.sh")], cwd=ROOT, env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-3000:]
     assert os.path.exists(os.path.join(docsrun.BUILD, "plots", "train-ps-train.png"))
+    assert os.path.exists(os.path.join(docsrun.BUILD, "plots", "throughput.png"))
     assert status() == before
     out = subprocess.run(["make", "-n", "--no-print-directory", "-C", ROOT, "plots"],
                          stdout=subprocess.PIPE, text=True).stdout

@@ -20,6 +20,12 @@ from faultlib import (cluster_versions, count, init, model_victim, now, progress
                       ps_train, report, run, wait_until, workers)  # noqa: F401
 
 EPOCHS = 25         # 1500 tasks (~25 s): training outlasts the failover and the restart
+# fail: the workers stop at the failover (every model push covers the killed shard), so the
+# job only has to outlast the 24 tasks before the kill; the rerun trains what is left.
+FAIL_EPOCHS = 4     # 240 tasks
+# block: training stalls from the kill (after 24 tasks) until the rejoin, so the job only has
+# to outlast the 4 s after the rejoin by more than the 10 tasks asserted.
+BLOCK_EPOCHS = 8    # 480 tasks
 
 
 @pytest.fixture
@@ -29,11 +35,11 @@ def cluster(module_path):
     c.cleanup()
 
 
-def start(cluster, workers, job, *flags):
+def start(cluster, workers, job, *flags, epochs=EPOCHS):
     """Inits 'job' on 'cluster' and starts 2 workers with --wait 1 and 'flags'. Returns
     (seeds, the job's bookkeeping node, the workers)."""
     seeds = ",".join(n.addr for n in cluster.nodes)
-    init(seeds, job, EPOCHS)
+    init(seeds, job, epochs)
     job_node = cluster.node_for_key("psjob:{%s}:progress" % job)
     return seeds, job_node, [workers(seeds, job, "w%d" % i, "--wait", 1, *flags)
                              for i in range(2)]
@@ -105,10 +111,12 @@ def test_degrade_trains_on_counts_unreplicated_and_recovers_when_the_node_rejoin
 @pytest.mark.slow
 def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, workers):
     job = "bl"
-    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "block")
+    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "block",
+                                epochs=BLOCK_EPOCHS)
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     wait_until(lambda: all(warnings(w.out, "block") for w in ws), 30, "degraded warnings")
     stalled = tasks_in(job_node, job, 4.0)
+    at_rejoin = progress_acked(job_node.client(), job)
     victim.start()
     cluster.wait_ok(timeout=30, n_replicas=3)
     resumed = tasks_in(job_node, job, 4.0)
@@ -116,8 +124,10 @@ def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, wor
     vs = cluster_versions(cluster, job)
     want, twice, lost = count(vs, acked)
     report("degraded-block", failover_s="%.1f" % failover_s, tasks_while_blocked=stalled,
+           tasks_acked_at_rejoin=at_rejoin, tasks=60 * BLOCK_EPOCHS,
            tasks_after_rejoin=resumed, acked_per_key=want, applied_twice=twice, lost=lost)
     assert stalled <= 2, stalled        # a task finishing its last push may still ack
+    assert 60 * BLOCK_EPOCHS - at_rejoin > 100, at_rejoin     # far more left than asserted
     assert resumed >= 10, resumed
     for w, a in zip(ws, acked):
         assert a["unreplicated"] == 0 and a["restored_events"] >= 1, a
@@ -130,7 +140,8 @@ def test_block_stalls_until_the_node_rejoins_then_resumes(ps_train, cluster, wor
 def test_fail_stops_the_workers_with_a_durability_error_and_a_rerun_finishes(
         ps_train, cluster, workers):
     job = "fl"
-    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "fail")
+    seeds, job_node, ws = start(cluster, workers, job, "--on-degraded", "fail",
+                                epochs=FAIL_EPOCHS)
     victim, failover_s = kill_and_promote(cluster, job, job_node)
     for w in ws:
         rc = w.proc.wait(timeout=60)
@@ -138,6 +149,7 @@ def test_fail_stops_the_workers_with_a_durability_error_and_a_rerun_finishes(
         assert re.search(r"durability: WAIT 1 on 127\.0\.0\.1:\d+ answered 0 replicas "
                          r"\(policy fail\)", w.out), w.out[-3000:]
     vs = cluster_versions(cluster, job)
+    at_stop = progress_acked(job_node.client(), job)
     assert len(set(vs.values())) == 1, vs        # no model push half applied
     # The node comes back as a replica: the same workers finish the job.
     victim.start()
@@ -146,7 +158,9 @@ def test_fail_stops_the_workers_with_a_durability_error_and_a_rerun_finishes(
            for i in range(2)]
     acked = [w.wait(timeout=300) for w in ws2]
     vs2 = cluster_versions(cluster, job)
-    report("degraded-fail", failover_s="%.1f" % failover_s, version_at_stop=min(vs.values()),
+    report("degraded-fail", failover_s="%.1f" % failover_s, tasks_acked_at_stop=at_stop,
+           tasks=60 * FAIL_EPOCHS, version_at_stop=min(vs.values()),
            final_version=min(vs2.values()))
+    assert at_stop < 60 * FAIL_EPOCHS, at_stop    # the rerun had tasks left to train
     assert len(set(vs2.values())) == 1, vs2
     assert min(vs2.values()) == min(vs.values()) + sum(a["model_pushes"] for a in acked)

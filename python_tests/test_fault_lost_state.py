@@ -20,7 +20,7 @@ import psserver
 from faultlib import (cluster_versions, count, init, model_victim, progress_acked, ps_train,
                       report, wait_until, workers)  # noqa: F401
 
-EPOCHS = 6
+EPOCHS = 3          # 180 tasks: the kill comes at 24-27 acked, so ~150 train after the restart
 
 MODES = {
     "aof-always": ["--appendonly", "yes", "--appendfsync", "always"],
@@ -53,6 +53,7 @@ def test_master_restarted_before_failover_loses_nothing_or_says_so(
         pkey = "psjob:{%s}:progress" % job
         wait_until(lambda: all(int(job_node.client().hget(pkey, "w:w%d:tasks" % i) or 0) > 0
                                for i in range(2)), 60, "both workers pushing")
+        at_kill = progress_acked(job_node.client(), job)
         victim.kill()
         time.sleep(0.5)
         victim.start()
@@ -67,7 +68,9 @@ def test_master_restarted_before_failover_loses_nothing_or_says_so(
             want, twice, lost = count(vs, acked)
         else:
             acked, twice, lost = [], None, None
-        report("lost-state", mode=mode, exits=rcs, lost_state_errors=len(found),
+        report("lost-state", mode=mode, tasks_acked_at_kill=at_kill,
+               tasks_acked_at_end=progress_acked(job_node.client(), job), exits=rcs,
+               lost_state_errors=len(found),
                applied_twice=twice, lost=lost)
         for o in outs:
             assert "ERR no such key" not in o.replace("(no such key)", ""), o[-3000:]
