@@ -298,8 +298,7 @@ int tr_cmd_stream(const trainOpts *o) {
            RL_STR("group", o->group), RL_STR("model", w.cfg.sp.model), RL_INT("batch", batch));
     /* A restart under the same name: the batches its journal holds first. */
     if (claim_once(&w, 1) < 0) goto out;
-    double claim_every = o->claim_idle_ms / 4000.0;
-    if (claim_every < 0.05) claim_every = 0.05;
+    double claim_every = sw_claim_every(&w);
     while (!tw_stop) {
         swBatch *x = w.cur;
         /* The pipeline is empty (no batch read ahead, no lease step in

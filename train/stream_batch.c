@@ -177,9 +177,14 @@ static int drained(struct streamWork *w) {
     return 0;
 }
 
-int sw_claim_due(const struct streamWork *w) {
+/* Seconds between claim checks: a quarter of --claim-idle-ms, at least 50 ms. */
+double sw_claim_every(const struct streamWork *w) {
     double every = w->o->claim_idle_ms / 4000.0;
-    return tr_now() - w->last_claim >= (every < 0.05 ? 0.05 : every);
+    return every < 0.05 ? 0.05 : every;
+}
+
+int sw_claim_due(const struct streamWork *w) {
+    return tr_now() - w->last_claim >= sw_claim_every(w);
 }
 
 /* The events the next lease step may read: into the batch being filled

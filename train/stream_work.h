@@ -94,7 +94,7 @@ typedef struct streamWork {
     float *dback[2 * (PS_CTR_MAX_HIDDEN + 1)]; /* the dense pulls' targets */
     size_t dlen[2 * (PS_CTR_MAX_HIDDEN + 1)];
     /* Totals of this run. */
-    long long trained, malformed, batches, fenced, replays, replayed, claimed, dups;
+    long long trained, malformed, batches, fenced, replays, replayed, claimed;
     long long piped;            /* batches pulled and leased ahead (the pipeline) */
     double t0, last_print, last_event, last_claim;
     long long last_trained;
@@ -146,6 +146,7 @@ int sw_take_entry(struct streamWork *w, swBatch *x, const redisReply *e);
 int sw_read_batch(struct streamWork *w, swBatch *x, int block_ms);
 int sw_read_ranges(struct streamWork *w, swBatch *x, const char *line);
 int sw_lease_want(const struct streamWork *w, int filling);
+double sw_claim_every(const struct streamWork *w);
 int sw_claim_due(const struct streamWork *w);
 int sw_train_batch(struct streamWork *w, swModel *sm, int own, swBatch *x);
 int sw_replay_batch(struct streamWork *w, swBatch *x);
